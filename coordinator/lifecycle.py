@@ -1,0 +1,383 @@
+"""The task state machine of SPEC §6, as pure functions.
+
+Every transition takes a :class:`~coordinator.records.TaskRecord`, the event's parameters and
+``now`` (epoch milliseconds) and returns an :class:`Outcome`, or raises :class:`NotFound` or
+:class:`Conflict`. Nothing here reads a clock, touches the store or talks to Azure: the caller
+(:mod:`coordinator.tasks`) loads the record, applies a transition, writes the result with
+compare-and-set and then carries out the outcome's effects (putting a hint, re-examining
+dependents). Because transitions are pure, a caller that loses a compare-and-set race simply
+re-reads and applies the same transition again; the second application sees the winner's
+state and answers accordingly (usually a :class:`Conflict`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from coordinator.records import MAX_RUNS, RESOLVED_STATES, Run, TaskRecord
+
+EXCEPTION_REASONS: frozenset[str] = frozenset(
+    {
+        "worker-shutdown",
+        "malformed-payload",
+        "resource-unavailable",
+        "internal-error",
+        "superseded",
+        "intermittent-task",
+    }
+)
+"""Reasons a worker may give to reportException."""
+
+RETRYING_REASONS: Mapping[str, str] = {
+    "worker-shutdown": "retry",
+    "intermittent-task": "task-retry",
+    "claim-expired": "retry",
+}
+"""Reasons that add a retry run while retries remain, mapped to the new run's reasonCreated."""
+
+
+class LifecycleError(Exception):
+    """A transition that cannot be applied; ``str(error)`` says why, for the API's message."""
+
+
+class NotFound(LifecycleError):
+    """The task or run does not exist."""
+
+
+class Conflict(LifecycleError):
+    """The transition is not allowed in the record's current state."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Hint:
+    """A request to put a hint for a pending run into its Azure queue.
+
+    :param visible_at: when workers may first see it (epoch ms); later than now for delayed
+        retries.
+    """
+
+    task_id: str
+    run_id: int
+    provisioner_id: str
+    worker_type: str
+    priority: str
+    deadline: int
+    visible_at: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    """The result of a transition.
+
+    :param record: the new record (the old one when ``changed`` is false).
+    :param changed: whether anything must be written; idempotent repeats leave it false.
+    :param hint: a hint to put after the write succeeds.
+    :param resolved: the task became resolved; its dependents must be re-examined.
+    """
+
+    record: TaskRecord
+    changed: bool = True
+    hint: Hint | None = None
+    resolved: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Timing:
+    """Durations (milliseconds) the transitions need from configuration.
+
+    :param claim_timeout: how long a claim or reclaim holds a run.
+    :param retry_delay_base: the ``c`` of the ``c·2^n`` delay before an automatic retry's
+        hint becomes visible; 0 retries at once.
+    """
+
+    claim_timeout: int = 1_200_000
+    retry_delay_base: int = 0
+
+
+def unchanged(record: TaskRecord) -> Outcome:
+    return Outcome(record=record, changed=False)
+
+
+def hint_for(record: TaskRecord) -> Hint:
+    """The hint for a record whose last run is pending."""
+    run = record.runs[-1]
+    return Hint(
+        task_id=record.task_id,
+        run_id=run.run_id,
+        provisioner_id=record.provisioner_id,
+        worker_type=record.worker_type,
+        priority=record.priority,
+        deadline=record.deadline,
+        visible_at=run.visible_at,
+    )
+
+
+def _add_pending_run(
+    record: TaskRecord, *, reason: str, now: int, delay: int = 0, **changes: object
+) -> Outcome:
+    run = Run(
+        run_id=len(record.runs),
+        state="pending",
+        reason_created=reason,
+        scheduled=now,
+        visible_at=now + delay,
+    )
+    new = record.replace(runs=(*record.runs, run), hint_needed=True, **changes)
+    return Outcome(record=new, hint=hint_for(new))
+
+
+def _resolve_last_run(record: TaskRecord, *, state: str, reason: str, now: int) -> TaskRecord:
+    run = record.runs[-1]
+    resolved = Run(
+        **{
+            **run.to_stored(),
+            "state": state,
+            "reason_resolved": reason,
+            "resolved": now,
+        }
+    )
+    return record.replace(runs=(*record.runs[:-1], resolved), hint_needed=False)
+
+
+def _resolve(record: TaskRecord, *, state: str, reason: str, now: int) -> Outcome:
+    """Resolve the task for good: the last run, or for an unscheduled task a new run 0 created
+    already resolved (``reasonCreated: exception``). Its dependents must then look again."""
+    if record.runs:
+        new = _resolve_last_run(record, state=state, reason=reason, now=now)
+    else:
+        run = Run(
+            run_id=0,
+            state="exception",
+            reason_created="exception",
+            reason_resolved=reason,
+            scheduled=now,
+            visible_at=now,
+            resolved=now,
+        )
+        new = record.replace(runs=(run,))
+    return Outcome(record=new.replace(notify_dependents=True), resolved=True)
+
+
+def _resolve_maybe_retry(record: TaskRecord, *, reason: str, now: int, timing: Timing) -> Outcome:
+    """Resolve the last run as ``exception/<reason>``, retrying if the reason and budget allow."""
+    retry_reason = RETRYING_REASONS.get(reason)
+    can_retry = (
+        retry_reason is not None
+        and record.retries_left > 0
+        and len(record.runs) < MAX_RUNS
+        and now < record.deadline
+    )
+    if not can_retry or retry_reason is None:
+        return _resolve(record, state="exception", reason=reason, now=now)
+    definition_retries: int = record.definition["retries"]
+    used = definition_retries - record.retries_left
+    delay = timing.retry_delay_base * (2**used)
+    resolved = _resolve_last_run(record, state="exception", reason=reason, now=now)
+    return _add_pending_run(
+        resolved,
+        reason=retry_reason,
+        now=now,
+        delay=delay,
+        retries_left=record.retries_left - 1,
+    )
+
+
+def _run(record: TaskRecord, run_id: int) -> Run:
+    if not 0 <= run_id < len(record.runs):
+        raise NotFound(f"run {run_id} of task {record.task_id} does not exist")
+    return record.runs[run_id]
+
+
+def _require_before_deadline(record: TaskRecord, now: int, action: str) -> None:
+    if now >= record.deadline:
+        raise Conflict(f"task {record.task_id} can't be {action} past its deadline")
+
+
+def _require_last(record: TaskRecord, run: Run) -> None:
+    if run.run_id != len(record.runs) - 1:
+        raise Conflict(
+            f"run {run.run_id} of task {record.task_id} is not the last run "
+            f"(the last is {len(record.runs) - 1})"
+        )
+
+
+# --- creation and scheduling -------------------------------------------------------------
+
+
+def create(record: TaskRecord, *, now: int) -> Outcome:
+    """A new task: run 0 pending at once unless it waits for dependencies."""
+    if record.dependencies:
+        return Outcome(record=record)
+    return _add_pending_run(record, reason="scheduled", now=now)
+
+
+def schedule(record: TaskRecord, *, now: int) -> Outcome:
+    """scheduleTask: give an unscheduled task its run 0; a no-op for any other state."""
+    _require_before_deadline(record, now, "scheduled")
+    if record.runs:
+        return unchanged(record)
+    return _add_pending_run(record, reason="scheduled", now=now)
+
+
+def dependencies_satisfied(record: TaskRecord, dependency_states: Mapping[str, str | None]) -> bool:
+    """Whether the dependencies allow the task to run.
+
+    :param dependency_states: task state of each dependency; ``None`` for one that no longer
+        exists (it can never satisfy anything).
+    """
+    wanted = {"completed"} if record.requires == "all-completed" else RESOLVED_STATES
+    return all(dependency_states.get(dep) in wanted for dep in record.dependencies)
+
+
+def schedule_if_satisfied(
+    record: TaskRecord, *, dependency_states: Mapping[str, str | None], now: int
+) -> Outcome:
+    """Dependency resolution: schedule an unscheduled task whose dependencies are satisfied.
+
+    A task that is already scheduled, past its deadline, or still waiting is left unchanged;
+    a dependency that resolved the wrong way leaves it waiting until the deadline resolver
+    acts.
+    """
+    if record.runs or now >= record.deadline:
+        return unchanged(record)
+    if not dependencies_satisfied(record, dependency_states):
+        return unchanged(record)
+    return _add_pending_run(record, reason="scheduled", now=now)
+
+
+def rerun(record: TaskRecord, *, now: int) -> Outcome:
+    """rerunTask: a new ``rerun`` run for a resolved task, with the retry budget restored."""
+    _require_before_deadline(record, now, "rerun")
+    state = record.state
+    if state in ("pending", "running"):
+        return unchanged(record)
+    if state == "unscheduled":
+        raise Conflict(f"task {record.task_id} is unscheduled: use scheduleTask, not rerunTask")
+    if len(record.runs) >= MAX_RUNS:
+        raise Conflict(f"task {record.task_id} already has the maximum of {MAX_RUNS} runs")
+    retries: int = record.definition["retries"]
+    return _add_pending_run(record, reason="rerun", now=now, retries_left=retries)
+
+
+def cancel(record: TaskRecord, *, now: int) -> Outcome:
+    """cancelTask: resolve the task as ``exception/canceled``; a no-op once resolved."""
+    _require_before_deadline(record, now, "canceled")
+    if record.is_resolved:
+        return unchanged(record)
+    return _resolve(record, state="exception", reason="canceled", now=now)
+
+
+# --- worker actions ------------------------------------------------------------------------
+
+
+def claim(
+    record: TaskRecord,
+    *,
+    run_id: int,
+    worker_group: str,
+    worker_id: str,
+    now: int,
+    timing: Timing,
+) -> Outcome:
+    """claimTask: the worker takes the pending last run until ``now + claim_timeout``.
+
+    The same worker repeating a claim of the run it holds gets the same answer again.
+    """
+    run = _run(record, run_id)
+    _require_before_deadline(record, now, "claimed")
+    _require_last(record, run)
+    if run.state == "running":
+        if run.worker_group == worker_group and run.worker_id == worker_id:
+            return unchanged(record)
+        raise Conflict(
+            f"run {run_id} of task {record.task_id} is already claimed by "
+            f"{run.worker_group}/{run.worker_id}"
+        )
+    if run.state != "pending":
+        raise Conflict(f"run {run_id} of task {record.task_id} is {run.state}, not pending")
+    claimed = Run(
+        **{
+            **run.to_stored(),
+            "state": "running",
+            "worker_group": worker_group,
+            "worker_id": worker_id,
+            "started": now,
+            "taken_until": now + timing.claim_timeout,
+        }
+    )
+    return Outcome(record=record.with_last_run(claimed).replace(hint_needed=False))
+
+
+def reclaim(record: TaskRecord, *, run_id: int, now: int, timing: Timing) -> Outcome:
+    """reclaimTask: extend the claim to ``now + claim_timeout`` (never shortening it)."""
+    run = _run(record, run_id)
+    _require_before_deadline(record, now, "reclaimed")
+    _require_last(record, run)
+    if run.state != "running":
+        raise Conflict(f"run {run_id} of task {record.task_id} is {run.state}, not running")
+    taken_until = max(run.taken_until or 0, now + timing.claim_timeout)
+    return Outcome(
+        record=record.with_last_run(Run(**{**run.to_stored(), "taken_until": taken_until}))
+    )
+
+
+def report(
+    record: TaskRecord, *, run_id: int, state: str, reason: str, now: int, timing: Timing
+) -> Outcome:
+    """reportCompleted, reportFailed and reportException.
+
+    :param state: ``completed``, ``failed`` or ``exception``.
+    :param reason: the reasonResolved: ``completed``, ``failed`` or an exception reason.
+
+    Repeating the report that resolved the run answers the same again; any other report of a
+    run that is not the running last run is a conflict.
+    """
+    run = _run(record, run_id)
+    if run.state == state and run.reason_resolved == reason:
+        return unchanged(record)
+    _require_last(record, run)
+    if run.state != "running":
+        raise Conflict(
+            f"run {run_id} of task {record.task_id} is {run.state}"
+            + (f"/{run.reason_resolved}" if run.reason_resolved else "")
+            + f", not running: can't report it {state}"
+        )
+    if state == "exception":
+        return _resolve_maybe_retry(record, reason=reason, now=now, timing=timing)
+    return _resolve(record, state=state, reason=reason, now=now)
+
+
+# --- resolvers -----------------------------------------------------------------------------
+
+
+def expire_claim(record: TaskRecord, *, taken_until: int, now: int, timing: Timing) -> Outcome:
+    """Claim expiry: resolve the running last run as ``exception/claim-expired``.
+
+    :param taken_until: the takenUntil the resolver observed; a reclaim since then moved it,
+        and the reclaim wins. Past the deadline the deadline resolver acts instead.
+    """
+    run = record.last_run
+    if (
+        run is None
+        or run.state != "running"
+        or run.taken_until != taken_until
+        or taken_until > now
+        or now >= record.deadline
+    ):
+        return unchanged(record)
+    return _resolve_maybe_retry(record, reason="claim-expired", now=now, timing=timing)
+
+
+def exceed_deadline(record: TaskRecord, *, now: int) -> Outcome:
+    """Deadline: every unresolved task past its deadline ends ``exception/deadline-exceeded``."""
+    if now < record.deadline or record.is_resolved:
+        return unchanged(record)
+    return _resolve(record, state="exception", reason="deadline-exceeded", now=now)
+
+
+def dependents_notified(record: TaskRecord) -> Outcome:
+    """The dependency resolver has re-examined this task's dependents."""
+    if not record.notify_dependents:
+        return unchanged(record)
+    return Outcome(record=record.replace(notify_dependents=False))

@@ -1,0 +1,218 @@
+"""Task and run records: the immutable values the lifecycle transforms and the store persists.
+
+Times are integers, milliseconds since the Unix epoch (UTC), everywhere inside the
+coordinator; they become ISO 8601 strings (``2026-11-22T05:53:44.123Z``) only at the API
+boundary (:func:`to_iso`, :func:`from_iso`). A record's ``version`` is the compare-and-set
+token: every stored write must name the version it read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+RunState = Literal["pending", "running", "completed", "failed", "exception"]
+TaskState = Literal["unscheduled", "pending", "running", "completed", "failed", "exception"]
+
+PRIORITIES: tuple[str, ...] = (
+    "highest",
+    "very-high",
+    "high",
+    "medium",
+    "low",
+    "very-low",
+    "lowest",
+)
+"""Priorities from highest to lowest; ``normal`` is accepted on input as ``lowest``."""
+
+RESOLVED_STATES: frozenset[str] = frozenset({"completed", "failed", "exception"})
+MAX_RUNS = 50
+
+
+def priority_level(priority: str) -> int:
+    """The priority digit used in queue names: 7 for ``highest`` down to 1 for ``lowest``."""
+    return len(PRIORITIES) - PRIORITIES.index(priority)
+
+
+def to_iso(ms: int) -> str:
+    """Format epoch milliseconds as Taskcluster does: UTC, millisecond precision, ``Z``."""
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def from_iso(text: str) -> int:
+    """Parse an ISO 8601 date-time (any offset) into epoch milliseconds, truncating to ms.
+
+    Raises ``ValueError`` for anything that is not a date-time with a time zone.
+    """
+    dt = datetime.fromisoformat(text.replace("z", "Z"))
+    if dt.tzinfo is None:
+        raise ValueError(f"date-time {text!r} has no time zone")
+    delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Run:
+    """One attempt at a task.
+
+    :param run_id: index of the run in the task's ``runs``.
+    :param visible_at: internal, never served: when the run's hint becomes visible to
+        workers (``scheduled`` unless a retry delay applies).
+    """
+
+    run_id: int
+    state: RunState
+    reason_created: str
+    scheduled: int
+    visible_at: int
+    reason_resolved: str | None = None
+    worker_group: str | None = None
+    worker_id: str | None = None
+    taken_until: int | None = None
+    started: int | None = None
+    resolved: int | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        """The run as the Taskcluster API shows it (absent fields omitted)."""
+        out: dict[str, Any] = {
+            "runId": self.run_id,
+            "state": self.state,
+            "reasonCreated": self.reason_created,
+            "scheduled": to_iso(self.scheduled),
+        }
+        if self.reason_resolved is not None:
+            out["reasonResolved"] = self.reason_resolved
+        if self.worker_group is not None:
+            out["workerGroup"] = self.worker_group
+        if self.worker_id is not None:
+            out["workerId"] = self.worker_id
+        if self.taken_until is not None:
+            out["takenUntil"] = to_iso(self.taken_until)
+        if self.started is not None:
+            out["started"] = to_iso(self.started)
+        if self.resolved is not None:
+            out["resolved"] = to_iso(self.resolved)
+        return out
+
+    def to_stored(self) -> dict[str, Any]:
+        """Compact form for the store (short keys, integer times, no ``None``)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_stored(cls, data: Mapping[str, Any]) -> Run:
+        return cls(**data)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskRecord:
+    """A task definition together with its mutable status.
+
+    :param definition: the normalised task definition exactly as ``GET /task/<id>`` serves it.
+    :param hint_needed: the last run is pending and its hint has not yet been confirmed as put
+        into Azure; the hint keeper re-puts such hints, so a crash cannot strand a run.
+    :param notify_dependents: the task resolved and its dependents have not yet been
+        re-examined; the dependency resolver clears it.
+    :param version: compare-and-set token; 0 for a record not yet stored.
+    """
+
+    task_id: str
+    definition: Mapping[str, Any]
+    provisioner_id: str
+    worker_type: str
+    scheduler_id: str
+    task_group_id: str
+    priority: str
+    retries_left: int
+    deadline: int
+    expires: int
+    dependencies: tuple[str, ...] = ()
+    requires: str = "all-completed"
+    runs: tuple[Run, ...] = ()
+    hint_needed: bool = False
+    notify_dependents: bool = False
+    version: int = 0
+
+    @property
+    def state(self) -> TaskState:
+        return self.runs[-1].state if self.runs else "unscheduled"
+
+    @property
+    def last_run(self) -> Run | None:
+        return self.runs[-1] if self.runs else None
+
+    @property
+    def task_queue_id(self) -> str:
+        return f"{self.provisioner_id}/{self.worker_type}"
+
+    @property
+    def is_resolved(self) -> bool:
+        return self.state in RESOLVED_STATES
+
+    @property
+    def taken_until(self) -> int | None:
+        """takenUntil of the running last run, else ``None`` (what the claim resolver scans)."""
+        run = self.last_run
+        return run.taken_until if run is not None and run.state == "running" else None
+
+    @property
+    def hint_due(self) -> int | None:
+        """When the pending last run's unconfirmed hint was asked for (the hint keeper scans it)."""
+        run = self.last_run
+        if self.hint_needed and run is not None and run.state == "pending":
+            return run.scheduled
+        return None
+
+    @property
+    def open_deadline(self) -> int | None:
+        """The deadline while the task is unresolved (what the deadline resolver scans)."""
+        return None if self.is_resolved else self.deadline
+
+    def status(self) -> dict[str, Any]:
+        """The task status object of the API."""
+        return {
+            "taskId": self.task_id,
+            "provisionerId": self.provisioner_id,
+            "workerType": self.worker_type,
+            "taskQueueId": self.task_queue_id,
+            "schedulerId": self.scheduler_id,
+            "taskGroupId": self.task_group_id,
+            "deadline": to_iso(self.deadline),
+            "expires": to_iso(self.expires),
+            "retriesLeft": self.retries_left,
+            "state": self.state,
+            "runs": [run.to_api() for run in self.runs],
+        }
+
+    def stored_runs(self) -> list[dict[str, Any]]:
+        return [run.to_stored() for run in self.runs]
+
+    def replace(self, **changes: Any) -> TaskRecord:
+        return dataclasses.replace(self, **changes)
+
+    def with_last_run(self, run: Run) -> TaskRecord:
+        return dataclasses.replace(self, runs=(*self.runs[:-1], run))
+
+
+def record_from_definition(
+    task_id: str, definition: Mapping[str, Any], *, version: int = 0
+) -> TaskRecord:
+    """A fresh record, with no runs, for a normalised definition."""
+    return TaskRecord(
+        task_id=task_id,
+        definition=definition,
+        provisioner_id=definition["provisionerId"],
+        worker_type=definition["workerType"],
+        scheduler_id=definition["schedulerId"],
+        task_group_id=definition["taskGroupId"],
+        priority=definition["priority"],
+        retries_left=definition["retries"],
+        deadline=from_iso(definition["deadline"]),
+        expires=from_iso(definition["expires"]),
+        dependencies=tuple(definition["dependencies"]),
+        requires=definition["requires"],
+        version=version,
+    )

@@ -1,0 +1,1 @@
+"""Task storage: the :class:`~coordinator.store.base.Store` interface and its drivers."""

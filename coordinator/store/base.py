@@ -1,0 +1,138 @@
+"""The store interface: every task record the coordinator keeps, behind one abstract class.
+
+Drivers (:mod:`coordinator.store.sqlite`, :mod:`coordinator.store.postgres`) implement it and
+pass one contract test suite (``tests/test_store_contract.py``). The contract:
+
+* A record is written whole by :meth:`Store.insert` (version 1) and afterwards only through
+  :meth:`Store.compare_and_set`, which succeeds only if the stored version still equals the
+  record's ``version`` and then stores ``version + 1``. That is the only concurrency control
+  the rest of the coordinator relies on, across any number of replicas.
+* The scans (:meth:`expired_claims`, :meth:`past_deadlines`, :meth:`hints_due`,
+  :meth:`tasks_to_notify`) are served by indexes on columns derived from the record
+  (``TaskRecord.taken_until``, ``open_deadline``, ``hint_due``, ``notify_dependents``), so a
+  resolver pass costs the number of rows it acts on, not the number of tasks stored.
+* Listings page by task id with a ``limit``; no call holds more than one page in memory.
+
+All times are epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from coordinator.records import TaskRecord, TaskState
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Page:
+    """One page of a listing.
+
+    :param records: at most ``limit`` records, ordered by task id.
+    :param next_after: pass as ``after`` to get the next page; ``None`` on the last page.
+    """
+
+    records: list[TaskRecord]
+    next_after: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCounts:
+    """Exact numbers of tasks whose last run is pending or running, for one task queue."""
+
+    pending: int
+    running: int
+
+
+class Store(abc.ABC):
+    """Persistent task records with compare-and-set writes."""
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and apply any pending schema migrations."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections; the store may not be used afterwards."""
+
+    @abc.abstractmethod
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied (empty when up to date)."""
+
+    # --- single records -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def insert(self, record: TaskRecord) -> TaskRecord | None:
+        """Store a new task and its dependency edges atomically.
+
+        :returns: the stored record (``version`` 1), or ``None`` if the task id already exists
+            (nothing is written then).
+        """
+
+    @abc.abstractmethod
+    async def get(self, task_id: str) -> TaskRecord | None:
+        """The current record, or ``None``."""
+
+    @abc.abstractmethod
+    async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
+        """The records that exist among ``task_ids`` (missing ids are simply absent)."""
+
+    @abc.abstractmethod
+    async def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
+        """Task state of each existing task among ``task_ids``; cheaper than :meth:`get_many`."""
+
+    @abc.abstractmethod
+    async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
+        """Write the record's mutable status if the stored version is ``record.version``.
+
+        :returns: the record as stored (``version + 1``), or ``None`` if the stored version
+            differs or the task no longer exists; the caller re-reads and tries again.
+        """
+
+    @abc.abstractmethod
+    async def confirm_hint(self, task_id: str, run_id: int) -> None:
+        """Record that the hint of pending run ``run_id`` is in its queue.
+
+        Clears ``hint_due`` only while ``run_id`` is still the last run, without touching the
+        version: a concurrent writer that still carries ``hint_needed`` merely causes one
+        duplicate hint later, which workers treat as harmless.
+        """
+
+    # --- resolver scans -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def expired_claims(self, now: int, limit: int) -> list[tuple[str, int]]:
+        """``(task_id, taken_until)`` of running last runs with ``taken_until <= now``."""
+
+    @abc.abstractmethod
+    async def past_deadlines(self, now: int, limit: int) -> list[str]:
+        """Ids of unresolved tasks whose deadline is ``<= now``."""
+
+    @abc.abstractmethod
+    async def hints_due(self, before: int, limit: int) -> list[str]:
+        """Ids of tasks whose pending last run's hint, asked for before ``before``, is
+        unconfirmed."""
+
+    @abc.abstractmethod
+    async def tasks_to_notify(self, limit: int) -> list[str]:
+        """Ids of resolved tasks whose dependents have not been re-examined."""
+
+    @abc.abstractmethod
+    async def delete_expired(self, now: int, limit: int) -> int:
+        """Delete up to ``limit`` tasks with ``expires <= now`` (and their dependency edges);
+        return how many were deleted."""
+
+    # --- listings and counts --------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def task_group(self, task_group_id: str, *, limit: int, after: str | None) -> Page:
+        """Tasks of a task group, ordered by task id, starting after ``after``."""
+
+    @abc.abstractmethod
+    async def dependents(self, task_id: str, *, limit: int, after: str | None) -> Page:
+        """Tasks that list ``task_id`` among their dependencies, ordered by task id."""
+
+    @abc.abstractmethod
+    async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
+        """Exact pending and running counts for one task queue."""
