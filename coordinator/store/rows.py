@@ -1,0 +1,62 @@
+"""Mapping between :class:`~coordinator.records.TaskRecord` and the column values every driver
+stores: the definition written once, the status written by compare-and-set, and the columns
+derived from the status that the resolver indexes scan."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from coordinator.records import Run, TaskRecord, record_from_definition
+
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def status_columns(record: TaskRecord) -> dict[str, Any]:
+    """Everything compare-and-set writes, keyed by column name."""
+    return {
+        "task_id": record.task_id,
+        "retries_left": record.retries_left,
+        "runs": _compact(record.stored_runs()),
+        "state": record.state,
+        "taken_until": record.taken_until,
+        "open_deadline": record.open_deadline,
+        "hint_due": record.hint_due,
+        "notify_dependents": record.notify_dependents,
+    }
+
+
+def insert_columns(record: TaskRecord) -> dict[str, Any]:
+    """Everything insert writes, keyed by column name."""
+    return {
+        **status_columns(record),
+        "task_group_id": record.task_group_id,
+        "scheduler_id": record.scheduler_id,
+        "provisioner_id": record.provisioner_id,
+        "worker_type": record.worker_type,
+        "expires": record.expires,
+        "definition": _compact(record.definition),
+    }
+
+
+class Row(Protocol):
+    """What both drivers' rows offer: ``sqlite3.Row`` and ``asyncpg.Record``."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def record_from_row(row: Row) -> TaskRecord:
+    """A record from a row with ``task_id, definition, retries_left, runs, hint_due,
+    notify_dependents, version`` (JSON columns as text or already decoded)."""
+    definition = row["definition"]
+    runs = row["runs"]
+    if isinstance(definition, str):
+        definition = json.loads(definition)
+    if isinstance(runs, str):
+        runs = json.loads(runs)
+    return record_from_definition(row["task_id"], definition, version=row["version"]).replace(
+        retries_left=row["retries_left"],
+        runs=tuple(Run.from_stored(run) for run in runs),
+        hint_needed=row["hint_due"] is not None,
+        notify_dependents=bool(row["notify_dependents"]),
+    )

@@ -1,0 +1,83 @@
+-- name: insert_task
+INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
+                   definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
+                   notify_dependents, version)
+VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
+        :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
+        :notify_dependents, 1)
+ON CONFLICT (task_id) DO NOTHING
+
+-- name: insert_dependency
+INSERT INTO task_dependencies (required_task_id, dependent_task_id)
+VALUES (:required_task_id, :dependent_task_id)
+
+-- name: get_task
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks WHERE task_id = :task_id
+
+-- name: get_many
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks WHERE task_id IN ({ids})
+
+-- name: states
+SELECT task_id, state FROM tasks WHERE task_id IN ({ids})
+
+-- name: compare_and_set
+UPDATE tasks
+SET retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
+    open_deadline = :open_deadline, hint_due = :hint_due,
+    notify_dependents = :notify_dependents, version = version + 1
+WHERE task_id = :task_id AND version = :version
+
+-- name: confirm_hint
+UPDATE tasks SET hint_due = NULL
+WHERE task_id = :task_id AND hint_due IS NOT NULL
+  AND json_extract(runs, '$[#-1].run_id') = :run_id
+
+-- name: expired_claims
+SELECT task_id, taken_until FROM tasks
+WHERE taken_until IS NOT NULL AND taken_until <= :now
+ORDER BY taken_until LIMIT :limit
+
+-- name: past_deadlines
+SELECT task_id FROM tasks
+WHERE open_deadline IS NOT NULL AND open_deadline <= :now
+ORDER BY open_deadline LIMIT :limit
+
+-- name: hints_due
+SELECT task_id FROM tasks
+WHERE hint_due IS NOT NULL AND hint_due < :before
+ORDER BY hint_due LIMIT :limit
+
+-- name: tasks_to_notify
+SELECT task_id FROM tasks WHERE notify_dependents = 1 LIMIT :limit
+
+-- name: expired_task_ids
+SELECT task_id FROM tasks WHERE expires <= :now ORDER BY expires LIMIT :limit
+
+-- name: delete_tasks
+DELETE FROM tasks WHERE task_id IN ({ids})
+
+-- name: delete_dependencies
+DELETE FROM task_dependencies
+WHERE dependent_task_id IN ({ids}) OR required_task_id IN ({ids})
+
+-- name: task_group
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE task_group_id = :task_group_id AND task_id > :after
+ORDER BY task_id LIMIT :limit
+
+-- name: dependents
+SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents, t.version
+FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id
+WHERE d.required_task_id = :task_id AND d.dependent_task_id > :after
+ORDER BY d.dependent_task_id LIMIT :limit
+
+-- name: run_counts
+SELECT
+    coalesce(sum(state = 'pending'), 0) AS pending,
+    coalesce(sum(state = 'running'), 0) AS running
+FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND state IN ('pending', 'running')

@@ -1,0 +1,204 @@
+"""The SQLite store: the embedded default, for a single coordinator process.
+
+One ``sqlite3`` connection lives on one dedicated thread; every store call runs there as a
+single synchronous function, so a multi-statement transaction can never interleave with
+another coroutine's statements, and the event loop never blocks on the file. The database is
+in WAL mode with ``synchronous=NORMAL``: a committed write survives the process being killed
+(only an operating-system crash can lose the last commits). Several processes must not share
+one file; use the PostgreSQL store for replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from coordinator.records import TaskRecord, TaskState
+from coordinator.store.base import Page, RunCounts, Store
+from coordinator.store.rows import insert_columns, record_from_row, status_columns
+from coordinator.store.sqlfiles import migrations, queries
+
+T = TypeVar("T")
+_Q = queries("sqlite")
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE (take the write lock up front, so no upgrade deadlock) ... COMMIT."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+class SQLiteStore(Store):
+    """Store on one SQLite file.
+
+    :param path: the database file; its directory is created if missing.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self._path = Path(path)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        self._conn: sqlite3.Connection | None = None
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("SQLiteStore used before open() or after close()")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+
+    async def open(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+
+        def connect() -> sqlite3.Connection:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=10000")
+            return conn
+
+        loop = asyncio.get_running_loop()
+        self._conn = await loop.run_in_executor(self._executor, connect)
+        await self.migrate()
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._run(lambda conn: conn.close())
+            self._conn = None
+        self._executor.shutdown(wait=True)
+
+    async def migrate(self) -> list[int]:
+        def apply(conn: sqlite3.Connection) -> list[int]:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied INTEGER NOT NULL)"
+            )
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            applied = []
+            for migration in migrations("sqlite"):
+                if migration.version in done:
+                    continue
+                # executescript() commits first; wrap the whole file so it applies all-or-nothing
+                conn.executescript(
+                    "BEGIN IMMEDIATE;\n"
+                    + migration.sql
+                    + f"\nINSERT INTO schema_migrations VALUES ({migration.version}, "
+                    f"'{migration.name}', {int(time.time() * 1000)});\nCOMMIT;"
+                )
+                applied.append(migration.version)
+            return applied
+
+        return await self._run(apply)
+
+    # --- single records -------------------------------------------------------------------
+
+    async def insert(self, record: TaskRecord) -> TaskRecord | None:
+        columns = insert_columns(record)
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            with _transaction(conn):
+                if conn.execute(_Q["insert_task"], columns).rowcount == 0:
+                    return False
+                conn.executemany(
+                    _Q["insert_dependency"],
+                    [
+                        {"required_task_id": dep, "dependent_task_id": record.task_id}
+                        for dep in record.dependencies
+                    ],
+                )
+                return True
+
+        if not await self._run(insert):
+            return None
+        return record.replace(version=1)
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        row = await self._run(
+            lambda conn: conn.execute(_Q["get_task"], {"task_id": task_id}).fetchone()
+        )
+        return None if row is None else record_from_row(row)
+
+    async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
+        rows = await self._select_in("get_many", task_ids)
+        return {row["task_id"]: record_from_row(row) for row in rows}
+
+    async def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
+        rows = await self._select_in("states", task_ids)
+        return {row["task_id"]: cast(TaskState, row["state"]) for row in rows}
+
+    async def _select_in(self, name: str, ids: Sequence[str]) -> list[sqlite3.Row]:
+        if not ids:
+            return []
+        statement = _Q[name].format(ids=",".join("?" * len(ids)))
+        return await self._run(lambda conn: conn.execute(statement, list(ids)).fetchall())
+
+    async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
+        params = {**status_columns(record), "version": record.version}
+        count = await self._run(lambda conn: conn.execute(_Q["compare_and_set"], params).rowcount)
+        return record.replace(version=record.version + 1) if count == 1 else None
+
+    async def confirm_hint(self, task_id: str, run_id: int) -> None:
+        params = {"task_id": task_id, "run_id": run_id}
+        await self._run(lambda conn: conn.execute(_Q["confirm_hint"], params))
+
+    # --- resolver scans -------------------------------------------------------------------
+
+    async def _fetch(self, name: str, **params: Any) -> list[sqlite3.Row]:
+        return await self._run(lambda conn: conn.execute(_Q[name], params).fetchall())
+
+    async def expired_claims(self, now: int, limit: int) -> list[tuple[str, int]]:
+        rows = await self._fetch("expired_claims", now=now, limit=limit)
+        return [(row["task_id"], row["taken_until"]) for row in rows]
+
+    async def past_deadlines(self, now: int, limit: int) -> list[str]:
+        return [row[0] for row in await self._fetch("past_deadlines", now=now, limit=limit)]
+
+    async def hints_due(self, before: int, limit: int) -> list[str]:
+        return [row[0] for row in await self._fetch("hints_due", before=before, limit=limit)]
+
+    async def tasks_to_notify(self, limit: int) -> list[str]:
+        return [row[0] for row in await self._fetch("tasks_to_notify", limit=limit)]
+
+    async def delete_expired(self, now: int, limit: int) -> int:
+        def delete(conn: sqlite3.Connection) -> int:
+            with _transaction(conn):
+                params = {"now": now, "limit": limit}
+                ids = [row[0] for row in conn.execute(_Q["expired_task_ids"], params)]
+                if ids:
+                    marks = ",".join("?" * len(ids))
+                    conn.execute(_Q["delete_tasks"].format(ids=marks), ids)
+                    conn.execute(_Q["delete_dependencies"].format(ids=marks), ids + ids)
+                return len(ids)
+
+        return await self._run(delete)
+
+    # --- listings and counts --------------------------------------------------------------
+
+    async def _page(self, name: str, limit: int, **params: Any) -> Page:
+        rows = await self._fetch(name, limit=limit + 1, **params)
+        records = [record_from_row(row) for row in rows[:limit]]
+        next_after = records[-1].task_id if len(rows) > limit else None
+        return Page(records=records, next_after=next_after)
+
+    async def task_group(self, task_group_id: str, *, limit: int, after: str | None) -> Page:
+        return await self._page("task_group", limit, task_group_id=task_group_id, after=after or "")
+
+    async def dependents(self, task_id: str, *, limit: int, after: str | None) -> Page:
+        return await self._page("dependents", limit, task_id=task_id, after=after or "")
+
+    async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
+        rows = await self._fetch(
+            "run_counts", provisioner_id=provisioner_id, worker_type=worker_type
+        )
+        return RunCounts(pending=rows[0]["pending"], running=rows[0]["running"])
