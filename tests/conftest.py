@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.azurite",
     "tests.fixtures.stores",
+    "tests.fixtures.coordinator",
 ]

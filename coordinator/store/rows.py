@@ -5,9 +5,11 @@ derived from the status that the resolver indexes scan."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from coordinator.records import Run, TaskRecord, record_from_definition
+from coordinator.store.base import Page
 
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -60,3 +62,11 @@ def record_from_row(row: Row) -> TaskRecord:
         hint_needed=row["hint_due"] is not None,
         notify_dependents=bool(row["notify_dependents"]),
     )
+
+
+def page_from_rows(rows: Sequence[Row], limit: int) -> Page:
+    """A page from the rows of a listing query run with ``LIMIT limit + 1``: the extra row is
+    not returned, it only tells that another page follows."""
+    records = [record_from_row(row) for row in rows[:limit]]
+    next_after = records[-1].task_id if len(rows) > limit else None
+    return Page(records=records, next_after=next_after)

@@ -1,0 +1,1 @@
+"""The REST API: endpoints, handlers, validation, authentication and error bodies."""

@@ -1,0 +1,454 @@
+"""Who is calling and what they may do: Hawk authentication and scope checks, Taskcluster style.
+
+A request with an ``Authorization: Hawk ...`` header is verified with ``mohawk`` against the
+clients file (:mod:`coordinator.api.clients`), exactly as the Taskcluster auth service does:
+
+- the MAC covers method, path and query, and the host and port the client signed: those of
+  ``COORDINATOR_PUBLIC_URL`` when configured (behind a proxy), else of the ``Host`` header
+  the request arrived with (both are tried, so ``localhost`` vs ``127.0.0.1`` does not matter);
+- the payload hash is checked when the client sent one (Taskcluster clients always do);
+- the Hawk timestamp may be 15 minutes off the server clock; nonces are not tracked, as
+  Taskcluster does not track them either (replicas share no nonce store);
+- ``ext`` is base64 JSON with an optional ``certificate`` (temporary credentials, see
+  :mod:`coordinator.api.credentials`: signed by a permanent client holding all its scopes,
+  valid from ``start`` to ``expiry`` with 5 minutes of skew, MAC key derived from the seed)
+  and optional ``authorizedScopes`` (narrows the effective scopes to a subset of the
+  client's).
+
+Like Taskcluster, authentication never fails a request by itself and happens only when an
+endpoint asks: :meth:`Authorizer.require` verifies the caller once (a :data:`RequestAuth`:
+an :class:`Auth`, :data:`ANONYMOUS`, or :class:`Rejected` with the reason), then raises
+``401 AuthenticationFailed`` or ``403 InsufficientScopes`` as needed. Endpoints that need no
+scopes (reads) therefore work for everybody, even with stale credentials. Unlike Taskcluster,
+an anonymous call to a protected endpoint is a 401 (credentials are missing), not a 403.
+
+Handlers use :class:`Authorizer`; :class:`Authenticator` and :func:`require` are its parts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+from urllib.parse import urlsplit
+
+import mohawk
+import mohawk.exc
+import mohawk.util
+from aiohttp import hdrs, web
+
+from coordinator.api.clients import ISSUER_CLIENT_ID, ClientRegistry, Credentials
+from coordinator.api.credentials import (
+    MAX_LIFETIME_MS,
+    certificate_signature,
+    task_credentials,
+    temporary_access_token,
+)
+from coordinator.api.scopes import Expression, render, satisfies, unsatisfied, valid_scope
+from coordinator.config import Config
+from coordinator.errors import AuthenticationFailed, InsufficientScopes
+from coordinator.records import Run, TaskRecord
+
+log = logging.getLogger(__name__)
+
+CLOCK_SKEW_SECONDS = 15 * 60
+"""How far a Hawk timestamp may be from the server clock (Taskcluster's value)."""
+
+CERTIFICATE_SKEW_MS = 5 * 60 * 1000
+"""How far before ``start`` and after ``expiry`` a certificate is accepted (Taskcluster's)."""
+
+_HAWK_KEYS = ("id", "ts", "nonce", "mac")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Auth:
+    """An authenticated caller: its clientId and the scopes in effect for this request."""
+
+    client_id: str
+    scopes: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Anonymous:
+    """A request without credentials."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rejected:
+    """A request whose credentials did not verify; ``message`` says why (the 401 body)."""
+
+    message: str
+
+
+RequestAuth = Auth | Anonymous | Rejected
+
+ANONYMOUS = Anonymous()
+
+UNRESTRICTED = Auth(client_id="auth-disabled", scopes=("*",))
+"""What every request holds when authentication is disabled."""
+
+REQUEST_AUTH = web.RequestKey[RequestAuth]("auth")
+"""Where :meth:`Authorizer.caller` remembers the request's :data:`RequestAuth`."""
+
+
+def require(auth: RequestAuth, expression: Expression) -> None:
+    """Raise unless ``auth`` satisfies the scope ``expression``.
+
+    ``AuthenticationFailed`` (401) when the credentials were rejected, or when there were
+    none and the expression needs scopes; ``InsufficientScopes`` (403) naming the client,
+    what it lacks and the expression otherwise.
+    """
+    if isinstance(auth, Rejected):
+        raise AuthenticationFailed(auth.message)
+    held = auth.scopes if isinstance(auth, Auth) else ()
+    if satisfies(held, expression):
+        return
+    required = render(expression)
+    if isinstance(auth, Anonymous):
+        raise AuthenticationFailed(
+            "This request requires Taskcluster credentials (Hawk) satisfying the scope "
+            f"expression:\n\n```\n{required}\n```"
+        )
+    missing = unsatisfied(held, expression)
+    raise InsufficientScopes(
+        f"Client ID {auth.client_id} does not have sufficient scopes and is missing the "
+        f"following scopes:\n\n```\n{render(missing) if missing is not None else ''}\n```\n\n"
+        f"You have the scopes:\n\n```\n{chr(10).join(held)}\n```\n\n"
+        "This request requires you to satisfy this scope expression:\n\n"
+        f"```\n{required}\n```"
+    )
+
+
+class Authenticator:
+    """Verifies Hawk requests against a :class:`ClientRegistry`.
+
+    :param public_url: the URL clients use as ``rootUrl`` (``COORDINATOR_PUBLIC_URL``); its
+        scheme, host and port are what they sign. Its path is ignored: a proxy must forward
+        the path unchanged.
+    :param clock: seconds since the epoch, injectable for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        clients: ClientRegistry,
+        public_url: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._clients = clients
+        self._clock = clock
+        self._public_origin: str | None = None
+        if public_url is not None:
+            parts = urlsplit(public_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"public URL must be http(s)://host[:port], not {public_url!r}")
+            self._public_origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+    async def authenticate(self, request: web.Request) -> RequestAuth:
+        """Verify ``request``'s ``Authorization`` header, if any.
+
+        Reads the body (aiohttp caches it for the handler) to check the payload hash; a body
+        over the application's ``client_max_size`` raises aiohttp's
+        ``HTTPRequestEntityTooLarge``.
+        """
+        header = request.headers.get(hdrs.AUTHORIZATION)
+        if header is None:
+            return ANONYMOUS
+        content = await request.read()
+        origins = [f"{request.scheme}://{request.host}"]
+        if self._public_origin is not None and self._public_origin != origins[0]:
+            origins.insert(0, self._public_origin)
+        try:
+            auth = self.verify(
+                authorization=header,
+                method=request.method,
+                resource=request.raw_path,
+                origins=origins,
+                content=content,
+                content_type=request.headers.get(hdrs.CONTENT_TYPE, ""),
+            )
+        except AuthenticationFailed as error:
+            log.info(
+                "authentication failed method=%s path=%s reason=%r",
+                request.method,
+                request.path,
+                str(error),
+            )
+            return Rejected(message=str(error))
+        return auth
+
+    def verify(
+        self,
+        *,
+        authorization: str,
+        method: str,
+        resource: str,
+        origins: Sequence[str],
+        content: bytes,
+        content_type: str,
+    ) -> Auth:
+        """Verify one Hawk ``authorization`` header; raise ``AuthenticationFailed`` if invalid.
+
+        :param resource: the request target as sent: path and query, still percent-encoded.
+        :param origins: ``scheme://host[:port]`` values the client may have signed for,
+            tried in order.
+        """
+        try:
+            attributes: dict[str, str] = mohawk.util.parse_authorization_header(authorization)
+        except (mohawk.exc.HawkFail, ValueError) as error:
+            raise AuthenticationFailed(f"Authorization header is not valid Hawk: {error}") from None
+        absent = [key for key in _HAWK_KEYS if key not in attributes]
+        if absent:
+            raise AuthenticationFailed(f"Hawk Authorization header lacks {', '.join(absent)}")
+        client_id = attributes["id"]
+        ext = _parse_ext(attributes.get("ext"))
+        key, scopes = self._credentials(client_id, ext)
+        now = self._clock()
+        for origin in origins:
+            try:
+                mohawk.Receiver(
+                    lambda _id: {"id": client_id, "key": key, "algorithm": "sha256"},
+                    authorization,
+                    origin + resource,
+                    method,
+                    content=content,
+                    content_type=content_type,
+                    # Accept every nonce, as Taskcluster does; passing a function also keeps
+                    # mohawk from logging a replay warning on every request.
+                    seen_nonce=lambda _id, _nonce, _ts: False,
+                    # Clients that did not hash the payload are accepted, as in Taskcluster.
+                    accept_untrusted_content=True,
+                    timestamp_skew_in_seconds=CLOCK_SKEW_SECONDS,
+                    localtime_offset_in_seconds=now - time.time(),
+                )
+            except mohawk.exc.MacMismatch:
+                continue
+            except mohawk.exc.MisComputedContentHash:
+                raise AuthenticationFailed(
+                    "The payload hash in the Authorization header does not match the request "
+                    "body and Content-Type: the body was altered or signed differently"
+                ) from None
+            except mohawk.exc.TokenExpired:
+                raise AuthenticationFailed(
+                    f"Hawk timestamp {attributes['ts']} is more than {CLOCK_SKEW_SECONDS} s "
+                    f"away from the server time {int(now)}: check the client's clock"
+                ) from None
+            except (mohawk.exc.HawkFail, ValueError) as error:
+                raise AuthenticationFailed(f"Hawk verification failed: {error}") from None
+            return Auth(client_id=client_id, scopes=scopes)
+        raise AuthenticationFailed(
+            f"Hawk signature does not match for clientId {client_id}: wrong accessToken, or "
+            f"the request was signed for another host or port than {' or '.join(origins)} "
+            "(behind a proxy, set COORDINATOR_PUBLIC_URL to the URL clients use)"
+        )
+
+    def _credentials(self, client_id: str, ext: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+        """The MAC key and effective scopes for ``client_id`` with ``ext`` applied."""
+        certificate = ext.get("certificate")
+        issuer_id = client_id
+        if isinstance(certificate, dict) and certificate.get("issuer"):
+            issuer_id = certificate["issuer"]
+            if not isinstance(issuer_id, str):
+                raise AuthenticationFailed("ext.certificate.issuer must be a string")
+            if issuer_id == client_id:
+                raise AuthenticationFailed(
+                    "ext.certificate.issuer must differ from the supplied clientId"
+                )
+        client = self._clients.lookup(issuer_id)
+        if client is None:
+            raise AuthenticationFailed(f"Client ID {issuer_id} does not exist")
+        key, scopes = client.access_token, client.scopes
+        if certificate is not None:
+            key, scopes = self._apply_certificate(
+                certificate, name=client_id, issuer_id=issuer_id, key=key, scopes=scopes
+            )
+        authorized = ext.get("authorizedScopes")
+        if authorized is not None:
+            if not isinstance(authorized, list):
+                raise AuthenticationFailed("ext.authorizedScopes must be an array")
+            if not all(valid_scope(scope) for scope in authorized):
+                raise AuthenticationFailed("ext.authorizedScopes must be an array of valid scopes")
+            if not satisfies(scopes, {"AllOf": authorized}):
+                raise AuthenticationFailed(
+                    "Supplied credentials do not satisfy authorizedScopes; credentials have "
+                    f"scopes:\n\n```\n{chr(10).join(scopes)}\n```\n\nauthorizedScopes are:"
+                    f"\n\n```\n{chr(10).join(authorized)}\n```"
+                )
+            scopes = tuple(authorized)
+        return key, scopes
+
+    def _apply_certificate(
+        self,
+        certificate: Any,
+        *,
+        name: str,
+        issuer_id: str,
+        key: str,
+        scopes: tuple[str, ...],
+    ) -> tuple[str, tuple[str, ...]]:
+        """Check a temporary-credentials certificate; return its MAC key and scopes."""
+        if not isinstance(certificate, dict):
+            raise AuthenticationFailed("ext.certificate must be a JSON object")
+        if not _is_number(certificate.get("version")) or certificate["version"] != 1:
+            raise AuthenticationFailed("ext.certificate.version must be 1")
+        seed = certificate.get("seed")
+        if not isinstance(seed, str):
+            raise AuthenticationFailed("ext.certificate.seed must be a string")
+        if len(seed) != 44:
+            raise AuthenticationFailed("ext.certificate.seed must be 44 characters")
+        start, expiry = certificate.get("start"), certificate.get("expiry")
+        if not _is_number(start):
+            raise AuthenticationFailed("ext.certificate.start must be a number")
+        if not _is_number(expiry):
+            raise AuthenticationFailed("ext.certificate.expiry must be a number")
+        cert_scopes = certificate.get("scopes")
+        if not isinstance(cert_scopes, list):
+            raise AuthenticationFailed("ext.certificate.scopes must be an array")
+        if not all(valid_scope(scope) for scope in cert_scopes):
+            raise AuthenticationFailed("ext.certificate.scopes must be an array of valid scopes")
+        now_ms = self._clock() * 1000
+        if start > now_ms + CERTIFICATE_SKEW_MS:
+            raise AuthenticationFailed("ext.certificate.start > now: not valid yet")
+        if expiry < now_ms - CERTIFICATE_SKEW_MS:
+            raise AuthenticationFailed("ext.certificate.expiry < now: the credentials expired")
+        if expiry - start > MAX_LIFETIME_MS:
+            raise AuthenticationFailed("ext.certificate cannot last longer than 31 days!")
+        if issuer_id != name:
+            create_scope = f"auth:create-client:{name}"
+            if not satisfies(scopes, create_scope):
+                raise AuthenticationFailed(
+                    f"ext.certificate issuer `{issuer_id}` doesn't have `{create_scope}` "
+                    "for supplied clientId."
+                )
+        elif "clientId" in certificate:
+            raise AuthenticationFailed(
+                "ext.certificate.clientId must only be used with ext.certificate.issuer"
+            )
+        if not satisfies(scopes, {"AllOf": cert_scopes}):
+            raise AuthenticationFailed(
+                f"ext.certificate issuer `{issuer_id}` doesn't satisfy all certificate scopes "
+                f"{', '.join(cert_scopes)}.  The temporary credentials were not generated "
+                "correctly."
+            )
+        signature = certificate.get("signature")
+        expected = certificate_signature(key, certificate, name)
+        if not isinstance(signature, str) or not hmac.compare_digest(
+            signature.encode(), expected.encode()
+        ):
+            if certificate.get("issuer"):
+                raise AuthenticationFailed(
+                    "ext.certificate.signature is not valid, or wrong clientId provided"
+                )
+            raise AuthenticationFailed("ext.certificate.signature is not valid")
+        return temporary_access_token(key, seed), tuple(cert_scopes)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    # JSON numbers only: Python's bool is an int, JavaScript's is not a number.
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _parse_ext(ext: str | None) -> dict[str, Any]:
+    """Decode Hawk ``ext``: base64 (standard or URL-safe, padding optional) of a JSON object."""
+    if not ext:
+        return {}
+    text = ext.replace("-", "+").replace("_", "/")
+    try:
+        decoded = json.loads(base64.b64decode(text + "=" * (-len(text) % 4), validate=True))
+    except (binascii.Error, ValueError):
+        raise AuthenticationFailed(
+            "Failed to parse ext: expected base64 of a JSON object"
+        ) from None
+    if not isinstance(decoded, dict):
+        raise AuthenticationFailed("Failed to parse ext: expected base64 of a JSON object")
+    return decoded
+
+
+class Authorizer:
+    """The seam the handlers use: who is calling, may they, and credentials for claims.
+
+    :param clients: the clients file; ``None`` disables authentication (every request runs
+        as :data:`UNRESTRICTED`, scope ``*``) for tests of other layers and local experiments.
+    :param public_url: see :class:`Authenticator`.
+    """
+
+    def __init__(
+        self,
+        *,
+        clients: ClientRegistry | None,
+        public_url: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._clients = clients
+        self._authenticator = (
+            None
+            if clients is None
+            else Authenticator(clients=clients, public_url=public_url, clock=clock)
+        )
+        # Without a clients file nothing verifies credentials, so a per-process issuer only
+        # gives claims credentials of the right shape.
+        self._unverified_issuer = Credentials(
+            client_id=ISSUER_CLIENT_ID, access_token=secrets.token_urlsafe(33)
+        )
+
+    @classmethod
+    def from_config(cls, config: Config) -> Authorizer:
+        """Load ``config.clients_file`` (raising :class:`ClientsFileError` when it is missing or
+        malformed) unless ``config.auth_enabled`` is off."""
+        if not config.auth_enabled:
+            log.warning("authentication disabled: every request holds scope *")
+            return cls(clients=None)
+        return cls(clients=ClientRegistry(config.clients_file), public_url=config.public_url)
+
+    async def caller(self, request: web.Request) -> RequestAuth:
+        """Who sent ``request``, verified once and remembered on the request.
+
+        Reads the body to check the payload hash (aiohttp caches it for the handler); a body
+        over ``client_max_size`` raises aiohttp's ``HTTPRequestEntityTooLarge``.
+        """
+        if REQUEST_AUTH in request:
+            return request[REQUEST_AUTH]
+        if self._authenticator is None:
+            auth: RequestAuth = UNRESTRICTED
+        else:
+            auth = await self._authenticator.authenticate(request)
+        request[REQUEST_AUTH] = auth
+        return auth
+
+    async def require(self, request: web.Request, expression: Expression) -> RequestAuth:
+        """The caller of ``request`` if it satisfies ``expression``; else raise as :func:`require`
+        does (401 ``AuthenticationFailed`` or 403 ``InsufficientScopes``)."""
+        auth = await self.caller(request)
+        require(auth, expression)
+        return auth
+
+    def run_credentials(self, record: TaskRecord, run: Run) -> dict[str, str]:
+        """Temporary credentials for the worker holding ``run`` of ``record``: Taskcluster's
+        task scopes for the run plus the task's ``scopes``, until the run's ``takenUntil``.
+
+        Signed by the clients file's ``issuer``, so every replica accepts them.
+        """
+        if run.taken_until is None or run.started is None:
+            raise ValueError(f"run {record.task_id}/{run.run_id} is not claimed")
+        if run.worker_group is None or run.worker_id is None:
+            raise ValueError(f"run {record.task_id}/{run.run_id} has no worker")
+        issuer = self._unverified_issuer if self._clients is None else self._clients.issuer
+        return task_credentials(
+            issuer=issuer,
+            task_id=record.task_id,
+            run_id=run.run_id,
+            worker_group=run.worker_group,
+            worker_id=run.worker_id,
+            task_scopes=record.definition.get("scopes", []),
+            # The run's own clock, not the wall clock: start and takenUntil then agree even
+            # under an injected clock; clamped to the 31-day limit on certificates.
+            start=max(run.started, run.taken_until - MAX_LIFETIME_MS),
+            taken_until=run.taken_until,
+        )

@@ -1,0 +1,351 @@
+"""The declarative table of the REST API: every route, its schemas and its documentation.
+
+Handlers are bound to :data:`ENDPOINTS` by :attr:`Endpoint.name`, which is the Taskcluster
+method name; the OpenAPI document (:mod:`coordinator.api.openapi`) is built from the same table.
+Routes are aiohttp patterns relative to :data:`API_PREFIX`.
+
+**Task-queue route variants.** ``claimWork``, ``pendingTasks`` and ``taskQueueCounts`` name a
+worker pool either as two path segments (``/claim-work/{provisionerId}/{workerType}``, what
+client 3.x sends) or as one URL-encoded ``taskQueueId`` segment (``/claim-work/proj%2Fwt``, what
+modern clients send). Each form is its own :class:`Endpoint`, and the two share a ``name`` (so
+one handler serves both) while their ``variant`` keeps OpenAPI operation ids unique. The
+segment counts differ, so aiohttp cannot confuse them; it matches ``proj%2Fwt`` as one segment
+and hands the handler the decoded ``proj/wt``. Handlers call :func:`task_queue` to get
+``(provisionerId, workerType)`` from either form's match info.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+API_PREFIX = "/api/queue/v1"
+
+Method = Literal["GET", "POST", "PUT"]
+Stability = Literal["stable", "experimental", "deprecated"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Endpoint:
+    """One route of the API.
+
+    :param name: the Taskcluster method name; handlers are bound by it.
+    :param route: aiohttp pattern relative to :data:`API_PREFIX`, e.g. ``/task/{taskId}``.
+    :param input: schema name (file stem under ``schemas/v1``) of the request body, or
+        ``None`` for endpoints that take no body.
+    :param output: schema name of the 200 response body, or ``None`` when the body is not
+        described by a schema file (only the OpenAPI document itself).
+    :param query: names of the accepted query-string parameters.
+    :param variant: suffix distinguishing endpoints that share a ``name``; appended to it in
+        the OpenAPI operation id.
+    """
+
+    name: str
+    method: Method
+    route: str
+    input: str | None
+    output: str | None
+    title: str
+    description: str
+    stability: Stability = "stable"
+    query: tuple[str, ...] = ()
+    variant: str = ""
+
+    @property
+    def operation_id(self) -> str:
+        return self.name + self.variant
+
+    @property
+    def path_parameters(self) -> tuple[str, ...]:
+        """Names of the ``{...}`` placeholders of the route, in order."""
+        return tuple(_PLACEHOLDER.findall(self.route))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Parameter:
+    """A path or query parameter.
+
+    :param schema: the ``$defs`` entry of ``schemas/v1/common.json`` that the raw (decoded,
+        string) value must match.
+    """
+
+    name: str
+    schema: str
+    description: str
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+PARAMETERS: Mapping[str, Parameter] = {
+    p.name: p
+    for p in (
+        Parameter(name="taskId", schema="slugid", description="The task's slugid."),
+        Parameter(name="taskGroupId", schema="slugid", description="The task group's slugid."),
+        Parameter(name="runId", schema="run-id-parameter", description="The run's index."),
+        Parameter(name="provisionerId", schema="identifier", description="The provisioner."),
+        Parameter(name="workerType", schema="identifier", description="The worker type."),
+        Parameter(
+            name="taskQueueId",
+            schema="task-queue-id",
+            description="`<provisionerId>/<workerType>`, URL-encoded as one path segment "
+            "(`proj%2Fwt`).",
+        ),
+        Parameter(name="limit", schema="limit-parameter", description="Maximum page size."),
+        Parameter(
+            name="continuationToken",
+            schema="continuation-token-parameter",
+            description="The `continuationToken` of the previous page.",
+        ),
+    )
+}
+"""Every path and query parameter any endpoint uses, by name."""
+
+_PAGED = ("limit", "continuationToken")
+
+_CLAIM_WORK_DESCRIPTION = (
+    "Long-poll (about 20 s) for up to `tasks` pending runs of the worker pool and claim them. "
+    "Returns as soon as at least one claim succeeds, or an empty list at the end of the poll."
+)
+_PENDING_DESCRIPTION = (
+    "Approximate number of pending tasks of the worker pool, from the Azure queues' message "
+    "counts (an upper bound, cached for up to 20 s)."
+)
+_COUNTS_DESCRIPTION = (
+    "Exact numbers of pending and running runs of the worker pool, counted in the store. "
+    "This is the coordinator's management endpoint, not Taskcluster's approximate one."
+)
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        name="ping",
+        method="GET",
+        route="/ping",
+        input=None,
+        output="ping-response",
+        title="Ping Server",
+        description="Answer whether the server is alive, and for how long it has been.",
+    ),
+    Endpoint(
+        name="createTask",
+        method="PUT",
+        route="/task/{taskId}",
+        input="create-task-request",
+        output="task-status-response",
+        title="Create New Task",
+        description="Define a task. It is scheduled at once unless it has dependencies. "
+        "Repeating the call with an identical definition returns the current status; a "
+        "different definition under the same taskId is a conflict.",
+    ),
+    Endpoint(
+        name="task",
+        method="GET",
+        route="/task/{taskId}",
+        input=None,
+        output="task-definition-response",
+        title="Get Task Definition",
+        description="The task definition, normalised and with every default filled in.",
+    ),
+    Endpoint(
+        name="status",
+        method="GET",
+        route="/task/{taskId}/status",
+        input=None,
+        output="task-status-response",
+        title="Get Task Status",
+        description="The status of the task and its runs.",
+    ),
+    Endpoint(
+        name="scheduleTask",
+        method="POST",
+        route="/task/{taskId}/schedule",
+        input=None,
+        output="task-status-response",
+        title="Schedule Defined Task",
+        description="Give an unscheduled task its first run without waiting for its "
+        "dependencies. A no-op for a task that already has runs.",
+    ),
+    Endpoint(
+        name="rerunTask",
+        method="POST",
+        route="/task/{taskId}/rerun",
+        input=None,
+        output="task-status-response",
+        title="Rerun a Resolved Task",
+        description="Add a new pending run to a resolved task, restoring its retries.",
+        stability="deprecated",
+    ),
+    Endpoint(
+        name="cancelTask",
+        method="POST",
+        route="/task/{taskId}/cancel",
+        input=None,
+        output="task-status-response",
+        title="Cancel Task",
+        description="Resolve the task as `exception/canceled`. A no-op for a resolved task.",
+    ),
+    Endpoint(
+        name="listTaskGroup",
+        method="GET",
+        route="/task-group/{taskGroupId}/list",
+        input=None,
+        output="list-task-group-response",
+        title="List Task Group",
+        description="One page of the tasks of the task group, with their statuses.",
+        query=_PAGED,
+    ),
+    Endpoint(
+        name="listDependentTasks",
+        method="GET",
+        route="/task/{taskId}/dependents",
+        input=None,
+        output="list-dependent-tasks-response",
+        title="List Dependent Tasks",
+        description="One page of the tasks that depend on the task, with their statuses.",
+        query=_PAGED,
+    ),
+    Endpoint(
+        name="pollTaskUrls",
+        method="GET",
+        route="/poll-task-url/{provisionerId}/{workerType}",
+        input=None,
+        output="poll-task-urls-response",
+        title="Get Urls to Poll Pending Tasks",
+        description="Signed URLs to get and delete hint messages of the worker pool's Azure "
+        "queues, highest priority first, valid until `expires`.",
+        stability="deprecated",
+    ),
+    Endpoint(
+        name="claimTask",
+        method="POST",
+        route="/task/{taskId}/runs/{runId}/claim",
+        input="task-claim-request",
+        output="task-claim-response",
+        title="Claim Task",
+        description="Claim a pending run for the worker until `takenUntil`. Repeating the "
+        "claim of a run the same worker holds returns the claim again.",
+        stability="deprecated",
+    ),
+    Endpoint(
+        name="claimWork",
+        method="POST",
+        route="/claim-work/{provisionerId}/{workerType}",
+        input="claim-work-request",
+        output="claim-work-response",
+        title="Claim Work",
+        description=_CLAIM_WORK_DESCRIPTION,
+    ),
+    Endpoint(
+        name="claimWork",
+        method="POST",
+        route="/claim-work/{taskQueueId}",
+        input="claim-work-request",
+        output="claim-work-response",
+        title="Claim Work (by taskQueueId)",
+        description=_CLAIM_WORK_DESCRIPTION,
+        variant="ByTaskQueueId",
+    ),
+    Endpoint(
+        name="reclaimTask",
+        method="POST",
+        route="/task/{taskId}/runs/{runId}/reclaim",
+        input=None,
+        output="task-reclaim-response",
+        title="Reclaim Task",
+        description="Extend the claim of a running run and get fresh credentials. A conflict "
+        "means the worker must stop the task and report nothing.",
+    ),
+    Endpoint(
+        name="reportCompleted",
+        method="POST",
+        route="/task/{taskId}/runs/{runId}/completed",
+        input=None,
+        output="task-status-response",
+        title="Report Run Completed",
+        description="Resolve the running run as `completed`.",
+    ),
+    Endpoint(
+        name="reportFailed",
+        method="POST",
+        route="/task/{taskId}/runs/{runId}/failed",
+        input=None,
+        output="task-status-response",
+        title="Report Run Failed",
+        description="Resolve the running run as `failed`.",
+    ),
+    Endpoint(
+        name="reportException",
+        method="POST",
+        route="/task/{taskId}/runs/{runId}/exception",
+        input="task-exception-request",
+        output="task-status-response",
+        title="Report Task Exception",
+        description="Resolve the running run as `exception` with the given reason; "
+        "`worker-shutdown` and `intermittent-task` retry the task while retries remain.",
+    ),
+    Endpoint(
+        name="pendingTasks",
+        method="GET",
+        route="/pending/{provisionerId}/{workerType}",
+        input=None,
+        output="pending-tasks-response",
+        title="Get Number of Pending Tasks",
+        description=_PENDING_DESCRIPTION,
+        stability="deprecated",
+    ),
+    Endpoint(
+        name="pendingTasks",
+        method="GET",
+        route="/pending/{taskQueueId}",
+        input=None,
+        output="pending-tasks-response",
+        title="Get Number of Pending Tasks (by taskQueueId)",
+        description=_PENDING_DESCRIPTION,
+        stability="deprecated",
+        variant="ByTaskQueueId",
+    ),
+    Endpoint(
+        name="taskQueueCounts",
+        method="GET",
+        route="/task-queues/{provisionerId}/{workerType}/counts",
+        input=None,
+        output="task-queue-counts-response",
+        title="Count Pending and Running Runs",
+        description=_COUNTS_DESCRIPTION,
+        stability="experimental",
+    ),
+    Endpoint(
+        name="taskQueueCounts",
+        method="GET",
+        route="/task-queues/{taskQueueId}/counts",
+        input=None,
+        output="task-queue-counts-response",
+        title="Count Pending and Running Runs (by taskQueueId)",
+        description=_COUNTS_DESCRIPTION,
+        stability="experimental",
+        variant="ByTaskQueueId",
+    ),
+    Endpoint(
+        name="openapi",
+        method="GET",
+        route="/openapi.json",
+        input=None,
+        output=None,
+        title="OpenAPI Document",
+        description="This API described as an OpenAPI 3.1 document.",
+    ),
+)
+
+
+def task_queue(match_info: Mapping[str, str]) -> tuple[str, str]:
+    """``(provisionerId, workerType)`` from the match info of either task-queue route variant.
+
+    Expects parameters already checked by
+    :func:`coordinator.api.validation.validate_params`, so a ``taskQueueId`` has exactly one
+    ``/``.
+    """
+    if "taskQueueId" in match_info:
+        provisioner_id, _, worker_type = match_info["taskQueueId"].partition("/")
+        return provisioner_id, worker_type
+    return match_info["provisionerId"], match_info["workerType"]

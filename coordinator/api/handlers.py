@@ -1,0 +1,336 @@
+"""The queue v1 endpoints: one method per Taskcluster API method, bound by name to the routes of
+:mod:`coordinator.api.endpoints`.
+
+A handler checks its path parameters, the caller's scopes, calls the task service (or the
+queue layer) and returns the response body; :func:`route_handler` does the JSON and schema
+work around it, so every request and response body is validated against ``schemas/``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from coordinator.api import validation
+from coordinator.api.auth import Authorizer
+from coordinator.api.endpoints import Endpoint, task_queue
+from coordinator.api.http import ENDPOINT, json_response, read_json
+from coordinator.api.scopes import Expression, create_task_expression
+from coordinator.claim_work import ClaimWork
+from coordinator.errors import InputValidationError, ResourceNotFound
+from coordinator.queues import QueueService
+from coordinator.records import TaskRecord, to_iso
+from coordinator.store.base import Page
+from coordinator.tasks import TaskService
+
+LIST_LIMIT = 1000
+"""Largest page a listing returns, whatever ``limit`` asks for (Taskcluster's cap)."""
+
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{22}")
+"""What a continuationToken decodes to: the task id a page ended on."""
+
+Body = dict[str, Any]
+Method = Callable[[web.Request, Any], Awaitable[Body]]
+
+
+def _task_id(request: web.Request, name: str = "taskId") -> str:
+    return request.match_info[name]
+
+
+def _run_id(request: web.Request) -> int:
+    return int(request.match_info["runId"])
+
+
+def _limit(request: web.Request) -> int:
+    return min(int(request.query.get("limit", LIST_LIMIT)), LIST_LIMIT)
+
+
+def _continuation(request: web.Request) -> str | None:
+    token = request.query.get("continuationToken")
+    if not token:
+        return None
+    try:
+        after = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError):
+        after = ""
+    if not _TOKEN.fullmatch(after):
+        raise InputValidationError(f"continuationToken {token!r} is not one this API issued")
+    return after
+
+
+def _page_body(page: Page, key: str, value: str) -> Body:
+    body: Body = {
+        key: value,
+        "tasks": [{"status": r.status(), "task": dict(r.definition)} for r in page.records],
+    }
+    if page.next_after is not None:
+        body["continuationToken"] = (
+            base64.urlsafe_b64encode(page.next_after.encode()).decode().rstrip("=")
+        )
+    return body
+
+
+def _status(record: TaskRecord) -> Body:
+    return {"status": record.status()}
+
+
+class Handlers:
+    """The endpoint methods, sharing the service, the queue layer and the authorizer.
+
+    :param queues: ``None`` when the coordinator runs without Azure.
+    :param claim_work: the server-side claimWork long poll (``None`` without Azure).
+    """
+
+    def __init__(
+        self,
+        *,
+        service: TaskService,
+        queues: QueueService | None,
+        claim_work: ClaimWork | None,
+        authorizer: Authorizer,
+    ) -> None:
+        self.service = service
+        self.queues = queues
+        self.claim_work_poller = claim_work
+        self.auth = authorizer
+        self.started = time.monotonic()
+
+    async def _require(self, request: web.Request, expression: Expression) -> None:
+        await self.auth.require(request, expression)
+
+    async def _task_scopes(self, request: web.Request, template: str) -> TaskRecord:
+        """Load the task of the path and require ``template`` formatted with its ids."""
+        record = await self.service.get(_task_id(request))
+        await self._require(
+            request,
+            template.format(
+                schedulerId=record.scheduler_id,
+                taskGroupId=record.task_group_id,
+                taskId=record.task_id,
+            ),
+        )
+        return record
+
+    # --- reads ----------------------------------------------------------------------------
+
+    async def ping(self, request: web.Request, body: Any) -> Body:
+        return {"alive": True, "uptime": time.monotonic() - self.started}
+
+    async def task(self, request: web.Request, body: Any) -> Body:
+        return dict((await self.service.get(_task_id(request))).definition)
+
+    async def status(self, request: web.Request, body: Any) -> Body:
+        return _status(await self.service.get(_task_id(request)))
+
+    async def listTaskGroup(self, request: web.Request, body: Any) -> Body:
+        group = _task_id(request, "taskGroupId")
+        page = await self.service.store.task_group(
+            group, limit=_limit(request), after=_continuation(request)
+        )
+        return _page_body(page, "taskGroupId", group)
+
+    async def listDependentTasks(self, request: web.Request, body: Any) -> Body:
+        task_id = _task_id(request)
+        await self.service.get(task_id)
+        page = await self.service.store.dependents(
+            task_id, limit=_limit(request), after=_continuation(request)
+        )
+        return _page_body(page, "taskId", task_id)
+
+    async def pendingTasks(self, request: web.Request, body: Any) -> Body:
+        provisioner_id, worker_type = task_queue(request.match_info)
+        if self.queues is not None:
+            count = await self.queues.pending_count(provisioner_id, worker_type)
+        else:
+            count = (await self.service.store.run_counts(provisioner_id, worker_type)).pending
+        return {
+            "provisionerId": provisioner_id,
+            "workerType": worker_type,
+            "taskQueueId": f"{provisioner_id}/{worker_type}",
+            "pendingTasks": count,
+        }
+
+    async def taskQueueCounts(self, request: web.Request, body: Any) -> Body:
+        provisioner_id, worker_type = task_queue(request.match_info)
+        counts = await self.service.store.run_counts(provisioner_id, worker_type)
+        return {
+            "provisionerId": provisioner_id,
+            "workerType": worker_type,
+            "taskQueueId": f"{provisioner_id}/{worker_type}",
+            "pending": counts.pending,
+            "running": counts.running,
+            # the names the current Taskcluster client's taskQueueCounts reads
+            "pendingTasks": counts.pending,
+            "claimedTasks": counts.running,
+        }
+
+    # --- producers ------------------------------------------------------------------------
+
+    async def createTask(self, request: web.Request, body: Any) -> Body:
+        task_id = _task_id(request)
+        queue_id = (
+            body.get("taskQueueId") or f"{body.get('provisionerId')}/{body.get('workerType')}"
+        )
+        provisioner_id, _, worker_type = queue_id.partition("/")
+        expression: Expression = {
+            "AllOf": [
+                *body.get("scopes", []),
+                *(f"queue:route:{route}" for route in body.get("routes", [])),
+                f"queue:scheduler-id:{body.get('schedulerId', '-')}",
+                create_task_expression(body.get("priority", "lowest"), provisioner_id, worker_type),
+            ]
+        }
+        await self._require(request, expression)
+        return _status(await self.service.create_task(task_id, body))
+
+    async def scheduleTask(self, request: web.Request, body: Any) -> Body:
+        record = await self._task_scopes(
+            request, "queue:schedule-task:{schedulerId}/{taskGroupId}/{taskId}"
+        )
+        return _status(await self.service.schedule(record.task_id))
+
+    async def rerunTask(self, request: web.Request, body: Any) -> Body:
+        record = await self._task_scopes(
+            request, "queue:rerun-task:{schedulerId}/{taskGroupId}/{taskId}"
+        )
+        return _status(await self.service.rerun(record.task_id))
+
+    async def cancelTask(self, request: web.Request, body: Any) -> Body:
+        record = await self._task_scopes(
+            request, "queue:cancel-task:{schedulerId}/{taskGroupId}/{taskId}"
+        )
+        return _status(await self.service.cancel(record.task_id))
+
+    # --- workers --------------------------------------------------------------------------
+
+    async def pollTaskUrls(self, request: web.Request, body: Any) -> Body:
+        provisioner_id, worker_type = task_queue(request.match_info)
+        await self._require(request, f"queue:poll-task-urls:{provisioner_id}/{worker_type}")
+        if self.queues is None:
+            raise ResourceNotFound(
+                "this coordinator runs without Azure queues: use claimWork instead"
+            )
+        urls = await self.queues.poll_urls(provisioner_id, worker_type, now=self.service.clock())
+        return {
+            "queues": [
+                {"signedPollUrl": q.signed_poll_url, "signedDeleteUrl": q.signed_delete_url}
+                for q in urls.queues
+            ],
+            "expires": to_iso(urls.expires),
+        }
+
+    def claim_body(self, record: TaskRecord) -> Body:
+        """A claim as claimTask and claimWork return it, with the run's temporary credentials."""
+        run = record.runs[-1]
+        assert run.taken_until is not None and run.worker_group is not None
+        assert run.worker_id is not None
+        return {
+            "status": record.status(),
+            "runId": run.run_id,
+            "workerGroup": run.worker_group,
+            "workerId": run.worker_id,
+            "takenUntil": to_iso(run.taken_until),
+            "task": dict(record.definition),
+            "credentials": self.auth.run_credentials(record, run),
+        }
+
+    async def claimTask(self, request: web.Request, body: Any) -> Body:
+        task_id, run_id = _task_id(request), _run_id(request)
+        record = await self.service.get(task_id)
+        await self._require(
+            request,
+            {
+                "AllOf": [
+                    f"queue:claim-task:{record.provisioner_id}/{record.worker_type}",
+                    f"queue:worker-id:{body['workerGroup']}/{body['workerId']}",
+                ]
+            },
+        )
+        claimed = await self.service.claim(
+            task_id, run_id, worker_group=body["workerGroup"], worker_id=body["workerId"]
+        )
+        return self.claim_body(claimed)
+
+    async def claimWork(self, request: web.Request, body: Any) -> Body:
+        provisioner_id, worker_type = task_queue(request.match_info)
+        await self._require(
+            request,
+            {
+                "AllOf": [
+                    f"queue:claim-work:{provisioner_id}/{worker_type}",
+                    f"queue:worker-id:{body['workerGroup']}/{body['workerId']}",
+                ]
+            },
+        )
+        if self.claim_work_poller is None:
+            raise ResourceNotFound(
+                "this coordinator runs without Azure queues: claimWork needs them"
+            )
+        claimed = await self.claim_work_poller.claim(
+            provisioner_id,
+            worker_type,
+            worker_group=body["workerGroup"],
+            worker_id=body["workerId"],
+            count=body["tasks"],
+            disconnected=lambda: request.transport is None or request.transport.is_closing(),
+        )
+        return {"tasks": [self.claim_body(record) for record in claimed]}
+
+    async def reclaimTask(self, request: web.Request, body: Any) -> Body:
+        task_id, run_id = _task_id(request), _run_id(request)
+        await self._require(request, f"queue:reclaim-task:{task_id}/{run_id}")
+        record = await self.service.reclaim(task_id, run_id)
+        run = record.runs[run_id]
+        assert run.taken_until is not None
+        return {
+            "status": record.status(),
+            "runId": run_id,
+            "workerGroup": run.worker_group,
+            "workerId": run.worker_id,
+            "takenUntil": to_iso(run.taken_until),
+            "credentials": self.auth.run_credentials(record, run),
+        }
+
+    async def _report(self, request: web.Request, state: str, reason: str) -> Body:
+        task_id, run_id = _task_id(request), _run_id(request)
+        await self._require(request, f"queue:resolve-task:{task_id}/{run_id}")
+        return _status(await self.service.report(task_id, run_id, state=state, reason=reason))
+
+    async def reportCompleted(self, request: web.Request, body: Any) -> Body:
+        return await self._report(request, "completed", "completed")
+
+    async def reportFailed(self, request: web.Request, body: Any) -> Body:
+        return await self._report(request, "failed", "failed")
+
+    async def reportException(self, request: web.Request, body: Any) -> Body:
+        return await self._report(request, "exception", body["reason"])
+
+
+HANDLERS = web.AppKey("handlers", Handlers)
+
+
+def route_handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The aiohttp handler of an endpoint: parse and validate the body, call the method of
+    the same name on the app's :class:`Handlers`, validate the response."""
+
+    async def handle(request: web.Request) -> web.Response:
+        request[ENDPOINT] = endpoint.name
+        validation.validate_params(request.match_info)
+        validation.validate_params(request.query)
+        body: Any = None
+        if endpoint.input is not None:
+            body = await read_json(request)
+            validation.validate(endpoint.input, body)
+        method: Method = getattr(request.app[HANDLERS], endpoint.name)
+        result = await method(request, body)
+        if endpoint.output is not None:
+            validation.validate_response(endpoint.output, result)
+        return json_response(result)
+
+    return handle

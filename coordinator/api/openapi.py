@@ -1,0 +1,134 @@
+"""The OpenAPI 3.1 document of the queue v1 API, built from the endpoint table and schema files.
+
+Each schema file becomes ``components/schemas/<name>``. Its ``$id`` is dropped and every
+``$ref`` is rewritten to point into the document (``task-status.json`` →
+``#/components/schemas/task-status``, ``#/$defs/run`` →
+``#/components/schemas/task-status/$defs/run``), because OpenAPI tools resolve references
+against the document, not against our ``$id`` URIs. ``$schema`` is dropped too: the document's
+``jsonSchemaDialect`` says 2020-12 once for all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from coordinator.api.endpoints import API_PREFIX, ENDPOINTS, PARAMETERS, Endpoint
+from coordinator.api.validation import LITERAL_KEYWORDS, SCHEMA_MAP_KEYWORDS, schemas
+
+ERROR_STATUSES: Mapping[str, str] = {
+    "400": "InputValidationError (the body or a parameter does not match its schema) or "
+    "InputError (the request is not acceptable).",
+    "401": "AuthenticationFailed: the Hawk credentials are missing or invalid.",
+    "403": "InsufficientScopes: the client lacks a scope the request needs.",
+    "404": "ResourceNotFound: no such task or run.",
+    "409": "RequestConflict: the request conflicts with the task's current state.",
+    "413": "InputTooLarge: the request body is too large.",
+    "500": "InternalServerError.",
+}
+
+
+def build_openapi(public_url: str) -> dict[str, Any]:
+    """The document, with the server at ``<public_url>/api/queue/v1``."""
+    components = {name: _component(name, schema) for name, schema in schemas().items()}
+    paths: dict[str, dict[str, Any]] = {}
+    for endpoint in ENDPOINTS:
+        paths.setdefault(endpoint.route, {})[endpoint.method.lower()] = _operation(endpoint)
+    return {
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": {
+            "title": "Queue",
+            "version": "v1",
+            "description": "A Taskcluster-queue-v1-compatible coordinator: tasks and runs are "
+            "kept in its store and workers find pending runs through hints in Azure Storage "
+            "Queues. Authentication is Taskcluster's Hawk scheme.",
+        },
+        "servers": [{"url": public_url.rstrip("/") + API_PREFIX}],
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "responses": {
+                "Error": {
+                    "description": "An error.",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/error"}}
+                    },
+                }
+            },
+        },
+    }
+
+
+def _operation(endpoint: Endpoint) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "operationId": endpoint.operation_id,
+        "summary": endpoint.title,
+        "description": endpoint.description,
+        "x-taskcluster-method": endpoint.name,
+        "x-stability": endpoint.stability,
+    }
+    if endpoint.stability == "deprecated":
+        operation["deprecated"] = True
+    parameters = [
+        _parameter(name, location="path", required=True) for name in endpoint.path_parameters
+    ] + [_parameter(name, location="query", required=False) for name in endpoint.query]
+    if parameters:
+        operation["parameters"] = parameters
+    if endpoint.input is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(endpoint.input)}},
+        }
+    output = _ref(endpoint.output) if endpoint.output is not None else {"type": "object"}
+    operation["responses"] = {
+        "200": {"description": "Success.", "content": {"application/json": {"schema": output}}},
+        **{
+            status: {"$ref": "#/components/responses/Error", "description": description}
+            for status, description in ERROR_STATUSES.items()
+        },
+    }
+    return operation
+
+
+def _parameter(name: str, *, location: str, required: bool) -> dict[str, Any]:
+    parameter = PARAMETERS[name]
+    return {
+        "name": name,
+        "in": location,
+        "required": required,
+        "description": parameter.description,
+        "schema": {"$ref": f"#/components/schemas/common/$defs/{parameter.schema}"},
+    }
+
+
+def _ref(schema_name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{schema_name}"}
+
+
+def _component(name: str, schema: Any) -> Any:
+    component = _rewrite_refs(name, schema)
+    del component["$id"], component["$schema"]
+    return component
+
+
+def _rewrite_refs(current: str, node: Any) -> Any:
+    """A copy of ``node`` with ``$ref``s pointing into the document; ``current`` is the name
+    of the schema file the node comes from, against which a bare ``#...`` resolves."""
+    if isinstance(node, list):
+        return [_rewrite_refs(current, item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str):
+            file_part, _, fragment = value.partition("#")
+            target = file_part.removesuffix(".json") if file_part else current
+            out[key] = f"#/components/schemas/{target}{fragment}"
+        elif key in LITERAL_KEYWORDS:
+            out[key] = value
+        elif key in SCHEMA_MAP_KEYWORDS and isinstance(value, dict):
+            out[key] = {name: _rewrite_refs(current, sub) for name, sub in value.items()}
+        else:
+            out[key] = _rewrite_refs(current, value)
+    return out

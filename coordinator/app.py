@@ -1,0 +1,182 @@
+"""Assembles the coordinator: store, Azure queues, task service, resolvers and the aiohttp app.
+
+:func:`build_app` is what ``queue-coordinator serve`` runs and what tests start on a free
+port. Start-up opens the store (applying migrations), connects the queue layer when an Azure
+connection string is configured, and starts every background actor; clean-up stops them in
+reverse order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from coordinator.api import openapi, validation
+from coordinator.api.auth import Authorizer
+from coordinator.api.endpoints import API_PREFIX, ENDPOINTS
+from coordinator.api.handlers import HANDLERS, Handlers, route_handler
+from coordinator.api.http import error_middleware, json_response
+from coordinator.claim_work import ClaimWork
+from coordinator.config import Config
+from coordinator.lifecycle import Timing
+from coordinator.queues import QueueService, QueueSettings
+from coordinator.resolvers import (
+    claim_resolver,
+    deadline_resolver,
+    dependency_resolver,
+    expiry_sweeper,
+    hint_keeper,
+    queue_sweeper,
+)
+from coordinator.resolvers.runner import Actor, Runner
+from coordinator.store.base import Store
+from coordinator.store.factory import store_from_url
+from coordinator.tasks import TaskService, wall_clock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True, slots=True)
+class Coordinator:
+    """The running parts of one coordinator process (kept on the app for tests)."""
+
+    config: Config
+    store: Store
+    service: TaskService
+    queues: QueueService | None
+    claim_work: ClaimWork | None
+    runner: Runner
+
+
+COORDINATOR = web.AppKey("coordinator", Coordinator)
+
+
+def _actors(config: Config, service: TaskService, queues: QueueService | None) -> list[Actor]:
+    seconds = config.resolver_interval / 1000
+    actors = [
+        Actor(
+            name="claim-resolver",
+            run_once=lambda: claim_resolver.run_once(service),
+            interval=seconds,
+        ),
+        Actor(
+            name="deadline-resolver",
+            run_once=lambda: deadline_resolver.run_once(service, delay=config.deadline_delay),
+            interval=seconds,
+        ),
+        Actor(
+            name="dependency-resolver",
+            run_once=lambda: dependency_resolver.run_once(service),
+            interval=seconds,
+        ),
+        Actor(
+            name="hint-keeper",
+            run_once=lambda: hint_keeper.run_once(service, grace=config.hint_grace),
+            interval=seconds,
+        ),
+        Actor(
+            name="expiry-sweeper",
+            run_once=lambda: expiry_sweeper.run_once(service),
+            interval=max(seconds, 60.0),
+            busy_at=1000,
+        ),
+    ]
+    if queues is not None:
+        actors.append(
+            Actor(
+                name="queue-sweeper",
+                run_once=lambda: queue_sweeper.run_once(queues, now=service.clock()),
+                interval=3600.0,
+            )
+        )
+    return actors
+
+
+def build_app(
+    config: Config,
+    *,
+    clock: Callable[[], int] = wall_clock,
+    run_resolvers: bool = True,
+) -> web.Application:
+    """The aiohttp application for ``config``.
+
+    :param clock: epoch-milliseconds clock for every transition (tests inject one).
+    :param run_resolvers: start the background actors (tests of a single pass turn them off
+        and call ``run_once`` themselves).
+    """
+    app = web.Application(middlewares=[error_middleware], client_max_size=config.max_body_bytes)
+    authorizer = Authorizer.from_config(config)
+
+    async def lifespan(app: web.Application) -> AsyncIterator[None]:
+        store = store_from_url(config.store_url)
+        await store.open()
+        queues: QueueService | None = None
+        if config.azure_connection_string:
+            queues = QueueService(
+                config.azure_connection_string, QueueSettings(prefix=config.queue_prefix)
+            )
+        service = TaskService(
+            store=store,
+            hints=queues,
+            timing=Timing(
+                claim_timeout=config.claim_timeout, retry_delay_base=config.retry_delay_base
+            ),
+            max_deadline=config.max_deadline,
+            clock=clock,
+        )
+        claim_work = None
+        if queues is not None:
+            claim_work = ClaimWork(
+                service=service, queues=queues, timeout=config.claim_work_timeout / 1000
+            )
+            service.hint_listeners.append(
+                lambda hint: claim_work.wake(hint.provisioner_id, hint.worker_type)
+            )
+        runner = Runner(_actors(config, service, queues) if run_resolvers else [])
+        coordinator = Coordinator(
+            config=config,
+            store=store,
+            service=service,
+            queues=queues,
+            claim_work=claim_work,
+            runner=runner,
+        )
+        app[COORDINATOR] = coordinator
+        app[HANDLERS] = Handlers(
+            service=service, queues=queues, claim_work=claim_work, authorizer=authorizer
+        )
+        runner.start()
+        log.info(
+            "coordinator started url=%s store=%s azure=%s auth=%s",
+            config.public_url,
+            config.store_url.split("@")[-1],
+            queues is not None,
+            config.auth_enabled,
+        )
+        try:
+            yield
+        finally:
+            await runner.stop()
+            await service.drain()
+            if queues is not None:
+                await queues.close()
+            await store.close()
+
+    app.cleanup_ctx.append(lifespan)
+
+    openapi_document = openapi.build_openapi(config.public_url)
+
+    async def serve_openapi(request: web.Request) -> web.Response:
+        return json_response(openapi_document)
+
+    for endpoint in ENDPOINTS:
+        route = API_PREFIX + endpoint.route
+        if endpoint.name == "openapi":
+            app.router.add_route(endpoint.method, route, serve_openapi)
+        else:
+            app.router.add_route(endpoint.method, route, route_handler(endpoint))
+    validation.preload()
+    return app

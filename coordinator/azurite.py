@@ -1,0 +1,284 @@
+"""Running the Azurite queue emulator as a child process, for tests and local development.
+
+:class:`AzuriteProcess` owns one ``azurite-queue`` process from the pinned npm package
+(``node_modules/.bin/azurite-queue``): it picks the port, starts the process, waits until it
+answers HTTP, and stops it again; it can be restarted on the same port (with ``location`` the
+queues survive a restart, with in-memory persistence they do not). ``connection_string``
+points at Azurite's well-known ``devstoreaccount1`` account.
+
+``python -m coordinator.azurite [--location DIR] [--port N]`` runs Azurite in the foreground
+for ``./scripts/dev``: it prints the connection string on stdout once Azurite answers, and
+stops Azurite on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import logging
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import aiohttp
+
+logger = logging.getLogger(__name__)
+
+ACCOUNT_NAME = "devstoreaccount1"
+ACCOUNT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+"""Azurite's fixed development account and key (public, the same in every installation)."""
+
+DEFAULT_NODE_MODULES = Path(__file__).resolve().parent.parent / "node_modules"
+DEFAULT_PORT = 10001
+"""Azurite's own default queue port, used by the command line."""
+
+_OUTPUT_TAIL_LINES = 40
+
+
+class AzuriteError(Exception):
+    """Azurite could not be started, or stopped answering."""
+
+
+def free_port(host: str) -> int:
+    """A TCP port on ``host`` that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class AzuriteProcess:
+    """One ``azurite-queue`` child process.
+
+    :param port: queue port; 0 picks a free one now, which then stays fixed across restarts.
+    :param host: listening address.
+    :param location: directory for persistent data (created if missing); ``None`` keeps
+        everything in memory.
+    :param node_modules: the directory where ``npm install`` put the pinned ``azurite``.
+    :param start_timeout: seconds :meth:`start` waits for Azurite to answer.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        location: Path | None = None,
+        node_modules: Path = DEFAULT_NODE_MODULES,
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.location = location
+        self.node_modules = node_modules
+        self.start_timeout = start_timeout
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._output: collections.deque[str] = collections.deque(maxlen=_OUTPUT_TAIL_LINES)
+
+    @property
+    def endpoint(self) -> str:
+        """The account's queue endpoint, as a connection string's ``QueueEndpoint``."""
+        return f"http://{self.host}:{self.port}/{ACCOUNT_NAME}"
+
+    @property
+    def connection_string(self) -> str:
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT_NAME};"
+            f"AccountKey={ACCOUNT_KEY};QueueEndpoint={self.endpoint};"
+        )
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    def command(self) -> list[str]:
+        """The command line :meth:`start` runs."""
+        command = [
+            str(self.node_modules / ".bin" / "azurite-queue"),
+            "--queueHost",
+            self.host,
+            "--queuePort",
+            str(self.port),
+            # Node 20 machines run an Azurite older than the SDK's API version.
+            "--skipApiVersionCheck",
+            "--loose",
+            # Azurite otherwise phones home; tests and dev must stay on 127.0.0.1.
+            "--disableTelemetry",
+            # The access log costs Node a lot under load and says nothing the SDK logs don't.
+            "--silent",
+        ]
+        if self.location is None:
+            command.append("--inMemoryPersistence")
+        else:
+            command += ["--location", str(self.location)]
+        return command
+
+    async def start(self) -> None:
+        """Spawn Azurite and return once it answers HTTP on its port.
+
+        Raises :class:`AzuriteError` (with Azurite's last output lines) if it exits or does
+        not answer within ``start_timeout``.
+        """
+        if self.running:
+            raise AzuriteError(f"Azurite is already running on port {self.port}")
+        executable = self.node_modules / ".bin" / "azurite-queue"
+        if not executable.exists():
+            raise AzuriteError(f"{executable} not found; run `npm ci` in the repository first")
+        if self.location is not None:
+            self.location.mkdir(parents=True, exist_ok=True)
+        self._output.clear()
+        self._process = await asyncio.create_subprocess_exec(
+            *self.command(),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        self._reader = asyncio.create_task(self._read_output(self._process))
+        logger.info(
+            "azurite starting pid=%s port=%s location=%s",
+            self._process.pid,
+            self.port,
+            self.location or "memory",
+        )
+        try:
+            await self._wait_until_answering()
+        except BaseException:
+            await self.stop()
+            raise
+        logger.info("azurite ready pid=%s endpoint=%s", self._process.pid, self.endpoint)
+
+    async def _read_output(self, process: asyncio.subprocess.Process) -> None:
+        # Draining the pipe keeps Azurite from blocking on a full buffer; the tail explains a
+        # failed start.
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            self._output.append(line)
+            logger.debug("azurite output pid=%s line=%s", process.pid, line)
+
+    async def _wait_until_answering(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        timeout = aiohttp.ClientTimeout(total=1.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                if not self.running:
+                    raise AzuriteError(f"Azurite exited while starting:\n{self.output_tail()}")
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with session.get(f"{self.endpoint}?comp=list") as response:
+                        # An unauthenticated request is refused, but only Azurite says so
+                        # with this header: something else may hold a port we picked.
+                        if response.headers.get("Server", "").startswith("Azurite-Queue"):
+                            return
+                if time.monotonic() > deadline:
+                    raise AzuriteError(
+                        f"Azurite did not answer on {self.endpoint} within "
+                        f"{self.start_timeout} s:\n{self.output_tail()}"
+                    )
+                await asyncio.sleep(0.05)
+
+    def output_tail(self) -> str:
+        """Azurite's last lines of output (for error messages)."""
+        return "\n".join(self._output)
+
+    async def wait(self) -> int:
+        """Wait for the process to exit (on its own or through :meth:`stop`); its exit code."""
+        if self._process is None:
+            raise AzuriteError("Azurite was never started")
+        return await self._process.wait()
+
+    async def stop(self, *, grace: float = 5.0) -> None:
+        """Terminate Azurite, killing it if it has not exited after ``grace`` seconds.
+
+        Safe to call when it is not running.
+        """
+        process, reader = self._process, self._reader
+        if process is None:
+            return
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), grace)
+            except TimeoutError:
+                logger.warning("azurite kill pid=%s reason=no exit after SIGTERM", process.pid)
+                process.kill()
+                await process.wait()
+        if reader is not None:
+            # The pipe closes when the process exits; the reader then ends by itself.
+            await reader
+        logger.info("azurite stopped pid=%s code=%s", process.pid, process.returncode)
+
+    async def __aenter__(self) -> AzuriteProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def _run_foreground(azurite: AzuriteProcess) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with azurite:
+        print(azurite.connection_string, flush=True)
+        stopped = asyncio.create_task(stop.wait())
+        exited = asyncio.create_task(azurite.wait())
+        await asyncio.wait({stopped, exited}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if exited.done():
+            logger.error(
+                "azurite exited unexpectedly code=%s\n%s", exited.result(), azurite.output_tail()
+            )
+            return 1
+        exited.cancel()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m coordinator.azurite",
+        description="Run the Azurite queue emulator in the foreground and print its "
+        "connection string once it answers.",
+    )
+    parser.add_argument(
+        "--location", type=Path, help="data directory (default: keep everything in memory)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="queue port; 0 picks a free one"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="listening address")
+    parser.add_argument(
+        "--node-modules", type=Path, default=DEFAULT_NODE_MODULES, help="where azurite is"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    azurite = AzuriteProcess(
+        port=args.port, host=args.host, location=args.location, node_modules=args.node_modules
+    )
+    try:
+        return asyncio.run(_run_foreground(azurite))
+    except AzuriteError as error:
+        logger.error("azurite failed error=%s", error)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

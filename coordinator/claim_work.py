@@ -1,0 +1,139 @@
+"""Server-side claimWork: the coordinator polls Azure on a worker's behalf (SPEC §7).
+
+For deployments whose workers cannot reach Azure. One call long-polls up to ``timeout``: it
+walks the task queue's Azure queues in priority order, claims what the hints point at, deletes
+each hint after a definitive answer (a claim, or any 4xx: the hint is stale) and releases it
+(visibility 0) after anything else, and returns as soon as at least one claim succeeded. While
+idle it waits on a wake-up that this process's own hint puts ring, so a task created through
+the same coordinator is handed out without waiting for the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from coordinator.errors import ApiError
+from coordinator.queues import QueueService, ReceivedHint
+from coordinator.records import TaskRecord
+from coordinator.tasks import TaskService
+
+log = logging.getLogger(__name__)
+
+
+class ClaimWork:
+    """Long-polling claims for one coordinator process.
+
+    :param timeout: how long one call waits for work (seconds).
+    :param idle_poll: seconds between Azure polls while a queue is empty.
+    :param visibility_timeout: how long a received hint stays hidden while it is claimed.
+    """
+
+    def __init__(
+        self,
+        *,
+        service: TaskService,
+        queues: QueueService,
+        timeout: float = 20.0,
+        idle_poll: float = 1.0,
+        visibility_timeout: int = 60,
+    ) -> None:
+        self.service = service
+        self.queues = queues
+        self.timeout = timeout
+        self.idle_poll = idle_poll
+        self.visibility_timeout = visibility_timeout
+        self._wakeups: defaultdict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
+
+    def wake(self, provisioner_id: str, worker_type: str) -> None:
+        """A hint for this task queue was just put: waiting callers should poll now."""
+        event = self._wakeups.get((provisioner_id, worker_type))
+        if event is not None:
+            event.set()
+
+    async def claim(
+        self,
+        provisioner_id: str,
+        worker_type: str,
+        *,
+        worker_group: str,
+        worker_id: str,
+        count: int,
+        disconnected: Callable[[], bool],
+    ) -> list[TaskRecord]:
+        """Claim up to ``count`` runs; an empty list after ``timeout`` without work.
+
+        :param disconnected: true once the client went away; the poll then stops.
+        """
+        give_up = time.monotonic() + self.timeout
+        wakeup = self._wakeups[(provisioner_id, worker_type)]
+        while True:
+            wakeup.clear()
+            hints = await self.queues.receive(
+                provisioner_id,
+                worker_type,
+                max_messages=count,
+                visibility_timeout=self.visibility_timeout,
+            )
+            claimed = await self._claim_hints(hints, worker_group=worker_group, worker_id=worker_id)
+            if claimed:
+                return claimed
+            remaining = give_up - time.monotonic()
+            if remaining <= 0 or disconnected():
+                return []
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup.wait(), min(self.idle_poll, remaining))
+
+    async def _claim_hints(
+        self, hints: list[ReceivedHint], *, worker_group: str, worker_id: str
+    ) -> list[TaskRecord]:
+        claimed: dict[str, TaskRecord] = {}
+        for hint in hints:
+            if hint.task_id is None or hint.run_id is None:
+                log.warning(
+                    "poison hint deleted queue=%s messageId=%s", hint.queue, hint.message_id
+                )
+                await self._forget(hint)
+                continue
+            try:
+                record = await self.service.claim(
+                    hint.task_id, hint.run_id, worker_group=worker_group, worker_id=worker_id
+                )
+            except ApiError as error:
+                if error.status >= 500:
+                    raise
+                # 4xx: the hint is stale (claimed, resolved, gone); it will never be useful.
+                log.info(
+                    "stale hint deleted taskId=%s runId=%s code=%s",
+                    hint.task_id,
+                    hint.run_id,
+                    error.code,
+                )
+                await self._forget(hint)
+                continue
+            except Exception:
+                log.exception(
+                    "claim failed, hint released taskId=%s runId=%s", hint.task_id, hint.run_id
+                )
+                with contextlib.suppress(Exception):
+                    await self.queues.release(hint)
+                continue
+            claimed[record.task_id] = record
+            await self._forget(hint)
+        return list(claimed.values())
+
+    async def _forget(self, hint: ReceivedHint) -> None:
+        try:
+            await self.queues.delete(hint)
+        except Exception as error:
+            log.warning(
+                "hint delete failed taskId=%s runId=%s queue=%s error=%r",
+                hint.task_id,
+                hint.run_id,
+                hint.queue,
+                error,
+            )

@@ -1,0 +1,98 @@
+"""Coordinator configuration: one frozen value built from the environment (SPEC §11).
+
+Every setting has an environment variable; ``queue-coordinator serve`` flags override them.
+Durations are given in seconds in the environment and held in milliseconds here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return int(default * 1000)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise ValueError(f"{name}={raw!r} must not be negative")
+    return int(value * 1000)
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Config:
+    """Everything the service needs to start.
+
+    :param public_url: the URL clients use (signatures are checked against it).
+    :param store_url: ``sqlite:///path`` or ``postgresql://...``.
+    :param azure_connection_string: ``None`` runs without Azure (no hints, no
+        pollTaskUrls; claimWork is then unavailable too); ``./scripts/dev`` always sets one.
+    :param queue_prefix: prefix of every Azure queue name, so deployments can share an account.
+    :param auth_enabled: Hawk authentication and scope checks; off only for local experiments.
+    :param resolver_interval: how often each background resolver scans (ms).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    public_url: str = "http://127.0.0.1:8080"
+    data_dir: Path = Path(".data")
+    store_url: str = "sqlite:///.data/coordinator.db"
+    azure_connection_string: str | None = None
+    queue_prefix: str = "qc"
+    clients_file: Path = Path(".data/clients.json")
+    auth_enabled: bool = True
+    claim_timeout: int = 1_200_000
+    retry_delay_base: int = 0
+    max_deadline: int = 5 * 86_400_000
+    deadline_delay: int = 10_000
+    resolver_interval: int = 1_000
+    hint_grace: int = 30_000
+    claim_work_timeout: int = 20_000
+    max_body_bytes: int = 1_048_576
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        """Read the ``COORDINATOR_*`` and ``AZURE_STORAGE_CONNECTION_STRING`` variables."""
+        env = os.environ if env is None else env
+        host = env.get("COORDINATOR_HOST") or "127.0.0.1"
+        raw_port = env.get("COORDINATOR_PORT") or "8080"
+        if not raw_port.isdigit() or not 0 <= int(raw_port) <= 65535:
+            raise ValueError(f"COORDINATOR_PORT={raw_port!r} is not a port number")
+        port = int(raw_port)
+        data_dir = Path(env.get("COORDINATOR_DATA_DIR") or ".data")
+        return cls(
+            host=host,
+            port=port,
+            public_url=(env.get("COORDINATOR_PUBLIC_URL") or f"http://{host}:{port}").rstrip("/"),
+            data_dir=data_dir,
+            store_url=env.get("COORDINATOR_STORE_URL")
+            or f"sqlite:///{data_dir / 'coordinator.db'}",
+            azure_connection_string=env.get("AZURE_STORAGE_CONNECTION_STRING") or None,
+            queue_prefix=env.get("COORDINATOR_QUEUE_PREFIX") or "qc",
+            clients_file=Path(env.get("COORDINATOR_CLIENTS_FILE") or data_dir / "clients.json"),
+            auth_enabled=_flag(env, "COORDINATOR_AUTH", True),
+            claim_timeout=_seconds(env, "COORDINATOR_CLAIM_TIMEOUT", 1200),
+            retry_delay_base=_seconds(env, "COORDINATOR_RETRY_DELAY_BASE", 0),
+            max_deadline=_seconds(env, "COORDINATOR_MAX_DEADLINE", 5 * 86_400),
+            deadline_delay=_seconds(env, "COORDINATOR_DEADLINE_DELAY", 10),
+            resolver_interval=_seconds(env, "COORDINATOR_RESOLVER_INTERVAL", 1),
+            hint_grace=_seconds(env, "COORDINATOR_HINT_GRACE", 30),
+            claim_work_timeout=_seconds(env, "COORDINATOR_CLAIM_WORK_TIMEOUT", 20),
+        )

@@ -1,0 +1,18 @@
+"""Deadline resolver: every task still unresolved at its deadline (plus a small delay, so that
+a report racing the deadline can land) ends ``exception/deadline-exceeded``."""
+
+from __future__ import annotations
+
+from coordinator import lifecycle
+from coordinator.records import TaskRecord
+from coordinator.tasks import TaskService
+
+
+def _exceed(record: TaskRecord, now: int) -> lifecycle.Outcome:
+    return lifecycle.exceed_deadline(record, now=now)
+
+
+async def run_once(service: TaskService, *, delay: int, limit: int = 500) -> int:
+    """Resolve up to ``limit`` tasks whose deadline passed more than ``delay`` ms ago."""
+    due = await service.store.past_deadlines(service.clock() - delay, limit)
+    return await service.apply_each((task_id, _exceed) for task_id in due)

@@ -1,0 +1,10 @@
+"""Expiry sweeper: deletes tasks whose ``expires`` has passed, with their dependency edges."""
+
+from __future__ import annotations
+
+from coordinator.tasks import TaskService
+
+
+async def run_once(service: TaskService, *, limit: int = 1000) -> int:
+    """Delete up to ``limit`` expired tasks; returns how many were deleted."""
+    return await service.store.delete_expired(service.clock(), limit)

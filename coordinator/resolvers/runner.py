@@ -1,0 +1,66 @@
+"""Runs the background actors on an interval until stopped.
+
+A pass that did a full batch of work runs again at once; an idle one waits for the interval.
+A failing pass is logged and retried on the next tick: one bad row or a database blip must not
+stop the resolvers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Actor:
+    """One background actor.
+
+    :param name: for logs.
+    :param run_once: one pass; returns how many tasks it acted on.
+    :param interval: seconds between idle passes.
+    :param busy_at: a pass acting on at least this many runs again at once.
+    """
+
+    name: str
+    run_once: Callable[[], Awaitable[int]]
+    interval: float
+    busy_at: int = 100
+
+
+async def run_forever(actor: Actor, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        try:
+            count = await actor.run_once()
+        except Exception:
+            log.exception("background pass failed actor=%s", actor.name)
+            count = 0
+        if count:
+            log.info("background pass actor=%s acted=%d", actor.name, count)
+        if count >= actor.busy_at:
+            continue
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), actor.interval)
+
+
+class Runner:
+    """Starts actors as tasks and stops them together."""
+
+    def __init__(self, actors: list[Actor]) -> None:
+        self._actors = actors
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.get_running_loop().create_task(run_forever(actor, self._stop))
+            for actor in self._actors
+        ]
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,50 @@
+"""Choosing a store driver from ``COORDINATOR_STORE_URL``.
+
+* ``sqlite:///<path>``: :class:`~coordinator.store.sqlite.SQLiteStore` on the file ``<path>``.
+  The path after ``sqlite://`` is absolute (``sqlite:///var/lib/qc.db`` is ``/var/lib/qc.db``;
+  the four-slash form ``sqlite:////var/lib/qc.db`` is accepted too) unless it begins with
+  ``/./`` or ``/../``, which make it relative to the working directory
+  (``sqlite:///./.data/coordinator.db`` is ``.data/coordinator.db``).
+* ``postgresql://...`` or ``postgres://...``: :class:`~coordinator.store.postgres.PostgresStore`,
+  with the URL passed to asyncpg as it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from coordinator.store.base import Store
+from coordinator.store.postgres import PostgresStore
+from coordinator.store.sqlite import SQLiteStore
+
+
+def store_from_url(url: str) -> Store:
+    """A store, not yet opened, for ``url``.
+
+    :raises ValueError: for a scheme other than ``sqlite``, ``postgresql`` or ``postgres``, or a
+        SQLite URL with a host, query, fragment or no path.
+    """
+    parts = urlsplit(url)
+    if parts.scheme in ("postgresql", "postgres"):
+        return PostgresStore(url)
+    if parts.scheme == "sqlite":
+        return SQLiteStore(_sqlite_path(url))
+    # only the scheme: the rest of a database URL may hold a password
+    raise ValueError(
+        f"unsupported store URL scheme {parts.scheme!r}: expected sqlite:///<path>, "
+        "postgresql://... or postgres://..."
+    )
+
+
+def _sqlite_path(url: str) -> Path:
+    parts = urlsplit(url)
+    if parts.netloc or parts.query or parts.fragment or not parts.path.strip("/"):
+        raise ValueError(
+            f"SQLite store URL {url!r} must be sqlite:///<path> "
+            "(no host, query or fragment; sqlite:///./<path> for a relative path)"
+        )
+    path = unquote(parts.path)
+    if path.startswith(("/./", "/../")):
+        return Path(path[1:])
+    return Path("/" + path.lstrip("/"))

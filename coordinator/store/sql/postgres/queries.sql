@@ -1,0 +1,124 @@
+-- Parameters are written :name, as in the SQLite driver; coordinator.store.postgres rewrites
+-- them to asyncpg's $1, $2, ... when the file is loaded. `::` casts are left alone.
+
+-- name: lock_migrations
+-- Serialises replicas that start at once; released when the migration transaction ends.
+-- The key is an arbitrary constant: 'queue-co' in ASCII.
+SELECT pg_advisory_xact_lock(8175498151003530095)
+
+-- name: create_schema_migrations
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name    TEXT NOT NULL,
+    applied BIGINT NOT NULL
+)
+
+-- name: applied_migrations
+SELECT version FROM schema_migrations
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, name, applied)
+VALUES (:version, :name, CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT))
+
+-- name: insert_task
+-- One statement, so the task and its edges are written atomically in one round trip; the
+-- edges are inserted only if the task row was. Returns 1 if inserted, 0 if the id existed.
+WITH task AS (
+    INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
+                       expires, definition, retries_left, runs, state, taken_until,
+                       open_deadline, hint_due, notify_dependents, version)
+    VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
+            :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
+            :notify_dependents, 1)
+    ON CONFLICT (task_id) DO NOTHING
+    RETURNING task_id
+), edges AS (
+    INSERT INTO task_dependencies (required_task_id, dependent_task_id)
+    SELECT required.task_id, task.task_id
+    FROM task, unnest(CAST(:dependencies AS TEXT[])) AS required (task_id)
+)
+SELECT count(*) FROM task
+
+-- name: get_task
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks WHERE task_id = :task_id
+
+-- name: get_many
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
+
+-- name: states
+SELECT task_id, state FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
+
+-- name: compare_and_set
+UPDATE tasks
+SET retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
+    open_deadline = :open_deadline, hint_due = :hint_due,
+    notify_dependents = :notify_dependents, version = version + 1
+WHERE task_id = :task_id AND version = :version
+RETURNING version
+
+-- name: confirm_hint
+-- hint_due is set only while the last run is pending, so the JSON is parsed for at most one
+-- row that still needs it.
+UPDATE tasks SET hint_due = NULL
+WHERE task_id = :task_id AND hint_due IS NOT NULL
+  AND CAST(CAST(runs AS JSON) -> -1 ->> 'run_id' AS INTEGER) = :run_id
+
+-- name: expired_claims
+SELECT task_id, taken_until FROM tasks
+WHERE taken_until IS NOT NULL AND taken_until <= :now
+ORDER BY taken_until LIMIT :limit
+
+-- name: past_deadlines
+SELECT task_id FROM tasks
+WHERE open_deadline IS NOT NULL AND open_deadline <= :now
+ORDER BY open_deadline LIMIT :limit
+
+-- name: hints_due
+SELECT task_id FROM tasks
+WHERE hint_due IS NOT NULL AND hint_due < :before
+ORDER BY hint_due LIMIT :limit
+
+-- name: tasks_to_notify
+SELECT task_id FROM tasks WHERE notify_dependents LIMIT :limit
+
+-- name: delete_expired
+-- Sweepers in several replicas take disjoint batches (SKIP LOCKED) instead of queueing on
+-- each other's rows; a task row locked by a concurrent compare-and-set is simply left for the
+-- next pass. Edges go both ways: as the dependent and as the required task.
+WITH doomed AS (
+    SELECT task_id FROM tasks WHERE expires <= :now
+    ORDER BY expires LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM tasks USING doomed WHERE tasks.task_id = doomed.task_id
+    RETURNING tasks.task_id
+), edges_as_dependent AS (
+    DELETE FROM task_dependencies USING deleted
+    WHERE task_dependencies.dependent_task_id = deleted.task_id
+), edges_as_required AS (
+    DELETE FROM task_dependencies USING deleted
+    WHERE task_dependencies.required_task_id = deleted.task_id
+)
+SELECT count(*) FROM deleted
+
+-- name: task_group
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE task_group_id = :task_group_id AND task_id > :after
+ORDER BY task_id LIMIT :limit
+
+-- name: dependents
+SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents, t.version
+FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id
+WHERE d.required_task_id = :task_id AND d.dependent_task_id > :after
+ORDER BY d.dependent_task_id LIMIT :limit
+
+-- name: run_counts
+SELECT
+    count(*) FILTER (WHERE state = 'pending') AS pending,
+    count(*) FILTER (WHERE state = 'running') AS running
+FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND state IN ('pending', 'running')

@@ -1,0 +1,35 @@
+# Sourced by scripts/dev and scripts/test: makes the checkout ready to run, idempotently.
+# - .venv with the project installed editable, with the test and bench extras;
+#   reinstalled whenever pyproject.toml changes.
+# - node_modules from package-lock.json (Azurite), via npm ci when the lock changes.
+# Needs python3 (3.11+) with venv, and node/npm (Node 20); installs them with apt if missing.
+
+set -euo pipefail
+
+need_apt=()
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv python3-pip)
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "setup: installing ${need_apt[*]} with apt-get"
+    apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    python3 -m venv .venv
+fi
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+    echo "setup: installing Python dependencies into .venv"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e '.[test,bench]'
+    rm -f .venv/.installed-*
+    touch "$stamp"
+fi
+
+lock_stamp=node_modules/.installed-$(sha256sum package-lock.json | cut -c1-16)
+if [ ! -f "$lock_stamp" ]; then
+    echo "setup: installing Azurite (npm ci)"
+    npm ci --no-audit --no-fund --loglevel=error
+    touch "$lock_stamp"
+fi

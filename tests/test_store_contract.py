@@ -1,0 +1,585 @@
+"""The :class:`~coordinator.store.base.Store` contract, run against SQLite and PostgreSQL alike.
+
+Records are built the way the coordinator builds them: ``record_from_definition``, then the
+pure :mod:`coordinator.lifecycle` transitions, each written back with ``compare_and_set``.
+A few tests at the end cover what only one side has: replicas migrating one PostgreSQL
+database at once, and opening stores by URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from coordinator import lifecycle
+from coordinator.lifecycle import Outcome, Timing
+from coordinator.records import TaskRecord, record_from_definition, to_iso
+from coordinator.store.base import Page, RunCounts, Store
+from coordinator.store.factory import store_from_url
+from coordinator.store.postgres import PostgresStore
+from coordinator.store.sqlfiles import migrations
+
+NOW = 1_700_000_000_000
+MINUTE = 60_000
+HOUR = 60 * MINUTE
+TIMING = Timing(claim_timeout=20 * MINUTE)
+CLAIM = TIMING.claim_timeout
+
+# Code-point order differs from any linguistic order in case, '-', '_' and digits.
+MIXED_IDS = ["b", "B", "a-1", "a_1", "A", "0z", "-x", "Z", "_y", "ab"]
+
+
+def definition(
+    *,
+    group: str = "group",
+    dependencies: tuple[str, ...] = (),
+    deadline: int = NOW + HOUR,
+    expires: int = NOW + 24 * HOUR,
+    worker_type: str = "wt",
+) -> dict[str, Any]:
+    """A normalised task definition, as createTask stores it."""
+    return {
+        "provisionerId": "prov",
+        "workerType": worker_type,
+        "taskQueueId": f"prov/{worker_type}",
+        "schedulerId": "tests",
+        "taskGroupId": group,
+        "dependencies": list(dependencies),
+        "requires": "all-completed",
+        "routes": [],
+        "priority": "lowest",
+        "retries": 2,
+        "created": to_iso(NOW),
+        "deadline": to_iso(deadline),
+        "expires": to_iso(expires),
+        "scopes": [],
+        "payload": {"command": ["echo", "héllo ✓ \"quoted\""], "big": 2**53 + 1, "none": None},
+        "metadata": {"name": "t", "description": "", "owner": "a@example.com", "source": "x:"},
+        "tags": {},
+        "extra": {},
+    }
+
+
+def new_record(task_id: str, *, now: int = NOW, **kwargs: Any) -> TaskRecord:
+    """A record as createTask makes it: pending at ``now`` unless it has dependencies."""
+    return lifecycle.create(record_from_definition(task_id, definition(**kwargs)), now=now).record
+
+
+async def create(store: Store, task_id: str, *, now: int = NOW, **kwargs: Any) -> TaskRecord:
+    stored = await store.insert(new_record(task_id, now=now, **kwargs))
+    assert stored is not None
+    return stored
+
+
+async def get(store: Store, task_id: str) -> TaskRecord:
+    record = await store.get(task_id)
+    assert record is not None
+    return record
+
+
+async def apply(store: Store, outcome: Outcome) -> TaskRecord:
+    """Write a transition's record; the write must win."""
+    assert outcome.changed
+    stored = await store.compare_and_set(outcome.record)
+    assert stored is not None
+    return stored
+
+
+async def claim(store: Store, task_id: str, *, now: int = NOW, worker_id: str = "w") -> TaskRecord:
+    record = await get(store, task_id)
+    return await apply(
+        store,
+        lifecycle.claim(
+            record,
+            run_id=len(record.runs) - 1,
+            worker_group="wg",
+            worker_id=worker_id,
+            now=now,
+            timing=TIMING,
+        ),
+    )
+
+
+async def report(store: Store, task_id: str, state: str, *, now: int = NOW) -> TaskRecord:
+    record = await get(store, task_id)
+    run_id = len(record.runs) - 1
+    outcome = lifecycle.report(
+        record, run_id=run_id, state=state, reason=state, now=now, timing=TIMING
+    )
+    return await apply(store, outcome)
+
+
+async def all_pages(store: Store, group: str, limit: int) -> list[Page]:
+    pages = [await store.task_group(group, limit=limit, after=None)]
+    while pages[-1].next_after is not None:
+        pages.append(await store.task_group(group, limit=limit, after=pages[-1].next_after))
+    return pages
+
+
+# --- insert ---------------------------------------------------------------------------------
+
+
+async def test_insert_stores_version_1_and_reads_back_the_same_record(store: Store) -> None:
+    record = new_record("T")
+    assert record.version == 0
+    assert record.hint_needed
+
+    stored = await store.insert(record)
+
+    assert stored == record.replace(version=1)
+    assert await store.get("T") == stored
+    assert (await get(store, "T")).definition == definition()
+
+
+async def test_insert_writes_the_dependency_edges(store: Store) -> None:
+    await create(store, "dep-1")
+    await create(store, "dep-2")
+    dependent = await create(store, "T", dependencies=("dep-1", "dep-2"))
+
+    assert dependent.state == "unscheduled"
+    for required in ("dep-1", "dep-2"):
+        page = await store.dependents(required, limit=10, after=None)
+        assert page == Page(records=[dependent], next_after=None)
+    assert (await store.dependents("T", limit=10, after=None)).records == []
+
+
+async def test_insert_of_an_existing_id_returns_none_and_writes_nothing(store: Store) -> None:
+    original = await create(store, "T", group="g1", dependencies=("dep-1",))
+    clash = new_record("T", now=NOW + 1, group="g2", dependencies=("dep-2",))
+
+    assert await store.insert(clash) is None
+
+    assert await store.get("T") == original
+    assert (await store.dependents("dep-1", limit=10, after=None)).records == [original]
+    assert (await store.dependents("dep-2", limit=10, after=None)).records == []
+    assert (await store.task_group("g2", limit=10, after=None)).records == []
+
+
+async def test_insert_is_atomic_with_its_edges(store: Store) -> None:
+    # a repeated dependency violates the edge table's key after the task row is written
+    with pytest.raises((sqlite3.IntegrityError, asyncpg.UniqueViolationError)):
+        await store.insert(new_record("T", dependencies=("dep", "dep")))
+
+    assert await store.get("T") is None
+    assert (await store.dependents("dep", limit=10, after=None)).records == []
+
+
+async def test_concurrent_inserts_of_one_id_store_exactly_one(store: Store) -> None:
+    records = [new_record("T", group=f"g{i}") for i in range(10)]
+
+    results = await asyncio.gather(*(store.insert(record) for record in records))
+
+    winners = [result for result in results if result is not None]
+    assert len(winners) == 1
+    assert await store.get("T") == winners[0]
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+async def test_get_many_and_states_leave_out_missing_ids(store: Store) -> None:
+    pending = await create(store, "pending")
+    await create(store, "unscheduled", dependencies=("pending",))
+    running = await create(store, "running")
+    running = await claim(store, "running")
+    await create(store, "completed")
+    await claim(store, "completed")
+    await report(store, "completed", "completed")
+
+    assert await store.get("missing") is None
+    assert await store.get_many(["pending", "missing", "running", "pending"]) == {
+        "pending": pending,
+        "running": running,
+    }
+    assert await store.get_many(["missing"]) == {}
+    assert await store.get_many([]) == {}
+    assert await store.states(
+        ["pending", "unscheduled", "running", "completed", "missing"]
+    ) == {
+        "pending": "pending",
+        "unscheduled": "unscheduled",
+        "running": "running",
+        "completed": "completed",
+    }
+    assert await store.states([]) == {}
+
+
+# --- compare-and-set ------------------------------------------------------------------------
+
+
+async def test_compare_and_set_bumps_the_version_and_stores_the_status(store: Store) -> None:
+    created = await create(store, "T")
+    outcome = lifecycle.claim(
+        created, run_id=0, worker_group="wg", worker_id="w", now=NOW, timing=TIMING
+    )
+
+    claimed = await store.compare_and_set(outcome.record)
+
+    assert claimed == outcome.record.replace(version=2)
+    assert await store.get("T") == claimed
+    assert claimed.runs[0].state == "running"
+    assert claimed.taken_until == NOW + CLAIM
+    assert not claimed.hint_needed
+    reclaimed = await apply(
+        store, lifecycle.reclaim(claimed, run_id=0, now=NOW + MINUTE, timing=TIMING)
+    )
+    assert reclaimed.version == 3
+    assert await store.get("T") == reclaimed
+
+
+async def test_compare_and_set_with_a_stale_version_writes_nothing(store: Store) -> None:
+    created = await create(store, "T")
+    winner = await claim(store, "T", worker_id="first")
+
+    stale = lifecycle.cancel(created, now=NOW).record
+    assert await store.compare_and_set(stale) is None
+    ahead = winner.replace(version=winner.version + 1, retries_left=0)
+    assert await store.compare_and_set(ahead) is None
+
+    assert await store.get("T") == winner
+
+
+async def test_compare_and_set_of_a_missing_task_returns_none(store: Store) -> None:
+    never_stored = new_record("ghost").replace(version=1)
+    assert await store.compare_and_set(never_stored) is None
+    assert await store.get("ghost") is None
+
+    deleted = await create(store, "gone", expires=NOW)
+    assert await store.delete_expired(NOW, 10) == 1
+    assert await store.compare_and_set(lifecycle.cancel(deleted, now=NOW).record) is None
+    assert await store.get("gone") is None
+
+
+async def test_concurrent_compare_and_set_has_exactly_one_winner(store: Store) -> None:
+    created = await create(store, "T")
+    outcomes = [
+        lifecycle.claim(
+            created, run_id=0, worker_group="wg", worker_id=f"w{i}", now=NOW, timing=TIMING
+        )
+        for i in range(20)
+    ]
+
+    results = await asyncio.gather(*(store.compare_and_set(o.record) for o in outcomes))
+
+    winners = [result for result in results if result is not None]
+    assert len(winners) == 1
+    assert winners[0].version == 2
+    assert await store.get("T") == winners[0]
+
+
+# --- confirm_hint ---------------------------------------------------------------------------
+
+
+async def test_confirm_hint_clears_the_hint_without_bumping_the_version(store: Store) -> None:
+    created = await create(store, "T")
+    assert await store.hints_due(NOW + 1, 10) == ["T"]
+
+    await store.confirm_hint("T", 1)  # no such run
+    assert await store.get("T") == created
+
+    await store.confirm_hint("T", 0)
+    assert await store.get("T") == created.replace(hint_needed=False)
+    assert await store.hints_due(NOW + 1, 10) == []
+    # a writer that read version 1 before the confirmation still wins its compare-and-set
+    assert (await claim(store, "T")).version == 2
+
+    await store.confirm_hint("missing", 0)
+    assert await store.get("missing") is None
+
+
+async def test_confirm_hint_ignores_a_run_that_is_no_longer_the_last(store: Store) -> None:
+    await create(store, "T")
+    claimed = await claim(store, "T")
+    expired = await apply(
+        store,
+        lifecycle.expire_claim(
+            claimed, taken_until=NOW + CLAIM, now=NOW + CLAIM, timing=TIMING
+        ),
+    )
+    assert [run.state for run in expired.runs] == ["exception", "pending"]
+    assert expired.hint_needed
+
+    await store.confirm_hint("T", 0)
+    assert await store.get("T") == expired
+
+    await store.confirm_hint("T", 1)
+    assert await store.get("T") == expired.replace(hint_needed=False)
+
+
+# --- resolver scans -------------------------------------------------------------------------
+
+
+async def test_expired_claims_lists_running_runs_due_at_or_before_now(store: Store) -> None:
+    for task_id in ("a", "b", "c", "pending"):
+        await create(store, task_id)
+    await claim(store, "a", now=NOW)
+    b = await claim(store, "b", now=NOW + 10)
+    await claim(store, "c", now=NOW + 20)
+    due_a, due_b, due_c = NOW + CLAIM, NOW + 10 + CLAIM, NOW + 20 + CLAIM
+
+    assert await store.expired_claims(due_a - 1, 10) == []
+    assert await store.expired_claims(due_a, 10) == [("a", due_a)]
+    assert await store.expired_claims(due_c, 10) == [("a", due_a), ("b", due_b), ("c", due_c)]
+    assert await store.expired_claims(due_c, 2) == [("a", due_a), ("b", due_b)]
+
+    reclaimed = await apply(store, lifecycle.reclaim(b, run_id=0, now=due_a, timing=TIMING))
+    assert reclaimed.taken_until == due_a + CLAIM
+    assert await store.expired_claims(due_c, 10) == [("a", due_a), ("c", due_c)]
+
+    a = await get(store, "a")
+    await apply(
+        store, lifecycle.expire_claim(a, taken_until=due_a, now=due_a, timing=TIMING)
+    )
+    await report(store, "c", "completed", now=due_a)
+    assert await store.expired_claims(NOW + HOUR, 10) == [("b", due_a + CLAIM)]
+
+
+async def test_past_deadlines_lists_unresolved_tasks_due_at_or_before_now(store: Store) -> None:
+    d1, d2, d3 = NOW + HOUR, NOW + 2 * HOUR, NOW + 3 * HOUR
+    await create(store, "unscheduled", dependencies=("x",), deadline=d1)
+    await create(store, "pending", deadline=d2)
+    await create(store, "running", deadline=d3)
+    await claim(store, "running")
+    await create(store, "completed", deadline=d1)
+    await claim(store, "completed")
+    await report(store, "completed", "completed")
+
+    assert await store.past_deadlines(d1 - 1, 10) == []
+    assert await store.past_deadlines(d1, 10) == ["unscheduled"]
+    assert await store.past_deadlines(d3, 10) == ["unscheduled", "pending", "running"]
+    assert await store.past_deadlines(d3, 2) == ["unscheduled", "pending"]
+
+    unscheduled = await get(store, "unscheduled")
+    await apply(store, lifecycle.exceed_deadline(unscheduled, now=d1))
+    assert await store.past_deadlines(d3, 10) == ["pending", "running"]
+
+
+async def test_hints_due_lists_unconfirmed_hints_asked_for_before_the_time(store: Store) -> None:
+    await create(store, "a", now=NOW)
+    await create(store, "b", now=NOW + 5)
+    waiting = await create(store, "waiting", dependencies=("a",))
+    await create(store, "claimed", now=NOW)
+    await claim(store, "claimed")
+
+    assert await store.hints_due(NOW, 10) == []
+    assert await store.hints_due(NOW + 1, 10) == ["a"]
+    assert await store.hints_due(NOW + 6, 10) == ["a", "b"]
+    assert await store.hints_due(NOW + 6, 1) == ["a"]
+
+    await store.confirm_hint("a", 0)
+    assert await store.hints_due(NOW + 6, 10) == ["b"]
+    await claim(store, "b", now=NOW + 6)
+    assert await store.hints_due(NOW + 6, 10) == []
+
+    await apply(store, lifecycle.schedule(waiting, now=NOW + 7))
+    assert await store.hints_due(NOW + 7, 10) == []
+    assert await store.hints_due(NOW + 8, 10) == ["waiting"]
+
+
+async def test_tasks_to_notify_lists_resolved_tasks_until_notified(store: Store) -> None:
+    for task_id in ("completed", "failed", "pending"):
+        await create(store, task_id)
+    await claim(store, "completed")
+    await report(store, "completed", "completed")
+    await claim(store, "failed")
+    await report(store, "failed", "failed")
+
+    assert sorted(await store.tasks_to_notify(10)) == ["completed", "failed"]
+    assert len(await store.tasks_to_notify(1)) == 1
+
+    completed = await get(store, "completed")
+    await apply(store, lifecycle.dependents_notified(completed))
+    assert await store.tasks_to_notify(10) == ["failed"]
+
+    pending = await get(store, "pending")
+    await apply(store, lifecycle.cancel(pending, now=NOW))
+    assert sorted(await store.tasks_to_notify(10)) == ["failed", "pending"]
+
+
+async def test_delete_expired_deletes_tasks_and_edges_up_to_the_limit(store: Store) -> None:
+    expires = NOW + 2 * HOUR
+    await create(store, "base", expires=expires + 2)
+    await create(store, "e1", expires=expires)
+    await create(store, "e2", expires=expires + 1, dependencies=("base",))
+    await create(store, "keep", expires=expires + 2, dependencies=("e1",))
+
+    assert await store.delete_expired(expires - 1, 10) == 0
+    assert await store.delete_expired(expires + 1, 1) == 1
+    assert await store.get("e1") is None
+    assert await store.get("e2") is not None
+    assert await store.delete_expired(expires + 1, 10) == 1
+    assert await store.delete_expired(expires + 1, 10) == 0
+
+    assert set(await store.get_many(["base", "e1", "e2", "keep"])) == {"base", "keep"}
+    # the edge e1 -> keep went with e1, although keep is still there
+    assert (await store.dependents("e1", limit=10, after=None)).records == []
+    # the edge base -> e2 went with e2: a new task with that id does not inherit it
+    await create(store, "e2")
+    assert (await store.dependents("base", limit=10, after=None)).records == []
+
+
+# --- listings and counts --------------------------------------------------------------------
+
+
+async def test_task_group_pages_through_every_task_in_task_id_order(store: Store) -> None:
+    expected = [await create(store, task_id, group="g") for task_id in sorted(MIXED_IDS)]
+    for task_id in ("a-0", "Y", "c"):
+        await create(store, task_id, group="other")
+
+    pages = await all_pages(store, "g", limit=3)
+
+    assert [len(page.records) for page in pages] == [3, 3, 3, 1]
+    assert [page.next_after for page in pages] == [
+        expected[2].task_id,
+        expected[5].task_id,
+        expected[8].task_id,
+        None,
+    ]
+    assert [record for page in pages for record in page.records] == expected
+
+    exact = await all_pages(store, "g", limit=5)
+    assert [len(page.records) for page in exact] == [5, 5]
+    assert exact[-1].next_after is None
+
+    assert await store.task_group("empty", limit=3, after=None) == Page(
+        records=[], next_after=None
+    )
+
+
+async def test_dependents_pages_through_every_dependent_in_task_id_order(store: Store) -> None:
+    await create(store, "root")
+    await create(store, "other-root")
+    expected = [
+        await create(store, task_id, dependencies=("root",)) for task_id in sorted(MIXED_IDS)
+    ]
+    await create(store, "elsewhere", dependencies=("other-root",))
+
+    records: list[TaskRecord] = []
+    sizes = []
+    after = None
+    while True:
+        page = await store.dependents("root", limit=4, after=after)
+        records += page.records
+        sizes.append(len(page.records))
+        if page.next_after is None:
+            break
+        assert page.next_after == page.records[-1].task_id
+        after = page.next_after
+
+    assert sizes == [4, 4, 2]
+    assert records == expected
+    assert await store.dependents("nothing", limit=4, after=None) == Page(
+        records=[], next_after=None
+    )
+
+
+async def test_run_counts_counts_pending_and_running_last_runs_of_one_queue(
+    store: Store,
+) -> None:
+    for task_id in ("p1", "p2", "r1", "c1"):
+        await create(store, task_id)
+    await create(store, "u1", dependencies=("p1",))
+    await create(store, "elsewhere", worker_type="other")
+    await claim(store, "r1")
+    await claim(store, "c1")
+    await report(store, "c1", "completed")
+
+    assert await store.run_counts("prov", "wt") == RunCounts(pending=2, running=1)
+    assert await store.run_counts("prov", "other") == RunCounts(pending=1, running=0)
+    assert await store.run_counts("prov", "none") == RunCounts(pending=0, running=0)
+
+
+# --- migrations and reopening ---------------------------------------------------------------
+
+
+async def test_migrate_after_open_applies_nothing(store: Store) -> None:
+    assert await store.migrate() == []
+    assert await store.migrate() == []
+    assert await store.insert(new_record("T")) is not None
+
+
+async def test_reopening_the_database_keeps_the_data(store: Store, store_url: str) -> None:
+    await create(store, "T", dependencies=("dep",))
+    await store.insert(new_record("dep"))
+    claimed = await claim(store, "dep")
+    await store.close()
+
+    reopened = store_from_url(store_url)
+    await reopened.open()
+    try:
+        assert await reopened.migrate() == []
+        assert await reopened.get("dep") == claimed
+        dependents = await reopened.dependents("dep", limit=10, after=None)
+        assert [record.task_id for record in dependents.records] == ["T"]
+        reclaimed = lifecycle.reclaim(claimed, run_id=0, now=NOW + 1, timing=TIMING)
+        assert await reopened.compare_and_set(reclaimed.record) is not None
+    finally:
+        await reopened.close()
+
+
+# --- PostgreSQL replicas --------------------------------------------------------------------
+
+
+async def test_replicas_opening_at_once_apply_each_migration_once(
+    postgres_schema_url: str,
+) -> None:
+    replicas = [PostgresStore(postgres_schema_url, min_size=1, max_size=1) for _ in range(6)]
+
+    await asyncio.gather(*(replica.open() for replica in replicas))
+    try:
+        conn = await asyncpg.connect(postgres_schema_url)
+        try:
+            versions = [row[0] for row in await conn.fetch("SELECT version FROM schema_migrations")]
+        finally:
+            await conn.close()
+        assert versions == [migration.version for migration in migrations("postgres")]
+        assert await replicas[0].insert(new_record("T")) is not None
+        assert await replicas[-1].get("T") is not None
+    finally:
+        await asyncio.gather(*(replica.close() for replica in replicas))
+
+
+# --- opening stores by URL ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///{tmp}/abs.db",
+        "sqlite:////{tmp}/four-slashes.db",
+        "sqlite:///./relative/rel.db",
+    ],
+)
+async def test_store_from_url_opens_sqlite_files(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = store_from_url(url.format(tmp=str(tmp_path).lstrip("/")))
+    await store.open()
+    try:
+        assert await store.insert(new_record("T")) is not None
+    finally:
+        await store.close()
+    assert len(list(tmp_path.rglob("*.db"))) == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://localhost/db",
+        "sqlite://host/x.db",
+        "sqlite:///x.db?mode=ro",
+        "sqlite://",
+        "sqlite:///",
+        "/tmp/x.db",
+        "",
+    ],
+)
+def test_store_from_url_rejects_other_urls(url: str) -> None:
+    with pytest.raises(ValueError, match="store URL"):
+        store_from_url(url)
