@@ -55,7 +55,7 @@ class Config:
     data_dir: Path = Path(".data")
     store_url: str = "sqlite:///.data/coordinator.db"
     azure_connection_string: str | None = None
-    queue_prefix: str = "qc"
+    queue_prefix: str = "qc-"
     clients_file: Path = Path(".data/clients.json")
     auth_enabled: bool = True
     claim_timeout: int = 1_200_000
@@ -85,7 +85,7 @@ class Config:
             store_url=env.get("COORDINATOR_STORE_URL")
             or f"sqlite:///{data_dir / 'coordinator.db'}",
             azure_connection_string=env.get("AZURE_STORAGE_CONNECTION_STRING") or None,
-            queue_prefix=env.get("COORDINATOR_QUEUE_PREFIX") or "qc",
+            queue_prefix=env.get("COORDINATOR_QUEUE_PREFIX") or "qc-",
             clients_file=Path(env.get("COORDINATOR_CLIENTS_FILE") or data_dir / "clients.json"),
             auth_enabled=_flag(env, "COORDINATOR_AUTH", True),
             claim_timeout=_seconds(env, "COORDINATOR_CLAIM_TIMEOUT", 1200),

@@ -51,3 +51,10 @@ class RequestConflict(ApiError):
 class InputTooLarge(ApiError):
     status = 413
     code = "InputTooLarge"
+
+
+class ServiceUnavailable(ApiError):
+    """A backing service (Azure) is unreachable; the caller should retry later."""
+
+    status = 503
+    code = "ServiceUnavailable"

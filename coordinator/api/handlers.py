@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -23,14 +24,16 @@ from coordinator.api.endpoints import Endpoint, task_queue
 from coordinator.api.http import ENDPOINT, json_response, read_json
 from coordinator.api.scopes import Expression, create_task_expression
 from coordinator.claim_work import ClaimWork
-from coordinator.errors import InputValidationError, ResourceNotFound
-from coordinator.queues import QueueService
+from coordinator.errors import InputValidationError, ResourceNotFound, ServiceUnavailable
+from coordinator.queues import QueueService, QueueUnavailable
 from coordinator.records import TaskRecord, to_iso
 from coordinator.store.base import Page
 from coordinator.tasks import TaskService
 
 LIST_LIMIT = 1000
 """Largest page a listing returns, whatever ``limit`` asks for (Taskcluster's cap)."""
+
+log = logging.getLogger(__name__)
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{22}")
 """What a continuationToken decodes to: the task id a page ended on."""
@@ -145,9 +148,13 @@ class Handlers:
 
     async def pendingTasks(self, request: web.Request, body: Any) -> Body:
         provisioner_id, worker_type = task_queue(request.match_info)
+        count: int | None = None
         if self.queues is not None:
-            count = await self.queues.pending_count(provisioner_id, worker_type)
-        else:
+            try:
+                count = await self.queues.pending_count(provisioner_id, worker_type)
+            except QueueUnavailable as error:
+                log.warning("pendingTasks from the store: Azure unavailable error=%r", error)
+        if count is None:
             count = (await self.service.store.run_counts(provisioner_id, worker_type)).pending
         return {
             "provisionerId": provisioner_id,
@@ -216,7 +223,14 @@ class Handlers:
             raise ResourceNotFound(
                 "this coordinator runs without Azure queues: use claimWork instead"
             )
-        urls = await self.queues.poll_urls(provisioner_id, worker_type, now=self.service.clock())
+        try:
+            urls = await self.queues.poll_urls(
+                provisioner_id, worker_type, now=self.service.clock()
+            )
+        except QueueUnavailable as error:
+            raise ServiceUnavailable(
+                f"Azure queues are unreachable, retry later: {error}"
+            ) from None
         return {
             "queues": [
                 {"signedPollUrl": q.signed_poll_url, "signedDeleteUrl": q.signed_delete_url}

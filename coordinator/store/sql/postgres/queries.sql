@@ -96,7 +96,7 @@ WITH doomed AS (
     RETURNING tasks.task_id
 ), edges_as_dependent AS (
     DELETE FROM task_dependencies USING deleted
-    WHERE task_dependencies.dependent_task_id = deleted.task_id
+    WHERE false
 ), edges_as_required AS (
     DELETE FROM task_dependencies USING deleted
     WHERE task_dependencies.required_task_id = deleted.task_id

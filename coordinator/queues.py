@@ -1,0 +1,626 @@
+"""The Azure Storage Queues layer (SPEC §7): hint queues, signed poll URLs, pending counts.
+
+One queue per (provisionerId, workerType, priority), named deterministically by
+:func:`queue_name` and created lazily with metadata. :class:`QueueService` wraps one async
+``QueueServiceClient`` per process and
+
+* puts hints (:meth:`QueueService.put_hint`): ``base64(JSON {taskId, runId, hintId})`` that
+  expires at the task's deadline and may stay invisible for a retry delay;
+* signs poll/delete URLs for workers (:meth:`QueueService.poll_urls`);
+* estimates pending work (:meth:`QueueService.pending_count`);
+* receives, deletes and releases hints for the server-side ``claimWork``;
+* deletes queues that stayed unused and empty (:meth:`QueueService.sweep_unused`).
+
+Hints are not truth: the store is. Every Azure failure surfaces as :class:`QueueUnavailable`,
+and every Azure request is cut off after ``QueueSettings.request_timeout_s``, so a caller never
+hangs: it keeps the run marked ``hint_needed`` and puts the hint again later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+
+import slugid
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+)
+from azure.storage.queue import QueueMessage, QueueProperties, generate_queue_sas
+from azure.storage.queue.aio import QueueClient, QueueServiceClient
+
+from coordinator.lifecycle import Hint
+from coordinator.records import PRIORITIES, from_iso, priority_level, to_iso
+
+logger = logging.getLogger(__name__)
+
+UNUSED_QUEUE_LIMIT = 10 * 86_400_000
+"""How long (ms) a queue must stay unused, and empty, before :meth:`sweep_unused` deletes it."""
+
+MAX_PREFIX_LENGTH = 28
+"""Leaves 35 characters for ``<16 hex>-<16 hex>-<digit>`` within Azure's 63."""
+
+_PREFIX_RE = re.compile(r"(?:[a-z0-9](?:-?[a-z0-9])*-?)?")
+_HASH_LENGTH = 16
+
+
+class QueueUnavailable(Exception):
+    """Azure failed, refused or did not answer within the request timeout.
+
+    The store stays the truth: the caller keeps the hint pending and puts it again later.
+    """
+
+
+class _QueueMissing(QueueUnavailable):
+    """The queue does not exist (never created, swept, or the emulator lost it)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueSettings:
+    """Knobs of the Azure layer; durations carry their unit in the name.
+
+    :param prefix: starts every queue name, so several deployments or test runs can share
+        one storage account: lowercase letters, digits and single hyphens, at most
+        :data:`MAX_PREFIX_LENGTH` characters.
+    :param poll_visibility_s: how long a message a worker fetched stays invisible to others.
+    :param sas_start_skew_ms: signed URLs are valid from this long before ``now`` (clock skew).
+    :param sas_life_ms: signed URLs expire this long after ``now``.
+    :param pending_cache_s: how long :meth:`QueueService.pending_count` reuses a sum.
+    :param request_timeout_s: bound on every Azure request (the SDK's one quick retry
+        included); a call whose first request fails raises at once.
+    :param last_used_refresh_ms: how often a queue in use gets its ``last_used`` metadata
+        rewritten; far below :data:`UNUSED_QUEUE_LIMIT`.
+    """
+
+    prefix: str = "qc-"
+    poll_visibility_s: int = 300
+    sas_start_skew_ms: int = 15 * 60_000
+    sas_life_ms: int = 30 * 60_000
+    pending_cache_s: float = 20.0
+    request_timeout_s: float = 10.0
+    last_used_refresh_ms: int = 3 * 3_600_000
+
+    def __post_init__(self) -> None:
+        if len(self.prefix) > MAX_PREFIX_LENGTH or not _PREFIX_RE.fullmatch(self.prefix):
+            raise ValueError(
+                f"queue prefix {self.prefix!r} must be at most {MAX_PREFIX_LENGTH} lowercase "
+                "letters, digits and single hyphens, starting with a letter or digit"
+            )
+
+
+def _id_hash(identifier: str) -> str:
+    return hashlib.sha256(identifier.encode()).hexdigest()[:_HASH_LENGTH]
+
+
+def queue_name(prefix: str, provisioner_id: str, worker_type: str, priority: str) -> str:
+    """The Azure queue of (provisionerId, workerType, priority).
+
+    ``<prefix><hash(provisionerId)>-<hash(workerType)>-<digit>``, with the priority digit 7
+    for ``highest`` down to 1 for ``lowest``. Hashing makes the case-sensitive ids legal
+    (Azure names are lowercase) and fixes the length; 64 bits each make collisions
+    practically impossible.
+    """
+    return f"{prefix}{_id_hash(provisioner_id)}-{_id_hash(worker_type)}-{priority_level(priority)}"
+
+
+def encode_hint(*, task_id: str, run_id: int, hint_id: str) -> str:
+    """A hint's message text: ``base64(JSON {taskId, runId, hintId})``."""
+    body = json.dumps({"taskId": task_id, "runId": run_id, "hintId": hint_id})
+    return base64.b64encode(body.encode()).decode("ascii")
+
+
+def decode_hint(text: str) -> tuple[str, int] | None:
+    """``(taskId, runId)`` of a hint's message text, or ``None`` if it is not a hint."""
+    try:
+        body = json.loads(base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    task_id, run_id = body.get("taskId"), body.get("runId")
+    # bool is an int subclass; ``"runId": true`` is garbage, not run 1.
+    if not isinstance(task_id, str) or type(run_id) is not int or run_id < 0:
+        return None
+    return task_id, run_id
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SignedQueue:
+    """The signed URLs of one queue, as a worker receives them."""
+
+    signed_poll_url: str
+    signed_delete_url: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PollUrls:
+    """The answer of pollTaskUrls: queues highest priority first, and when the URLs expire.
+
+    :param expires: epoch ms, whole seconds (SAS times have second precision).
+    """
+
+    queues: tuple[SignedQueue, ...]
+    expires: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReceivedHint:
+    """A message fetched by :meth:`QueueService.receive`, invisible to others until released.
+
+    :param task_id: ``None`` when the message is not a decodable hint (a poison message,
+        to be deleted); ``run_id`` is then ``None`` too.
+    """
+
+    queue: str
+    message_id: str
+    pop_receipt: str
+    dequeue_count: int
+    task_id: str | None
+    run_id: int | None
+
+    @property
+    def decodable(self) -> bool:
+        return self.task_id is not None
+
+
+def _seconds_ceil(ms: int) -> int:
+    return -(-ms // 1000)
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _error_text(error: BaseException) -> str:
+    # Azure errors carry the whole XML body over several lines; the first says what happened.
+    lines = str(error).splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def _error_code(error: HttpResponseError) -> str:
+    # The SDK sets error_code only on errors it has parsed: a StorageErrorCode (a str enum)
+    # for known codes, a plain str otherwise.
+    code = getattr(error, "error_code", None)
+    return str(getattr(code, "value", code) or "")
+
+
+def _last_used(metadata: Mapping[str, str] | None) -> int | None:
+    # Azure treats metadata names case-insensitively; read them that way.
+    values = {key.lower(): value for key, value in (metadata or {}).items()}
+    try:
+        return from_iso(values["last_used"])
+    except (KeyError, ValueError):
+        return None
+
+
+class QueueService:
+    """The hint queues of one storage account, over one async ``QueueServiceClient``.
+
+    :param connection_string: must carry an account key (SAS signing needs it).
+    """
+
+    def __init__(self, connection_string: str, settings: QueueSettings | None = None) -> None:
+        self.settings = settings or QueueSettings()
+        timeout = self.settings.request_timeout_s
+        self._service = QueueServiceClient.from_connection_string(
+            connection_string,
+            connection_timeout=timeout,
+            read_timeout=timeout,
+            # One quick retry (0.2 s + 0**1) absorbs a dropped keep-alive connection; longer
+            # outages are the caller's to retry (the SDK default backs off 15 s and more).
+            retry_total=1,
+            initial_backoff=0.2,
+            increment_base=0,
+            random_jitter_range=0,
+        )
+        credential = self._service.credential
+        account_key = getattr(credential, "account_key", None)
+        if not account_key:
+            raise ValueError("the Azure connection string must contain an AccountKey")
+        self._account_name: str = credential.account_name
+        self._account_key: str = account_key
+        # Real accounts are https only; the emulator speaks http.
+        self._sas_protocol = "https" if self._service.url.startswith("https:") else "https,http"
+        self._clients: dict[str, QueueClient] = {}
+        self._fresh: dict[str, int] = {}
+        """Queue name -> the ``now`` at which we last wrote its ``last_used``."""
+        self._ensure_locks: dict[str, asyncio.Lock] = {}
+        self._pending: dict[tuple[str, str], tuple[float, int]] = {}
+        """(provisionerId, workerType) -> (monotonic expiry, cached sum)."""
+
+    async def close(self) -> None:
+        await self._service.close()
+
+    async def __aenter__(self) -> QueueService:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def name(self, provisioner_id: str, worker_type: str, priority: str) -> str:
+        """This deployment's queue of (provisionerId, workerType, priority)."""
+        return queue_name(self.settings.prefix, provisioner_id, worker_type, priority)
+
+    def _client(self, name: str) -> QueueClient:
+        client = self._clients.get(name)
+        if client is None:
+            # Queue clients share the service's transport (one connection pool).
+            client = self._clients[name] = self._service.get_queue_client(name)
+        return client
+
+    @contextlib.asynccontextmanager
+    async def _azure(
+        self, action: str, queue: str, *, task_id: str | None = None, run_id: int | None = None
+    ) -> AsyncIterator[None]:
+        """Bound the Azure calls in the block by the request timeout and turn every failure
+        into :class:`QueueUnavailable` (:class:`_QueueMissing` when the queue is gone)."""
+        timeout = self.settings.request_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                yield
+        except ResourceNotFoundError as error:
+            if _error_code(error) != "QueueNotFound":
+                raise self._unavailable(action, queue, task_id, run_id, error) from error
+            raise _QueueMissing(f"{action}: queue {queue} does not exist") from error
+        except TimeoutError as error:
+            message = f"no answer within {timeout} s"
+            raise self._unavailable(action, queue, task_id, run_id, message) from error
+        except AzureError as error:
+            raise self._unavailable(action, queue, task_id, run_id, error) from error
+
+    @staticmethod
+    def _unavailable(
+        action: str,
+        queue: str,
+        task_id: str | None,
+        run_id: int | None,
+        error: BaseException | str,
+    ) -> QueueUnavailable:
+        reason = error if isinstance(error, str) else _error_text(error)
+        task = "" if task_id is None else f" taskId={task_id} runId={run_id}"
+        logger.warning(
+            "azure request failed action=%s queue=%s%s error=%s", action, queue, task, reason
+        )
+        return QueueUnavailable(f"Azure queue {queue}: {action} failed: {reason}")
+
+    def _is_fresh(self, name: str, now: int) -> bool:
+        last = self._fresh.get(name)
+        return last is not None and now - last < self.settings.last_used_refresh_ms
+
+    async def _ensure(
+        self, name: str, provisioner_id: str, worker_type: str, priority: str, *, now: int
+    ) -> None:
+        """Create the queue if needed and keep its ``last_used`` metadata recent.
+
+        Does nothing (no request) while our own record of ``last_used`` is younger than
+        ``last_used_refresh_ms``.
+        """
+        if self._is_fresh(name, now):
+            return
+        async with self._ensure_locks.setdefault(name, asyncio.Lock()):
+            # Whoever held the lock before us may have just done it.
+            if self._is_fresh(name, now):
+                return
+            metadata = {
+                "provisioner_id": provisioner_id,
+                "worker_type": worker_type,
+                "priority": priority,
+                "last_used": to_iso(now),
+            }
+            client = self._client(name)
+            try:
+                # Usually the queue exists: one request refreshes last_used.
+                async with self._azure("set queue metadata", name):
+                    await client.set_queue_metadata(metadata)
+            except _QueueMissing:
+                async with self._azure("create queue", name):
+                    try:
+                        await client.create_queue(metadata=metadata)
+                    except ResourceExistsError:
+                        # Another replica created it between our two requests.
+                        await client.set_queue_metadata(metadata)
+                logger.info(
+                    "queue created queue=%s provisionerId=%s workerType=%s priority=%s",
+                    name,
+                    provisioner_id,
+                    worker_type,
+                    priority,
+                )
+            self._fresh[name] = now
+
+    async def put_hint(self, hint: Hint, *, now: int) -> bool:
+        """Put a hint for ``hint``'s run into its queue, creating the queue if needed.
+
+        The message expires at the task's deadline and stays invisible until
+        ``hint.visible_at``. Returns ``False`` without putting anything when the deadline has
+        passed or the hint could not become visible before it.
+
+        Raises :class:`QueueUnavailable` if Azure fails or does not answer in time.
+        """
+        ttl = _seconds_ceil(hint.deadline - now)
+        delay = max(0, _seconds_ceil(hint.visible_at - now))
+        if hint.deadline <= now or delay >= ttl:
+            logger.info(
+                "hint not put taskId=%s runId=%s reason=%s deadline=%s visibleAt=%s",
+                hint.task_id,
+                hint.run_id,
+                "past-deadline" if hint.deadline <= now else "visible-after-deadline",
+                to_iso(hint.deadline),
+                to_iso(hint.visible_at),
+            )
+            return False
+        name = self.name(hint.provisioner_id, hint.worker_type, hint.priority)
+        hint_id = slugid.nice()
+        text = encode_hint(task_id=hint.task_id, run_id=hint.run_id, hint_id=hint_id)
+
+        async def ensure_and_send() -> None:
+            await self._ensure(name, hint.provisioner_id, hint.worker_type, hint.priority, now=now)
+            async with self._azure("put hint", name, task_id=hint.task_id, run_id=hint.run_id):
+                await self._client(name).send_message(
+                    text, visibility_timeout=delay, time_to_live=ttl
+                )
+
+        try:
+            await ensure_and_send()
+        except _QueueMissing:
+            # Our cache said the queue exists but it is gone (swept by another replica, or
+            # an emulator restarted): create it again, once.
+            logger.info(
+                "queue vanished queue=%s taskId=%s runId=%s", name, hint.task_id, hint.run_id
+            )
+            self._fresh.pop(name, None)
+            await ensure_and_send()
+        logger.debug(
+            "hint put taskId=%s runId=%s hintId=%s queue=%s delay=%s ttl=%s",
+            hint.task_id,
+            hint.run_id,
+            hint_id,
+            name,
+            delay,
+            ttl,
+        )
+        return True
+
+    async def poll_urls(self, provisioner_id: str, worker_type: str, *, now: int) -> PollUrls:
+        """Signed poll and delete URLs for the worker type's queues, highest priority first
+        (SPEC §7), creating the queues if needed.
+
+        Each SAS allows only ``p`` (get and delete messages) on its own queue, from
+        ``now - sas_start_skew_ms`` until ``expires = now + sas_life_ms``.
+        """
+        priorities = PRIORITIES  # highest first
+        names = [self.name(provisioner_id, worker_type, p) for p in priorities]
+        await asyncio.gather(
+            *(
+                self._ensure(name, provisioner_id, worker_type, priority, now=now)
+                for name, priority in zip(names, priorities, strict=True)
+            )
+        )
+        # SAS times have whole-second precision; ``expires`` must be the expiry actually signed.
+        expiry = (now + self.settings.sas_life_ms) // 1000 * 1000
+        start = _utc(now - self.settings.sas_start_skew_ms)
+        queues = []
+        for name in names:
+            sas = generate_queue_sas(
+                self._account_name,
+                name,
+                self._account_key,
+                permission="p",
+                start=start,
+                expiry=_utc(expiry),
+                protocol=self._sas_protocol,
+            )
+            url = self._client(name).url
+            queues.append(
+                SignedQueue(
+                    signed_poll_url=(
+                        f"{url}/messages?visibilitytimeout={self.settings.poll_visibility_s}&{sas}"
+                    ),
+                    signed_delete_url=(
+                        f"{url}/messages/{{{{messageId}}}}?popreceipt={{{{popReceipt}}}}&{sas}"
+                    ),
+                )
+            )
+        return PollUrls(queues=tuple(queues), expires=expiry)
+
+    async def pending_count(self, provisioner_id: str, worker_type: str) -> int:
+        """Approximate number of hints in the worker type's queues (an upper bound: it
+        includes delayed and in-flight hints and stale ones), cached ``pending_cache_s``."""
+        key = (provisioner_id, worker_type)
+        cached = self._pending.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        counts = await asyncio.gather(
+            *(self._message_count(self.name(provisioner_id, worker_type, p)) for p in PRIORITIES)
+        )
+        total = sum(counts)
+        self._pending[key] = (time.monotonic() + self.settings.pending_cache_s, total)
+        return total
+
+    async def _message_count(self, name: str) -> int:
+        try:
+            async with self._azure("count messages", name):
+                properties = await self._client(name).get_queue_properties()
+        except _QueueMissing:
+            return 0
+        count: int = properties.approximate_message_count or 0
+        return count
+
+    async def receive(
+        self,
+        provisioner_id: str,
+        worker_type: str,
+        *,
+        max_messages: int,
+        visibility_timeout: int,
+    ) -> list[ReceivedHint]:
+        """Fetch up to ``max_messages`` (1..32) hints, walking the queues highest priority
+        first; each stays invisible to others for ``visibility_timeout`` seconds unless
+        deleted or released. Queues that do not exist count as empty."""
+        if not 1 <= max_messages <= 32:
+            raise ValueError(f"max_messages must be 1..32, not {max_messages}")
+        received: list[ReceivedHint] = []
+        for priority in PRIORITIES:
+            wanted = max_messages - len(received)
+            if wanted == 0:
+                break
+            name = self.name(provisioner_id, worker_type, priority)
+            try:
+                messages = await self._receive_from(name, wanted, visibility_timeout)
+            except _QueueMissing:
+                continue
+            received.extend(self._received(name, message) for message in messages)
+        return received
+
+    async def _receive_from(
+        self, name: str, wanted: int, visibility_timeout: int
+    ) -> list[QueueMessage]:
+        pages = self._client(name).receive_messages(
+            messages_per_page=wanted, max_messages=wanted, visibility_timeout=visibility_timeout
+        )
+        async with self._azure("receive hints", name):
+            # Only the first page: iterating further would ask the queue again even when
+            # it just said it had fewer than we wanted.
+            async for page in pages.by_page():
+                return [message async for message in page]
+        return []
+
+    @staticmethod
+    def _received(name: str, message: QueueMessage) -> ReceivedHint:
+        decoded = decode_hint(message.content) if isinstance(message.content, str) else None
+        if decoded is None:
+            logger.warning(
+                "poison hint queue=%s messageId=%s dequeueCount=%s",
+                name,
+                message.id,
+                message.dequeue_count,
+            )
+        return ReceivedHint(
+            queue=name,
+            message_id=message.id,
+            pop_receipt=message.pop_receipt or "",
+            dequeue_count=message.dequeue_count or 0,
+            task_id=decoded[0] if decoded else None,
+            run_id=decoded[1] if decoded else None,
+        )
+
+    async def delete(self, received: ReceivedHint) -> bool:
+        """Delete a received hint. ``False`` if it was already gone or someone else has
+        received it since (its pop receipt is stale): either way it is not ours to delete."""
+        return await self._settle(
+            received,
+            "delete hint",
+            lambda client: client.delete_message(received.message_id, received.pop_receipt),
+        )
+
+    async def release(self, received: ReceivedHint) -> bool:
+        """Make a received hint visible again at once. ``False`` if it is gone or someone
+        else has received it since."""
+        return await self._settle(
+            received,
+            "release hint",
+            lambda client: client.update_message(
+                received.message_id, received.pop_receipt, visibility_timeout=0
+            ),
+        )
+
+    async def _settle(
+        self,
+        received: ReceivedHint,
+        action: str,
+        operation: Callable[[QueueClient], Awaitable[object]],
+    ) -> bool:
+        async with self._azure(
+            action, received.queue, task_id=received.task_id, run_id=received.run_id
+        ):
+            try:
+                await operation(self._client(received.queue))
+            except HttpResponseError as error:
+                # 404: message (or queue) gone; 400 PopReceiptMismatch: received again since.
+                if error.status_code != 404 and _error_code(error) != "PopReceiptMismatch":
+                    raise
+                logger.info(
+                    "hint already settled action=%s queue=%s messageId=%s taskId=%s runId=%s "
+                    "error=%s",
+                    action,
+                    received.queue,
+                    received.message_id,
+                    received.task_id,
+                    received.run_id,
+                    _error_code(error),
+                )
+                return False
+        return True
+
+    async def sweep_unused(self, *, now: int, unused_for: int = UNUSED_QUEUE_LIMIT) -> list[str]:
+        """Delete this deployment's queues (by prefix) that are empty and whose ``last_used``
+        is at least ``unused_for`` ms before ``now``; the names deleted.
+
+        Queues without a readable ``last_used`` are not ours and are left alone.
+        """
+        ours = re.compile(
+            re.escape(self.settings.prefix)
+            + rf"[0-9a-f]{{{_HASH_LENGTH}}}-[0-9a-f]{{{_HASH_LENGTH}}}-[1-7]"
+        )
+
+        def unused(metadata: Mapping[str, str] | None) -> bool:
+            last_used = _last_used(metadata)
+            return last_used is not None and now - last_used >= unused_for
+
+        candidates = [
+            properties.name
+            async for properties in self._list_queues()
+            if ours.fullmatch(properties.name) and unused(properties.metadata)
+        ]
+        deleted = []
+        for name in candidates:
+            client = self._client(name)
+            with contextlib.suppress(_QueueMissing):
+                async with self._azure("sweep queue", name):
+                    # Look again right before deleting: a replica may have used it since the
+                    # listing. (A put racing the delete itself can still lose its hint; the
+                    # window is this one round trip after ten idle days.)
+                    properties = await client.get_queue_properties()
+                    if properties.approximate_message_count or not unused(properties.metadata):
+                        continue
+                    await client.delete_queue()
+                self._fresh.pop(name, None)
+                deleted.append(name)
+                logger.info(
+                    "queue deleted queue=%s reason=unused lastUsed=%s",
+                    name,
+                    (properties.metadata or {}).get("last_used"),
+                )
+        return deleted
+
+    async def _list_queues(self) -> AsyncIterator[QueueProperties]:
+        pages = self._service.list_queues(
+            name_starts_with=self.settings.prefix, include_metadata=True
+        ).by_page()
+        while True:
+            # Bound each page, not the whole listing: an account may hold many queues.
+            async with self._azure("list queues", self.settings.prefix + "*"):
+                page = await anext(pages, None)
+                items = [] if page is None else [properties async for properties in page]
+            if page is None:
+                return
+            for properties in items:
+                yield properties
