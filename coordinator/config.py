@@ -83,7 +83,7 @@ class Config:
             public_url=(env.get("COORDINATOR_PUBLIC_URL") or f"http://{host}:{port}").rstrip("/"),
             data_dir=data_dir,
             store_url=env.get("COORDINATOR_STORE_URL")
-            or f"sqlite:///{data_dir / 'coordinator.db'}",
+            or f"sqlite:///{data_dir.resolve() / 'coordinator.db'}",
             azure_connection_string=env.get("AZURE_STORAGE_CONNECTION_STRING") or None,
             queue_prefix=env.get("COORDINATOR_QUEUE_PREFIX") or "qc-",
             clients_file=Path(env.get("COORDINATOR_CLIENTS_FILE") or data_dir / "clients.json"),
