@@ -53,7 +53,7 @@ class Config:
     port: int = 8080
     public_url: str = "http://127.0.0.1:8080"
     data_dir: Path = Path(".data")
-    store_url: str = "sqlite:///.data/coordinator.db"
+    store_url: str = "sqlite:///./.data/coordinator.db"
     azure_connection_string: str | None = None
     queue_prefix: str = "qc-"
     clients_file: Path = Path(".data/clients.json")

@@ -66,7 +66,8 @@ def normalise(
         "requires": body.get("requires", "all-completed"),
         "routes": routes,
         "priority": "lowest" if priority == "normal" else priority,
-        "retries": body.get("retries", 5),
+        # JSON Schema counts 5.0 as an integer; store it as one
+        "retries": int(body.get("retries", 5)),
         "created": to_iso(created),
         "deadline": to_iso(deadline),
         "expires": to_iso(expires),
@@ -129,11 +130,21 @@ def _task_queue(body: Mapping[str, Any]) -> tuple[str, str]:
     return queue_provisioner, queue_worker_type
 
 
+_EARLIEST = from_iso("0001-01-01T00:00:00Z")
+_LATEST = from_iso("9999-12-31T23:59:59.999Z")
+
+
 def _time(body: Mapping[str, Any], field: str) -> int:
     try:
-        return from_iso(body[field])
+        ms = from_iso(body[field])
     except (TypeError, ValueError):
         raise InputError(f"{field} {body[field]!r} is not a date-time") from None
+    if not _EARLIEST <= ms <= _LATEST:
+        # an offset can carry 0001-01-01 or 9999-12-31 out of the years UTC can show
+        raise InputError(
+            f"{field} {body[field]!r} is out of range: in UTC it is not in years 1-9999"
+        )
+    return ms
 
 
 def _one_year_after(ms: int) -> int:

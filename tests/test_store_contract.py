@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 import pytest
 
 from coordinator import lifecycle
@@ -23,6 +23,7 @@ from coordinator.store.base import Page, RunCounts, Store
 from coordinator.store.factory import store_from_url
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlfiles import migrations
+from coordinator.store.sqlite import SQLiteStore
 
 NOW = 1_700_000_000_000
 MINUTE = 60_000
@@ -58,7 +59,7 @@ def definition(
         "deadline": to_iso(deadline),
         "expires": to_iso(expires),
         "scopes": [],
-        "payload": {"command": ["echo", "héllo ✓ \"quoted\""], "big": 2**53 + 1, "none": None},
+        "payload": {"command": ["echo", 'héllo ✓ "quoted"'], "big": 2**53 + 1, "none": None},
         "metadata": {"name": "t", "description": "", "owner": "a@example.com", "source": "x:"},
         "tags": {},
         "extra": {},
@@ -198,9 +199,7 @@ async def test_get_many_and_states_leave_out_missing_ids(store: Store) -> None:
     }
     assert await store.get_many(["missing"]) == {}
     assert await store.get_many([]) == {}
-    assert await store.states(
-        ["pending", "unscheduled", "running", "completed", "missing"]
-    ) == {
+    assert await store.states(["pending", "unscheduled", "running", "completed", "missing"]) == {
         "pending": "pending",
         "unscheduled": "unscheduled",
         "running": "running",
@@ -297,9 +296,7 @@ async def test_confirm_hint_ignores_a_run_that_is_no_longer_the_last(store: Stor
     claimed = await claim(store, "T")
     expired = await apply(
         store,
-        lifecycle.expire_claim(
-            claimed, taken_until=NOW + CLAIM, now=NOW + CLAIM, timing=TIMING
-        ),
+        lifecycle.expire_claim(claimed, taken_until=NOW + CLAIM, now=NOW + CLAIM, timing=TIMING),
     )
     assert [run.state for run in expired.runs] == ["exception", "pending"]
     assert expired.hint_needed
@@ -332,9 +329,7 @@ async def test_expired_claims_lists_running_runs_due_at_or_before_now(store: Sto
     assert await store.expired_claims(due_c, 10) == [("a", due_a), ("c", due_c)]
 
     a = await get(store, "a")
-    await apply(
-        store, lifecycle.expire_claim(a, taken_until=due_a, now=due_a, timing=TIMING)
-    )
+    await apply(store, lifecycle.expire_claim(a, taken_until=due_a, now=due_a, timing=TIMING))
     await report(store, "c", "completed", now=due_a)
     assert await store.expired_claims(NOW + HOUR, 10) == [("b", due_a + CLAIM)]
 
@@ -423,6 +418,17 @@ async def test_delete_expired_deletes_tasks_and_edges_up_to_the_limit(store: Sto
     assert (await store.dependents("base", limit=10, after=None)).records == []
 
 
+async def test_concurrent_sweeps_delete_each_expired_task_once(store: Store) -> None:
+    for i in range(12):
+        await create(store, f"t{i:02}", expires=NOW + HOUR + i)
+
+    counts = await asyncio.gather(*(store.delete_expired(NOW + 2 * HOUR, 5) for _ in range(4)))
+
+    assert all(count <= 5 for count in counts)
+    assert sum(counts) + await store.delete_expired(NOW + 2 * HOUR, 100) == 12
+    assert await store.get_many([f"t{i:02}" for i in range(12)]) == {}
+
+
 # --- listings and counts --------------------------------------------------------------------
 
 
@@ -446,9 +452,7 @@ async def test_task_group_pages_through_every_task_in_task_id_order(store: Store
     assert [len(page.records) for page in exact] == [5, 5]
     assert exact[-1].next_after is None
 
-    assert await store.task_group("empty", limit=3, after=None) == Page(
-        records=[], next_after=None
-    )
+    assert await store.task_group("empty", limit=3, after=None) == Page(records=[], next_after=None)
 
 
 async def test_dependents_pages_through_every_dependent_in_task_id_order(store: Store) -> None:
@@ -504,8 +508,8 @@ async def test_migrate_after_open_applies_nothing(store: Store) -> None:
 
 
 async def test_reopening_the_database_keeps_the_data(store: Store, store_url: str) -> None:
+    await create(store, "dep")
     await create(store, "T", dependencies=("dep",))
-    await store.insert(new_record("dep"))
     claimed = await claim(store, "dep")
     await store.close()
 
@@ -548,15 +552,15 @@ async def test_replicas_opening_at_once_apply_each_migration_once(
 
 
 @pytest.mark.parametrize(
-    "url",
+    ("url", "file"),
     [
-        "sqlite:///{tmp}/abs.db",
-        "sqlite:////{tmp}/four-slashes.db",
-        "sqlite:///./relative/rel.db",
+        ("sqlite:///{tmp}/abs.db", "abs.db"),
+        ("sqlite:////{tmp}/four-slashes.db", "four-slashes.db"),
+        ("sqlite:///./relative/rel.db", "relative/rel.db"),
     ],
 )
 async def test_store_from_url_opens_sqlite_files(
-    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    url: str, file: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     store = store_from_url(url.format(tmp=str(tmp_path).lstrip("/")))
@@ -565,7 +569,13 @@ async def test_store_from_url_opens_sqlite_files(
         assert await store.insert(new_record("T")) is not None
     finally:
         await store.close()
-    assert len(list(tmp_path.rglob("*.db"))) == 1
+
+    same_file = SQLiteStore(tmp_path / file)
+    await same_file.open()
+    try:
+        assert await same_file.get("T") is not None
+    finally:
+        await same_file.close()
 
 
 @pytest.mark.parametrize(

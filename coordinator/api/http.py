@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -53,17 +55,79 @@ async def read_json(request: web.Request) -> Any:
     if not raw.strip():
         body: Any = {}
     else:
-        try:
-            body = json.loads(raw)
-        except UnicodeDecodeError:
-            raise InputValidationError("request body is not UTF-8 text") from None
-        except json.JSONDecodeError as error:
-            raise InputValidationError(
-                f"request body is not valid JSON: {error.msg} at line {error.lineno} "
-                f"column {error.colno}"
-            ) from None
+        body = _parse(raw)
     request[PAYLOAD] = body
     return body
+
+
+MAX_DEPTH = 128
+"""Deepest nesting of arrays and objects a request body may have. Deeper bodies would exhaust
+Python's recursion limit somewhere between parsing, validating, storing and answering."""
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _not_a_number(text: str) -> Any:
+    raise ValueError(f"{text} is not a JSON number")
+
+
+def _parse(raw: bytes) -> Any:
+    """Strict JSON: no ``NaN``/``Infinity``, no number too large for a double, no lone UTF-16
+    surrogate (it can't be stored or sent back as UTF-8) and at most :data:`MAX_DEPTH` levels."""
+    try:
+        body = json.loads(raw, parse_float=_finite, parse_constant=_not_a_number)
+    except UnicodeDecodeError:
+        raise InputValidationError("request body is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise InputValidationError(
+            f"request body is not valid JSON: {error.msg} at line {error.lineno} "
+            f"column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise InputValidationError(
+            f"request body is nested too deeply: at most {MAX_DEPTH} levels are allowed"
+        ) from None
+    except ValueError as error:  # from the hooks above, or an integer with too many digits
+        raise InputValidationError(f"request body is not valid JSON: {error}") from None
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+        raise InputValidationError(
+            f"request body is nested too deeply: at most {MAX_DEPTH} levels are allowed"
+        )
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            _dumps(body).encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise InputValidationError(
+                f"request body has a lone UTF-16 surrogate escape ({error.object[error.start]!a}),"
+                " which is not a Unicode character"
+            ) from None
+    return body
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _error_body(request: web.Request, code: str, message: str) -> dict[str, Any]:

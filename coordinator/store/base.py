@@ -11,7 +11,10 @@ pass one contract test suite (``tests/test_store_contract.py``). The contract:
   :meth:`tasks_to_notify`) are served by indexes on columns derived from the record
   (``TaskRecord.taken_until``, ``open_deadline``, ``hint_due``, ``notify_dependents``), so a
   resolver pass costs the number of rows it acts on, not the number of tasks stored.
+* Scans return the oldest first (by the scanned time); :meth:`Store.tasks_to_notify` in no
+  particular order.
 * Listings page by task id with a ``limit``; no call holds more than one page in memory.
+* ``insert`` requires unique dependencies (the API rejects duplicates before).
 
 All times are epoch milliseconds.
 """

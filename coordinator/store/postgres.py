@@ -33,14 +33,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 
 from coordinator.records import TaskRecord, TaskState
 from coordinator.store.base import Page, RunCounts, Store
 from coordinator.store.rows import insert_columns, page_from_rows, record_from_row, status_columns
 from coordinator.store.sqlfiles import migrations, queries
 
-# ``:name`` but not the second colon of a ``::type`` cast
+# ``:name`` but not the second colon of a ``::type`` cast; queries.sql keeps ``:word`` out of
+# its string literals and comments, which this does not parse
 _PARAMETER = re.compile(r"(?<!:):([A-Za-z_]\w*)")
 
 

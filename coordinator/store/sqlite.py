@@ -21,7 +21,12 @@ from typing import Any, TypeVar, cast
 
 from coordinator.records import TaskRecord, TaskState
 from coordinator.store.base import Page, RunCounts, Store
-from coordinator.store.rows import insert_columns, record_from_row, status_columns
+from coordinator.store.rows import (
+    insert_columns,
+    page_from_rows,
+    record_from_row,
+    status_columns,
+)
 from coordinator.store.sqlfiles import migrations, queries
 
 T = TypeVar("T")
@@ -186,10 +191,7 @@ class SQLiteStore(Store):
     # --- listings and counts --------------------------------------------------------------
 
     async def _page(self, name: str, limit: int, **params: Any) -> Page:
-        rows = await self._fetch(name, limit=limit + 1, **params)
-        records = [record_from_row(row) for row in rows[:limit]]
-        next_after = records[-1].task_id if len(rows) > limit else None
-        return Page(records=records, next_after=next_after)
+        return page_from_rows(await self._fetch(name, limit=limit + 1, **params), limit)
 
     async def task_group(self, task_group_id: str, *, limit: int, after: str | None) -> Page:
         return await self._page("task_group", limit, task_group_id=task_group_id, after=after or "")

@@ -81,7 +81,9 @@ WHERE hint_due IS NOT NULL AND hint_due < :before
 ORDER BY hint_due LIMIT :limit
 
 -- name: tasks_to_notify
-SELECT task_id FROM tasks WHERE notify_dependents LIMIT :limit
+-- The order matches the partial index, so the planner always walks it; without one it may
+-- pick a sequential scan, expecting many rows where notify_dependents is set.
+SELECT task_id FROM tasks WHERE notify_dependents ORDER BY task_id LIMIT :limit
 
 -- name: delete_expired
 -- Sweepers in several replicas take disjoint batches (SKIP LOCKED) instead of queueing on
@@ -96,7 +98,7 @@ WITH doomed AS (
     RETURNING tasks.task_id
 ), edges_as_dependent AS (
     DELETE FROM task_dependencies USING deleted
-    WHERE false
+    WHERE task_dependencies.dependent_task_id = deleted.task_id
 ), edges_as_required AS (
     DELETE FROM task_dependencies USING deleted
     WHERE task_dependencies.required_task_id = deleted.task_id
