@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-PAYLOAD = "coordinator.payload"
+PAYLOAD = web.RequestKey[Any]("payload")
 """Request key under which :func:`read_json` leaves the parsed body, for error bodies."""
-ENDPOINT = "coordinator.endpoint"
+ENDPOINT = web.RequestKey[str]("endpoint")
 """Request key naming the API method being served, for error bodies."""
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
