@@ -87,6 +87,10 @@ class ClaimWork:
                 return []
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), min(self.idle_poll, remaining))
+            # The client may have gone while we waited: claiming for it now would leave the
+            # run running for nobody until its claim expires.
+            if disconnected():
+                return []
 
     async def _claim_hints(
         self, hints: list[ReceivedHint], *, worker_group: str, worker_id: str

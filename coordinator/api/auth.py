@@ -399,13 +399,19 @@ class Authorizer:
         )
 
     @classmethod
-    def from_config(cls, config: Config) -> Authorizer:
+    def from_config(cls, config: Config, *, clock: Callable[[], float] = time.time) -> Authorizer:
         """Load ``config.clients_file`` (raising :class:`ClientsFileError` when it is missing or
-        malformed) unless ``config.auth_enabled`` is off."""
+        malformed) unless ``config.auth_enabled`` is off.
+
+        :param clock: seconds since the epoch; the clock the runs (and so the certificates
+            issued for them) are on, so that credentials expire on the same clock.
+        """
         if not config.auth_enabled:
             log.warning("authentication disabled: every request holds scope *")
-            return cls(clients=None)
-        return cls(clients=ClientRegistry(config.clients_file), public_url=config.public_url)
+            return cls(clients=None, clock=clock)
+        return cls(
+            clients=ClientRegistry(config.clients_file), public_url=config.public_url, clock=clock
+        )
 
     async def caller(self, request: web.Request) -> RequestAuth:
         """Who sent ``request``, verified once and remembered on the request.

@@ -24,7 +24,7 @@ from coordinator.api.endpoints import Endpoint, task_queue
 from coordinator.api.http import ENDPOINT, json_response, read_json
 from coordinator.api.scopes import Expression, create_task_expression
 from coordinator.claim_work import ClaimWork
-from coordinator.errors import InputValidationError, ResourceNotFound, ServiceUnavailable
+from coordinator.errors import InputValidationError, ResourceNotFound
 from coordinator.queues import QueueService, QueueUnavailable
 from coordinator.records import TaskRecord, to_iso
 from coordinator.store.base import Page
@@ -223,14 +223,7 @@ class Handlers:
             raise ResourceNotFound(
                 "this coordinator runs without Azure queues: use claimWork instead"
             )
-        try:
-            urls = await self.queues.poll_urls(
-                provisioner_id, worker_type, now=self.service.clock()
-            )
-        except QueueUnavailable as error:
-            raise ServiceUnavailable(
-                f"Azure queues are unreachable, retry later: {error}"
-            ) from None
+        urls = await self.queues.poll_urls(provisioner_id, worker_type, now=self.service.clock())
         return {
             "queues": [
                 {"signedPollUrl": q.signed_poll_url, "signedDeleteUrl": q.signed_delete_url}
@@ -291,7 +284,7 @@ class Handlers:
             worker_type,
             worker_group=body["workerGroup"],
             worker_id=body["workerId"],
-            count=body["tasks"],
+            count=int(body["tasks"]),
             disconnected=lambda: request.transport is None or request.transport.is_closing(),
         )
         return {"tasks": [self.claim_body(record) for record in claimed]}

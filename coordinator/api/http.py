@@ -4,6 +4,7 @@
   :class:`~coordinator.errors.ApiError`\\ s with their status, aiohttp's own 404/405/413, and
   anything unexpected as a 500 that names an incident id (the traceback goes to the log with
   that id, never to the client).
+  Azure being unreachable is a 503 ``ServiceUnavailable``.
 * :func:`read_json` parses a request body with errors that say what was wrong.
 """
 
@@ -25,7 +26,9 @@ from coordinator.errors import (
     InputTooLarge,
     InputValidationError,
     ResourceNotFound,
+    ServiceUnavailable,
 )
+from coordinator.queues import QueueUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +156,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except ApiError as error:
         return error_response(request, error)
+    except QueueUnavailable as error:
+        return error_response(
+            request, ServiceUnavailable(f"Azure queues are unreachable, retry later: {error}")
+        )
     except web.HTTPRequestEntityTooLarge as error:
         return error_response(request, InputTooLarge(f"request body too large: {error.text}"))
     except web.HTTPNotFound:

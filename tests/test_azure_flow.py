@@ -1,0 +1,677 @@
+"""The whole hint flow against a real Azurite and a real coordinator over HTTP (SPEC §6-§8).
+
+Workers are played by plain aiohttp: they get signed URLs from ``pollTaskUrls``, GET and
+DELETE messages on Azurite directly, and claim through the API. Other checks read the queues
+with the Azure SDK and the account key (``peek`` never changes what workers see), so a hint
+"appearing" is observed in Azure itself, not through the coordinator.
+
+Covered: priority order and the poll/claim/delete cycle; what the SAS allows and its expiry;
+duplicate, stale, unknown, undecodable and canceled hints being harmless; claimWork under
+concurrency, when idle and when the client goes away; a hint for every transition that makes
+a run pending; the retry delay; Azurite going away and coming back; pendingTasks against the
+exact counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.parse
+import xml.etree.ElementTree as ET
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import slugid
+from azure.core.exceptions import ResourceNotFoundError
+from azure.storage.queue.aio import QueueClient
+
+from coordinator.azurite import AzuriteProcess
+from coordinator.queues import decode_hint, encode_hint, queue_name
+from coordinator.records import PRIORITIES
+from coordinator.resolvers import hint_keeper
+from tests.fixtures.azurite import AzureNamespace
+from tests.fixtures.coordinator import (
+    FakeClock,
+    RunningCoordinator,
+    task_definition,
+    wait_until,
+)
+
+Start = Callable[..., Awaitable[RunningCoordinator]]
+WORKER = {"workerGroup": "wg", "workerId": "w1"}
+WT = "wt"
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+class Flow:
+    """One test's coordinator(s) on one Azurite, in the test's own provisionerId and queue
+    prefix, and the worker-side and Azure-side helpers."""
+
+    def __init__(
+        self,
+        start: Start,
+        connection_string: str,
+        ns: AzureNamespace,
+        http: aiohttp.ClientSession,
+    ) -> None:
+        self._start = start
+        self.connection_string = connection_string
+        self.prefix = ns.queue_prefix
+        self.prov = ns.provisioner_id
+        self.http = http
+
+    async def coordinator(self, **overrides: Any) -> RunningCoordinator:
+        settings: dict[str, Any] = {
+            "azure_connection_string": self.connection_string,
+            "queue_prefix": self.prefix,
+            "resolver_interval": 100,
+            "hint_grace": 200,
+            "claim_work_timeout": 1_000,
+            **overrides,
+        }
+        return await self._start(**settings)
+
+    # --- the API --------------------------------------------------------------------------
+
+    async def create(
+        self, coord: RunningCoordinator, *, now: int | None = None, **fields: Any
+    ) -> str:
+        task_id: str = slugid.nice()
+        body = task_definition(now, provisionerId=self.prov, workerType=WT, **fields)
+        response = await coord.call("PUT", f"/task/{task_id}", body)
+        assert response.status == 200, response.body
+        return task_id
+
+    @staticmethod
+    async def status(coord: RunningCoordinator, task_id: str) -> dict[str, Any]:
+        response = await coord.call("GET", f"/task/{task_id}/status")
+        assert response.status == 200, response.body
+        status: dict[str, Any] = response.body["status"]
+        return status
+
+    @staticmethod
+    async def claim(
+        coord: RunningCoordinator, task_id: str, run_id: int, worker_id: str = "w1"
+    ) -> int:
+        body = {"workerGroup": "wg", "workerId": worker_id}
+        return (await coord.call("POST", f"/task/{task_id}/runs/{run_id}/claim", body)).status
+
+    @staticmethod
+    async def report(
+        coord: RunningCoordinator, task_id: str, run_id: int, what: str, reason: str = ""
+    ) -> dict[str, Any]:
+        body = {"reason": reason} if what == "exception" else None
+        response = await coord.call("POST", f"/task/{task_id}/runs/{run_id}/{what}", body)
+        assert response.status == 200, response.body
+        status: dict[str, Any] = response.body["status"]
+        return status
+
+    async def claim_work(
+        self, coord: RunningCoordinator, *, tasks: int = 32, worker_id: str = "w1"
+    ) -> list[dict[str, Any]]:
+        body = {"workerGroup": "wg", "workerId": worker_id, "tasks": tasks}
+        response = await coord.call("POST", f"/claim-work/{self.prov}/{WT}", body)
+        assert response.status == 200, response.body
+        claims: list[dict[str, Any]] = response.body["tasks"]
+        return claims
+
+    async def poll_urls(self, coord: RunningCoordinator) -> list[dict[str, str]]:
+        response = await coord.call("GET", f"/poll-task-url/{self.prov}/{WT}")
+        assert response.status == 200, response.body
+        queues: list[dict[str, str]] = response.body["queues"]
+        return queues
+
+    # --- a worker on Azure ----------------------------------------------------------------
+
+    async def get(self, signed_poll_url: str, count: int = 32) -> list[dict[str, str]]:
+        async with self.http.get(f"{signed_poll_url}&numofmessages={count}") as response:
+            text = await response.text()
+            assert response.status == 200, text
+        root = ET.fromstring(text)
+        assert root.tag == "QueueMessagesList", text
+        return [{field.tag: field.text or "" for field in message} for message in root]
+
+    async def delete(self, signed_delete_url: str, message: dict[str, str]) -> int:
+        url = signed_delete_url.replace(
+            "{{messageId}}", urllib.parse.quote(message["MessageId"], safe="")
+        ).replace("{{popReceipt}}", urllib.parse.quote(message["PopReceipt"], safe=""))
+        async with self.http.delete(url) as response:
+            return response.status
+
+    # --- Azure with the account key -------------------------------------------------------
+
+    def queue(self, priority: str = "lowest") -> QueueClient:
+        name = queue_name(self.prefix, self.prov, WT, priority)
+        return QueueClient.from_connection_string(self.connection_string, name)
+
+    async def peek(self, priority: str = "lowest") -> list[tuple[str, int] | None]:
+        """The visible hints of a queue, decoded (``None`` for junk), without touching them."""
+        async with self.queue(priority) as client:
+            try:
+                messages = await client.peek_messages(max_messages=32)
+            except ResourceNotFoundError:
+                return []
+        return [decode_hint(m.content) for m in messages]
+
+    async def count(self, priority: str = "lowest") -> int:
+        """Every message of a queue, visible or not (Azure's approximate count)."""
+        async with self.queue(priority) as client:
+            try:
+                properties = await client.get_queue_properties()
+            except ResourceNotFoundError:
+                return 0
+        return properties.approximate_message_count or 0
+
+    async def send(self, text: str, priority: str = "lowest") -> None:
+        """A message put behind the coordinator's back (duplicates, junk)."""
+        async with self.queue(priority) as client:
+            await client.send_message(text)
+
+    async def wait_for_hint(
+        self, task_id: str, run_id: int, priority: str = "lowest", within: float = 10.0
+    ) -> None:
+        async def present() -> bool:
+            return (task_id, run_id) in await self.peek(priority)
+
+        await wait_until(present, within=within, what=f"a hint for {task_id}/{run_id}")
+
+
+@pytest.fixture
+def flow(
+    start_coordinator: Start,
+    azurite: AzuriteProcess,
+    azure_namespace: AzureNamespace,
+    http: aiohttp.ClientSession,
+) -> Flow:
+    return Flow(start_coordinator, azurite.connection_string, azure_namespace, http)
+
+
+def hint_text(task_id: str, run_id: int) -> str:
+    return encode_hint(task_id=task_id, run_id=run_id, hint_id=slugid.nice())
+
+
+async def stored(coord: RunningCoordinator, task_id: str) -> Any:
+    """The task's status, or ``None`` if it does not exist."""
+    response = await coord.call("GET", f"/task/{task_id}/status")
+    assert response.status in (200, 404), response.body
+    return response.body["status"] if response.status == 200 else None
+
+
+def run_states(status: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
+    return [(r["state"], r["reasonCreated"], r.get("reasonResolved")) for r in status["runs"]]
+
+
+# --- pollTaskUrls, the worker's cycle -------------------------------------------------------
+
+
+async def test_workers_poll_highest_priority_first_claim_and_delete(flow: Flow) -> None:
+    coord = await flow.coordinator()
+    # Created lowest first: insertion order cannot explain what workers see.
+    by_priority = {p: await flow.create(coord, priority=p) for p in reversed(PRIORITIES)}
+
+    queues = await flow.poll_urls(coord)
+    assert len(queues) == len(PRIORITIES)
+
+    seen = []
+    for signed in queues:
+        messages = await flow.get(signed["signedPollUrl"])
+        assert len(messages) == 1
+        decoded = decode_hint(messages[0]["MessageText"])
+        assert decoded is not None
+        task_id, run_id = decoded
+        seen.append(task_id)
+        assert await flow.claim(coord, task_id, run_id) == 200
+        assert await flow.delete(signed["signedDeleteUrl"], messages[0]) == 204
+        assert (await flow.status(coord, task_id))["state"] == "running"
+    assert seen == [by_priority[p] for p in PRIORITIES]
+
+    # Deleted, not merely invisible for the poll's 300 s.
+    for priority in PRIORITIES:
+        assert await flow.count(priority) == 0
+
+
+async def test_signed_urls_get_and_delete_but_cannot_add(flow: Flow) -> None:
+    coord = await flow.coordinator()
+    await flow.create(coord)
+    signed = (await flow.poll_urls(coord))[-1]  # lowest
+    poll_url = signed["signedPollUrl"]
+    queue_url, query = poll_url.split("/messages?", 1)
+    sas = query.split("&", 1)[1]  # drop visibilitytimeout=300
+    add = "<QueueMessage><MessageText>Zm9v</MessageText></QueueMessage>"
+
+    async with flow.http.post(f"{queue_url}/messages?{sas}", data=add) as response:
+        assert response.status == 403
+    assert await flow.count() == 1  # nothing was added
+
+    messages = await flow.get(poll_url)
+    assert len(messages) == 1
+    assert await flow.delete(signed["signedDeleteUrl"], messages[0]) == 204
+    assert await flow.count() == 0
+
+
+async def test_expired_signed_urls_are_refused(flow: Flow) -> None:
+    coord = await flow.coordinator()
+    task_id = await flow.create(coord)
+    # The same queues, through a coordinator whose clock is two hours behind: the SAS it
+    # signs expired 90 minutes ago.
+    stale_coord = await flow.coordinator(clock=FakeClock(int(time.time() * 1000) - 7_200_000))
+    response = await stale_coord.call("GET", f"/poll-task-url/{flow.prov}/{WT}")
+    assert response.status == 200, response.body
+    stale = response.body["queues"][-1]
+    fresh = (await flow.poll_urls(coord))[-1]
+    assert stale["signedPollUrl"] != fresh["signedPollUrl"]
+
+    async with flow.http.get(stale["signedPollUrl"]) as refused:
+        assert refused.status == 403
+    messages = await flow.get(fresh["signedPollUrl"])
+    assert [decode_hint(m["MessageText"]) for m in messages] == [(task_id, 0)]
+    # An expired SAS cannot delete either; the fresh one can.
+    assert await flow.delete(stale["signedDeleteUrl"], messages[0]) == 403
+    assert await flow.count() == 1
+    assert await flow.delete(fresh["signedDeleteUrl"], messages[0]) == 204
+    assert await flow.count() == 0
+
+
+# --- junk hints are harmless ----------------------------------------------------------------
+
+
+async def test_duplicate_stale_unknown_and_undecodable_hints_are_harmless_to_claimTask(
+    flow: Flow,
+) -> None:
+    coord = await flow.coordinator(run_resolvers=False)
+    duplicated = await flow.create(coord)
+    await flow.send(hint_text(duplicated, 0))
+    completed = await flow.create(coord)  # its run-0 hint becomes stale
+    assert await flow.claim(coord, completed, 0) == 200
+    await flow.report(coord, completed, 0, "completed")
+    retried = await flow.create(coord)  # run 0 stale, run 1 pending
+    assert await flow.claim(coord, retried, 0) == 200
+    await flow.report(coord, retried, 0, "exception", "worker-shutdown")
+    unknown = slugid.nice()
+    await flow.send(hint_text(unknown, 0))
+    await flow.send("not a hint at all")
+    await flow.send(hint_text(completed, 7))  # a run that never existed
+
+    signed = (await flow.poll_urls(coord))[-1]
+    messages = await flow.get(signed["signedPollUrl"])
+    assert len(messages) == 8
+
+    answers: list[tuple[tuple[str, int] | None, int]] = []
+    for number, message in enumerate(messages):
+        decoded = decode_hint(message["MessageText"])
+        if decoded is not None:
+            task_id, run_id = decoded
+            before = await stored(coord, task_id)
+            answer = await flow.claim(coord, task_id, run_id, worker_id=f"w{number}")
+            after = await stored(coord, task_id)
+            answers.append((decoded, answer))
+            if answer != 200:
+                assert 400 <= answer < 500
+                assert after == before, f"a refused claim changed {task_id}"
+        else:
+            answers.append((None, 0))
+        assert await flow.delete(signed["signedDeleteUrl"], message) == 204
+
+    assert sorted(answers, key=repr) == sorted(
+        [
+            ((duplicated, 0), 200),
+            ((duplicated, 0), 409),  # the duplicate, by another worker
+            ((completed, 0), 409),
+            ((completed, 7), 404),
+            ((retried, 0), 409),
+            ((retried, 1), 200),
+            ((unknown, 0), 404),
+            (None, 0),
+        ],
+        key=repr,
+    )
+    assert await flow.count() == 0
+    assert (await coord.call("GET", f"/task/{unknown}/status")).status == 404
+    assert run_states(await flow.status(coord, completed)) == [
+        ("completed", "scheduled", "completed")
+    ]
+
+
+async def test_junk_hints_are_deleted_by_claimWork_without_touching_the_store(
+    flow: Flow,
+) -> None:
+    coord = await flow.coordinator(run_resolvers=False)
+    completed = await flow.create(coord, priority="highest")
+    assert await flow.claim(coord, completed, 0) == 200
+    await flow.report(coord, completed, 0, "completed")
+    canceled = await flow.create(coord, priority="high")
+    assert (await coord.call("POST", f"/task/{canceled}/cancel")).status == 200
+    running = await flow.create(coord, priority="high")
+    assert await flow.claim(coord, running, 0, worker_id="other") == 200
+    await flow.poll_urls(coord)  # creates every priority's queue
+    for text in (hint_text(slugid.nice(), 0), "%%% garbage", hint_text(running, 0)):
+        await flow.send(text, priority="very-high")
+    wanted = await flow.create(coord)  # lowest: every junk hint comes first
+    junk = [completed, canceled, running]
+    before = {task_id: await flow.status(coord, task_id) for task_id in junk}
+
+    claims = await flow.claim_work(coord)
+
+    assert [(c["status"]["taskId"], c["runId"]) for c in claims] == [(wanted, 0)]
+    assert {task_id: await flow.status(coord, task_id) for task_id in junk} == before
+    for priority in PRIORITIES:
+        assert await flow.count(priority) == 0, f"junk left in the {priority} queue"
+
+
+async def test_a_canceled_tasks_hint_never_becomes_a_claim(flow: Flow) -> None:
+    coord = await flow.coordinator(run_resolvers=False, claim_work_timeout=500)
+    task_id = await flow.create(coord)
+    await flow.wait_for_hint(task_id, 0)
+    canceled = await coord.call("POST", f"/task/{task_id}/cancel")
+    assert canceled.status == 200
+    before = canceled.body["status"]
+    assert run_states(before) == [("exception", "scheduled", "canceled")]
+
+    assert await flow.claim_work(coord) == []
+    assert await flow.count() == 0  # the stale hint was deleted, not left to come back
+    assert await flow.claim(coord, task_id, 0) == 409
+    assert await flow.status(coord, task_id) == before
+
+
+# --- claimWork ------------------------------------------------------------------------------
+
+
+async def test_concurrent_claimWork_callers_get_distinct_runs(flow: Flow) -> None:
+    coord = await flow.coordinator(claim_work_timeout=10_000)
+    task_ids = {await flow.create(coord) for _ in range(10)}
+
+    results = await asyncio.gather(
+        *(flow.claim_work(coord, tasks=1, worker_id=f"w{i}") for i in range(10))
+    )
+
+    assert [len(claims) for claims in results] == [1] * 10
+    claimed = [(c["status"]["taskId"], c["runId"], c["workerId"]) for r in results for c in r]
+    assert {(task_id, run_id) for task_id, run_id, _ in claimed} == {(t, 0) for t in task_ids}
+    for task_id, _, worker_id in claimed:
+        runs = (await flow.status(coord, task_id))["runs"]
+        assert [(r["state"], r["workerId"]) for r in runs] == [("running", worker_id)]
+    assert await flow.count() == 0
+
+
+async def test_claimWork_hands_out_the_highest_priority_first(flow: Flow) -> None:
+    coord = await flow.coordinator()
+    order = ["low", "highest", "lowest", "medium"]
+    by_priority = {p: await flow.create(coord, priority=p) for p in order}
+
+    claims = await flow.claim_work(coord, tasks=3)
+
+    assert [c["status"]["taskId"] for c in claims] == [
+        by_priority[p] for p in ("highest", "medium", "low")
+    ]
+    assert (await flow.status(coord, by_priority["lowest"]))["state"] == "pending"
+
+
+async def test_claimWork_without_work_answers_empty_after_the_long_poll(flow: Flow) -> None:
+    coord = await flow.coordinator(claim_work_timeout=700)
+    started = time.monotonic()
+    response = await coord.call("POST", f"/claim-work/{flow.prov}/{WT}", {**WORKER, "tasks": 4})
+    elapsed = time.monotonic() - started
+    assert response.status == 200
+    assert response.body == {"tasks": []}
+    assert 0.7 <= elapsed < 5.0
+
+
+def claim_work_polls(*, idle: bool = False) -> int:
+    """How many ``ClaimWork.claim`` calls are in progress in this event loop (the in-process
+    coordinator's request handlers run here); with ``idle``, only those waiting between two
+    polls of Azure."""
+    polls = 0
+    for task in asyncio.all_tasks():
+        names = []
+        awaited: Any = task.get_coro()
+        while awaited is not None:
+            code = getattr(awaited, "cr_code", None)
+            if code is not None:
+                names.append(code.co_qualname)
+            awaited = getattr(awaited, "cr_await", None)
+        if "ClaimWork.claim" in names and (not idle or "wait_for" in names):
+            polls += 1
+    return polls
+
+
+async def test_claimWork_stops_when_the_client_goes_away(flow: Flow) -> None:
+    coord = await flow.coordinator(claim_work_timeout=60_000)
+    assert claim_work_polls() == 0
+    async with aiohttp.ClientSession() as impatient:
+        request = asyncio.ensure_future(
+            impatient.post(f"{coord.api}/claim-work/{flow.prov}/{WT}", json={**WORKER, "tasks": 1})
+        )
+
+        async def idle() -> bool:
+            return claim_work_polls(idle=True) == 1
+
+        await wait_until(idle, within=5, what="the claimWork long poll to wait for work")
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    # Work that arrives now must not be claimed for a worker that is gone.
+    task_id = await flow.create(coord)
+
+    async def stopped() -> bool:
+        return claim_work_polls() == 0
+
+    # Well before the 60 s long poll would end by itself.
+    await wait_until(stopped, within=5, what="the abandoned claimWork to stop")
+    assert run_states(await flow.status(coord, task_id)) == [("pending", "scheduled", None)], (
+        await flow.status(coord, task_id)
+    )
+    claims = await flow.claim_work(coord, worker_id="w2")
+    assert [(c["status"]["taskId"], c["workerId"]) for c in claims] == [(task_id, "w2")]
+
+
+# --- every transition to pending puts a hint ------------------------------------------------
+
+
+async def test_createTask_and_scheduleTask_put_hints(flow: Flow) -> None:
+    coord = await flow.coordinator()
+    created = await flow.create(coord, priority="high")
+    await flow.wait_for_hint(created, 0, "high")
+
+    blocker = await flow.create(coord)
+    waiting = await flow.create(coord, dependencies=[blocker])
+    assert (await flow.status(coord, waiting))["state"] == "unscheduled"
+    assert (waiting, 0) not in await flow.peek()
+    response = await coord.call("POST", f"/task/{waiting}/schedule")
+    assert response.status == 200
+    assert run_states(response.body["status"]) == [("pending", "scheduled", None)]
+    await flow.wait_for_hint(waiting, 0)
+
+
+async def test_dependency_resolution_puts_a_hint(flow: Flow) -> None:
+    coord = await flow.coordinator()
+    dependency = await flow.create(coord)
+    dependent = await flow.create(coord, dependencies=[dependency])
+    assert (await flow.status(coord, dependent))["state"] == "unscheduled"
+    assert await flow.claim(coord, dependency, 0) == 200
+    assert (dependent, 0) not in await flow.peek()
+
+    await flow.report(coord, dependency, 0, "completed")
+
+    await flow.wait_for_hint(dependent, 0)
+    assert run_states(await flow.status(coord, dependent)) == [("pending", "scheduled", None)]
+
+
+@pytest.mark.parametrize(
+    ("reason", "reason_created"),
+    [("worker-shutdown", "retry"), ("intermittent-task", "task-retry")],
+)
+async def test_retrying_exceptions_put_a_hint_for_the_new_run(
+    flow: Flow, reason: str, reason_created: str
+) -> None:
+    coord = await flow.coordinator()
+    task_id = await flow.create(coord, priority="very-low")
+    assert await flow.claim(coord, task_id, 0) == 200
+
+    status = await flow.report(coord, task_id, 0, "exception", reason)
+
+    assert run_states(status) == [
+        ("exception", "scheduled", reason),
+        ("pending", reason_created, None),
+    ]
+    await flow.wait_for_hint(task_id, 1, "very-low")
+    # The new run is claimable through its hint.
+    claims = await flow.claim_work(coord)
+    assert [(c["status"]["taskId"], c["runId"]) for c in claims] == [(task_id, 1)]
+
+
+async def test_claim_expiry_puts_a_hint_for_the_retry(flow: Flow) -> None:
+    clock = FakeClock()
+    coord = await flow.coordinator(clock=clock, claim_timeout=60_000)
+    task_id = await flow.create(coord, now=clock.now)
+    assert await flow.claim(coord, task_id, 0) == 200
+    assert (task_id, 1) not in await flow.peek()
+
+    clock.advance(61)
+
+    await flow.wait_for_hint(task_id, 1)
+    assert run_states(await flow.status(coord, task_id)) == [
+        ("exception", "scheduled", "claim-expired"),
+        ("pending", "retry", None),
+    ]
+
+
+async def test_rerunTask_puts_a_hint(flow: Flow) -> None:
+    coord = await flow.coordinator()
+    task_id = await flow.create(coord)
+    assert await flow.claim(coord, task_id, 0) == 200
+    await flow.report(coord, task_id, 0, "failed")
+    assert (task_id, 1) not in await flow.peek()
+
+    response = await coord.call("POST", f"/task/{task_id}/rerun")
+
+    assert response.status == 200
+    assert run_states(response.body["status"])[-1] == ("pending", "rerun", None)
+    await flow.wait_for_hint(task_id, 1)
+
+
+async def test_retry_delay_hides_the_retry_hint_for_a_while(flow: Flow) -> None:
+    coord = await flow.coordinator(retry_delay_base=2_000)
+    task_id = await flow.create(coord)
+    claims = await flow.claim_work(coord)
+    assert [c["status"]["taskId"] for c in claims] == [task_id]  # run 0's hint is gone
+
+    reported = time.monotonic()
+    await flow.report(coord, task_id, 0, "exception", "worker-shutdown")
+
+    # Put (Azure counts it) but invisible: no worker can see it yet.
+    assert await flow.count() == 1
+    assert await flow.peek() == []
+    await flow.wait_for_hint(task_id, 1)
+    assert time.monotonic() - reported >= 1.0
+
+
+# --- Azurite going away ---------------------------------------------------------------------
+
+
+async def test_the_api_survives_an_azurite_outage_and_hints_come_back(
+    start_coordinator: Start,
+    azure_namespace: AzureNamespace,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    # Persistent: the hints put before the outage must still be there after it, so the only
+    # hints that can appear are those the coordinator puts again.
+    async with AzuriteProcess(location=tmp_path / "azurite") as azurite:
+        flow = Flow(start_coordinator, azurite.connection_string, azure_namespace, http)
+        coord = await flow.coordinator(claim_work_timeout=500)
+        before = await flow.create(coord)
+        await flow.wait_for_hint(before, 0)
+
+        await azurite.stop()
+        during = await flow.create(coord)
+        assert run_states(await flow.status(coord, during)) == [("pending", "scheduled", None)]
+        pending = await coord.call("GET", f"/pending/{flow.prov}/{WT}")
+        assert pending.status == 200, pending.body
+        assert pending.body["pendingTasks"] == 2  # from the store meanwhile
+        polled = await coord.call("GET", f"/poll-task-url/{flow.prov}/{WT}")
+        assert polled.status == 503, polled.body
+        claimed = await coord.call("POST", f"/claim-work/{flow.prov}/{WT}", {**WORKER, "tasks": 1})
+        assert claimed.status == 503, claimed.body
+
+        await azurite.start()
+        await flow.wait_for_hint(during, 0)
+        assert sorted(await flow.peek(), key=repr) == sorted([(before, 0), (during, 0)], key=repr)
+        got: set[str] = set()
+
+        async def all_claimed() -> bool:
+            got.update(c["status"]["taskId"] for c in await flow.claim_work(coord))
+            return got == {before, during}
+
+        await wait_until(all_claimed, within=10, what="both tasks to be claimed")
+
+
+async def test_hint_keeper_puts_hints_that_were_never_confirmed(
+    start_coordinator: Start,
+    azure_namespace: AzureNamespace,
+    http: aiohttp.ClientSession,
+) -> None:
+    async with AzuriteProcess() as azurite:
+        flow = Flow(start_coordinator, azurite.connection_string, azure_namespace, http)
+        coord = await flow.coordinator(run_resolvers=False)
+        await azurite.stop()
+        task_id = await flow.create(coord)
+        await azurite.start()
+        assert await flow.peek() == []
+        service = coord.parts.service
+
+        assert await hint_keeper.run_once(service, grace=60_000) == 0  # not overdue yet
+        assert await flow.peek() == []
+        assert await hint_keeper.run_once(service, grace=0) == 1
+        assert await flow.peek() == [(task_id, 0)]
+        assert await hint_keeper.run_once(service, grace=0) == 0  # confirmed now
+        assert await flow.peek() == [(task_id, 0)]
+
+
+# --- pendingTasks ---------------------------------------------------------------------------
+
+
+async def test_pendingTasks_agrees_with_the_exact_counts_once_hints_are_consumed(
+    flow: Flow,
+) -> None:
+    coord = await flow.coordinator(claim_work_timeout=500)
+    for priority in ("highest", "high", "high", "lowest", "lowest", "lowest"):
+        await flow.create(coord, priority=priority)
+    # Two taken the worker's way (claim, then delete the hint).
+    taken = 0
+    for signed in await flow.poll_urls(coord):
+        if taken == 2:
+            break
+        for message in await flow.get(signed["signedPollUrl"], count=2 - taken):
+            decoded = decode_hint(message["MessageText"])
+            assert decoded is not None
+            assert await flow.claim(coord, *decoded) == 200
+            assert await flow.delete(signed["signedDeleteUrl"], message) == 204
+            taken += 1
+    assert taken == 2
+
+    async def both(coordinator: RunningCoordinator) -> tuple[int, dict[str, Any]]:
+        pending = await coordinator.call("GET", f"/pending/{flow.prov}/{WT}")
+        counts = await coordinator.call("GET", f"/task-queues/{flow.prov}%2F{WT}/counts")
+        assert pending.status == 200 and counts.status == 200
+        return pending.body["pendingTasks"], counts.body
+
+    approximate, exact = await both(coord)
+    assert approximate == exact["pending"] == 4
+    assert exact["running"] == 2
+
+    claims = await flow.claim_work(coord)
+    assert len(claims) == 4
+    # This coordinator's pendingTasks may serve its cached 4 for up to 20 s; a fresh one on
+    # the same store and queues asks Azure.
+    fresh = await flow.coordinator()
+    approximate, exact = await both(fresh)
+    assert approximate == exact["pending"] == 0
+    assert exact["running"] == 6
