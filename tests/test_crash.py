@@ -1,0 +1,212 @@
+"""Crash safety: a real ``queue-coordinator serve`` process on a SQLite file is SIGKILLed and
+started again on the same data directory (SPEC §6, §10).
+
+Every committed transition must survive the kill exactly as the API served it, and work that
+fell due while no coordinator ran (expired claims) must be finished by the resolvers of the
+restarted process.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.records import from_iso
+from coordinator.tasks import wall_clock
+from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, wait_until
+
+MakeProcess = Callable[..., CoordinatorProcess]
+
+RESOLVER_INTERVAL = 200
+"""ms: the restarted coordinator's resolvers look often."""
+
+
+async def status(c: RunningCoordinator, task_id: str) -> dict[str, Any]:
+    result = await c.call("GET", f"/task/{task_id}/status")
+    assert result.status == 200, result.body
+    body: dict[str, Any] = result.body["status"]
+    return body
+
+
+async def snapshot(c: RunningCoordinator, task_ids: list[str]) -> dict[str, Any]:
+    """Everything the API says about each task: definition and full status."""
+    shot: dict[str, Any] = {}
+    for task_id in task_ids:
+        definition = await c.call("GET", f"/task/{task_id}")
+        assert definition.status == 200, definition.body
+        shot[task_id] = {"task": definition.body, "status": await status(c, task_id)}
+    return shot
+
+
+async def post(c: RunningCoordinator, path: str, body: Any = None) -> dict[str, Any]:
+    result = await c.call("POST", path, body)
+    assert result.status == 200, (path, result.body)
+    answer: dict[str, Any] = result.body
+    return answer
+
+
+async def claim(c: RunningCoordinator, task_id: str, run_id: int, worker_id: str) -> str:
+    """Claim a run; returns its takenUntil."""
+    claimed = await post(
+        c, f"/task/{task_id}/runs/{run_id}/claim", {"workerGroup": "wg", "workerId": worker_id}
+    )
+    taken_until: str = claimed["takenUntil"]
+    return taken_until
+
+
+def kill(process: CoordinatorProcess) -> None:
+    assert process.process is not None
+    process.kill()
+    assert process.process.returncode == -signal.SIGKILL
+
+
+def runs(task_status: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    return [
+        (run["state"], run["reasonCreated"], run.get("reasonResolved"))
+        for run in task_status["runs"]
+    ]
+
+
+async def test_every_task_and_run_survives_a_sigkill(coordinator_process: MakeProcess) -> None:
+    settings = {"resolver_interval": RESOLVER_INTERVAL}
+    first = coordinator_process(**settings)
+    c = await first.start()
+
+    pending = [await c.create() for _ in range(4)]
+    running = [await c.create() for _ in range(3)]
+    for i, task_id in enumerate(running):
+        await claim(c, task_id, 0, f"runner-{i}")
+    await post(c, f"/task/{running[0]}/runs/0/reclaim")
+
+    completed = await c.create()
+    started_by_it = await c.create(dependencies=[completed])
+    waiting_all_resolved = await c.create(dependencies=[completed], requires="all-resolved")
+    await claim(c, completed, 0, "finisher")
+    await post(c, f"/task/{completed}/runs/0/completed")
+
+    blocker = await c.create()
+    blocked = [await c.create(dependencies=[blocker, completed]) for _ in range(2)]
+
+    failed = await c.create()
+    await claim(c, failed, 0, "failer")
+    await post(c, f"/task/{failed}/runs/0/failed")
+    retried = await c.create()
+    await claim(c, retried, 0, "shutdown")
+    await post(c, f"/task/{retried}/runs/0/exception", {"reason": "worker-shutdown"})
+    canceled = await c.create(dependencies=[blocker])
+    await post(c, f"/task/{canceled}/cancel")
+
+    async def dependents_started() -> bool:
+        wanted = (started_by_it, waiting_all_resolved)
+        return [(await status(c, t))["state"] for t in wanted] == ["pending"] * len(wanted)
+
+    # the in-line dependency notification runs after the report's answer: let it finish, so
+    # that the snapshot is a state at rest
+    await wait_until(dependents_started, within=10, what="dependents of the completed task")
+
+    everything = [
+        *pending,
+        *running,
+        completed,
+        started_by_it,
+        waiting_all_resolved,
+        blocker,
+        *blocked,
+        failed,
+        retried,
+        canceled,
+    ]
+    before = await snapshot(c, everything)
+    states = {t: before[t]["status"]["state"] for t in everything}
+    assert [states[t] for t in running] == ["running"] * 3
+    assert states[completed] == "completed"
+    assert states[failed] == "failed"
+    assert [states[t] for t in blocked] == ["unscheduled"] * 2
+    assert runs(before[retried]["status"]) == [
+        ("exception", "scheduled", "worker-shutdown"),
+        ("pending", "retry", None),
+    ]
+    assert runs(before[canceled]["status"]) == [("exception", "exception", "canceled")]
+
+    kill(first)
+    second = coordinator_process(**settings)
+    assert second.config.data_dir == first.config.data_dir
+    assert second.config.store_url == first.config.store_url
+    c = await second.start()
+
+    assert await snapshot(c, everything) == before
+
+    # and the restarted coordinator carries on from there
+    await post(c, f"/task/{running[1]}/runs/0/reclaim")
+    await post(c, f"/task/{running[2]}/runs/0/completed")
+    assert (await status(c, running[2]))["state"] == "completed"
+    await claim(c, blocker, 0, "late")
+    await post(c, f"/task/{blocker}/runs/0/completed")
+
+    async def blocked_started() -> bool:
+        return [(await status(c, t))["state"] for t in blocked] == ["pending"] * len(blocked)
+
+    await wait_until(blocked_started, within=10, what="the blocked tasks to start")
+
+
+async def test_claims_that_expire_while_the_coordinator_is_down_are_resolved_after_restart(
+    coordinator_process: MakeProcess,
+) -> None:
+    settings = {"resolver_interval": RESOLVER_INTERVAL, "claim_timeout": 2_000}
+    first = coordinator_process(**settings)
+    c = await first.start()
+
+    retrying = [await c.create() for _ in range(3)]
+    exhausted = await c.create(retries=0)
+    dependent = await c.create(dependencies=[exhausted], requires="all-resolved")
+    untouched = [await c.create() for _ in range(2)]
+    taken_until = {}
+    for i, task_id in enumerate([*retrying, exhausted]):
+        taken_until[task_id] = await claim(c, task_id, 0, f"worker-{i}")
+    everything = [*retrying, exhausted, dependent, *untouched]
+    before = await snapshot(c, everything)
+    for task_id in taken_until:
+        assert before[task_id]["status"]["state"] == "running"
+
+    kill(first)
+    killed_at = wall_clock()
+    assert killed_at < min(from_iso(t) for t in taken_until.values()), "claims expired too soon"
+    latest = max(from_iso(t) for t in taken_until.values())
+
+    async def claims_run_out() -> bool:
+        return wall_clock() > latest
+
+    await wait_until(claims_run_out, within=10, what="the claims to run out while down")
+    second = coordinator_process(**settings)
+    c = await second.start()
+
+    async def resolved_by_the_resolvers() -> bool:
+        states = [(await status(c, t))["state"] for t in [*retrying, exhausted, dependent]]
+        return states == ["pending"] * len(retrying) + ["exception", "pending"]
+
+    await wait_until(resolved_by_the_resolvers, within=10, what="the expired claims")
+
+    after = await snapshot(c, everything)
+    for task_id in retrying:
+        now = after[task_id]["status"]
+        assert runs(now) == [
+            ("exception", "scheduled", "claim-expired"),
+            ("pending", "retry", None),
+        ]
+        assert now["retriesLeft"] == before[task_id]["status"]["retriesLeft"] - 1
+        expired = now["runs"][0]
+        # run 0 is the run it was, resolved by the restarted process after the kill
+        was = before[task_id]["status"]["runs"][0]
+        changed = ("state", "reasonResolved", "resolved")
+        assert {k: v for k, v in expired.items() if k not in changed} == {
+            k: v for k, v in was.items() if k not in changed
+        }
+        assert expired["takenUntil"] == taken_until[task_id]
+        assert from_iso(expired["resolved"]) >= killed_at
+        assert after[task_id]["task"] == before[task_id]["task"]
+    assert runs(after[exhausted]["status"]) == [("exception", "scheduled", "claim-expired")]
+    assert after[exhausted]["status"]["retriesLeft"] == 0
+    assert runs(after[dependent]["status"]) == [("pending", "scheduled", None)]
+    for task_id in untouched:
+        assert after[task_id] == before[task_id]
