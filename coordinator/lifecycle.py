@@ -376,8 +376,13 @@ def exceed_deadline(record: TaskRecord, *, now: int) -> Outcome:
     return _resolve(record, state="exception", reason="deadline-exceeded", now=now)
 
 
-def dependents_notified(record: TaskRecord) -> Outcome:
-    """The dependency resolver has re-examined this task's dependents."""
-    if not record.notify_dependents:
+def dependents_notified(record: TaskRecord, *, examined_version: int) -> Outcome:
+    """The dependency resolver has re-examined this task's dependents.
+
+    :param examined_version: the version of the record whose resolution the dependents were
+        checked against; if the task changed since (say rerun and resolved again), the flag
+        belongs to that newer resolution and stays for the next pass.
+    """
+    if not record.notify_dependents or record.version != examined_version:
         return unchanged(record)
     return Outcome(record=record.replace(notify_dependents=False))

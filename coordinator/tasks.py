@@ -141,8 +141,7 @@ class TaskService:
         if self.hints is None:
             return False
         try:
-            if not await self.hints.put_hint(hint, now=self.clock()):
-                return False
+            put = await self.hints.put_hint(hint, now=self.clock())
         except Exception as error:
             log.warning(
                 "hint not put, hint keeper will retry taskId=%s runId=%s error=%r",
@@ -151,10 +150,12 @@ class TaskService:
                 error,
             )
             return False
+        # Not put means past the deadline: no hint will ever be needed, so settle it too.
         await self.store.confirm_hint(hint.task_id, hint.run_id)
-        for listener in self.hint_listeners:
-            listener(hint)
-        return True
+        if put:
+            for listener in self.hint_listeners:
+                listener(hint)
+        return put
 
     # --- dependencies ---------------------------------------------------------------------
 
@@ -168,6 +169,9 @@ class TaskService:
 
     async def resolve_dependents(self, task_id: str) -> int:
         """Re-examine every dependent of a resolved task; returns how many were scheduled."""
+        resolved = await self.store.get(task_id)
+        if resolved is None:
+            return 0
         scheduled = 0
         after: str | None = None
         while True:
@@ -183,12 +187,16 @@ class TaskService:
             if page.next_after is None:
                 break
             after = page.next_after
-        try:
-            await self.apply(task_id, lambda r, now: lifecycle.dependents_notified(r))
-        except ResourceNotFound:
-            pass
-        except RequestConflict:
-            log.info("dependents re-examined, flag left for next pass taskId=%s", task_id)
+        await self.apply_each(
+            [
+                (
+                    task_id,
+                    lambda r, now: lifecycle.dependents_notified(
+                        r, examined_version=resolved.version
+                    ),
+                )
+            ]
+        )
         return scheduled
 
     # --- API operations -------------------------------------------------------------------

@@ -1627,11 +1627,19 @@ def test_hint_for_describes_the_last_run() -> None:
 def test_dependents_notified_clears_the_flag() -> None:
     record = resolved(COMPLETED)
     assert record.notify_dependents
-    outcome = check(dependents_notified(record))
+    outcome = check(dependents_notified(record, examined_version=record.version))
     assert outcome.changed and outcome.hint is None and not outcome.resolved
     assert not outcome.record.notify_dependents
     assert outcome.record.runs == record.runs
-    assert_unchanged(check(dependents_notified(outcome.record)), outcome.record)
+    again = dependents_notified(outcome.record, examined_version=outcome.record.version)
+    assert_unchanged(check(again), outcome.record)
+
+
+def test_dependents_notified_keeps_the_flag_of_a_newer_resolution() -> None:
+    """The dependents were examined against version v; the task has changed since (e.g.
+    rerun and resolved again), so that resolution's flag must survive."""
+    record = resolved(COMPLETED).replace(version=7)
+    assert_unchanged(check(dependents_notified(record, examined_version=6)), record)
 
 
 @pytest.mark.parametrize("make", [unscheduled, pending, running])
@@ -1639,7 +1647,7 @@ def test_dependents_notified_of_an_unresolved_task_is_unchanged(
     make: Callable[[], TaskRecord],
 ) -> None:
     record = make()
-    assert_unchanged(check(dependents_notified(record)), record)
+    assert_unchanged(check(dependents_notified(record, examined_version=record.version)), record)
 
 
 def test_a_whole_life_keeps_the_derived_properties_in_step() -> None:
@@ -1684,7 +1692,7 @@ def test_a_whole_life_keeps_the_derived_properties_in_step() -> None:
     )
     assert record.notify_dependents
 
-    record = check(dependents_notified(record)).record
+    record = check(dependents_notified(record, examined_version=record.version)).record
     assert not record.notify_dependents
 
     record = check(rerun(record, now=T0 + 7)).record

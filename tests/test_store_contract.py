@@ -388,7 +388,7 @@ async def test_tasks_to_notify_lists_resolved_tasks_until_notified(store: Store)
     assert len(await store.tasks_to_notify(1)) == 1
 
     completed = await get(store, "completed")
-    await apply(store, lifecycle.dependents_notified(completed))
+    await apply(store, lifecycle.dependents_notified(completed, examined_version=completed.version))
     assert await store.tasks_to_notify(10) == ["failed"]
 
     pending = await get(store, "pending")
