@@ -108,7 +108,8 @@ def build_app(
         and call ``run_once`` themselves).
     """
     app = web.Application(middlewares=[error_middleware], client_max_size=config.max_body_bytes)
-    authorizer = Authorizer.from_config(config)
+    # Verify credentials on the clock their certificates are issued on (the runs').
+    authorizer = Authorizer.from_config(config, clock=lambda: clock() / 1000)
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
         store = store_from_url(config.store_url)
