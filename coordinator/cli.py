@@ -63,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"queue-coordinator: {error}", file=sys.stderr)
         return 2
     logging.basicConfig(level=getattr(args, "log_level", "INFO"), format=LOG_FORMAT)
+    # The Azure SDK logs every HTTP request at INFO; our own lines already say what matters.
+    logging.getLogger("azure").setLevel(logging.WARNING)
     if args.command == "migrate":
         asyncio.run(_migrate(config))
         print(f"migrations applied: store at {config.store_url.split('@')[-1]} is up to date")

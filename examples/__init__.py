@@ -1,0 +1,1 @@
+"""Examples of using worker_sdk against a coordinator; see examples/README.md."""

@@ -1,0 +1,264 @@
+"""The worker SDK against the real coordinator (in process) on a real Azurite, with Hawk
+authentication on: tasks are created with the official ``taskcluster`` client and the root
+client's credentials, the worker signs with the same, then with each run's temporary ones.
+
+What the coordinator test double (tests/coordinator_double.py) fakes is checked here for real:
+priority order, outcomes, claimWork, reclaims with fresh temporary credentials, a reclaim
+conflict (the task canceled mid-run), and shutdown handing runs back for a retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import slugid
+import taskcluster.aio
+
+from coordinator.api.clients import ensure_root_client
+from coordinator.azurite import AzuriteProcess
+from tests.fixtures.azurite import AzureNamespace
+from tests.fixtures.coordinator import StartCoordinator, task_definition, wait_until
+from worker_sdk import Backoff, Credentials, MalformedPayload, TaskRun, Worker
+
+WORKER_TYPE = "sdk-wt"
+
+
+@dataclass(kw_only=True)
+class Setup:
+    root_url: str
+    credentials: Credentials
+    provisioner_id: str
+    queue: Any
+    """The official ``taskcluster.aio.Queue``, signed as root."""
+
+    async def create(self, *, priority: str = "lowest", payload: Any = None) -> str:
+        task_id: str = slugid.nice()
+        definition = task_definition(
+            provisionerId=self.provisioner_id,
+            workerType=WORKER_TYPE,
+            priority=priority,
+            payload={} if payload is None else payload,
+        )
+        await self.queue.createTask(task_id, definition)
+        return task_id
+
+    async def status(self, task_id: str) -> dict[str, Any]:
+        status: dict[str, Any] = (await self.queue.status(task_id))["status"]
+        return status
+
+    async def resolved(self, *task_ids: str) -> None:
+        async def all_resolved() -> bool:
+            for task_id in task_ids:
+                if (await self.status(task_id))["state"] in ("pending", "running"):
+                    return False
+            return True
+
+        await wait_until(all_resolved, what=f"{len(task_ids)} tasks resolved")
+
+    def worker(
+        self, handler: Callable[[TaskRun], Awaitable[None] | None], **options: Any
+    ) -> Worker:
+        settings: dict[str, Any] = {
+            "worker_group": "sdk-group",
+            "worker_id": "sdk-worker",
+            "idle_delay": 0.1,
+            "backoff": Backoff(base=0.05, cap=0.5),
+            "handle_signals": False,
+            **options,
+        }
+        return Worker(
+            root_url=self.root_url,
+            credentials=self.credentials,
+            provisioner_id=self.provisioner_id,
+            worker_type=WORKER_TYPE,
+            handler=handler,
+            **settings,
+        )
+
+
+@pytest.fixture
+async def setup(
+    start_coordinator: StartCoordinator,
+    azurite: AzuriteProcess,
+    azure_namespace: AzureNamespace,
+    tmp_path: Path,
+) -> AsyncIterator[Callable[..., Awaitable[Setup]]]:
+    """``await setup(**config)``: a coordinator with auth on, and a root-signed producer."""
+    sessions = []
+
+    async def make(**config: Any) -> Setup:
+        clients_file = tmp_path / "clients.json"
+        root = ensure_root_client(clients_file)
+        coordinator = await start_coordinator(
+            azure_connection_string=azurite.connection_string,
+            queue_prefix=azure_namespace.queue_prefix,
+            auth_enabled=True,
+            clients_file=clients_file,
+            resolver_interval=100,
+            **config,
+        )
+        credentials = {"clientId": root.client_id, "accessToken": root.access_token}
+        session = taskcluster.aio.createSession()
+        sessions.append(session)
+        # A copy: the official client turns the values of the dict it gets into bytes.
+        queue = taskcluster.aio.Queue(
+            {"rootUrl": coordinator.url, "credentials": dict(credentials)}, session=session
+        )
+        return Setup(
+            root_url=coordinator.url,
+            credentials=Credentials.from_json(credentials),
+            provisioner_id=azure_namespace.provisioner_id,
+            queue=queue,
+        )
+
+    yield make
+    for session in sessions:
+        await session.close()
+
+
+async def run_until(worker: Worker, done: Callable[[], Awaitable[None]]) -> float:
+    """Run ``worker`` until ``done`` returns, then stop it gracefully; the seconds that took."""
+    running = asyncio.create_task(worker.run())
+    try:
+        await done()
+    finally:
+        stopped_at = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(running, timeout=30)
+    return time.monotonic() - stopped_at
+
+
+def last_run(status: dict[str, Any]) -> tuple[str, str | None]:
+    run = status["runs"][-1]
+    return run["state"], run.get("reasonResolved")
+
+
+async def test_tasks_run_highest_priority_first_and_outcomes_are_reported(
+    setup: Callable[..., Awaitable[Setup]],
+) -> None:
+    s = await setup()
+    tasks = {
+        "ok": await s.create(priority="lowest", payload={"do": "ok"}),
+        "boom": await s.create(priority="medium", payload={"do": "boom"}),
+        "malformed": await s.create(priority="high", payload={"do": "malformed"}),
+        "first": await s.create(priority="highest", payload={"do": "ok"}),
+    }
+    order: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        order.append(run.task_id)
+        if run.payload["do"] == "boom":
+            raise RuntimeError("boom")
+        if run.payload["do"] == "malformed":
+            raise MalformedPayload("bad payload")
+
+    await run_until(s.worker(handle, capacity=1), lambda: s.resolved(*tasks.values()))
+    names = {task_id: name for name, task_id in tasks.items()}
+    assert [names[task_id] for task_id in order] == ["first", "malformed", "boom", "ok"]
+    outcomes = {name: last_run(await s.status(task_id)) for name, task_id in tasks.items()}
+    assert outcomes == {
+        "ok": ("completed", "completed"),
+        "first": ("completed", "completed"),
+        "boom": ("failed", "failed"),
+        "malformed": ("exception", "malformed-payload"),
+    }
+
+
+async def test_claim_work_mode_runs_tasks_without_polling_azure(
+    setup: Callable[..., Awaitable[Setup]],
+) -> None:
+    s = await setup()
+    task_ids = [await s.create(priority="medium") for _ in range(4)]
+    active: set[str] = set()
+    most = 0
+
+    async def handle(run: TaskRun) -> None:
+        nonlocal most
+        active.add(run.task_id)
+        most = max(most, len(active))
+        await asyncio.sleep(0.3)
+        active.discard(run.task_id)
+
+    worker = s.worker(handle, capacity=3, claim_work=True)
+    stopping = await run_until(worker, lambda: s.resolved(*task_ids))
+    assert [last_run(await s.status(t)) for t in task_ids] == [("completed", "completed")] * 4
+    assert most == 3
+    assert stopping < 3, "the worker hangs up on its ~20 s long poll instead of waiting"
+
+
+async def test_reclaims_keep_a_run_alive_with_fresh_temporary_credentials(
+    setup: Callable[..., Awaitable[Setup]],
+) -> None:
+    s = await setup(claim_timeout=3_000)
+    task_id = await s.create()
+    seen: list[tuple[Any, str]] = []
+
+    async def handle(run: TaskRun) -> None:
+        seen.append((run.taken_until, run.credentials.access_token))
+
+        async def renewed_twice() -> bool:
+            if run.credentials.access_token != seen[-1][1]:
+                seen.append((run.taken_until, run.credentials.access_token))
+            return len(seen) >= 3
+
+        await wait_until(renewed_twice, what="two reclaims")
+
+    await run_until(s.worker(handle), lambda: s.resolved(task_id))
+    assert last_run(await s.status(task_id)) == ("completed", "completed")
+    assert seen[0][0] < seen[1][0] < seen[2][0], "takenUntil moves on with each reclaim"
+
+
+async def test_a_task_canceled_mid_run_cancels_the_handler_and_nothing_is_reported(
+    setup: Callable[..., Awaitable[Setup]],
+) -> None:
+    s = await setup(claim_timeout=3_000)
+    task_id = await s.create()
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def cancel_then_see_handler_stop() -> None:
+        await asyncio.wait_for(started.wait(), timeout=20)
+        await s.queue.cancelTask(task_id)
+        # The next reclaim answers 409; the worker must stop the handler and report nothing.
+        await asyncio.wait_for(cancelled.wait(), timeout=20)
+
+    await run_until(s.worker(handle), cancel_then_see_handler_stop)
+    status = await s.status(task_id)
+    assert [(r["state"], r["reasonResolved"]) for r in status["runs"]] == [
+        ("exception", "canceled")
+    ]
+
+
+async def test_shutdown_hands_unfinished_runs_back_for_a_retry(
+    setup: Callable[..., Awaitable[Setup]],
+) -> None:
+    s = await setup()
+    task_id = await s.create()
+    started = asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    async def started_running() -> None:
+        await asyncio.wait_for(started.wait(), timeout=20)
+
+    await run_until(s.worker(handle, grace_period=0.2), started_running)
+    runs = (await s.status(task_id))["runs"]
+    assert [(r["state"], r.get("reasonResolved"), r["reasonCreated"]) for r in runs] == [
+        ("exception", "worker-shutdown", "scheduled"),
+        ("pending", None, "retry"),
+    ]

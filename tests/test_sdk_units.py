@@ -1,0 +1,392 @@
+"""Unit tests of the worker SDK's pure parts: hints, Azure XML and URLs, timing, outcomes,
+Hawk signing, and the command line's arguments and environment."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import mohawk
+import pytest
+from mohawk.util import parse_authorization_header
+from taskcluster import Queue
+
+from worker_sdk import azure, cli, timing
+from worker_sdk.client import Credentials, authorization, hawk_ext
+from worker_sdk.errors import (
+    InternalError,
+    MalformedPayload,
+    RequestFailed,
+    ResourceUnavailable,
+)
+from worker_sdk.worker import Outcome, default_worker_group, default_worker_id, outcome_for
+
+
+def b64json(value: Any) -> str:
+    return base64.b64encode(json.dumps(value).encode()).decode()
+
+
+# -- hints -------------------------------------------------------------------------------
+
+
+def test_a_hint_decodes_to_task_run_and_hint_ids() -> None:
+    text = b64json({"taskId": "fN1SbArXTPSVFNUvaOlinQ", "runId": 3, "hintId": "h1"})
+    assert azure.decode_hint(text) == azure.Hint(
+        task_id="fN1SbArXTPSVFNUvaOlinQ", run_id=3, hint_id="h1"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not base64!",
+        base64.b64encode(b"not json").decode(),
+        b64json(["taskId", "runId"]),
+        b64json({"runId": 0, "hintId": "h"}),
+        b64json({"taskId": "", "runId": 0, "hintId": "h"}),
+        b64json({"taskId": "t", "hintId": "h"}),
+        b64json({"taskId": "t", "runId": "0", "hintId": "h"}),
+        b64json({"taskId": "t", "runId": True, "hintId": "h"}),
+        b64json({"taskId": "t", "runId": -1, "hintId": "h"}),
+        b64json({"taskId": "t", "runId": 0}),
+        "",
+    ],
+)
+def test_anything_else_is_a_poison_hint(text: str) -> None:
+    with pytest.raises(azure.PoisonHint):
+        azure.decode_hint(text)
+
+
+# -- Azure XML and URLs ------------------------------------------------------------------
+
+AZURE_XML = """<?xml version="1.0" encoding="utf-8"?>
+<QueueMessagesList>
+  <QueueMessage>
+    <MessageId>5974b586-0df3-4e2d-ad0c-18e3892bfca2</MessageId>
+    <InsertionTime>Fri, 09 Oct 2009 21:04:30 GMT</InsertionTime>
+    <ExpirationTime>Fri, 16 Oct 2009 21:04:30 GMT</ExpirationTime>
+    <PopReceipt>YzQ4Yzg1MDItYTc0Ny00OWNjLTkxYTUtZGM0MDFiZDAwYzEw+/=</PopReceipt>
+    <TimeNextVisible>Fri, 09 Oct 2009 23:29:20 GMT</TimeNextVisible>
+    <DequeueCount>11</DequeueCount>
+    <MessageText>PHRlc3Q+dGhpcyBpcyBhIHRlc3QgbWVzc2FnZTwvdGVzdD4=</MessageText>
+  </QueueMessage>
+  <QueueMessage>
+    <MessageId>second</MessageId>
+    <PopReceipt>r2</PopReceipt>
+    <DequeueCount>1</DequeueCount>
+    <MessageText></MessageText>
+  </QueueMessage>
+</QueueMessagesList>"""
+
+
+def test_get_messages_xml_parses_into_messages() -> None:
+    assert azure.parse_messages(AZURE_XML) == [
+        azure.QueueMessage(
+            message_id="5974b586-0df3-4e2d-ad0c-18e3892bfca2",
+            pop_receipt="YzQ4Yzg1MDItYTc0Ny00OWNjLTkxYTUtZGM0MDFiZDAwYzEw+/=",
+            dequeue_count=11,
+            text="PHRlc3Q+dGhpcyBpcyBhIHRlc3QgbWVzc2FnZTwvdGVzdD4=",
+        ),
+        azure.QueueMessage(message_id="second", pop_receipt="r2", dequeue_count=1, text=""),
+    ]
+
+
+def test_an_empty_queue_is_an_empty_list() -> None:
+    xml = '<?xml version="1.0" encoding="utf-8"?><QueueMessagesList />'
+    assert azure.parse_messages(xml) == []
+
+
+@pytest.mark.parametrize(
+    "xml",
+    [
+        "<html>proxy error</html",
+        "<Error><Code>ServerBusy</Code></Error>",
+        "<QueueMessagesList><QueueMessage><MessageId>m</MessageId></QueueMessage>"
+        "</QueueMessagesList>",
+        "<QueueMessagesList><QueueMessage><MessageId>m</MessageId><PopReceipt>p</PopReceipt>"
+        "<DequeueCount>many</DequeueCount><MessageText>t</MessageText></QueueMessage>"
+        "</QueueMessagesList>",
+    ],
+)
+def test_anything_but_a_message_list_is_rejected(xml: str) -> None:
+    with pytest.raises(ValueError):
+        azure.parse_messages(xml)
+
+
+def test_poll_url_asks_for_n_messages_and_keeps_the_sas_as_is() -> None:
+    signed = "https://acct.queue.core.windows.net/q7/messages?visibilitytimeout=300&sig=a%2Bb%3D"
+    assert azure.poll_url(signed, 5) == signed + "&numofmessages=5"
+    assert azure.poll_url("http://h/q/messages", 32).endswith("/q/messages?numofmessages=32")
+    for bad in (0, 33):
+        with pytest.raises(ValueError):
+            azure.poll_url(signed, bad)
+
+
+def test_delete_url_substitutes_percent_encoded_id_and_receipt() -> None:
+    template = (
+        "https://acct.queue.core.windows.net/q7/messages/{{messageId}}"
+        "?popreceipt={{popReceipt}}&sv=2023&sig=a%2Bb%3D"
+    )
+    message = azure.QueueMessage(
+        message_id="id/with space", pop_receipt="AgAA+/x==&y", dequeue_count=1, text=""
+    )
+    assert azure.delete_url(template, message) == (
+        "https://acct.queue.core.windows.net/q7/messages/id%2Fwith%20space"
+        "?popreceipt=AgAA%2B%2Fx%3D%3D%26y&sv=2023&sig=a%2Bb%3D"
+    )
+
+
+def test_queue_name_is_the_segment_before_messages() -> None:
+    assert azure.queue_name("https://acct.queue.core.windows.net/q7/messages?sig=x") == "q7"
+    assert azure.queue_name("http://127.0.0.1:10001/devstoreaccount1/q1/messages") == "q1"
+
+
+# -- timing ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attempt", range(40))
+def test_backoff_grows_exponentially_within_jitter_bounds_up_to_the_cap(attempt: int) -> None:
+    backoff = timing.Backoff(base=0.5, cap=20.0)
+    ceiling = min(20.0, 0.5 * 2**attempt)
+    rng = random.Random(attempt)
+    delays = [backoff.delay(attempt, rng) for _ in range(200)]
+    assert all(ceiling / 2 <= delay <= ceiling for delay in delays)
+    assert max(delays) - min(delays) > ceiling / 10, "jitter must spread the delays"
+
+
+def test_backoff_survives_absurd_attempt_counts() -> None:
+    assert 30.0 <= timing.Backoff(base=1.0, cap=60.0).delay(10_000, random.Random(0)) <= 60.0
+
+
+def test_idle_pause_is_jittered_around_the_delay() -> None:
+    rng = random.Random(1)
+    pauses = [timing.jittered(1.0, rng) for _ in range(500)]
+    assert all(0.5 <= pause <= 1.5 for pause in pauses)
+    assert min(pauses) < 0.6 and max(pauses) > 1.4
+
+
+def test_a_server_deadline_becomes_a_monotonic_one_measured_on_the_server_clock() -> None:
+    server_now = datetime(2026, 11, 22, 5, 0, 0, tzinfo=UTC)
+    # The worker's own wall clock plays no part, so a skewed worker still meets the deadline.
+    expires_at = timing.deadline(
+        sent_at=1000.0, until=server_now + timedelta(seconds=1200), server_time=server_now
+    )
+    assert expires_at == 1000.0 + 1200 - timing.DATE_RESOLUTION
+
+
+def test_reclaim_is_scheduled_with_a_third_of_the_claim_left() -> None:
+    # An injected clock: claimed at t=100 with 1200 s to go.
+    assert timing.reclaim_at(now=100.0, expires_at=1300.0) == pytest.approx(900.0)
+    # After a reclaim at t=900 that extends the claim to t=2100.
+    assert timing.reclaim_at(now=900.0, expires_at=2100.0) == pytest.approx(1700.0)
+    # Already past the deadline: reclaim at once rather than never.
+    assert timing.reclaim_at(now=50.0, expires_at=40.0) == 50.0
+
+
+def test_signed_urls_are_refreshed_five_minutes_early_or_halfway_if_short_lived() -> None:
+    assert timing.refresh_at(sent_at=0.0, expires_at=1800.0) == 1500.0
+    assert timing.refresh_at(sent_at=10.0, expires_at=70.0) == 40.0
+    assert timing.refresh_at(sent_at=10.0, expires_at=5.0) == 5.0
+
+
+# -- outcomes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (None, Outcome(kind="completed")),
+        (MalformedPayload("no command"), Outcome(kind="exception", reason="malformed-payload")),
+        (ResourceUnavailable("gone"), Outcome(kind="exception", reason="resource-unavailable")),
+        (InternalError("disk full"), Outcome(kind="exception", reason="internal-error")),
+        (RuntimeError("boom"), Outcome(kind="failed")),
+        (KeyError("payload"), Outcome(kind="failed")),
+    ],
+)
+def test_handler_results_map_to_reports(error: BaseException | None, expected: Outcome) -> None:
+    assert outcome_for(error) == expected
+
+
+def test_an_outcome_has_a_reason_exactly_when_it_is_an_exception() -> None:
+    with pytest.raises(ValueError):
+        Outcome(kind="exception")
+    with pytest.raises(ValueError):
+        Outcome(kind="failed", reason="internal-error")
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "transient"),
+    [(None, True), (500, True), (503, True), (429, True), (400, False), (404, False), (409, False)],
+)
+def test_only_missing_answers_server_errors_and_throttling_are_transient(
+    status: int | None, transient: bool
+) -> None:
+    error = RequestFailed(method="GET", url="http://h/x", status=status, code="C", message="m")
+    assert error.transient is transient
+
+
+def test_request_failures_never_carry_the_sas_signature() -> None:
+    error = RequestFailed(
+        method="GET", url="https://a/q/messages?sig=SECRET", status=403, code="Auth", message=""
+    )
+    assert "SECRET" not in str(error) and "SECRET" not in error.url
+
+
+# -- Hawk --------------------------------------------------------------------------------
+
+CERTIFICATE = {
+    "version": 1,
+    "scopes": ["queue:reclaim-task:abc/0"],
+    "start": 1_700_000_000_000,
+    "expiry": 1_700_001_200_000,
+    "seed": "seed+/seed",
+    "signature": "c2ln",
+    "issuer": "root",
+}
+
+
+@pytest.mark.parametrize(
+    "certificate", [None, json.dumps(CERTIFICATE), json.dumps(CERTIFICATE, indent=2)]
+)
+def test_hawk_ext_matches_the_official_client_byte_for_byte(certificate: str | None) -> None:
+    raw: dict[str, Any] = {"clientId": "c", "accessToken": "t"}
+    if certificate is not None:
+        raw["certificate"] = certificate
+    ours = hawk_ext(Credentials.from_json(raw))
+    # The official client turns the values of the dict it is given into bytes: give a copy.
+    official = Queue({"rootUrl": "http://x", "credentials": dict(raw)}).makeHawkExt()
+    assert ours.encode() == official
+
+
+def test_signed_requests_verify_and_carry_the_certificate() -> None:
+    credentials = Credentials(
+        client_id="task-client", access_token="secret", certificate=json.dumps(CERTIFICATE)
+    )
+    url = "http://127.0.0.1:8080/api/queue/v1/task/abc/runs/0/exception"
+    body = '{"reason":"worker-shutdown"}'
+    header = authorization(
+        credentials, method="POST", url=url, content=body, content_type="application/json"
+    )
+    mohawk.Receiver(
+        lambda client_id: {"id": client_id, "key": "secret", "algorithm": "sha256"},
+        header,
+        url,
+        "POST",
+        content=body,
+        content_type="application/json",
+    )
+    ext = parse_authorization_header(header)["ext"]
+    assert json.loads(base64.urlsafe_b64decode(ext)) == {"certificate": CERTIFICATE}
+
+
+def test_credentials_accept_a_parsed_certificate() -> None:
+    credentials = Credentials.from_json(
+        {"clientId": "c", "accessToken": "t", "certificate": CERTIFICATE}
+    )
+    assert credentials.certificate is not None
+    assert json.loads(credentials.certificate) == CERTIFICATE
+
+
+# -- command line ------------------------------------------------------------------------
+
+REQUIRED = ["--provisioner-id", "prov", "--worker-type", "wt", "examples.hello:handle"]
+
+
+def test_root_url_and_credentials_come_from_the_taskcluster_environment() -> None:
+    options = cli.parse_options(
+        REQUIRED,
+        {
+            "TASKCLUSTER_ROOT_URL": "http://127.0.0.1:8080/",
+            "TASKCLUSTER_CLIENT_ID": "worker",
+            "TASKCLUSTER_ACCESS_TOKEN": "token",
+        },
+    )
+    assert options.root_url == "http://127.0.0.1:8080"
+    assert options.credentials == Credentials(client_id="worker", access_token="token")
+    assert (options.provisioner_id, options.worker_type) == ("prov", "wt")
+    assert options.handler == "examples.hello:handle"
+    assert (options.capacity, options.claim_work, options.grace_period) == (1, False, 60.0)
+    assert options.dequeue_warning == 10
+
+
+def test_flags_win_over_the_environment_and_certificates_make_temporary_credentials() -> None:
+    options = cli.parse_options(
+        [
+            "--root-url",
+            "http://coordinator:9000",
+            "--worker-group",
+            "grp",
+            "--worker-id",
+            "w7",
+            "--capacity",
+            "8",
+            "--claim-work",
+            "--grace-period",
+            "5",
+            "--dequeue-warning",
+            "3",
+            *REQUIRED,
+        ],
+        {
+            "TASKCLUSTER_ROOT_URL": "http://elsewhere",
+            "TASKCLUSTER_CLIENT_ID": "worker",
+            "TASKCLUSTER_ACCESS_TOKEN": "token",
+            "TASKCLUSTER_CERTIFICATE": '{"version":1}',
+        },
+    )
+    assert options.root_url == "http://coordinator:9000"
+    assert (options.worker_group, options.worker_id) == ("grp", "w7")
+    assert (options.capacity, options.claim_work, options.grace_period) == (8, True, 5.0)
+    assert options.dequeue_warning == 3
+    assert options.credentials is not None
+    assert options.credentials.certificate == '{"version":1}'
+
+
+def test_without_credentials_in_the_environment_requests_go_unsigned() -> None:
+    options = cli.parse_options(["--root-url", "http://c", *REQUIRED], {})
+    assert options.credentials is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [
+        (REQUIRED, {}),
+        (["--root-url", "http://c", *REQUIRED], {"TASKCLUSTER_CLIENT_ID": "only-the-id"}),
+        (["--root-url", "http://c", "--capacity", "0", *REQUIRED], {}),
+        (["--root-url", "http://c", "--provisioner-id", "p", "--worker-type", "w", "nocolon"], {}),
+        (["--root-url", "http://c", "examples.hello:handle"], {}),
+    ],
+)
+def test_bad_arguments_exit_with_status_2(argv: list[str], environ: dict[str, str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_options(argv, environ)
+    assert exit_info.value.code == 2
+
+
+def test_worker_group_and_id_default_to_legal_identifiers_unique_per_process() -> None:
+    options = cli.parse_options(["--root-url", "http://c", *REQUIRED], {})
+    identifier = re.compile(r"^[a-zA-Z0-9_-]{1,38}$")
+    assert identifier.match(options.worker_group)
+    assert identifier.match(options.worker_id)
+    assert options.worker_group == default_worker_group()
+    assert options.worker_id == default_worker_id()
+    assert re.search(r"-\d+$", options.worker_id), "ends with the process id"
+
+
+def test_handlers_load_from_module_colon_attribute() -> None:
+    loaded: list[object] = [
+        cli.load_handler("worker_sdk.timing:jittered"),
+        cli.load_handler("worker_sdk.timing:Backoff.delay"),
+    ]
+    assert loaded == [timing.jittered, timing.Backoff.delay]
+    with pytest.raises(TypeError):
+        cli.load_handler("worker_sdk.timing:DATE_RESOLUTION")
+    with pytest.raises(ImportError):
+        cli.load_handler("no_such_module_here:handle")

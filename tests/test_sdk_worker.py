@@ -1,0 +1,496 @@
+"""The Worker against the coordinator test double (see tests/coordinator_double.py): the SPEC §8
+protocol over real HTTP on 127.0.0.1, with the failures only a double produces on cue and
+the requests only a double can count. tests/test_sdk_real.py runs the main paths against
+the real coordinator and Azurite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
+    WORKER,
+    CoordinatorDouble,
+    double_fixture,
+    eventually,
+    hint_text,
+)
+from worker_sdk import (
+    Backoff,
+    InternalError,
+    MalformedPayload,
+    RequestFailed,
+    ResourceUnavailable,
+    TaskRun,
+    Worker,
+)
+
+FAST = Backoff(base=0.01, cap=0.05)
+
+
+def make_worker(
+    coordinator: CoordinatorDouble,
+    handler: Callable[[TaskRun], Awaitable[None] | None],
+    **options: Any,
+) -> Worker:
+    settings: dict[str, Any] = {
+        "root_url": coordinator.root_url,
+        "credentials": WORKER,
+        "provisioner_id": "prov",
+        "worker_type": "wt",
+        "worker_group": "grp",
+        "worker_id": "w1",
+        "idle_delay": 0.05,
+        "backoff": FAST,
+        "handle_signals": False,
+        **options,
+    }
+    return Worker(handler=handler, **settings)
+
+
+@asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
+    """Run the worker for the duration of the block, then stop it and wait for it."""
+    task = asyncio.create_task(worker.run())
+    try:
+        yield task
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, timeout=30)
+
+
+def reports(coordinator: CoordinatorDouble) -> dict[str, tuple[str, str | None]]:
+    return {task_id: (kind, reason) for task_id, _, kind, reason in coordinator.reports}
+
+
+async def test_polls_ask_for_the_free_capacity_and_never_exceed_it(
+    double: CoordinatorDouble,
+) -> None:
+    for n in range(3):
+        double.add_task(f"t{n}", priority="highest")
+    release = asyncio.Event()
+    active: set[str] = set()
+    most = 0
+
+    async def handle(run: TaskRun) -> None:
+        nonlocal most
+        active.add(run.task_id)
+        most = max(most, len(active))
+        await release.wait()
+        active.discard(run.task_id)
+
+    async with running(make_worker(double, handle, capacity=2)):
+        await eventually(lambda: len(active) == 2, what="two runs")
+        polls_while_full = len(double.routes("getMessages"))
+        release.set()
+        await eventually(lambda: len(double.reports) == 3, what="three reports")
+    polls = double.routes("getMessages")
+    assert polls[0] == "highest:2"
+    assert "highest:1" in polls[polls_while_full:], "one slot free after a run finished"
+    assert most == 2
+
+
+async def test_handler_results_become_reports(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    errors: dict[str, Exception | None] = {
+        "t-ok": None,
+        "t-malformed": MalformedPayload("payload lacks a command"),
+        "t-unavailable": ResourceUnavailable("artifact gone"),
+        "t-internal": InternalError("disk full"),
+        "t-boom": RuntimeError("boom"),
+    }
+    for task_id in errors:
+        double.add_task(task_id)
+
+    async def handle(run: TaskRun) -> None:
+        error = errors[run.task_id]
+        if error is not None:
+            raise error
+
+    async with running(make_worker(double, handle, capacity=5)):
+        await eventually(lambda: len(double.reports) == 5, what="five reports")
+    assert reports(double) == {
+        "t-ok": ("completed", None),
+        "t-malformed": ("exception", "malformed-payload"),
+        "t-unavailable": ("exception", "resource-unavailable"),
+        "t-internal": ("exception", "internal-error"),
+        "t-boom": ("failed", None),
+    }
+    [failure] = [r for r in caplog.records if r.getMessage().startswith("handler failed")]
+    assert failure.getMessage() == "handler failed taskId=t-boom runId=0"
+    assert failure.exc_info is not None and failure.exc_info[1] is errors["t-boom"]
+    assert ("completed", double.run("t-ok").credentials.client_id) in [  # type: ignore[union-attr]
+        (route, signer) for route, signer in double.signers
+    ], "reports are signed with the run's temporary credentials"
+
+
+async def test_sync_handlers_run_in_threads_and_async_ones_on_the_loop(
+    double: CoordinatorDouble,
+) -> None:
+    threads: dict[str, str] = {}
+
+    def handle_sync(run: TaskRun) -> None:
+        threads[run.task_id] = threading.current_thread().name
+
+    async def handle_async(run: TaskRun) -> None:
+        threads[run.task_id] = threading.current_thread().name
+
+    double.add_task("t-sync")
+    async with running(make_worker(double, handle_sync, capacity=1)):
+        await eventually(lambda: len(double.reports) == 1, what="the sync run")
+    double.add_task("t-async")
+    async with running(make_worker(double, handle_async, capacity=1)):
+        await eventually(lambda: len(double.reports) == 2, what="the async run")
+    sync_thread, async_thread = threads["t-sync"], threads["t-async"]
+    assert sync_thread != threading.main_thread().name
+    assert async_thread == threading.main_thread().name
+    assert {kind for _, _, kind, _ in double.reports} == {"completed"}
+
+
+async def test_poison_hints_are_logged_and_deleted(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    garbage = [
+        double.put("highest", "%%% not base64"),
+        double.put("highest", base64.b64encode(b"not json").decode()),
+        double.put("highest", base64.b64encode(b'{"taskId": "t"}').decode()),
+    ]
+    double.add_task("t-good", priority="highest")
+
+    async with running(make_worker(double, lambda run: None, capacity=4)):
+        await eventually(lambda: len(double.deleted) == 4, what="four deletes")
+        await eventually(lambda: len(double.reports) == 1, what="the good run's report")
+    assert {message.message_id for message in garbage} <= set(double.deleted)
+    poison = [r for r in caplog.records if r.getMessage().startswith("poison hint deleted")]
+    assert len(poison) == 3 and all(r.levelno == logging.WARNING for r in poison)
+    assert all("queue=highest" in r.getMessage() for r in poison)
+
+
+async def test_hints_are_deleted_after_a_4xx_claim(double: CoordinatorDouble) -> None:
+    double.put("highest", hint_text("t-unknown", 0))
+    double.add_task("t-done")
+    double.run("t-done").state = "completed"
+
+    async with running(make_worker(double, lambda run: None, capacity=1)):
+        await eventually(lambda: len(double.deleted) == 2, what="both hints deleted")
+    assert double.routes("claimTask") == ["t-unknown/0", "t-done/0"]
+    assert double.reports == []
+
+
+async def test_hints_are_kept_after_a_5xx_claim_or_no_answer(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.add_task("t-flaky")
+    [flaky] = double.queues["lowest"]
+    double.faults["claimTask"] = [503, 0]
+    double.visibility_timeout = 0.2
+
+    async with running(make_worker(double, lambda run: None, capacity=1)):
+        await eventually(lambda: len(double.reports) == 1, what="the flaky run's report")
+    assert double.routes("claimTask") == ["t-flaky/0"] * 3, "claimed when visible again"
+    assert double.deleted == [flaky.message_id], "deleted only after the claim"
+    kept = [r.getMessage() for r in caplog.records if "hint kept" in r.getMessage()]
+    assert len(kept) == 2 and all("taskId=t-flaky runId=0 queue=lowest" in m for m in kept)
+
+
+async def test_failed_deletes_are_logged(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.add_task("t1", priority="high")
+    double.faults["deleteMessage"] = [500]
+
+    async with running(make_worker(double, lambda run: None)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+    [line] = [r.getMessage() for r in caplog.records if "hint delete failed" in r.getMessage()]
+    assert line.startswith("hint delete failed taskId=t1 runId=0 queue=high messageId=")
+    assert "sig=" not in line, "the SAS signature stays out of logs"
+
+
+async def test_hints_dequeued_too_often_log_the_documented_warning(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.add_task("t-often", priority="medium", hint=False)
+    double.put("medium", hint_text("t-often", 0), dequeue_count=10)
+    double.add_task("t-sometimes", priority="medium", hint=False)
+    double.put("medium", hint_text("t-sometimes", 0), dequeue_count=9)
+
+    async with running(make_worker(double, lambda run: None, capacity=2)):
+        await eventually(lambda: len(double.reports) == 2, what="two reports")
+    warnings = [r for r in caplog.records if r.getMessage().startswith("hint dequeued")]
+    assert [(r.levelno, r.name, r.getMessage()) for r in warnings] == [
+        (
+            logging.WARNING,
+            "worker_sdk.poller",
+            "hint dequeued too often taskId=t-often runId=0 queue=medium dequeueCount=11",
+        )
+    ]
+
+
+async def test_the_dequeue_warning_threshold_is_configurable(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.add_task("t1", hint=False)
+    double.put("lowest", hint_text("t1", 0), dequeue_count=2)
+
+    async with running(make_worker(double, lambda run: None, dequeue_warning=2)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+    assert "dequeueCount=3" in caplog.text
+
+
+async def test_azure_and_coordinator_failures_back_off_and_recover(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.add_task("t1")
+    # (A dropped GET would not show: aiohttp silently retries idempotent requests once.)
+    double.faults["pollTaskUrls"] = [503]
+    double.faults["getMessages"] = [503, 500]
+
+    async with running(make_worker(double, lambda run: None)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+    retries = [r for r in caplog.records if r.getMessage().startswith("poll failed")]
+    assert [r.getMessage().split(" failures=")[1].split()[0] for r in retries] == [
+        "1",
+        "2",
+        "3",
+    ], "consecutive failures grow the backoff"
+
+
+async def test_a_rejected_signature_gets_fresh_urls(double: CoordinatorDouble) -> None:
+    double.add_task("t1")
+    double.faults["getMessages"] = [403]
+
+    async with running(make_worker(double, lambda run: None)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+    assert len(double.routes("pollTaskUrls")) == 2
+
+
+async def test_signed_urls_are_refreshed_before_they_expire(double: CoordinatorDouble) -> None:
+    double.url_life = 3.0
+
+    async with running(make_worker(double, lambda run: None)):
+        await eventually(
+            lambda: len(double.routes("pollTaskUrls")) >= 3, within=10, what="two refreshes"
+        )
+
+
+async def test_reclaims_keep_a_long_run_alive_with_fresh_credentials(
+    double: CoordinatorDouble,
+) -> None:
+    double.claim_timeout = 2.0
+    double.add_task("t-long")
+    observed: list[tuple[Any, str]] = []
+
+    async def handle(run: TaskRun) -> None:
+        observed.append((run.taken_until, run.credentials.client_id))
+        await eventually(lambda: double.run("t-long").reclaims >= 2, what="two reclaims")
+        observed.append((run.taken_until, run.credentials.client_id))
+
+    async with running(make_worker(double, handle)):
+        await eventually(lambda: len(double.reports) == 1, within=15, what="the report")
+    assert reports(double) == {"t-long": ("completed", None)}
+    (first_until, first_client), (last_until, last_client) = observed
+    assert last_until > first_until and last_client != first_client
+    # The double accepts only the latest credentials, so the report proves they were used.
+    reclaim_signers = [s for route, s in double.signers if route == "reclaimTask"]
+    assert reclaim_signers[:2] == ["task-client/t-long/0/0", "task-client/t-long/0/1"]
+
+
+async def test_a_reclaim_conflict_cancels_the_handler_and_reports_nothing(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.claim_timeout = 1.5
+    double.add_task("t-lost")
+    double.faults["reclaimTask"] = [409]
+    cancelled = asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        if run.task_id == "t-lost":
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                assert run.cancelled.is_set()
+                cancelled.set()
+                raise
+
+    async with running(make_worker(double, handle)):
+        await asyncio.wait_for(cancelled.wait(), timeout=10)
+        double.add_task("t-next")
+        await eventually(lambda: len(double.reports) == 1, what="the next run's report")
+    assert reports(double) == {"t-next": ("completed", None)}, "nothing reported for t-lost"
+    assert double.routes("exception") == double.routes("failed") == []
+    assert "claim lost taskId=t-lost runId=0" in caplog.text
+
+
+async def test_transient_reclaim_and_report_errors_are_retried(
+    double: CoordinatorDouble,
+) -> None:
+    double.claim_timeout = 2.0
+    double.add_task("t1")
+    double.faults["reclaimTask"] = [503, 0]
+    double.faults["completed"] = [500, 0]
+
+    async def handle(run: TaskRun) -> None:
+        await eventually(lambda: double.run("t1").reclaims >= 1, what="a reclaim")
+
+    async with running(make_worker(double, handle)):
+        await eventually(lambda: len(double.reports) == 1, within=15, what="the report")
+    assert reports(double) == {"t1": ("completed", None)}
+    assert len(double.routes("reclaimTask")) == 3
+    assert len(double.routes("completed")) == 3
+
+
+async def test_a_claim_that_cannot_be_renewed_is_given_up_at_takenuntil(
+    double: CoordinatorDouble,
+) -> None:
+    double.claim_timeout = 2.0
+    double.add_task("t-expiring")
+    double.faults["reclaimTask"] = [503] * 1000
+    cancelled_at: list[datetime] = []
+
+    async def handle(run: TaskRun) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled_at.append(datetime.now(UTC))
+
+    async with running(make_worker(double, handle, backoff=Backoff(base=0.1, cap=0.2))):
+        await eventually(lambda: bool(cancelled_at), what="the handler's cancellation")
+    taken_until = double.run("t-expiring").taken_until
+    assert taken_until is not None
+    # Never later than the server's deadline, and early only by the Date header's 1 s
+    # resolution: the worker measures the deadline against the server's clock.
+    assert taken_until - timedelta(seconds=2) <= cancelled_at[0] <= taken_until
+    assert double.reports == []
+    assert len(double.routes("reclaimTask")) > 1, "retried until the deadline"
+
+
+async def test_shutdown_lets_handlers_finish_within_the_grace_period_then_cancels(
+    double: CoordinatorDouble,
+) -> None:
+    double.add_task("t-quick", priority="highest")
+    double.add_task("t-stuck", priority="lowest")
+    started: set[str] = set()
+    finish_quick = asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        started.add(run.task_id)
+        if run.task_id == "t-quick":
+            await finish_quick.wait()
+        else:
+            await asyncio.Event().wait()
+
+    worker = make_worker(double, handle, capacity=2, grace_period=0.5)
+    task = asyncio.create_task(worker.run())
+    await eventually(lambda: started == {"t-quick", "t-stuck"}, what="both runs")
+    polls = len(double.routes("getMessages"))
+    worker.stop()
+    finish_quick.set()
+    await asyncio.wait_for(task, timeout=10)
+    assert reports(double) == {
+        "t-quick": ("completed", None),
+        "t-stuck": ("exception", "worker-shutdown"),
+    }
+    assert len(double.routes("getMessages")) == polls, "no polling after stop"
+
+
+async def test_a_sync_handler_sees_cancellation_and_can_return_early(
+    double: CoordinatorDouble,
+) -> None:
+    double.add_task("t-sync")
+    started = threading.Event()
+
+    def handle(run: TaskRun) -> None:
+        started.set()
+        run.cancelled.wait(timeout=30)
+
+    worker = make_worker(double, handle, grace_period=0.2)
+    task = asyncio.create_task(worker.run())
+    await eventually(started.is_set, what="the handler")
+    worker.stop()
+    await asyncio.wait_for(task, timeout=10)
+    assert reports(double) == {"t-sync": ("exception", "worker-shutdown")}
+
+
+async def test_claim_work_mode_needs_no_azure(double: CoordinatorDouble) -> None:
+    for n in range(4):
+        double.add_task(f"t{n}", hint=False)
+    release = asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        await release.wait()
+
+    async with running(make_worker(double, handle, capacity=3, claim_work=True)):
+        await eventually(lambda: len(double.routes("claimWork")) >= 1, what="a claimWork")
+        await eventually(
+            lambda: sum(r.state == "running" for t in double.tasks.values() for r in t.runs) == 3,
+            what="three running",
+        )
+        release.set()
+        await eventually(lambda: len(double.reports) == 4, what="four reports")
+    assert double.routes("claimWork")[0] == "3"
+    assert double.routes("pollTaskUrls") == double.routes("getMessages") == []
+    assert {kind for _, _, kind, _ in double.reports} == {"completed"}
+
+
+async def test_a_claim_that_arrives_during_shutdown_is_handed_back(
+    double: CoordinatorDouble,
+) -> None:
+    double.add_task("t-late")
+    double.claim_gate = asyncio.Event()
+    handled: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        handled.append(run.task_id)
+
+    worker = make_worker(double, handle, grace_period=10)
+    task = asyncio.create_task(worker.run())
+    await eventually(lambda: len(double.routes("claimTask")) == 1, what="a claim in flight")
+    worker.stop()
+    double.claim_gate.set()
+    await asyncio.wait_for(task, timeout=10)
+    assert handled == []
+    assert reports(double) == {"t-late": ("exception", "worker-shutdown")}
+
+
+async def test_stopping_hangs_up_on_a_claim_work_long_poll(double: CoordinatorDouble) -> None:
+    double.claim_work_wait = 30.0
+    worker = make_worker(double, lambda run: None, claim_work=True, grace_period=30)
+    task = asyncio.create_task(worker.run())
+    await eventually(lambda: len(double.routes("claimWork")) == 1, what="a long poll")
+    stopped_at = time.monotonic()
+    worker.stop()
+    await asyncio.wait_for(task, timeout=10)
+    assert time.monotonic() - stopped_at < 2, "did not wait for the long poll to end"
+    await eventually(lambda: double.routes("claimWorkHungUp") == ["1"], what="the hang-up")
+
+
+async def test_a_worker_the_coordinator_refuses_stops_with_the_error(
+    double: CoordinatorDouble,
+) -> None:
+    double.faults["pollTaskUrls"] = [403]
+    worker = make_worker(double, lambda run: None)
+    with pytest.raises(RequestFailed) as failure:
+        await asyncio.wait_for(worker.run(), timeout=10)
+    assert failure.value.status == 403
+
+
+async def test_without_credentials_nothing_is_signed_but_runs_use_theirs(
+    double: CoordinatorDouble,
+) -> None:
+    double.credentials = None
+    double.add_task("t1")
+
+    async with running(make_worker(double, lambda run: None, credentials=None)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+    assert [route for route, _ in double.signers] == ["completed"]

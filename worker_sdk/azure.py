@@ -1,0 +1,163 @@
+"""Azure Storage Queue access through the coordinator's signed URLs, and hint decoding.
+
+Owns Azure's wire format and nothing more: the ``numofmessages`` parameter, the
+``QueueMessagesList`` XML, the ``{{messageId}}``/``{{popReceipt}}`` placeholders of the delete
+URL, and the hint message text, ``base64(JSON {"taskId", "runId", "hintId"})``. The SAS
+signature lives in the URLs' query strings, so URLs are sent exactly as given (never
+re-quoted) and never logged whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from urllib.parse import quote, urlsplit
+
+import aiohttp
+from yarl import URL
+
+from worker_sdk.errors import RequestFailed
+
+MAX_MESSAGES = 32
+"""Azure returns at most 32 messages per request."""
+
+AZURE_TIMEOUT = aiohttp.ClientTimeout(total=30)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueMessage:
+    """One message as Get Messages returns it."""
+
+    message_id: str
+    pop_receipt: str
+    dequeue_count: int
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hint:
+    """What a hint message says: run ``run_id`` of ``task_id`` may be pending."""
+
+    task_id: str
+    run_id: int
+    hint_id: str
+
+
+class PoisonHint(ValueError):
+    """A message whose text is not a hint; it can never be acted on, only deleted."""
+
+
+def poll_url(signed_poll_url: str, count: int) -> str:
+    """The Get Messages URL asking for ``count`` messages (1..32)."""
+    if not 1 <= count <= MAX_MESSAGES:
+        raise ValueError(f"numofmessages must be 1..{MAX_MESSAGES}, not {count}")
+    separator = "&" if "?" in signed_poll_url else "?"
+    return f"{signed_poll_url}{separator}numofmessages={count}"
+
+
+def delete_url(template: str, message: QueueMessage) -> str:
+    """The Delete Message URL for ``message``.
+
+    Pop receipts are base64 and may hold ``+``, ``/`` and ``=``, which would change meaning
+    inside a URL, so both values are percent-encoded before substitution.
+    """
+    return template.replace("{{messageId}}", quote(message.message_id, safe="")).replace(
+        "{{popReceipt}}", quote(message.pop_receipt, safe="")
+    )
+
+
+def queue_name(url: str) -> str:
+    """The queue's name, for logs: the path segment before ``/messages``."""
+    segments = urlsplit(url).path.split("/")
+    return segments[segments.index("messages") - 1] if "messages" in segments[1:] else url
+
+
+def parse_messages(xml: str) -> list[QueueMessage]:
+    """The messages of a ``QueueMessagesList`` document; ``ValueError`` if it is not one."""
+    try:
+        root = ElementTree.fromstring(xml)
+    except ElementTree.ParseError as error:
+        raise ValueError(f"not XML: {error}") from error
+    if root.tag != "QueueMessagesList":
+        raise ValueError(f"expected QueueMessagesList, got {root.tag}")
+    messages = []
+    for element in root.iter("QueueMessage"):
+        fields = {child.tag: child.text or "" for child in element}
+        try:
+            messages.append(
+                QueueMessage(
+                    message_id=fields["MessageId"],
+                    pop_receipt=fields["PopReceipt"],
+                    dequeue_count=int(fields["DequeueCount"]),
+                    text=fields["MessageText"],
+                )
+            )
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"incomplete QueueMessage {fields!r}") from error
+    return messages
+
+
+def decode_hint(text: str) -> Hint:
+    """Read a hint from a message's text; :class:`PoisonHint` if it does not hold one."""
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+        value = json.loads(raw)
+    except (binascii.Error, ValueError) as error:
+        raise PoisonHint(f"not base64 JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise PoisonHint(f"not a JSON object: {value!r}")
+    task_id, run_id, hint_id = value.get("taskId"), value.get("runId"), value.get("hintId")
+    if not isinstance(task_id, str) or not task_id:
+        raise PoisonHint(f"taskId missing or not a string: {value!r}")
+    # bool is an int subclass; true is not a run id.
+    if not isinstance(run_id, int) or isinstance(run_id, bool) or run_id < 0:
+        raise PoisonHint(f"runId missing or not a run index: {value!r}")
+    if not isinstance(hint_id, str):
+        raise PoisonHint(f"hintId missing or not a string: {value!r}")
+    return Hint(task_id=task_id, run_id=run_id, hint_id=hint_id)
+
+
+async def get_messages(session: aiohttp.ClientSession, url: str) -> list[QueueMessage]:
+    """GET a poll URL (from :func:`poll_url`); a 2xx that is not the XML is transient."""
+    text = await _request(session, "GET", url)
+    try:
+        return parse_messages(text)
+    except ValueError as error:
+        raise RequestFailed(
+            method="GET", url=url, status=None, code="InvalidResponse", message=str(error)
+        ) from error
+
+
+async def delete_message(session: aiohttp.ClientSession, url: str) -> None:
+    """DELETE a message through a URL from :func:`delete_url`."""
+    await _request(session, "DELETE", url)
+
+
+async def _request(session: aiohttp.ClientSession, method: str, url: str) -> str:
+    try:
+        async with session.request(
+            method, URL(url, encoded=True), timeout=AZURE_TIMEOUT
+        ) as response:
+            text = await response.text()
+            status = response.status
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise RequestFailed(
+            method=method, url=url, status=None, code=type(error).__name__, message=str(error)
+        ) from error
+    if status >= 400:
+        code, message = _error_fields(text)
+        raise RequestFailed(method=method, url=url, status=status, code=code, message=message)
+    return text
+
+
+def _error_fields(text: str) -> tuple[str, str]:
+    """``Code`` and ``Message`` of Azure's XML error body, or a snippet of anything else."""
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError:
+        return "", text[:200]
+    # Azure appends "RequestId:..." and "Time:..." lines to the message; the first says it all.
+    return root.findtext("Code", ""), (root.findtext("Message") or "").split("\n", 1)[0]

@@ -1,0 +1,180 @@
+"""``queue-worker``: run a handler function as a worker from the command line.
+
+    queue-worker --root-url URL --provisioner-id P --worker-type W \\
+        [--worker-group G] [--worker-id ID] [--capacity N] [--claim-work] \\
+        [--grace-period SECONDS] [--dequeue-warning N] package.module:function
+
+Like the official Taskcluster tools it reads ``TASKCLUSTER_ROOT_URL`` (when ``--root-url`` is
+not given), ``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN`` and, for temporary
+credentials, ``TASKCLUSTER_CERTIFICATE``. Without credentials requests go unsigned. The
+current directory is importable, so ``queue-worker examples.hello:handle`` works from a
+checkout. Exit status: 0 after a graceful stop, 1 when the coordinator refuses the worker,
+2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from worker_sdk.client import Credentials
+from worker_sdk.errors import RequestFailed
+from worker_sdk.worker import Handler, Worker, default_worker_group, default_worker_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """Everything the command line and the environment say, validated."""
+
+    root_url: str
+    credentials: Credentials | None
+    provisioner_id: str
+    worker_type: str
+    worker_group: str
+    worker_id: str
+    capacity: int
+    claim_work: bool
+    grace_period: float
+    dequeue_warning: int
+    handler: str
+    log_level: str
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="queue-worker",
+        description="Claim tasks of one worker type from a queue coordinator and run them.",
+        epilog="Credentials come from TASKCLUSTER_CLIENT_ID, TASKCLUSTER_ACCESS_TOKEN and "
+        "TASKCLUSTER_CERTIFICATE.",
+    )
+    parser.add_argument("--root-url", help="coordinator root URL (default: $TASKCLUSTER_ROOT_URL)")
+    parser.add_argument("--provisioner-id", required=True)
+    parser.add_argument("--worker-type", required=True)
+    parser.add_argument("--worker-group", help="default: the short host name")
+    parser.add_argument("--worker-id", help="default: host name and process id")
+    parser.add_argument("--capacity", type=_positive_int, default=1, help="tasks at once")
+    parser.add_argument(
+        "--claim-work",
+        action="store_true",
+        help="claim through the coordinator's claimWork instead of polling Azure",
+    )
+    parser.add_argument(
+        "--grace-period",
+        type=float,
+        default=60.0,
+        help="seconds running tasks get to finish after SIGTERM/SIGINT (default: 60)",
+    )
+    parser.add_argument(
+        "--dequeue-warning",
+        type=int,
+        default=10,
+        help="warn about hints dequeued more often than this (default: 10)",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
+    parser.add_argument("handler", help="the handler, as package.module:function")
+    return parser
+
+
+def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
+    """Read the arguments and the environment; exits with status 2 on bad input."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    root_url = args.root_url or environ.get("TASKCLUSTER_ROOT_URL")
+    if not root_url:
+        parser.error("give --root-url or set TASKCLUSTER_ROOT_URL")
+    if ":" not in args.handler:
+        parser.error(f"handler {args.handler!r} is not of the form package.module:function")
+    client_id = environ.get("TASKCLUSTER_CLIENT_ID")
+    access_token = environ.get("TASKCLUSTER_ACCESS_TOKEN")
+    if bool(client_id) != bool(access_token):
+        parser.error("set both TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN, or neither")
+    credentials = (
+        Credentials(
+            client_id=client_id,
+            access_token=access_token,
+            certificate=environ.get("TASKCLUSTER_CERTIFICATE") or None,
+        )
+        if client_id and access_token
+        else None
+    )
+    return Options(
+        root_url=root_url.rstrip("/"),
+        credentials=credentials,
+        provisioner_id=args.provisioner_id,
+        worker_type=args.worker_type,
+        worker_group=args.worker_group or default_worker_group(),
+        worker_id=args.worker_id or default_worker_id(),
+        capacity=args.capacity,
+        claim_work=args.claim_work,
+        grace_period=args.grace_period,
+        dequeue_warning=args.dequeue_warning,
+        handler=args.handler,
+        log_level=args.log_level,
+    )
+
+
+def load_handler(spec: str) -> Handler:
+    """Import ``package.module:function`` (the function may be a dotted attribute path)."""
+    module_name, _, attribute = spec.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for name in attribute.split("."):
+        target = getattr(target, name)
+    if not callable(target):
+        raise TypeError(f"{spec} is not callable")
+    handler: Handler = target
+    return handler
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(sys.argv[1:] if argv is None else argv, os.environ)
+    logging.basicConfig(
+        level=options.log_level,
+        # The coordinator's format, so both logs read (and parse) alike.
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+    # Console scripts don't put the current directory on sys.path; handlers usually live there.
+    sys.path.insert(0, os.getcwd())
+    try:
+        handler = load_handler(options.handler)
+    except (ImportError, AttributeError, TypeError) as error:
+        print(f"queue-worker: cannot load handler {options.handler}: {error}", file=sys.stderr)
+        return 2
+    worker = Worker(
+        root_url=options.root_url,
+        credentials=options.credentials,
+        provisioner_id=options.provisioner_id,
+        worker_type=options.worker_type,
+        worker_group=options.worker_group,
+        worker_id=options.worker_id,
+        handler=handler,
+        capacity=options.capacity,
+        claim_work=options.claim_work,
+        grace_period=options.grace_period,
+        dequeue_warning=options.dequeue_warning,
+    )
+    try:
+        asyncio.run(worker.run())
+    except RequestFailed:
+        # Worker.run has logged why; retrying can't help (credentials, scopes, worker type).
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,366 @@
+"""HTTP client for the coordinator routes a worker uses, with Taskcluster Hawk signing.
+
+Covers ``pollTaskUrls``, ``claimTask``, ``claimWork``, ``reclaimTask`` and the three reports,
+nothing else. Requests are signed exactly as the official ``taskcluster`` client signs them
+(mohawk, sha256, ``ext`` = URL-safe base64 of the JSON ``{"certificate": ...}`` for
+temporary credentials and of ``{}`` otherwise), or not at all without credentials. Every
+failure surfaces as :class:`~worker_sdk.errors.RequestFailed`; retrying is the caller's
+business, because only the caller knows its deadline.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import mohawk
+from yarl import URL
+
+from worker_sdk import timing
+from worker_sdk.errors import RequestFailed
+
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
+CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
+"""claimWork long-polls about 20 s on the server before answering."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Credentials:
+    """Taskcluster credentials; ``certificate`` (JSON text) makes them temporary ones."""
+
+    client_id: str
+    access_token: str
+    certificate: str | None = None
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Credentials:
+        """Read ``{clientId, accessToken, certificate?}`` as the API and the official client
+        spell them; a certificate may be JSON text or an already parsed object."""
+        certificate = value.get("certificate")
+        if certificate is not None and not isinstance(certificate, str):
+            certificate = json.dumps(certificate, separators=(",", ":"))
+        return cls(
+            client_id=str(value["clientId"]),
+            access_token=str(value["accessToken"]),
+            certificate=certificate or None,
+        )
+
+
+def hawk_ext(credentials: Credentials) -> str:
+    """The Hawk ``ext`` the official client sends, byte for byte.
+
+    The coordinator reads the certificate of temporary credentials from here; permanent
+    credentials still send the encoded empty object, as the official client does.
+    """
+    ext: dict[str, Any] = {}
+    if credentials.certificate:
+        ext["certificate"] = json.loads(credentials.certificate)
+    encoded = base64.b64encode(json.dumps(ext, separators=(",", ":")).encode()).decode()
+    return encoded.replace("+", "-").replace("/", "_")
+
+
+def authorization(
+    credentials: Credentials, *, method: str, url: str, content: str, content_type: str
+) -> str:
+    """The ``Authorization`` header value for one request."""
+    sender = mohawk.Sender(
+        credentials={
+            "id": credentials.client_id,
+            "key": credentials.access_token,
+            "algorithm": "sha256",
+        },
+        ext=hawk_ext(credentials),
+        url=url,
+        method=method,
+        content=content,
+        content_type=content_type,
+    )
+    header: str = sender.request_header
+    return header
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignedQueue:
+    """One Azure queue as ``pollTaskUrls`` hands it out: where to get and delete messages."""
+
+    poll_url: str
+    delete_url: str
+    """Still holds the literal ``{{messageId}}`` and ``{{popReceipt}}`` placeholders."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PollUrls:
+    """The answer of ``pollTaskUrls``: queues highest priority first."""
+
+    queues: tuple[SignedQueue, ...]
+    expires: datetime
+    refresh_at: float
+    """Monotonic time at which to ask for new URLs."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A run this worker now holds, from ``claimTask`` or ``claimWork``."""
+
+    task_id: str
+    run_id: int
+    task: Mapping[str, Any]
+    taken_until: datetime
+    expires_at: float
+    """Monotonic time at which ``taken_until`` passes on the server."""
+    credentials: Credentials
+    """Temporary credentials for reclaiming and reporting this run."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reclaim:
+    """The answer of ``reclaimTask``: a later deadline and fresh credentials."""
+
+    taken_until: datetime
+    expires_at: float
+    credentials: Credentials
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Answer:
+    method: str
+    url: str
+    body: Mapping[str, Any]
+    sent_at: float
+    server_time: datetime
+
+
+class QueueClient:
+    """Calls the coordinator's queue routes under ``<root_url>/api/queue/v1``.
+
+    ``credentials`` sign the worker's own calls (polling and claiming); reclaims and reports
+    are signed with the run's temporary credentials, passed per call.
+    """
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        root_url: str,
+        credentials: Credentials | None,
+    ) -> None:
+        self._session = session
+        self._base = root_url.rstrip("/") + "/api/queue/v1"
+        self._credentials = credentials
+
+    async def poll_task_urls(self, provisioner_id: str, worker_type: str) -> PollUrls:
+        answer = await self._call("GET", ("poll-task-url", provisioner_id, worker_type))
+        with _parsing(answer, "pollTaskUrls"):
+            expires = _parse_time(answer.body["expires"])
+            queues = tuple(
+                SignedQueue(poll_url=str(q["signedPollUrl"]), delete_url=str(q["signedDeleteUrl"]))
+                for q in answer.body["queues"]
+            )
+        expires_at = timing.deadline(
+            sent_at=answer.sent_at, until=expires, server_time=answer.server_time
+        )
+        return PollUrls(
+            queues=queues,
+            expires=expires,
+            refresh_at=timing.refresh_at(sent_at=answer.sent_at, expires_at=expires_at),
+        )
+
+    async def claim_task(
+        self, task_id: str, run_id: int, *, worker_group: str, worker_id: str
+    ) -> Claim:
+        answer = await self._call(
+            "POST",
+            ("task", task_id, "runs", str(run_id), "claim"),
+            body={"workerGroup": worker_group, "workerId": worker_id},
+        )
+        with _parsing(answer, "claimTask"):
+            return _claim(answer.body, answer)
+
+    async def claim_work(
+        self,
+        provisioner_id: str,
+        worker_type: str,
+        *,
+        worker_group: str,
+        worker_id: str,
+        tasks: int,
+    ) -> list[Claim]:
+        answer = await self._call(
+            "POST",
+            ("claim-work", provisioner_id, worker_type),
+            body={"workerGroup": worker_group, "workerId": worker_id, "tasks": tasks},
+            long_poll=True,
+        )
+        with _parsing(answer, "claimWork"):
+            return [_claim(claim, answer) for claim in answer.body["tasks"]]
+
+    async def reclaim_task(self, task_id: str, run_id: int, *, credentials: Credentials) -> Reclaim:
+        answer = await self._call(
+            "POST", ("task", task_id, "runs", str(run_id), "reclaim"), credentials=credentials
+        )
+        with _parsing(answer, "reclaimTask"):
+            taken_until = _parse_time(answer.body["takenUntil"])
+            new_credentials = Credentials.from_json(answer.body["credentials"])
+        return Reclaim(
+            taken_until=taken_until,
+            expires_at=timing.deadline(
+                sent_at=answer.sent_at, until=taken_until, server_time=answer.server_time
+            ),
+            credentials=new_credentials,
+        )
+
+    async def report_completed(
+        self, task_id: str, run_id: int, *, credentials: Credentials
+    ) -> None:
+        await self._call(
+            "POST", ("task", task_id, "runs", str(run_id), "completed"), credentials=credentials
+        )
+
+    async def report_failed(self, task_id: str, run_id: int, *, credentials: Credentials) -> None:
+        await self._call(
+            "POST", ("task", task_id, "runs", str(run_id), "failed"), credentials=credentials
+        )
+
+    async def report_exception(
+        self, task_id: str, run_id: int, reason: str, *, credentials: Credentials
+    ) -> None:
+        await self._call(
+            "POST",
+            ("task", task_id, "runs", str(run_id), "exception"),
+            body={"reason": reason},
+            credentials=credentials,
+        )
+
+    async def _call(
+        self,
+        method: str,
+        segments: tuple[str, ...],
+        *,
+        body: Mapping[str, Any] | None = None,
+        credentials: Credentials | None = None,
+        long_poll: bool = False,
+    ) -> _Answer:
+        url = self._base + "".join("/" + quote(segment, safe="") for segment in segments)
+        # Routes without an input schema get no body at all, like the official client sends.
+        content = json.dumps(body, separators=(",", ":")) if body is not None else ""
+        content_type = "application/json" if content else ""
+        headers = {"Content-Type": content_type} if content else {}
+        signer = credentials or self._credentials
+        if signer is not None:
+            headers["Authorization"] = authorization(
+                signer, method=method, url=url, content=content, content_type=content_type
+            )
+        sent_at = time.monotonic()
+        try:
+            # encoded=True: send the URL exactly as signed, without yarl re-quoting it.
+            async with self._session.request(
+                method,
+                URL(url, encoded=True),
+                data=content.encode() if content else None,
+                headers=headers,
+                # aiohttp would label an empty POST application/octet-stream, which the
+                # coordinator would then hash into the signature we made without one.
+                skip_auto_headers=() if content else ("Content-Type",),
+                timeout=CLAIM_WORK_TIMEOUT if long_poll else REQUEST_TIMEOUT,
+            ) as response:
+                text = await response.text()
+                status = response.status
+                date = response.headers.get("Date")
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise RequestFailed(
+                method=method, url=url, status=None, code=type(error).__name__, message=str(error)
+            ) from error
+        if status >= 400:
+            code, message = _error_fields(text)
+            raise RequestFailed(method=method, url=url, status=status, code=code, message=message)
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise RequestFailed(
+                method=method,
+                url=url,
+                status=None,
+                code="InvalidResponse",
+                message=f"expected a JSON object, got {text[:200]!r}",
+            )
+        return _Answer(
+            method=method,
+            url=url,
+            body=parsed,
+            sent_at=sent_at,
+            server_time=_server_time(date),
+        )
+
+
+@contextmanager
+def _parsing(answer: _Answer, route: str) -> Iterator[None]:
+    """Turn a 2xx body that lacks what the route promises into a transient RequestFailed."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError) as error:
+        raise RequestFailed(
+            method=answer.method,
+            url=answer.url,
+            status=None,
+            code="InvalidResponse",
+            message=f"not a {route} answer: {dict(answer.body)!r} ({error!r})",
+        ) from error
+
+
+def _claim(value: Mapping[str, Any], answer: _Answer) -> Claim:
+    taken_until = _parse_time(value["takenUntil"])
+    run_id = value["runId"]
+    if not isinstance(run_id, int):
+        raise TypeError(f"runId {run_id!r} is not an integer")
+    return Claim(
+        task_id=str(value["status"]["taskId"]),
+        run_id=run_id,
+        task=value["task"],
+        taken_until=taken_until,
+        expires_at=timing.deadline(
+            sent_at=answer.sent_at, until=taken_until, server_time=answer.server_time
+        ),
+        credentials=Credentials.from_json(value["credentials"]),
+    )
+
+
+def _parse_time(text: Any) -> datetime:
+    parsed = datetime.fromisoformat(str(text))
+    if parsed.tzinfo is None:
+        raise ValueError(f"date-time {text!r} has no time zone")
+    return parsed
+
+
+def _server_time(date: str | None) -> datetime:
+    """The server's clock from its ``Date`` header, or ours when it sent none we can read."""
+    if date:
+        try:
+            parsed = parsedate_to_datetime(date)
+        except (TypeError, ValueError):
+            pass
+        else:
+            # RFC 2822's "-0000" parses as naive; HTTP dates are always GMT.
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return datetime.now(UTC)
+
+
+def _error_fields(text: str) -> tuple[str, str]:
+    """``code`` and ``message`` of a Taskcluster error body, or a snippet of anything else."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return str(parsed.get("code", "")), str(parsed.get("message", ""))
+    return "", text[:200]

@@ -1,0 +1,58 @@
+"""Exceptions of the worker SDK: the ones handlers raise, and the one requests fail with.
+
+A handler raises a :class:`TaskException` subclass to resolve its run as ``exception`` with
+that reason (Taskcluster's ``reportException``); any other exception resolves it as
+``failed``. :class:`RequestFailed` is how every HTTP call to the coordinator or to Azure
+fails, so callers decide between retrying and giving up in one place.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class TaskException(Exception):
+    """Resolve the run as ``exception`` with :attr:`reason` instead of ``failed``."""
+
+    reason: ClassVar[str]
+
+
+class MalformedPayload(TaskException):
+    """The task's payload is invalid; the coordinator never retries the task."""
+
+    reason = "malformed-payload"
+
+
+class ResourceUnavailable(TaskException):
+    """Something the task needs (an artifact, a secret, a service) cannot be had."""
+
+    reason = "resource-unavailable"
+
+
+class InternalError(TaskException):
+    """The worker itself broke while running the task; the task is not to blame."""
+
+    reason = "internal-error"
+
+
+class RequestFailed(Exception):
+    """An HTTP request to the coordinator or to Azure got no acceptable answer.
+
+    ``status`` is the HTTP status, or ``None`` when there was no usable answer at all
+    (connection error, timeout, a body that is not what the route returns). ``code`` is the
+    Taskcluster or Azure error code when the body carried one. ``url`` loses its query string,
+    because that is where Azure's SAS signature lives and this text ends up in logs.
+    """
+
+    def __init__(self, *, method: str, url: str, status: int | None, code: str, message: str):
+        self.method = method
+        self.url = url.partition("?")[0]
+        super().__init__(f"{method} {self.url} -> {status or 'no response'} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying: no answer, a server error, or throttling (Azure says 503 or 429)."""
+        return self.status is None or self.status >= 500 or self.status == 429

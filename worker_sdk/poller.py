@@ -1,0 +1,330 @@
+"""Where claims come from: Azure hints (SPEC §8 steps 1-6) or the coordinator's claimWork.
+
+Both pollers answer one question, :meth:`Poller.claims`: "give me up to N runs to work on",
+waiting as long as it takes, and answering ``[]`` only once the worker is stopping. They
+pause with jitter when there is no work, back off exponentially with jitter on transient
+errors, and raise :class:`~worker_sdk.errors.RequestFailed` only for errors a retry cannot
+fix (the coordinator refusing the worker's credentials, say).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import Protocol
+
+import aiohttp
+
+from worker_sdk import azure
+from worker_sdk.client import Claim, PollUrls, QueueClient, SignedQueue
+from worker_sdk.errors import RequestFailed
+from worker_sdk.timing import Backoff, jittered
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 32
+"""Azure's ``numofmessages`` and claimWork's ``tasks`` both stop at 32."""
+
+DEQUEUE_WARNING = "hint dequeued too often taskId=%s runId=%s queue=%s dequeueCount=%d"
+"""The line operators alert on; its format is a public interface (see the package docs)."""
+
+
+class Poller(Protocol):
+    async def claims(self, count: int) -> list[Claim]:
+        """Claim up to ``count`` runs; at least one, or none once the worker is stopping."""
+        ...
+
+
+class _BackOff(Exception):
+    """A transient failure somewhere in a walk over the queues: pause, then start over."""
+
+
+class _Retrying:
+    """Pausing that a stop request cuts short, and the backoff schedule over failures."""
+
+    def __init__(self, *, stopping: asyncio.Event, backoff: Backoff, rng: random.Random) -> None:
+        self._stopping = stopping
+        self._backoff = backoff
+        self._rng = rng
+        self._failures = 0
+
+    async def pause(self, seconds: float) -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+        except TimeoutError:
+            pass
+
+    async def back_off(self, error: BaseException) -> None:
+        delay = self._backoff.delay(self._failures, self._rng)
+        self._failures += 1
+        log.warning("poll failed error=%s failures=%d retryIn=%.2f", error, self._failures, delay)
+        await self.pause(delay)
+
+    def succeeded(self) -> None:
+        self._failures = 0
+
+
+class AzurePoller:
+    """Polls the Azure queues of one worker type in priority order and claims their hints."""
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        client: QueueClient,
+        provisioner_id: str,
+        worker_type: str,
+        worker_group: str,
+        worker_id: str,
+        stopping: asyncio.Event,
+        idle_delay: float,
+        backoff: Backoff,
+        dequeue_warning: int,
+        rng: random.Random,
+    ) -> None:
+        self._session = session
+        self._client = client
+        self._provisioner_id = provisioner_id
+        self._worker_type = worker_type
+        self._worker_group = worker_group
+        self._worker_id = worker_id
+        self._stopping = stopping
+        self._idle_delay = idle_delay
+        self._dequeue_warning = dequeue_warning
+        self._rng = rng
+        self._retrying = _Retrying(stopping=stopping, backoff=backoff, rng=rng)
+        self._urls: PollUrls | None = None
+
+    async def claims(self, count: int) -> list[Claim]:
+        while not self._stopping.is_set():
+            try:
+                claims = await self._walk(count)
+            except _BackOff as signal:
+                await self._retrying.back_off(signal.__cause__ or signal)
+                continue
+            self._retrying.succeeded()
+            if claims:
+                return claims
+        return []
+
+    async def _walk(self, count: int) -> list[Claim]:
+        """One pass over the queues, highest priority first, stopping at the first that yields
+        claims; pauses before answering ``[]`` when every queue was empty."""
+        urls = await self._signed_urls()
+        for queue in urls.queues:
+            if self._stopping.is_set():
+                return []
+            name = azure.queue_name(queue.poll_url)
+            try:
+                messages = await azure.get_messages(
+                    self._session, azure.poll_url(queue.poll_url, count)
+                )
+            except RequestFailed as error:
+                if error.status == 404:
+                    # The coordinator creates queues lazily and deletes idle ones.
+                    log.debug("queue missing queue=%s", name)
+                    continue
+                if not error.transient:
+                    # Most likely an expired or rejected signature: get new URLs first.
+                    self._urls = None
+                raise _BackOff() from error
+            if messages:
+                return await self._take_all(queue, name, messages)
+        await self._retrying.pause(jittered(self._idle_delay, self._rng))
+        return []
+
+    async def _signed_urls(self) -> PollUrls:
+        if self._urls is None or time.monotonic() >= self._urls.refresh_at:
+            try:
+                self._urls = await self._client.poll_task_urls(
+                    self._provisioner_id, self._worker_type
+                )
+            except RequestFailed as error:
+                if error.transient:
+                    raise _BackOff() from error
+                raise
+            log.info(
+                "poll urls refreshed queues=%d expires=%s",
+                len(self._urls.queues),
+                self._urls.expires.isoformat(),
+            )
+        return self._urls
+
+    async def _take_all(
+        self, queue: SignedQueue, name: str, messages: list[azure.QueueMessage]
+    ) -> list[Claim]:
+        # return_exceptions: one failed claim must not discard the runs the others claimed.
+        results = await asyncio.gather(
+            *(self._take(queue, name, message) for message in messages), return_exceptions=True
+        )
+        claims = [result for result in results if isinstance(result, Claim)]
+        failures = [result for result in results if isinstance(result, BaseException)]
+        for failure in failures:
+            if not isinstance(failure, RequestFailed):
+                raise failure
+        if failures and not claims:
+            raise _BackOff() from failures[0]
+        # Only stale hints: an empty answer sends the caller straight back to the top queue.
+        return claims
+
+    async def _take(
+        self, queue: SignedQueue, name: str, message: azure.QueueMessage
+    ) -> Claim | None:
+        """Claim the run a message hints at, deleting the message unless that must be retried."""
+        try:
+            hint = azure.decode_hint(message.text)
+        except azure.PoisonHint as error:
+            log.warning(
+                "poison hint deleted queue=%s messageId=%s dequeueCount=%d error=%s",
+                name,
+                message.message_id,
+                message.dequeue_count,
+                error,
+            )
+            await self._delete(queue, name, message, task_id="-", run_id="-")
+            return None
+        if message.dequeue_count > self._dequeue_warning:
+            log.warning(DEQUEUE_WARNING, hint.task_id, hint.run_id, name, message.dequeue_count)
+        if self._stopping.is_set():
+            # Claiming now would only lead to reporting worker-shutdown, which spends one of
+            # the task's retries; the hint comes back when its visibility timeout ends.
+            return None
+        try:
+            claim = await self._client.claim_task(
+                hint.task_id,
+                hint.run_id,
+                worker_group=self._worker_group,
+                worker_id=self._worker_id,
+            )
+        except RequestFailed as error:
+            if error.status is None or error.status >= 500:
+                log.warning(
+                    "claim failed, hint kept taskId=%s runId=%s queue=%s error=%s",
+                    hint.task_id,
+                    hint.run_id,
+                    name,
+                    error,
+                )
+                raise
+            # A definitive no (stale hint, run already taken, task gone): the hint is useless.
+            log.info(
+                "hint not claimable taskId=%s runId=%s queue=%s status=%s code=%s",
+                hint.task_id,
+                hint.run_id,
+                name,
+                error.status,
+                error.code,
+            )
+            await self._delete(queue, name, message, task_id=hint.task_id, run_id=hint.run_id)
+            return None
+        log.info(
+            "claimed taskId=%s runId=%s queue=%s takenUntil=%s",
+            claim.task_id,
+            claim.run_id,
+            name,
+            claim.taken_until.isoformat(),
+        )
+        await self._delete(queue, name, message, task_id=hint.task_id, run_id=hint.run_id)
+        return claim
+
+    async def _delete(
+        self,
+        queue: SignedQueue,
+        name: str,
+        message: azure.QueueMessage,
+        *,
+        task_id: str,
+        run_id: int | str,
+    ) -> None:
+        try:
+            await azure.delete_message(self._session, azure.delete_url(queue.delete_url, message))
+        except RequestFailed as error:
+            # Not retried: the message reappears after its visibility timeout, and the claim
+            # it leads to then fails and deletes it.
+            log.warning(
+                "hint delete failed taskId=%s runId=%s queue=%s messageId=%s error=%s",
+                task_id,
+                run_id,
+                name,
+                message.message_id,
+                error,
+            )
+
+
+class ClaimWorkPoller:
+    """Asks the coordinator to claim work for the worker (``claimWork``); no Azure access."""
+
+    def __init__(
+        self,
+        *,
+        client: QueueClient,
+        provisioner_id: str,
+        worker_type: str,
+        worker_group: str,
+        worker_id: str,
+        stopping: asyncio.Event,
+        idle_delay: float,
+        backoff: Backoff,
+        rng: random.Random,
+    ) -> None:
+        self._client = client
+        self._provisioner_id = provisioner_id
+        self._worker_type = worker_type
+        self._worker_group = worker_group
+        self._worker_id = worker_id
+        self._stopping = stopping
+        self._idle_delay = idle_delay
+        self._rng = rng
+        self._retrying = _Retrying(stopping=stopping, backoff=backoff, rng=rng)
+
+    async def claims(self, count: int) -> list[Claim]:
+        while not self._stopping.is_set():
+            try:
+                claims = await self._long_poll(count)
+            except RequestFailed as error:
+                if not error.transient:
+                    raise
+                await self._retrying.back_off(error)
+                continue
+            self._retrying.succeeded()
+            for claim in claims:
+                log.info(
+                    "claimed taskId=%s runId=%s takenUntil=%s",
+                    claim.task_id,
+                    claim.run_id,
+                    claim.taken_until.isoformat(),
+                )
+            if claims:
+                return claims
+            # The server already waited ~20 s; the pause only guards against one that doesn't.
+            await self._retrying.pause(jittered(self._idle_delay, self._rng))
+        return []
+
+    async def _long_poll(self, count: int) -> list[Claim]:
+        """One claimWork call, abandoned when the worker stops.
+
+        Waiting out the server's ~20 s would hold up every shutdown. Hanging up is safe: the
+        coordinator stops claiming for a client that has gone away.
+        """
+        request = asyncio.create_task(
+            self._client.claim_work(
+                self._provisioner_id,
+                self._worker_type,
+                worker_group=self._worker_group,
+                worker_id=self._worker_id,
+                tasks=count,
+            )
+        )
+        stop = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({request, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not request.done():
+                request.cancel()
+            await asyncio.wait({request})
+        # Claims that made it anyway are returned: the worker hands them back at once.
+        return [] if request.cancelled() else request.result()

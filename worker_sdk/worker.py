@@ -1,0 +1,537 @@
+"""The Worker: runs a handler for each claimed run, keeps claims alive, reports outcomes.
+
+It holds at most ``capacity`` runs at once and asks its poller for exactly as many more as it
+has room for. Each run gets a reclaim loop on the monotonic clock (SPEC §8 step 7) and one
+report at the end (step 8). On :meth:`Worker.stop` (or SIGTERM/SIGINT) it stops polling, lets
+running handlers finish within the grace period, then cancels the rest and reports
+``worker-shutdown`` so the coordinator retries them (step 9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import random
+import re
+import signal
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import aiohttp
+
+from worker_sdk import timing
+from worker_sdk.client import Claim, Credentials, QueueClient, Reclaim
+from worker_sdk.errors import RequestFailed, TaskException
+from worker_sdk.poller import MAX_BATCH, AzurePoller, ClaimWorkPoller, Poller
+from worker_sdk.timing import Backoff
+
+log = logging.getLogger(__name__)
+
+REPORT_TIMEOUT = 30.0
+"""After the grace period, how long shutdown waits for the worker-shutdown reports."""
+
+Handler = Callable[["TaskRun"], Awaitable[None] | None]
+"""An ``async def`` (run on the event loop) or a plain function (run in a thread)."""
+
+CancelReason = Literal["claim-lost", "worker-shutdown"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """How a run is reported: ``reportCompleted``, ``reportFailed`` or ``reportException``."""
+
+    kind: Literal["completed", "failed", "exception"]
+    reason: str | None = None
+    """The reportException reason, given exactly when ``kind`` is ``exception``."""
+
+    def __post_init__(self) -> None:
+        if (self.kind == "exception") != (self.reason is not None):
+            raise ValueError(f"an {self.kind} outcome with reason {self.reason!r}")
+
+
+def outcome_for(error: BaseException | None) -> Outcome:
+    """The report for a handler that returned (``None``) or raised ``error``."""
+    if error is None:
+        return Outcome(kind="completed")
+    if isinstance(error, TaskException):
+        return Outcome(kind="exception", reason=error.reason)
+    return Outcome(kind="failed")
+
+
+class _Lease:
+    """The changing state of one claimed run: its deadline, credentials and cancellation."""
+
+    def __init__(self, claim: Claim) -> None:
+        self.taken_until = claim.taken_until
+        self.expires_at = claim.expires_at
+        self.credentials = claim.credentials
+        self.cancel_reason: CancelReason | None = None
+        self.cancelled = threading.Event()
+        self.handler: asyncio.Task[None] | None = None
+
+    def renew(self, reclaim: Reclaim) -> None:
+        self.taken_until = reclaim.taken_until
+        self.expires_at = reclaim.expires_at
+        self.credentials = reclaim.credentials
+
+    def cancel(self, reason: CancelReason) -> None:
+        """Stop the handler; the first reason given decides what gets reported."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.cancelled.set()
+        if self.handler is not None:
+            self.handler.cancel()
+
+
+class TaskRun:
+    """What a handler gets: one claimed run of a task.
+
+    ``taken_until`` and ``credentials`` change as the worker reclaims the run in the
+    background. ``cancelled`` is set when the worker gives up on the run (claim lost, or
+    shutdown after the grace period): async handlers are cancelled outright, but a sync
+    handler's thread cannot be, so long sync handlers should check it and return early.
+    """
+
+    def __init__(self, claim: Claim, lease: _Lease) -> None:
+        self._claim = claim
+        self._lease = lease
+
+    @property
+    def task_id(self) -> str:
+        return self._claim.task_id
+
+    @property
+    def run_id(self) -> int:
+        return self._claim.run_id
+
+    @property
+    def task(self) -> Mapping[str, Any]:
+        """The task definition, as createTask stored it (with defaults)."""
+        return self._claim.task
+
+    @property
+    def payload(self) -> Any:
+        return self._claim.task.get("payload")
+
+    @property
+    def taken_until(self) -> datetime:
+        return self._lease.taken_until
+
+    @property
+    def credentials(self) -> Credentials:
+        """The run's current temporary credentials (scoped to the run and task)."""
+        return self._lease.credentials
+
+    @property
+    def cancelled(self) -> threading.Event:
+        return self._lease.cancelled
+
+    def __repr__(self) -> str:
+        return f"TaskRun(task_id={self.task_id!r}, run_id={self.run_id})"
+
+
+def default_worker_group() -> str:
+    """The short host name, made a legal Taskcluster identifier."""
+    return _identifier(socket.gethostname().split(".")[0] or "worker")
+
+
+def default_worker_id() -> str:
+    """Host name and process id: unique per process within the worker group."""
+    suffix = f"-{os.getpid()}"
+    return default_worker_group()[: 38 - len(suffix)] + suffix
+
+
+def _identifier(text: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_-]", "-", text)[:38]
+
+
+class Worker:
+    """Claims runs of one worker type and hands each to ``handler``; see the package docs.
+
+    ``claim_work`` selects the claimWork mode (the coordinator polls Azure on the worker's
+    behalf); otherwise the worker polls Azure itself through signed URLs. ``idle_delay`` is
+    the pause when there is no work and ``backoff`` the schedule after transient errors, both
+    jittered. A hint dequeued more than ``dequeue_warning`` times is logged as a WARNING.
+    ``handle_signals`` makes :meth:`run` stop gracefully on SIGTERM and SIGINT (which needs
+    the main thread); without it, call :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        *,
+        root_url: str,
+        credentials: Credentials | Mapping[str, Any] | None,
+        provisioner_id: str,
+        worker_type: str,
+        handler: Handler,
+        worker_group: str | None = None,
+        worker_id: str | None = None,
+        capacity: int = 1,
+        claim_work: bool = False,
+        grace_period: float = 60.0,
+        dequeue_warning: int = 10,
+        idle_delay: float = 1.0,
+        backoff: Backoff = Backoff(),  # noqa: B008 (frozen, so sharing the default is safe)
+        handle_signals: bool = True,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, not {capacity}")
+        if grace_period < 0:
+            raise ValueError(f"grace_period must not be negative, not {grace_period}")
+        self._root_url = root_url
+        self._credentials = (
+            credentials
+            if credentials is None or isinstance(credentials, Credentials)
+            else Credentials.from_json(credentials)
+        )
+        self._provisioner_id = provisioner_id
+        self._worker_type = worker_type
+        self._worker_group = worker_group or default_worker_group()
+        self._worker_id = worker_id or default_worker_id()
+        self._handler = handler
+        # Also true for objects with an ``async def __call__``.
+        self._handler_is_async = inspect.iscoroutinefunction(
+            handler
+        ) or inspect.iscoroutinefunction(type(handler).__call__)
+        self._capacity = capacity
+        self._claim_work = claim_work
+        self._grace_period = grace_period
+        self._dequeue_warning = dequeue_warning
+        self._idle_delay = idle_delay
+        self._backoff = backoff
+        self._handle_signals = handle_signals
+        self._rng = random.Random()
+        self._stopping = asyncio.Event()
+        # Set whenever a run finishes or a stop is requested: the poll loop's reasons to look
+        # again at its free capacity.
+        self._wakeup = asyncio.Event()
+        self._runs: set[asyncio.Task[None]] = set()
+        self._leases: set[_Lease] = set()
+
+    @property
+    def worker_group(self) -> str:
+        return self._worker_group
+
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id
+
+    def stop(self) -> None:
+        """Ask for a graceful shutdown; :meth:`run` returns once it is done.
+
+        Call it from the event loop's thread (``loop.call_soon_threadsafe`` otherwise).
+        """
+        if not self._stopping.is_set():
+            log.info("worker stopping workerId=%s runs=%d", self._worker_id, len(self._runs))
+        self._stopping.set()
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Work until :meth:`stop` (or a signal), then shut down gracefully.
+
+        Raises :class:`~worker_sdk.errors.RequestFailed` if the coordinator refuses the
+        worker for good (bad credentials, missing scopes), after draining running handlers.
+        """
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT) if self._handle_signals else ()
+        for signum in signals:
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        try:
+            async with aiohttp.ClientSession() as session:
+                client = QueueClient(
+                    session=session, root_url=self._root_url, credentials=self._credentials
+                )
+                log.info(
+                    "worker started provisionerId=%s workerType=%s workerGroup=%s workerId=%s"
+                    " capacity=%d mode=%s",
+                    self._provisioner_id,
+                    self._worker_type,
+                    self._worker_group,
+                    self._worker_id,
+                    self._capacity,
+                    "claimWork" if self._claim_work else "azure",
+                )
+                await self._serve(session, client)
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+        log.info("worker stopped workerId=%s", self._worker_id)
+
+    def _on_signal(self, signum: int) -> None:
+        log.info("signal received signal=%s", signal.Signals(signum).name)
+        self.stop()
+
+    async def _serve(self, session: aiohttp.ClientSession, client: QueueClient) -> None:
+        polling = asyncio.create_task(self._poll(self._poller(session, client), client))
+        stop_requested = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({polling, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Also reached when polling failed for good: drain what runs, then raise.
+            self.stop()
+            stop_requested.cancel()
+            await self._shut_down(polling)
+        if not polling.cancelled() and polling.exception() is not None:
+            log.error("worker giving up error=%s", polling.exception())
+            polling.result()
+
+    def _poller(self, session: aiohttp.ClientSession, client: QueueClient) -> Poller:
+        if self._claim_work:
+            return ClaimWorkPoller(
+                client=client,
+                provisioner_id=self._provisioner_id,
+                worker_type=self._worker_type,
+                worker_group=self._worker_group,
+                worker_id=self._worker_id,
+                stopping=self._stopping,
+                idle_delay=self._idle_delay,
+                backoff=self._backoff,
+                rng=self._rng,
+            )
+        return AzurePoller(
+            session=session,
+            client=client,
+            provisioner_id=self._provisioner_id,
+            worker_type=self._worker_type,
+            worker_group=self._worker_group,
+            worker_id=self._worker_id,
+            stopping=self._stopping,
+            idle_delay=self._idle_delay,
+            backoff=self._backoff,
+            dequeue_warning=self._dequeue_warning,
+            rng=self._rng,
+        )
+
+    async def _poll(self, poller: Poller, client: QueueClient) -> None:
+        while not self._stopping.is_set():
+            self._wakeup.clear()
+            free = self._capacity - len(self._runs)
+            if free <= 0:
+                await self._wakeup.wait()
+                continue
+            for claim in await poller.claims(min(free, MAX_BATCH)):
+                run = asyncio.create_task(
+                    self._execute(claim, client),
+                    name=f"taskId={claim.task_id} runId={claim.run_id}",
+                )
+                self._runs.add(run)
+                run.add_done_callback(self._run_finished)
+
+    def _run_finished(self, run: asyncio.Task[None]) -> None:
+        self._runs.discard(run)
+        self._wakeup.set()
+        if not run.cancelled() and run.exception() is not None:
+            log.error("run supervisor crashed %s", run.get_name(), exc_info=run.exception())
+
+    async def _shut_down(self, polling: asyncio.Task[None]) -> None:
+        grace_ends = time.monotonic() + self._grace_period
+        # Polling ends at its next pause; only an in-flight request (a claimWork long poll)
+        # can hold it up, and then the grace period bounds the wait.
+        await asyncio.wait({polling}, timeout=self._grace_period)
+        if not polling.done():
+            polling.cancel()
+            await asyncio.wait({polling})
+        if self._runs:
+            log.info("waiting for running handlers runs=%d", len(self._runs))
+            await asyncio.wait(set(self._runs), timeout=max(0.0, grace_ends - time.monotonic()))
+        for lease in list(self._leases):
+            lease.cancel("worker-shutdown")
+        if self._runs:
+            _, late = await asyncio.wait(set(self._runs), timeout=REPORT_TIMEOUT)
+            for run in late:
+                log.error("report abandoned at shutdown %s", run.get_name())
+                run.cancel()
+            if late:
+                await asyncio.wait(late)
+
+    async def _execute(self, claim: Claim, client: QueueClient) -> None:
+        lease = _Lease(claim)
+        run = TaskRun(claim, lease)
+        if self._stopping.is_set():
+            # Claimed while the worker was stopping: hand it straight back for a retry.
+            log.info("run returned, worker stopping taskId=%s runId=%s", run.task_id, run.run_id)
+            await self._report(
+                client, run, lease, Outcome(kind="exception", reason="worker-shutdown")
+            )
+            return
+        lease.handler = asyncio.create_task(self._call(run))
+        self._leases.add(lease)
+        keeper = asyncio.create_task(self._keep_claimed(client, run, lease))
+        log.info("run started taskId=%s runId=%s", run.task_id, run.run_id)
+        try:
+            await asyncio.wait({lease.handler})
+        finally:
+            self._leases.discard(lease)
+            keeper.cancel()
+            # asyncio.wait, unlike awaiting the task, never swallows our own cancellation.
+            await asyncio.wait({keeper})
+        outcome = self._outcome(run, lease, lease.handler)
+        if outcome is not None:
+            await self._report(client, run, lease, outcome)
+
+    async def _call(self, run: TaskRun) -> None:
+        if self._handler_is_async:
+            result = self._handler(run)
+        else:
+            result = await _in_daemon_thread(self._handler, run)
+        if result is not None:
+            await result
+
+    def _outcome(self, run: TaskRun, lease: _Lease, handler: asyncio.Task[None]) -> Outcome | None:
+        """What to report for a finished handler; ``None`` for a run that is no longer ours."""
+        if lease.cancel_reason == "claim-lost":
+            log.warning("run abandoned, claim lost taskId=%s runId=%s", run.task_id, run.run_id)
+            return None
+        if lease.cancel_reason == "worker-shutdown":
+            log.warning("run cancelled by shutdown taskId=%s runId=%s", run.task_id, run.run_id)
+            return Outcome(kind="exception", reason="worker-shutdown")
+        if handler.cancelled():
+            log.error("handler cancelled itself taskId=%s runId=%s", run.task_id, run.run_id)
+            return Outcome(kind="failed")
+        error = handler.exception()
+        outcome = outcome_for(error)
+        if outcome.kind == "failed":
+            log.error("handler failed taskId=%s runId=%s", run.task_id, run.run_id, exc_info=error)
+        elif outcome.kind == "exception":
+            log.warning(
+                "handler raised taskId=%s runId=%s reason=%s error=%s",
+                run.task_id,
+                run.run_id,
+                outcome.reason,
+                error,
+            )
+        return outcome
+
+    async def _keep_claimed(self, client: QueueClient, run: TaskRun, lease: _Lease) -> None:
+        """Reclaim well before each deadline, forever; cancel the handler if the claim is lost."""
+        while True:
+            now = time.monotonic()
+            await asyncio.sleep(timing.reclaim_at(now=now, expires_at=lease.expires_at) - now)
+            failures = 0
+            while True:
+                try:
+                    reclaim = await client.reclaim_task(
+                        run.task_id, run.run_id, credentials=lease.credentials
+                    )
+                except RequestFailed as error:
+                    remaining = lease.expires_at - time.monotonic()
+                    if not error.transient or remaining <= 0:
+                        # 409: the run was resolved or superseded; nobody wants our report.
+                        log.warning(
+                            "claim lost taskId=%s runId=%s error=%s", run.task_id, run.run_id, error
+                        )
+                        lease.cancel("claim-lost")
+                        return
+                    delay = min(self._backoff.delay(failures, self._rng), remaining)
+                    failures += 1
+                    log.warning(
+                        "reclaim failed taskId=%s runId=%s error=%s retryIn=%.2f",
+                        run.task_id,
+                        run.run_id,
+                        error,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+                lease.renew(reclaim)
+                log.info(
+                    "reclaimed taskId=%s runId=%s takenUntil=%s",
+                    run.task_id,
+                    run.run_id,
+                    reclaim.taken_until.isoformat(),
+                )
+                break
+
+    async def _report(
+        self, client: QueueClient, run: TaskRun, lease: _Lease, outcome: Outcome
+    ) -> None:
+        """Report, retrying transient errors while the claim lasts (after that it's moot)."""
+        failures = 0
+        while True:
+            try:
+                if outcome.reason is not None:
+                    await client.report_exception(
+                        run.task_id, run.run_id, outcome.reason, credentials=lease.credentials
+                    )
+                elif outcome.kind == "completed":
+                    await client.report_completed(
+                        run.task_id, run.run_id, credentials=lease.credentials
+                    )
+                else:
+                    await client.report_failed(
+                        run.task_id, run.run_id, credentials=lease.credentials
+                    )
+            except RequestFailed as error:
+                remaining = lease.expires_at - time.monotonic()
+                if not error.transient or remaining <= 0:
+                    log.error(
+                        "report not accepted taskId=%s runId=%s outcome=%s error=%s",
+                        run.task_id,
+                        run.run_id,
+                        outcome.kind,
+                        error,
+                    )
+                    return
+                delay = min(self._backoff.delay(failures, self._rng), remaining)
+                failures += 1
+                log.warning(
+                    "report failed taskId=%s runId=%s error=%s retryIn=%.2f",
+                    run.task_id,
+                    run.run_id,
+                    error,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            log.info(
+                "run resolved taskId=%s runId=%s outcome=%s reason=%s",
+                run.task_id,
+                run.run_id,
+                outcome.kind,
+                outcome.reason or "-",
+            )
+            return
+
+
+async def _in_daemon_thread(handler: Handler, run: TaskRun) -> Awaitable[None] | None:
+    """Call a sync handler in a thread of its own and await its result.
+
+    A daemon thread, unlike an executor's, doesn't hold up the process's exit: a handler
+    that ignores ``run.cancelled`` is abandoned at shutdown rather than waited for forever.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Awaitable[None] | None] = loop.create_future()
+
+    def settle(result: Awaitable[None] | None, error: BaseException | None) -> None:
+        if done.done():  # cancelled while the thread ran
+            return
+        if error is None:
+            done.set_result(result)
+        else:
+            done.set_exception(error)
+
+    def target() -> None:
+        result: Awaitable[None] | None = None
+        error: BaseException | None = None
+        try:
+            result = handler(run)
+        except StopIteration as caught:
+            # A future refuses StopIteration: it would silently end the awaiting coroutine.
+            error = RuntimeError(f"handler raised {caught!r}")
+        except BaseException as caught:  # whatever it is, the event loop decides
+            error = caught
+        # RuntimeError: the event loop is gone, so nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, error)
+
+    name = f"handler taskId={run.task_id} runId={run.run_id}"
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return await done
