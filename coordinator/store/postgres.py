@@ -36,8 +36,8 @@ from typing import Any, cast
 import asyncpg
 
 from coordinator.records import TaskRecord, TaskState
-from coordinator.store.base import Page, RunCounts, Store
-from coordinator.store.rows import insert_columns, page_from_rows, record_from_row, status_columns
+from coordinator.store.rows import insert_columns, record_from_row, status_columns
+from coordinator.store.sql_store import SQLStore
 from coordinator.store.sqlfiles import migrations, queries
 
 # ``:name`` but not the second colon of a ``::type`` cast; queries.sql keeps ``:word`` out of
@@ -77,7 +77,7 @@ def _positional(sql: str) -> _Statement:
 _Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
 
 
-class PostgresStore(Store):
+class PostgresStore(SQLStore):
     """Store in one PostgreSQL database (or schema, via ``search_path``).
 
     :param dsn: a ``postgresql://`` or ``postgres://`` URL, as asyncpg accepts it.
@@ -148,10 +148,6 @@ class PostgresStore(Store):
         )
         return record.replace(version=1) if inserted else None
 
-    async def get(self, task_id: str) -> TaskRecord | None:
-        rows = await self._fetch("get_task", task_id=task_id)
-        return record_from_row(rows[0]) if rows else None
-
     async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
         rows = await self._fetch("get_many", task_ids=list(task_ids)) if task_ids else []
         return {row["task_id"]: record_from_row(row) for row in rows}
@@ -171,38 +167,5 @@ class PostgresStore(Store):
         params = {"task_id": task_id, "run_id": run_id}
         await self._connections.execute(statement.sql, *statement.args(params))
 
-    # --- resolver scans -------------------------------------------------------------------
-
-    async def expired_claims(self, now: int, limit: int) -> list[tuple[str, int]]:
-        rows = await self._fetch("expired_claims", now=now, limit=limit)
-        return [(row["task_id"], row["taken_until"]) for row in rows]
-
-    async def past_deadlines(self, now: int, limit: int) -> list[str]:
-        return [row[0] for row in await self._fetch("past_deadlines", now=now, limit=limit)]
-
-    async def hints_due(self, before: int, limit: int) -> list[str]:
-        return [row[0] for row in await self._fetch("hints_due", before=before, limit=limit)]
-
-    async def tasks_to_notify(self, limit: int) -> list[str]:
-        return [row[0] for row in await self._fetch("tasks_to_notify", limit=limit)]
-
     async def delete_expired(self, now: int, limit: int) -> int:
         return cast(int, await self._fetchval("delete_expired", now=now, limit=limit))
-
-    # --- listings and counts --------------------------------------------------------------
-
-    async def task_group(self, task_group_id: str, *, limit: int, after: str | None) -> Page:
-        rows = await self._fetch(
-            "task_group", task_group_id=task_group_id, after=after or "", limit=limit + 1
-        )
-        return page_from_rows(rows, limit)
-
-    async def dependents(self, task_id: str, *, limit: int, after: str | None) -> Page:
-        rows = await self._fetch("dependents", task_id=task_id, after=after or "", limit=limit + 1)
-        return page_from_rows(rows, limit)
-
-    async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
-        rows = await self._fetch(
-            "run_counts", provisioner_id=provisioner_id, worker_type=worker_type
-        )
-        return RunCounts(pending=rows[0]["pending"], running=rows[0]["running"])

@@ -44,7 +44,7 @@ def insert_columns(record: TaskRecord) -> dict[str, Any]:
 class Row(Protocol):
     """What both drivers' rows offer: ``sqlite3.Row`` and ``asyncpg.Record``."""
 
-    def __getitem__(self, key: str, /) -> Any: ...
+    def __getitem__(self, key: str | int, /) -> Any: ...
 
 
 def record_from_row(row: Row) -> TaskRecord:

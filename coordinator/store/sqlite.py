@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from coordinator.records import TaskRecord, TaskState
-from coordinator.store.base import Page, RunCounts, Store
 from coordinator.store.rows import (
     insert_columns,
-    page_from_rows,
     record_from_row,
     status_columns,
 )
+from coordinator.store.sql_store import SQLStore
 from coordinator.store.sqlfiles import migrations, queries
 
 T = TypeVar("T")
@@ -45,7 +44,7 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLStore):
     """Store on one SQLite file.
 
     :param path: the database file; its directory is created if missing.
@@ -128,12 +127,6 @@ class SQLiteStore(Store):
             return None
         return record.replace(version=1)
 
-    async def get(self, task_id: str) -> TaskRecord | None:
-        row = await self._run(
-            lambda conn: conn.execute(_Q["get_task"], {"task_id": task_id}).fetchone()
-        )
-        return None if row is None else record_from_row(row)
-
     async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
         rows = await self._select_in("get_many", task_ids)
         return {row["task_id"]: record_from_row(row) for row in rows}
@@ -157,23 +150,8 @@ class SQLiteStore(Store):
         params = {"task_id": task_id, "run_id": run_id}
         await self._run(lambda conn: conn.execute(_Q["confirm_hint"], params))
 
-    # --- resolver scans -------------------------------------------------------------------
-
     async def _fetch(self, name: str, **params: Any) -> list[sqlite3.Row]:
         return await self._run(lambda conn: conn.execute(_Q[name], params).fetchall())
-
-    async def expired_claims(self, now: int, limit: int) -> list[tuple[str, int]]:
-        rows = await self._fetch("expired_claims", now=now, limit=limit)
-        return [(row["task_id"], row["taken_until"]) for row in rows]
-
-    async def past_deadlines(self, now: int, limit: int) -> list[str]:
-        return [row[0] for row in await self._fetch("past_deadlines", now=now, limit=limit)]
-
-    async def hints_due(self, before: int, limit: int) -> list[str]:
-        return [row[0] for row in await self._fetch("hints_due", before=before, limit=limit)]
-
-    async def tasks_to_notify(self, limit: int) -> list[str]:
-        return [row[0] for row in await self._fetch("tasks_to_notify", limit=limit)]
 
     async def delete_expired(self, now: int, limit: int) -> int:
         def delete(conn: sqlite3.Connection) -> int:
@@ -187,20 +165,3 @@ class SQLiteStore(Store):
                 return len(ids)
 
         return await self._run(delete)
-
-    # --- listings and counts --------------------------------------------------------------
-
-    async def _page(self, name: str, limit: int, **params: Any) -> Page:
-        return page_from_rows(await self._fetch(name, limit=limit + 1, **params), limit)
-
-    async def task_group(self, task_group_id: str, *, limit: int, after: str | None) -> Page:
-        return await self._page("task_group", limit, task_group_id=task_group_id, after=after or "")
-
-    async def dependents(self, task_id: str, *, limit: int, after: str | None) -> Page:
-        return await self._page("dependents", limit, task_id=task_id, after=after or "")
-
-    async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
-        rows = await self._fetch(
-            "run_counts", provisioner_id=provisioner_id, worker_type=worker_type
-        )
-        return RunCounts(pending=rows[0]["pending"], running=rows[0]["running"])

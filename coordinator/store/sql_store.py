@@ -1,0 +1,57 @@
+"""What both SQL drivers share: every read whose SQL differs only in its dialect.
+
+A driver subclasses :class:`SQLStore` and supplies :meth:`SQLStore._fetch`, which runs a named
+statement of its ``queries.sql`` with keyword parameters; the scans, listings and counts here
+are then written once.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+from coordinator.records import TaskRecord
+from coordinator.store.base import Page, RunCounts, Store
+from coordinator.store.rows import Row, page_from_rows, record_from_row
+
+
+class SQLStore(Store, abc.ABC):
+    """A :class:`Store` on named SQL statements."""
+
+    @abc.abstractmethod
+    async def _fetch(self, name: str, **params: Any) -> Sequence[Row]:
+        """All rows of the named statement."""
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        rows = await self._fetch("get_task", task_id=task_id)
+        return record_from_row(rows[0]) if rows else None
+
+    async def expired_claims(self, now: int, limit: int) -> list[tuple[str, int]]:
+        rows = await self._fetch("expired_claims", now=now, limit=limit)
+        return [(row["task_id"], row["taken_until"]) for row in rows]
+
+    async def past_deadlines(self, now: int, limit: int) -> list[str]:
+        return [row[0] for row in await self._fetch("past_deadlines", now=now, limit=limit)]
+
+    async def hints_due(self, before: int, limit: int) -> list[str]:
+        return [row[0] for row in await self._fetch("hints_due", before=before, limit=limit)]
+
+    async def tasks_to_notify(self, limit: int) -> list[str]:
+        return [row[0] for row in await self._fetch("tasks_to_notify", limit=limit)]
+
+    async def task_group(self, task_group_id: str, *, limit: int, after: str | None) -> Page:
+        rows = await self._fetch(
+            "task_group", task_group_id=task_group_id, after=after or "", limit=limit + 1
+        )
+        return page_from_rows(rows, limit)
+
+    async def dependents(self, task_id: str, *, limit: int, after: str | None) -> Page:
+        rows = await self._fetch("dependents", task_id=task_id, after=after or "", limit=limit + 1)
+        return page_from_rows(rows, limit)
+
+    async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
+        rows = await self._fetch(
+            "run_counts", provisioner_id=provisioner_id, worker_type=worker_type
+        )
+        return RunCounts(pending=rows[0]["pending"], running=rows[0]["running"])
