@@ -1,0 +1,28 @@
+# The coordinator image: `queue-coordinator serve` on 0.0.0.0:8080, state under /data.
+# Used by docker-compose.yml; configure it with the environment variables of the README.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    COORDINATOR_HOST=0.0.0.0 \
+    COORDINATOR_PORT=8080 \
+    COORDINATOR_DATA_DIR=/data
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY coordinator/ coordinator/
+COPY worker_sdk/ worker_sdk/
+COPY schemas/ schemas/
+# Editable on purpose: the coordinator reads the JSON schemas from schemas/ beside its
+# package directory (/app/schemas), which a wheel install into site-packages would not have.
+RUN pip install -e . \
+    && useradd --system --uid 10001 --home-dir /data coordinator \
+    && mkdir -p /data \
+    && chown coordinator /data
+
+USER coordinator
+VOLUME ["/data"]
+EXPOSE 8080
+CMD ["queue-coordinator", "serve"]

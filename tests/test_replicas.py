@@ -1,0 +1,459 @@
+"""Two ``queue-coordinator serve`` processes sharing one PostgreSQL schema, one Azurite queue
+prefix and one clients file: the deployment SPEC §10 promises works (replicas behind a load
+balancer, resolvers running in every replica).
+
+Workers are plain aiohttp and deliberately spread every step over both replicas: poll URLs
+from one, claim on the other, delete the hint on Azurite, report on the first with the
+temporary credentials the other one issued (Hawk authentication is on, so that crossing is
+checked too). A request that meets a dead replica is sent to the other, as a load balancer
+would. Some first claims are abandoned (never reclaimed nor reported) under a short claim
+timeout, so the claim resolvers of both processes race over them.
+
+Every test ends by reading every task's runs back and comparing them with exactly what the
+workers did: one completed run per task, one ``claim-expired`` run per abandoned claim, each
+followed by one ``retry`` run. A run resolved twice, or a task lost, shows up there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import re
+import time
+import urllib.parse
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import mohawk
+import pytest
+import slugid
+
+from coordinator.api.clients import ensure_root_client
+from coordinator.azurite import AzuriteProcess
+from tests.fixtures.azurite import AzureNamespace
+from tests.fixtures.coordinator import (
+    CoordinatorProcess,
+    RunningCoordinator,
+    base_config,
+    task_definition,
+    wait_until,
+)
+
+N_TASKS = 60
+ABANDON_EVERY = 2
+"""Tasks ``0, 2, 4, ...`` have the first claim of run 0 abandoned: half of them, so the two
+claim resolvers overlap on the same rows (with fewer, they seldom meet and a broken
+compare-and-set went unnoticed when tried)."""
+CLAIM_TIMEOUT_MS = 3_000
+WORKER_TYPE = "wt"
+WORKERS = 4
+HTTP_TIMEOUT = aiohttp.ClientTimeout(total=10)
+
+MakeProcess = Callable[..., CoordinatorProcess]
+
+
+def hawk(credentials: dict[str, str], method: str, url: str, body: bytes, ctype: str) -> str:
+    """A Hawk Authorization header as the taskcluster client makes it, also for temporary
+    credentials (their certificate travels in ``ext``)."""
+    ext = None
+    if "certificate" in credentials:
+        certificate = json.loads(credentials["certificate"])
+        ext = base64.b64encode(json.dumps({"certificate": certificate}).encode()).decode()
+    sender = mohawk.Sender(
+        {"id": credentials["clientId"], "key": credentials["accessToken"], "algorithm": "sha256"},
+        url,
+        method,
+        content=body,
+        content_type=ctype,
+        ext=ext,
+    )
+    return str(sender.request_header)
+
+
+@dataclass
+class Cluster:
+    """The replicas, an HTTP session, and what the workers did."""
+
+    replicas: list[RunningCoordinator]
+    processes: list[CoordinatorProcess]
+    http: aiohttp.ClientSession
+    root: dict[str, str]
+    provisioner_id: str
+    served: Counter[int] = field(default_factory=Counter)
+    """Requests answered, per replica index."""
+    failovers: int = 0
+    """Requests that met a dead replica and were sent to the other."""
+
+    async def call(
+        self,
+        preferred: int,
+        method: str,
+        path: str,
+        body: Any = None,
+        credentials: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        """One signed API request to replica ``preferred``, or to the next one while a replica
+        refuses connections or drops them (what a load balancer does)."""
+        data = b"" if body is None else json.dumps(body).encode()
+        ctype = "" if body is None else "application/json"
+        last_error: Exception | None = None
+        for attempt in range(len(self.replicas)):
+            index = (preferred + attempt) % len(self.replicas)
+            url = self.replicas[index].api + path
+            headers = {"Authorization": hawk(credentials or self.root, method, url, data, ctype)}
+            if ctype:
+                headers["Content-Type"] = ctype
+            try:
+                async with self.http.request(
+                    method,
+                    url,
+                    data=data or None,
+                    headers=headers,
+                    # no Content-Type on an empty POST, as the taskcluster client sends it
+                    # (aiohttp would add application/octet-stream after the signing)
+                    skip_auto_headers=() if ctype else ("Content-Type",),
+                    timeout=HTTP_TIMEOUT,
+                ) as response:
+                    text = await response.text()
+            except aiohttp.ClientConnectionError as error:
+                last_error = error
+                self.failovers += 1
+                continue
+            self.served[index] += 1
+            assert response.status < 500, f"{method} {path} on replica {index}: {text}"
+            return response.status, json.loads(text) if text else None
+        raise AssertionError(f"no replica answered {method} {path}: {last_error!r}")
+
+
+@dataclass
+class Work:
+    """The tasks of one test and the record of what workers did with them."""
+
+    group: str
+    bodies: dict[str, dict[str, Any]]
+    to_abandon: set[str]
+    created: set[str] = field(default_factory=set)
+    abandoned: dict[tuple[str, int], str] = field(default_factory=dict)
+    """``(taskId, runId) -> workerId`` of claims left to expire."""
+    reported: dict[tuple[str, int], str] = field(default_factory=dict)
+    """``(taskId, runId) -> workerId`` of runs reported completed."""
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    def make(cls, provisioner_id: str) -> Work:
+        group = slugid.nice()
+        ids = [slugid.nice() for _ in range(N_TASKS)]
+        bodies = {
+            task_id: task_definition(
+                provisionerId=provisioner_id, workerType=WORKER_TYPE, taskGroupId=group
+            )
+            for task_id in ids
+        }
+        return cls(group=group, bodies=bodies, to_abandon=set(ids[::ABANDON_EVERY]))
+
+    def check_done(self) -> None:
+        if {key[0] for key in self.reported} >= set(self.bodies):
+            self.done.set()
+
+
+async def create_tasks(
+    cluster: Cluster, work: Work, ids: list[str], *, concurrency: int = 4
+) -> None:
+    """createTask for ``ids``, alternating replicas (by position in the whole task list)."""
+    order = list(work.bodies)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def create(task_id: str) -> None:
+        async with gate:
+            status, body = await cluster.call(
+                order.index(task_id) % 2, "PUT", f"/task/{task_id}", work.bodies[task_id]
+            )
+        assert status == 200, body
+        work.created.add(task_id)
+
+    await asyncio.gather(*(create(task_id) for task_id in ids))
+
+
+async def handle(
+    cluster: Cluster,
+    work: Work,
+    worker_id: str,
+    message: dict[str, str],
+    signed_delete_url: str,
+    *,
+    claim_on: int,
+    report_on: int,
+) -> None:
+    """One hint: claim, delete the message, then report completed (or abandon the claim)."""
+    hint = json.loads(base64.b64decode(message["MessageText"]))
+    task_id, run_id = hint["taskId"], hint["runId"]
+    claim_body = {"workerGroup": "wg", "workerId": worker_id}
+    status, claim = await cluster.call(
+        claim_on, "POST", f"/task/{task_id}/runs/{run_id}/claim", claim_body
+    )
+    # SPEC §8: delete after a successful claim or any 4xx (call() fails the test on a 5xx)
+    delete_url = signed_delete_url.replace(
+        "{{messageId}}", urllib.parse.quote(message["MessageId"], safe="")
+    ).replace("{{popReceipt}}", urllib.parse.quote(message["PopReceipt"], safe=""))
+    async with cluster.http.delete(delete_url, timeout=HTTP_TIMEOUT) as deleted:
+        assert deleted.status == 204, await deleted.text()
+    if status != 200:
+        assert status == 409, claim  # a duplicate or stale hint
+        return
+    key = (task_id, run_id)
+    if task_id in work.to_abandon and run_id == 0:
+        work.abandoned[key] = worker_id  # never reclaimed, never reported
+        return
+    status, body = await cluster.call(
+        report_on,
+        "POST",
+        f"/task/{task_id}/runs/{run_id}/completed",
+        credentials=claim["credentials"],  # issued by claim_on, used on report_on
+    )
+    assert status == 200, body
+    assert body["status"]["runs"][run_id]["state"] == "completed"
+    work.reported[key] = worker_id
+    work.check_done()
+
+
+async def poll_worker(cluster: Cluster, work: Work, number: int) -> None:
+    """pollTaskUrls on one replica, GET the signed poll URL on Azurite, claim on the other
+    replica, report on the first; the replicas swap roles every cycle."""
+    worker_id = f"w{number}"
+    cycle = number
+    while not work.done.is_set():
+        home, other = cycle % 2, (cycle + 1) % 2
+        cycle += 1
+        status, body = await cluster.call(
+            home, "GET", f"/poll-task-url/{cluster.provisioner_id}/{WORKER_TYPE}"
+        )
+        assert status == 200, body
+        for queue in body["queues"]:
+            url = queue["signedPollUrl"] + "&numofmessages=4"
+            async with cluster.http.get(url, timeout=HTTP_TIMEOUT) as response:
+                text = await response.text()
+                assert response.status == 200, text
+            messages = [{f.tag: f.text or "" for f in m} for m in ET.fromstring(text)]
+            if messages:
+                await asyncio.gather(
+                    *(
+                        handle(
+                            cluster,
+                            work,
+                            worker_id,
+                            message,
+                            queue["signedDeleteUrl"],
+                            claim_on=other,
+                            report_on=home,
+                        )
+                        for message in messages
+                    )
+                )
+                break  # start again from the highest priority
+        else:
+            # every queue empty: a worker's idle pause before polling again
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(work.done.wait(), 0.1)
+
+
+async def claim_work_round(cluster: Cluster, work: Work, worker_id: str, home: int) -> int:
+    """The second worker mode: claimWork on replica ``home``, report on the other; returns
+    how many runs it claimed."""
+    status, body = await cluster.call(
+        home,
+        "POST",
+        f"/claim-work/{cluster.provisioner_id}/{WORKER_TYPE}",
+        {"workerGroup": "wg", "workerId": worker_id, "tasks": 2},
+    )
+    assert status == 200, body
+    for claim in body["tasks"]:
+        task_id, run_id = claim["status"]["taskId"], claim["runId"]
+        if task_id in work.to_abandon and run_id == 0:
+            work.abandoned[(task_id, run_id)] = worker_id
+            continue
+        status, report = await cluster.call(
+            1 - home,
+            "POST",
+            f"/task/{task_id}/runs/{run_id}/completed",
+            credentials=claim["credentials"],
+        )
+        assert status == 200, report
+        work.reported[(task_id, run_id)] = worker_id
+        work.check_done()
+    return len(body["tasks"])
+
+
+async def claim_work_worker(cluster: Cluster, work: Work, number: int) -> None:
+    cycle = number
+    while not work.done.is_set():
+        await claim_work_round(cluster, work, f"cw{number}", cycle % 2)
+        cycle += 1
+
+
+async def until_done(work: Work, jobs: list[Coroutine[Any, Any, None]], *, within: float) -> None:
+    """Run ``jobs`` until every task was reported completed; a failing job fails the test at
+    once, and so does the deadline."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    finished = asyncio.ensure_future(work.done.wait())
+    try:
+        pending: set[asyncio.Future[Any]] = {*tasks, finished}
+        give_up = time.monotonic() + within
+        while not work.done.is_set():
+            remaining = give_up - time.monotonic()
+            if remaining <= 0:
+                missing = set(work.bodies) - {key[0] for key in work.reported}
+                raise AssertionError(
+                    f"not done after {within}s: {len(missing)} tasks never completed, "
+                    f"created {len(work.created)}, abandoned {len(work.abandoned)}"
+                )
+            done, pending = await asyncio.wait(
+                pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                if task is not finished:
+                    task.result()  # raises what the job raised
+    finally:
+        for task in [*tasks, finished]:
+            task.cancel()
+        await asyncio.gather(*tasks, finished, return_exceptions=True)
+
+
+async def check_runs(cluster: Cluster, work: Work, *, read_from: list[int]) -> None:
+    """Every task's runs are exactly what the workers did (see the module docstring)."""
+    assert set(work.created) == set(work.bodies)
+    assert set(work.abandoned) == {(task_id, 0) for task_id in work.to_abandon}
+    for position, task_id in enumerate(work.bodies):
+        status, body = await cluster.call(
+            read_from[position % len(read_from)], "GET", f"/task/{task_id}/status"
+        )
+        assert status == 200, body
+        runs = body["status"]["runs"]
+        expired = [run_id for (t, run_id) in work.abandoned if t == task_id]
+        assert len(runs) == 1 + len(expired), runs
+        assert body["status"]["state"] == "completed", runs
+        assert body["status"]["retriesLeft"] == 5 - len(expired)
+        for run_id, run in enumerate(runs):
+            assert run["runId"] == run_id
+            assert run["reasonCreated"] == ("scheduled" if run_id == 0 else "retry"), runs
+            if run_id in expired:
+                assert (run["state"], run["reasonResolved"]) == ("exception", "claim-expired")
+                assert run["workerId"] == work.abandoned[(task_id, run_id)]
+            else:
+                assert run_id == len(runs) - 1, runs
+                assert (run["state"], run["reasonResolved"]) == ("completed", "completed")
+                assert run["workerId"] == work.reported[(task_id, run_id)]
+    # and the group holds all of them, no more
+    status, listing = await cluster.call(read_from[0], "GET", f"/task-group/{work.group}/list")
+    assert status == 200, listing
+    assert {entry["status"]["taskId"] for entry in listing["tasks"]} == set(work.bodies)
+    assert "continuationToken" not in listing
+
+
+def resolver_actions(process: CoordinatorProcess) -> int:
+    """How many claims this process's claim resolver expired, from its log."""
+    log = process.log_path.read_text(errors="replace")
+    return sum(int(n) for n in re.findall(r"background pass actor=claim-resolver acted=(\d+)", log))
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path,
+    postgres_schema_url: str,
+    azurite: AzuriteProcess,
+    azure_namespace: AzureNamespace,
+    coordinator_process: MakeProcess,
+) -> AsyncIterator[Cluster]:
+    """Two replicas, started at once on a fresh schema (so they race to migrate it)."""
+    root = ensure_root_client(tmp_path / "clients.json")
+    processes = [
+        coordinator_process(
+            base_config(
+                tmp_path,
+                store_url=postgres_schema_url,
+                azure_connection_string=azurite.connection_string,
+                queue_prefix=azure_namespace.queue_prefix,
+                auth_enabled=True,
+                claim_timeout=CLAIM_TIMEOUT_MS,
+                resolver_interval=200,
+                hint_grace=1_000,
+                claim_work_timeout=1_000,
+            )
+        )
+        for _ in range(2)
+    ]
+    replicas = list(await asyncio.gather(*(process.start() for process in processes)))
+    assert replicas[0].url != replicas[1].url
+    async with aiohttp.ClientSession() as http:
+        yield Cluster(
+            replicas=replicas,
+            processes=processes,
+            http=http,
+            root={"clientId": root.client_id, "accessToken": root.access_token},
+            provisioner_id=azure_namespace.provisioner_id,
+        )
+
+
+async def test_two_replicas_share_the_work_and_resolve_each_expired_claim_once(
+    cluster: Cluster,
+) -> None:
+    work = Work.make(cluster.provisioner_id)
+    await create_tasks(cluster, work, list(work.bodies))
+    # one claimWork round before the other workers start, so that mode surely gets work
+    assert await claim_work_round(cluster, work, "cw0", 1) >= 1
+    jobs = [poll_worker(cluster, work, n) for n in range(WORKERS)]
+    jobs.append(claim_work_worker(cluster, work, 0))
+    await until_done(work, jobs, within=25)
+
+    await check_runs(cluster, work, read_from=[0, 1])
+    assert cluster.failovers == 0
+    assert min(cluster.served[0], cluster.served[1]) > N_TASKS  # both replicas did real work
+    claimants = {*work.reported.values(), *work.abandoned.values()}
+    assert {worker[:2] for worker in claimants} == {"w0", "w1", "w2", "w3", "cw"}
+
+    # Both processes' claim resolvers scan the same rows; compare-and-set lets one act on
+    # each expired claim. Their logs, added up, count each expiry exactly once.
+    async def all_logged() -> bool:
+        return sum(map(resolver_actions, cluster.processes)) >= len(work.abandoned)
+
+    await wait_until(all_logged, within=10, what="the resolver passes to be logged")
+    per_process = [resolver_actions(process) for process in cluster.processes]
+    assert sum(per_process) == len(work.abandoned), per_process
+
+
+async def test_killing_a_replica_mid_load_loses_nothing(cluster: Cluster) -> None:
+    work = Work.make(cluster.provisioner_id)
+    ids = list(work.bodies)
+    victim = cluster.processes[1]
+    killed = asyncio.Event()
+
+    async def producer() -> None:
+        # the first 45 tasks race the kill; the last 15 are created after it, every other
+        # one sent to the dead replica first
+        await create_tasks(cluster, work, ids[:45], concurrency=2)
+        await killed.wait()
+        await create_tasks(cluster, work, ids[45:], concurrency=2)
+
+    async def killer() -> None:
+        async def busy() -> bool:
+            return len(work.reported) >= 15 and len(work.abandoned) >= 2
+
+        await wait_until(busy, within=20, what="work to be under way on both replicas")
+        victim.kill()  # SIGKILL: no clean-up, requests and resolver passes cut mid-way
+        killed.set()
+
+    # pollTaskUrls workers only: hints that a dying replica had received for a claimWork
+    # call come back only after that call's visibility timeout (60 s), beyond this test
+    jobs = [producer(), killer(), *(poll_worker(cluster, work, n) for n in range(WORKERS))]
+    await until_done(work, jobs, within=25)
+
+    assert victim.process is not None and victim.process.returncode == -9
+    assert killed.is_set()
+    assert cluster.failovers > 0
+    await check_runs(cluster, work, read_from=[0])
