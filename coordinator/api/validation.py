@@ -35,7 +35,16 @@ if TYPE_CHECKING:
     # referencing exports Resolver only from its private module; annotations need nothing more.
     from referencing._core import Resolver
 
-SCHEMAS_DIR = Path(coordinator.__file__).resolve().parent.parent / "schemas" / "v1"
+_PACKAGE = Path(coordinator.__file__).resolve().parent
+SCHEMAS_DIR = next(
+    (
+        candidate
+        for candidate in (_PACKAGE / "schemas" / "v1", _PACKAGE.parent / "schemas" / "v1")
+        if candidate.is_dir()
+    ),
+    _PACKAGE.parent / "schemas" / "v1",
+)
+"""Inside the package when installed from a wheel; the checkout's ``schemas/`` otherwise."""
 SCHEMA_BASE_URI = "https://queue-coordinator/schemas/v1/"
 
 _MAX_SHOWN = 80
