@@ -15,9 +15,8 @@ COPY pyproject.toml README.md ./
 COPY coordinator/ coordinator/
 COPY worker_sdk/ worker_sdk/
 COPY schemas/ schemas/
-# Editable on purpose: the coordinator reads the JSON schemas from schemas/ beside its
-# package directory (/app/schemas), which a wheel install into site-packages would not have.
-RUN pip install -e . \
+# A regular install: the wheel carries the SQL files and schemas/ (as coordinator/schemas).
+RUN pip install . \
     && useradd --system --uid 10001 --home-dir /data coordinator \
     && mkdir -p /data \
     && chown coordinator /data

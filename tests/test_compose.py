@@ -28,7 +28,6 @@ import slugid
 import taskcluster.aio
 import yaml
 
-import coordinator
 from coordinator import azurite as azurite_module
 from coordinator.api import validation
 from coordinator.azurite import AzuriteProcess
@@ -283,21 +282,18 @@ def test_the_copies_are_what_pip_install_and_serve_need() -> None:
     workdir = [args for keyword, args in dockerfile() if keyword == "WORKDIR"][-1]
     assert "pyproject.toml" in copied
     assert PYPROJECT["project"]["readme"] in copied  # setuptools reads it while building
-    packages = [
-        name.rstrip("*") for name in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
-    ]
-    for package in packages:
-        assert copied[package] == f"{workdir}/{package}", package
-    # The schemas are read from beside the coordinator package, not from inside it.
-    package_root = Path(coordinator.__file__).resolve().parent.parent
-    schemas = str(validation.SCHEMAS_DIR.relative_to(package_root).parts[0])
-    assert copied[schemas] == f"{workdir}/{schemas}"
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    # every package's source directory: top-level packages, and those mapped elsewhere
+    sources = {name.split(".")[0] for name in setuptools["packages"]}
+    sources |= {directory for name, directory in setuptools["package-dir"].items()}
+    sources -= set(setuptools["package-dir"])
+    for source in sources:
+        assert copied[source] == f"{workdir}/{source}", source
     installs = [
         args for keyword, args in dockerfile() if keyword == "RUN" and "pip install" in args
     ]
     assert len(installs) == 1
-    # a wheel in site-packages would leave the schemas behind in the build directory
-    assert re.search(r"pip install (-e|--editable) \.(\s|$)", installs[0]), installs[0]
+    assert re.search(r"pip install \.(\s|$)", installs[0]), installs[0]
 
 
 def test_the_command_is_a_declared_console_script_serving_on_all_interfaces() -> None:
