@@ -117,7 +117,12 @@ def build_app(
         queues: QueueService | None = None
         if config.azure_connection_string:
             queues = QueueService(
-                config.azure_connection_string, QueueSettings(prefix=config.queue_prefix)
+                config.azure_connection_string,
+                QueueSettings(
+                    prefix=config.queue_prefix,
+                    poll_visibility_s=max(1, config.poll_visibility // 1000),
+                    pending_cache_s=config.pending_cache / 1000,
+                ),
             )
         service = TaskService(
             store=store,

@@ -47,6 +47,9 @@ class Config:
     :param queue_prefix: prefix of every Azure queue name, so deployments can share an account.
     :param auth_enabled: Hawk authentication and scope checks; off only for local experiments.
     :param resolver_interval: how often each background resolver scans (ms).
+    :param poll_visibility: how long a hint a worker fetched through its signed poll URL stays
+        hidden from other workers (ms; the ``visibilitytimeout`` of the URL).
+    :param pending_cache: how long a pendingTasks count from Azure is reused (ms).
     """
 
     host: str = "127.0.0.1"
@@ -65,6 +68,8 @@ class Config:
     resolver_interval: int = 1_000
     hint_grace: int = 30_000
     claim_work_timeout: int = 20_000
+    poll_visibility: int = 300_000
+    pending_cache: int = 20_000
     max_body_bytes: int = 1_048_576
 
     @classmethod
@@ -95,4 +100,6 @@ class Config:
             resolver_interval=_seconds(env, "COORDINATOR_RESOLVER_INTERVAL", 1),
             hint_grace=_seconds(env, "COORDINATOR_HINT_GRACE", 30),
             claim_work_timeout=_seconds(env, "COORDINATOR_CLAIM_WORK_TIMEOUT", 20),
+            poll_visibility=_seconds(env, "COORDINATOR_POLL_VISIBILITY", 300),
+            pending_cache=_seconds(env, "COORDINATOR_PENDING_CACHE", 20),
         )

@@ -33,6 +33,7 @@ from worker_sdk import (
     ResourceUnavailable,
     TaskRun,
     Worker,
+    poller,
 )
 
 FAST = Backoff(base=0.01, cap=0.05)
@@ -188,20 +189,42 @@ async def test_hints_are_deleted_after_a_4xx_claim(double: CoordinatorDouble) ->
     assert double.reports == []
 
 
-async def test_hints_are_kept_after_a_5xx_claim_or_no_answer(
+async def test_a_claim_that_fails_transiently_is_retried_and_its_hint_kept(
     double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A 5xx or no answer is retried in place (the message stays hidden from everyone else
+    anyway); the hint is deleted only once the claim succeeded."""
     double.add_task("t-flaky")
     [flaky] = double.queues["lowest"]
     double.faults["claimTask"] = [503, 0]
+
+    async with running(make_worker(double, lambda run: None, capacity=1)):
+        await eventually(lambda: len(double.reports) == 1, what="the flaky run's report")
+    assert double.routes("claimTask") == ["t-flaky/0"] * 3, "retried until it succeeded"
+    assert double.deleted == [flaky.message_id], "deleted only after the claim"
+    retried = [r.getMessage() for r in caplog.records if "claim retried" in r.getMessage()]
+    assert len(retried) == 2 and all("taskId=t-flaky runId=0 queue=lowest" in m for m in retried)
+
+
+async def test_a_claim_failing_past_the_retry_window_keeps_its_hint(
+    double: CoordinatorDouble,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the retry window the hint is left alone (not deleted) and comes back when its
+    visibility timeout ends; the next claim then succeeds."""
+    monkeypatch.setattr(poller, "CLAIM_RETRY_WINDOW", 0.0)
+    double.add_task("t-flaky")
+    [flaky] = double.queues["lowest"]
+    double.faults["claimTask"] = [503]
     double.visibility_timeout = 0.2
 
     async with running(make_worker(double, lambda run: None, capacity=1)):
         await eventually(lambda: len(double.reports) == 1, what="the flaky run's report")
-    assert double.routes("claimTask") == ["t-flaky/0"] * 3, "claimed when visible again"
+    assert double.routes("claimTask") == ["t-flaky/0"] * 2, "claimed when visible again"
     assert double.deleted == [flaky.message_id], "deleted only after the claim"
     kept = [r.getMessage() for r in caplog.records if "hint kept" in r.getMessage()]
-    assert len(kept) == 2 and all("taskId=t-flaky runId=0 queue=lowest" in m for m in kept)
+    assert len(kept) == 1 and "taskId=t-flaky runId=0 queue=lowest" in kept[0]
 
 
 async def test_failed_deletes_are_logged(

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH = 32
 """Azure's ``numofmessages`` and claimWork's ``tasks`` both stop at 32."""
+CLAIM_RETRY_WINDOW = 60.0
+"""How long a claim that failed transiently (5xx, network) is retried before its hint is
+left to reappear after the poll visibility timeout."""
 
 DEQUEUE_WARNING = "hint dequeued too often taskId=%s runId=%s queue=%s dequeueCount=%d"
 """The line operators alert on; its format is a public interface (see the package docs)."""
@@ -57,8 +60,12 @@ class _Retrying:
         except TimeoutError:
             pass
 
+    def delay(self, attempt: int) -> float:
+        """The jittered backoff before retry ``attempt`` (0-based)."""
+        return self._backoff.delay(attempt, self._rng)
+
     async def back_off(self, error: BaseException) -> None:
-        delay = self._backoff.delay(self._failures, self._rng)
+        delay = self.delay(self._failures)
         self._failures += 1
         log.warning("poll failed error=%s failures=%d retryIn=%.2f", error, self._failures, delay)
         await self.pause(delay)
@@ -193,14 +200,9 @@ class AzurePoller:
             # the task's retries; the hint comes back when its visibility timeout ends.
             return None
         try:
-            claim = await self._client.claim_task(
-                hint.task_id,
-                hint.run_id,
-                worker_group=self._worker_group,
-                worker_id=self._worker_id,
-            )
+            claim = await self._claim(hint, name)
         except RequestFailed as error:
-            if error.status is None or error.status >= 500:
+            if error.transient:
                 log.warning(
                     "claim failed, hint kept taskId=%s runId=%s queue=%s error=%s",
                     hint.task_id,
@@ -229,6 +231,40 @@ class AzurePoller:
         )
         await self._delete(queue, name, message, task_id=hint.task_id, run_id=hint.run_id)
         return claim
+
+    async def _claim(self, hint: azure.Hint, name: str) -> Claim:
+        """claimTask, retried in place on transient failures for up to
+        :data:`CLAIM_RETRY_WINDOW`: the message stays hidden from every other worker until its
+        visibility timeout (300 s) ends, so giving up at once would leave its run waiting that
+        long after a short coordinator outage."""
+        give_up = time.monotonic() + CLAIM_RETRY_WINDOW
+        attempt = 0
+        while True:
+            try:
+                return await self._client.claim_task(
+                    hint.task_id,
+                    hint.run_id,
+                    worker_group=self._worker_group,
+                    worker_id=self._worker_id,
+                )
+            except RequestFailed as error:
+                delay = self._retrying.delay(attempt)
+                if (
+                    not error.transient
+                    or self._stopping.is_set()
+                    or time.monotonic() + delay >= give_up
+                ):
+                    raise
+                attempt += 1
+                log.info(
+                    "claim retried taskId=%s runId=%s queue=%s error=%s retryIn=%.2f",
+                    hint.task_id,
+                    hint.run_id,
+                    name,
+                    error,
+                    delay,
+                )
+                await self._retrying.pause(delay)
 
     async def _delete(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -214,6 +215,10 @@ class Worker:
         # again at its free capacity.
         self._wakeup = asyncio.Event()
         self._runs: set[asyncio.Task[None]] = set()
+        # (taskId, runId) of every run in ``_runs``: a duplicate hint of a run this worker
+        # already holds is claimed again with 200 (claimTask's idempotent repeat), but must
+        # not start the handler a second time.
+        self._held: set[tuple[str, int]] = set()
         self._leases: set[_Lease] = set()
 
     @property
@@ -318,12 +323,21 @@ class Worker:
                 await self._wakeup.wait()
                 continue
             for claim in await poller.claims(min(free, MAX_BATCH)):
+                key = (claim.task_id, claim.run_id)
+                if key in self._held:
+                    log.info("duplicate claim ignored taskId=%s runId=%s", *key)
+                    continue
+                self._held.add(key)
                 run = asyncio.create_task(
                     self._execute(claim, client),
                     name=f"taskId={claim.task_id} runId={claim.run_id}",
                 )
                 self._runs.add(run)
+                run.add_done_callback(functools.partial(self._release, key))
                 run.add_done_callback(self._run_finished)
+
+    def _release(self, key: tuple[str, int], run: asyncio.Task[None]) -> None:
+        self._held.discard(key)
 
     def _run_finished(self, run: asyncio.Task[None]) -> None:
         self._runs.discard(run)

@@ -1,0 +1,110 @@
+"""The soak's own coordinator client: createTask (Hawk-signed when auth is on), retried
+idempotently through restarts, and the status reads the checks need."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+from yarl import URL
+
+from worker_sdk.client import Credentials, authorization
+
+TRANSIENT = (aiohttp.ClientError, TimeoutError, ConnectionError)
+
+
+class ApiError(Exception):
+    """A definitive (non-5xx) refusal."""
+
+
+class Api:
+    def __init__(
+        self, session: aiohttp.ClientSession, root_url: str, credentials: Credentials | None
+    ) -> None:
+        self._session = session
+        self.base = root_url + "/api/queue/v1"
+        self._credentials = credentials
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One attempt; ``(status, parsed body)``. Network errors propagate."""
+        url = self.base + path
+        content = "" if body is None else json.dumps(body)
+        headers = {"Content-Type": "application/json"} if content else {}
+        if self._credentials is not None and method != "GET":
+            headers["Authorization"] = authorization(
+                self._credentials,
+                method=method,
+                url=url,
+                content=content,
+                content_type="application/json" if content else "",
+            )
+        async with self._session.request(
+            method,
+            URL(url, encoded=True),
+            data=content.encode() if content else None,
+            headers=headers,
+            skip_auto_headers=() if content else ("Content-Type",),
+            timeout=aiohttp.ClientTimeout(total=15),
+        ) as response:
+            text = await response.text()
+            try:
+                parsed: Any = json.loads(text) if text else None
+            except ValueError:
+                parsed = text
+            return response.status, parsed
+
+    async def retrying(
+        self, method: str, path: str, body: Any = None, *, until: float
+    ) -> tuple[int, Any]:
+        """Retry network errors and 5xx (the coordinator restarting) until monotonic
+        ``until``; the last answer or error then stands."""
+        delay = 0.1
+        while True:
+            try:
+                status, parsed = await self.request(method, path, body)
+                if status < 500 or time.monotonic() >= until:
+                    return status, parsed
+            except TRANSIENT:
+                if time.monotonic() >= until:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def create_task(self, task_id: str, definition: dict[str, Any], *, until: float) -> None:
+        status, body = await self.retrying("PUT", f"/task/{task_id}", definition, until=until)
+        if status != 200:
+            raise ApiError(f"createTask {task_id} -> {status}: {str(body)[:300]}")
+
+    async def status(self, task_id: str, *, until: float) -> dict[str, Any] | None:
+        """The task's status, ``None`` if the coordinator does not know it (404)."""
+        status, body = await self.retrying("GET", f"/task/{task_id}/status", until=until)
+        if status == 404:
+            return None
+        if status != 200:
+            raise ApiError(f"status {task_id} -> {status}: {str(body)[:300]}")
+        result: dict[str, Any] = body["status"]
+        return result
+
+    async def task_group(self, task_group_id: str, *, until: float) -> dict[str, dict[str, Any]]:
+        """taskId -> status of every task in the group."""
+        found: dict[str, dict[str, Any]] = {}
+        token: str | None = None
+        while True:
+            query = "?limit=1000" + (f"&continuationToken={token}" if token else "")
+            status, page = await self.retrying(
+                "GET", f"/task-group/{task_group_id}/list{query}", until=until
+            )
+            if status == 404:
+                return found
+            if status != 200:
+                raise ApiError(f"listTaskGroup -> {status}: {str(page)[:300]}")
+            entries: Sequence[dict[str, Any]] = page["tasks"]
+            for entry in entries:
+                found[entry["status"]["taskId"]] = entry["status"]
+            token = page.get("continuationToken")
+            if not token:
+                return found

@@ -1,0 +1,261 @@
+"""The soak's invariants, checked from what the store, the journals and the queues say.
+
+Pure functions over plain data, so every rule can be read (and tested) on its own:
+
+``lost``
+    a task whose createTask was answered 200 is unknown to the coordinator.
+``unresolved``
+    a task is not ``completed``, ``failed`` or ``exception`` after the drain.
+``double-run``
+    one run (taskId, runId) was executed by two worker incarnations, or twice by one: a run
+    is held by exactly one worker, and a killed worker's run is retried as a *new* run.
+``foreign-run``
+    a worker executed a run that the store says some other worker (or nobody) claimed.
+``overlap``
+    two executions of one task overlapped in time: an earlier run's handler was still going
+    (its end record, or, for a SIGKILLed worker, the moment the process was seen dead) when
+    a later run's handler started. The SDK stops a handler once its claim can no longer be
+    renewed, which is before the coordinator can expire the claim, so this never happens in
+    a correct system; it is the "held by two workers at once" of the task as a whole.
+``completed-unrun``
+    a run is ``completed`` but its worker's journal has no finished (``ok``) execution of it.
+``no-retry``
+    a run resolved ``exception/claim-expired`` (or ``worker-shutdown``) while retries
+    remained is not followed by a ``retry`` run; or a ``retry`` run follows anything else,
+    exceeds the budget, or ``retriesLeft`` disagrees with the runs.
+``hint-left``
+    once every task was resolved and the workers had ``settle`` seconds to clear stale
+    hints, a soak queue still holds a visible message that does not name a pending run
+    (every run then is resolved, so: any visible message, garbage included). Invisible
+    messages are not counted: they are hints a worker fetched (Azure hides them for the poll
+    visibility timeout, 300 s) and did not delete because its claim failed with a network
+    error or 5xx (the coordinator was down; SPEC §8 says keep them) or because it was killed
+    in between. Nobody can read or remove them before they reappear; when they do, the
+    claim is refused and the worker deletes them. Their number is reported as ``in flight``.
+``worker-crash``
+    a worker process exited without being told to.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from soaklib.hints import LeftHint
+from soaklib.journal import Execution
+from soaklib.processes import Incarnation
+
+RESOLVED = frozenset({"completed", "failed", "exception"})
+RETRIED_REASONS = {
+    "claim-expired": "retry",
+    "worker-shutdown": "retry",
+    "intermittent-task": "task-retry",
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Violation:
+    kind: str
+    detail: str
+
+
+@dataclass(kw_only=True)
+class Findings:
+    violations: list[Violation] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, detail: str) -> None:
+        self.violations.append(Violation(kind=kind, detail=detail))
+
+    def count(self, name: str, by: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + by
+
+
+def check_tasks(
+    created: Iterable[str], statuses: Mapping[str, dict[str, Any] | None], *, retries: int
+) -> Findings:
+    """``lost``, ``unresolved`` and ``no-retry``; counts runs, states and reasons."""
+    found = Findings()
+    for task_id in created:
+        status = statuses.get(task_id)
+        if status is None:
+            found.add("lost", f"task {task_id} was created but the coordinator does not know it")
+            continue
+        state = status["state"]
+        found.count(f"state {state}")
+        if state not in RESOLVED:
+            found.add("unresolved", f"task {task_id} is {state} after the drain")
+        runs: list[dict[str, Any]] = status["runs"]
+        found.count("runs", len(runs))
+        _check_retries(found, task_id, runs, status.get("retriesLeft"), retries)
+    return found
+
+
+def _check_retries(
+    found: Findings, task_id: str, runs: list[dict[str, Any]], left: Any, retries: int
+) -> None:
+    used = 0
+    for index, run in enumerate(runs):
+        created = run.get("reasonCreated")
+        resolved = run.get("reasonResolved")
+        if resolved is not None:
+            found.count(f"resolved {resolved}")
+        if index > 0 and created in ("retry", "task-retry"):
+            found.count("retries")
+            used += 1
+            before = runs[index - 1]
+            wanted = RETRIED_REASONS.get(str(before.get("reasonResolved")))
+            if before.get("state") != "exception" or wanted != created:
+                found.add(
+                    "no-retry",
+                    f"task {task_id} run {index} is a {created} run after "
+                    f"{before.get('state')}/{before.get('reasonResolved')}",
+                )
+            if used > retries:
+                found.add("no-retry", f"task {task_id} run {index} exceeds {retries} retries")
+        if run.get("state") == "exception" and resolved in RETRIED_REASONS:
+            remaining = retries - used
+            following = runs[index + 1] if index + 1 < len(runs) else None
+            if remaining > 0 and (
+                following is None or following.get("reasonCreated") != RETRIED_REASONS[resolved]
+            ):
+                found.add(
+                    "no-retry",
+                    f"task {task_id} run {index} ended {resolved} with {remaining} retries left "
+                    f"but is followed by "
+                    f"{following.get('reasonCreated') if following else 'nothing'}",
+                )
+    if left != retries - used:
+        found.add(
+            "no-retry",
+            f"task {task_id} retriesLeft={left} but {retries} - {used} retry runs "
+            f"= {retries - used}",
+        )
+
+
+def _death(incarnations: Mapping[str, Incarnation], worker: str, fallback: float) -> float:
+    incarnation = incarnations.get(worker)
+    if incarnation is None or incarnation.ended is None:
+        return fallback
+    return incarnation.ended
+
+
+def check_executions(
+    executions: list[Execution],
+    statuses: Mapping[str, dict[str, Any] | None],
+    incarnations: Iterable[Incarnation],
+    *,
+    now: float,
+) -> Findings:
+    """``double-run``, ``foreign-run``, ``overlap`` and ``completed-unrun``."""
+    found = Findings()
+    by_id = {incarnation.worker_id: incarnation for incarnation in incarnations}
+    by_run: dict[tuple[str, int], list[Execution]] = defaultdict(list)
+    by_task: dict[str, list[Execution]] = defaultdict(list)
+    for execution in executions:
+        by_run[(execution.task_id, execution.run_id)].append(execution)
+        by_task[execution.task_id].append(execution)
+        found.count("executions")
+        if execution.end is None:
+            found.count("executions killed")
+        elif execution.how == "cancelled":
+            found.count("executions cancelled")
+
+    for (task_id, run_id), runs in by_run.items():
+        if len(runs) > 1:
+            workers = sorted({execution.worker for execution in runs})
+            found.add(
+                "double-run",
+                f"task {task_id} run {run_id} was executed {len(runs)} times by "
+                f"{', '.join(workers)}",
+            )
+        status = statuses.get(task_id)
+        stored = status["runs"] if status is not None else []
+        holder = stored[run_id].get("workerId") if run_id < len(stored) else None
+        for execution in runs:
+            if execution.worker != holder:
+                found.add(
+                    "foreign-run",
+                    f"{execution.worker} executed task {task_id} run {run_id}, "
+                    f"which the store gives to {holder}",
+                )
+
+    for task_id, runs in by_task.items():
+        ordered = sorted(runs, key=lambda execution: execution.start)
+        for index, first in enumerate(ordered):
+            first_end = first.end if first.end is not None else _death(by_id, first.worker, now)
+            for second in ordered[index + 1 :]:
+                if second.start >= first_end:
+                    break
+                if second.run_id != first.run_id:  # the same run twice is a double-run
+                    found.add(
+                        "overlap",
+                        f"task {task_id}: run {first.run_id} on {first.worker} was still "
+                        f"running {first_end - second.start:.3f} s after run "
+                        f"{second.run_id} started on {second.worker}",
+                    )
+
+    for task_id, status in statuses.items():
+        if status is None:
+            continue
+        for run_id, run in enumerate(status["runs"]):
+            if run.get("state") != "completed":
+                continue
+            if not any(
+                execution.worker == run.get("workerId") and execution.how == "ok"
+                for execution in by_run.get((task_id, run_id), [])
+            ):
+                found.add(
+                    "completed-unrun",
+                    f"task {task_id} run {run_id} is completed by {run.get('workerId')}, "
+                    "whose journal has no finished execution of it",
+                )
+    return found
+
+
+def check_hints(
+    left: Iterable[LeftHint], statuses: Mapping[str, dict[str, Any] | None]
+) -> Findings:
+    """``hint-left``: every visible message must name a run that is still pending."""
+    found = Findings()
+    for hint in left:
+        found.count("hints left")
+        if hint.task_id is None or hint.run_id is None:
+            found.add("hint-left", f"garbage message {hint.message_id} left in {hint.queue}")
+            continue
+        status = statuses.get(hint.task_id)
+        runs = status["runs"] if status is not None else []
+        state = runs[hint.run_id].get("state") if hint.run_id < len(runs) else "missing"
+        if state != "pending":
+            found.add(
+                "hint-left",
+                f"hint for task {hint.task_id} run {hint.run_id} ({state}) left in "
+                f"{hint.queue}, dequeued {hint.dequeue_count} times",
+            )
+    return found
+
+
+def check_workers(incarnations: Iterable[Incarnation]) -> Findings:
+    """``worker-crash``; counts kills and starts."""
+    found = Findings()
+    for incarnation in incarnations:
+        found.count("worker starts")
+        if incarnation.end.startswith("exited"):
+            found.add(
+                "worker-crash",
+                f"{incarnation.worker_id} {incarnation.end} unasked (log: {incarnation.log})",
+            )
+        elif incarnation.end in ("sigkill", "sigterm"):
+            found.count(f"worker {incarnation.end}")
+    return found
+
+
+def merge(*parts: Findings) -> Findings:
+    merged = Findings()
+    for part in parts:
+        merged.violations += part.violations
+        for name, value in part.counts.items():
+            merged.count(name, value)
+    return merged

@@ -1,0 +1,231 @@
+"""The soak's child processes: one ``queue-coordinator serve`` (restartable on the same port
+and store) and a fleet of ``queue-worker`` processes whose every start is a new incarnation
+with its own workerId, journal and log. Azurite is :class:`coordinator.azurite.AzuriteProcess`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+PROVISIONER_ID = "soak-prov"
+WORKER_TYPE = "soak-wt"
+WORKER_GROUP = "soak"
+GRACE_PERIOD = 2.0
+"""``queue-worker --grace-period``: how long a SIGTERMed worker lets handlers finish."""
+STOP_WAIT = 45.0
+"""How long a SIGTERMed process may take to exit before it is SIGKILLed (the worker's grace
+period plus its 30 s report timeout, with room)."""
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Children's environment: soaklib importable, no proxy for loopback."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(SCRIPTS), str(REPO), env.get("PYTHONPATH", "")])
+    )
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
+    env.update(extra)
+    return env
+
+
+async def _spawn(
+    command: list[str], *, env: dict[str, str], log: Path
+) -> asyncio.subprocess.Process:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return await asyncio.create_subprocess_exec(
+            *command,
+            env=env,
+            cwd=REPO,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+
+
+async def _end(process: asyncio.subprocess.Process, signum: int, wait: float) -> None:
+    """Send ``signum`` and wait for the exit; SIGKILL after ``wait`` seconds."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signum)
+    try:
+        await asyncio.wait_for(process.wait(), wait)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+
+
+class CoordinatorProcess:
+    """``queue-coordinator serve`` on a fixed port with a fixed environment."""
+
+    def __init__(self, *, port: int, env: dict[str, str], log: Path) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.env = env
+        self.log = log
+        self.process: asyncio.subprocess.Process | None = None
+        self.starts = 0
+
+    async def start(self, *, within: float = 60.0) -> None:
+        with self.log.open("ab") as out:
+            out.write(f"==== soak: coordinator start #{self.starts + 1}\n".encode())
+        self.process = await _spawn(
+            [sys.executable, "-m", "coordinator.cli", "serve"], env=self.env, log=self.log
+        )
+        self.starts += 1
+        give_up = time.monotonic() + within
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+            while True:
+                if self.process.returncode is not None:
+                    raise RuntimeError(f"coordinator exited with {self.process.returncode}")
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with session.get(f"{self.url}/api/queue/v1/ping") as response:
+                        if response.status == 200:
+                            return
+                if time.monotonic() > give_up:
+                    raise RuntimeError(f"coordinator did not answer within {within} s")
+                await asyncio.sleep(0.1)
+
+    async def stop(self, signum: int = signal.SIGTERM) -> None:
+        if self.process is not None:
+            await _end(self.process, signum, STOP_WAIT)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+
+@dataclass(kw_only=True)
+class Incarnation:
+    """One worker process: ``worker_id`` is unique to it. ``ended`` is the epoch time its exit
+    was observed; ``end`` how it ended (``sigkill``, ``sigterm``, ``stopped`` at the end of
+    the soak, or ``exited <code>`` when nobody asked it to)."""
+
+    slot: int
+    worker_id: str
+    started: float
+    journal: Path
+    log: Path
+    ended: float | None = None
+    end: str = ""
+
+
+@dataclass(kw_only=True)
+class Fleet:
+    """K worker slots, each running one incarnation at a time."""
+
+    root_url: str
+    workdir: Path
+    capacity: int
+    env: dict[str, str]
+    incarnations: list[Incarnation] = field(default_factory=list)
+    _processes: dict[int, tuple[Incarnation, asyncio.subprocess.Process]] = field(
+        default_factory=dict
+    )
+    _watchers: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def command(self, worker_id: str) -> list[str]:
+        executable = Path(sys.executable).parent / "queue-worker"
+        prefix = (
+            [str(executable)] if executable.exists() else [sys.executable, "-m", "worker_sdk.cli"]
+        )
+        return [
+            *prefix,
+            "--root-url",
+            self.root_url,
+            "--provisioner-id",
+            PROVISIONER_ID,
+            "--worker-type",
+            WORKER_TYPE,
+            "--worker-group",
+            WORKER_GROUP,
+            "--worker-id",
+            worker_id,
+            "--capacity",
+            str(self.capacity),
+            "--grace-period",
+            str(GRACE_PERIOD),
+            "soaklib.handler:handle",
+        ]
+
+    async def start(self, slot: int) -> Incarnation:
+        number = sum(1 for known in self.incarnations if known.slot == slot)
+        worker_id = f"soak-w{slot}-{number}"
+        incarnation = Incarnation(
+            slot=slot,
+            worker_id=worker_id,
+            started=time.time(),
+            journal=self.workdir / "journals" / f"{worker_id}.jsonl",
+            log=self.workdir / "workers" / f"{worker_id}.log",
+        )
+        env = {**self.env, "SOAK_JOURNAL": str(incarnation.journal), "SOAK_WORKER_ID": worker_id}
+        process = await _spawn(self.command(worker_id), env=env, log=incarnation.log)
+        self.incarnations.append(incarnation)
+        self._processes[slot] = (incarnation, process)
+        watcher = asyncio.create_task(self._watch(incarnation, process))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+        return incarnation
+
+    async def _watch(self, incarnation: Incarnation, process: asyncio.subprocess.Process) -> None:
+        code = await process.wait()
+        incarnation.ended = time.time()
+        if not incarnation.end:
+            incarnation.end = f"exited {code}"
+
+    def alive_slots(self) -> list[int]:
+        return [
+            slot for slot, (_, process) in self._processes.items() if process.returncode is None
+        ]
+
+    def busy_slots(self) -> list[int]:
+        """Live slots whose journal shows a handler running right now."""
+        busy = []
+        for slot in self.alive_slots():
+            incarnation, _ = self._processes[slot]
+            with contextlib.suppress(OSError):
+                text = incarnation.journal.read_text(errors="replace")
+                if text.count('"e": "start"') > text.count('"e": "end"'):
+                    busy.append(slot)
+        return busy
+
+    def dead_unasked(self) -> list[int]:
+        """Slots whose process exited without being told to."""
+        return [
+            slot
+            for slot, (incarnation, process) in self._processes.items()
+            if process.returncode is not None and incarnation.end.startswith("exited")
+        ]
+
+    async def kill(self, slot: int, signum: int, *, end: str) -> Incarnation:
+        incarnation, process = self._processes[slot]
+        incarnation.end = end
+        await _end(process, signum, STOP_WAIT)
+        await asyncio.sleep(0)  # let the watcher record the exit time
+        if incarnation.ended is None:
+            incarnation.ended = time.time()
+        return incarnation
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(
+            *(
+                self.kill(slot, signal.SIGTERM, end="stopped")
+                for slot, (_, process) in list(self._processes.items())
+                if process.returncode is None
+            )
+        )
+        if self._watchers:
+            await asyncio.wait(set(self._watchers))

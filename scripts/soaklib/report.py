@@ -1,0 +1,95 @@
+"""The soak's summary: one table (text or Markdown) and a JSON document."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from soaklib.soak import Result
+
+ROWS: tuple[tuple[str, str], ...] = (
+    ("tasks created", "tasks created (createTask answered 200)"),
+    ("state completed", "tasks completed"),
+    ("state failed", "tasks failed"),
+    ("state exception", "tasks exception"),
+    ("runs", "runs"),
+    ("executions", "handler executions (journals)"),
+    ("executions killed", "  cut short by SIGKILL"),
+    ("executions cancelled", "  cancelled (claim lost / shutdown)"),
+    ("worker starts", "worker processes started"),
+    ("worker sigkill", "worker SIGKILLs"),
+    ("worker sigterm", "worker SIGTERMs"),
+    ("coordinator sigkill", "coordinator restarts by SIGKILL"),
+    ("coordinator sigterm", "coordinator restarts by SIGTERM"),
+    ("azurite restarts", "Azurite restarts (persistent)"),
+    ("resolved claim-expired", "runs claim-expired"),
+    ("resolved worker-shutdown", "runs worker-shutdown"),
+    ("retries", "retry runs"),
+    ("noise duplicate hints", "injected duplicate hints"),
+    ("noise garbage hints", "injected garbage messages"),
+    ("hints left", "visible hints left at the end"),
+    ("hints in flight", "invisible hints at the end (in flight)"),
+    ("log hints kept", "log: hints kept after a failed claim"),
+    ("log duplicate claims ignored", "log: duplicate claims ignored"),
+    ("log claim lost", "log: claims lost (worker side)"),
+    ("log report not accepted", "log: reports not accepted"),
+    ("log dequeue warnings", "log: DequeueCount warnings"),
+    ("log 500 incidents", "log: coordinator 500 incidents"),
+)
+
+
+def rows(result: Result) -> list[tuple[str, str]]:
+    counts = result.findings.counts
+    table = [(label, str(counts.get(key, 0))) for key, label in ROWS]
+    for phase in ("chaos", "drain", "settle"):
+        if phase in result.timings:
+            table.append((f"{phase} phase (s)", f"{result.timings[phase]:.1f}"))
+    by_kind = Counter(violation.kind for violation in result.findings.violations)
+    table.append(("violations", str(len(result.findings.violations))))
+    table += [(f"  {kind}", str(number)) for kind, number in sorted(by_kind.items())]
+    return table
+
+
+def text(result: Result) -> str:
+    table = rows(result)
+    width = max(len(label) for label, _ in table)
+    lines = [f"soak summary (seed {result.seed}, workdir {result.workdir})"]
+    lines += [f"  {label:<{width}}  {value:>8}" for label, value in table]
+    if result.findings.violations:
+        lines.append("violations:")
+        shown = result.findings.violations[:50]
+        lines += [f"  [{violation.kind}] {violation.detail}" for violation in shown]
+        if len(result.findings.violations) > len(shown):
+            lines.append(f"  ... and {len(result.findings.violations) - len(shown)} more")
+    return "\n".join(lines)
+
+
+def markdown(result: Result) -> str:
+    settings = result.settings
+    lines = [
+        f"Soak of {settings.seconds:g} s: {settings.workers} workers x capacity "
+        f"{settings.capacity}, {settings.rate:g} tasks/s, claim timeout "
+        f"{settings.claim_timeout:g} s, seed {result.seed}.",
+        "",
+        "| | |",
+        "|---|---:|",
+    ]
+    lines += [f"| {label.strip()} | {value} |" for label, value in rows(result)]
+    return "\n".join(lines) + "\n"
+
+
+def document(result: Result) -> dict[str, Any]:
+    return {
+        "seed": result.seed,
+        "settings": {
+            key: str(value) if value is not None else None
+            for key, value in vars(result.settings).items()
+        },
+        "counts": result.findings.counts,
+        "timings": result.timings,
+        "violations": [
+            {"kind": violation.kind, "detail": violation.detail}
+            for violation in result.findings.violations
+        ],
+        "events": result.events,
+    }

@@ -1,0 +1,165 @@
+"""The soak's knobs and its command line."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+POLL_VISIBILITY = 300.0
+"""The coordinator's default poll visibility timeout (SPEC §12): a hint a worker fetched but
+neither claimed nor deleted (it was killed in between) stays invisible this long."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """One soak run.
+
+    :param seconds: the chaos phase: tasks are created and processes killed for this long.
+    :param workers: worker processes kept running (each restarted after being killed).
+    :param capacity: runs each worker holds at once.
+    :param rate: tasks created per second.
+    :param retries: each task's ``retries``; far more than the kills can use up.
+    :param claim_timeout: the coordinator's claim timeout (seconds), short so that claims of
+        killed workers expire within the soak.
+    :param kill_interval: mean seconds between two worker kills.
+    :param term_share: share of worker kills that are SIGTERM (graceful, reported
+        ``worker-shutdown``) instead of SIGKILL.
+    :param coordinator_restarts / azurite_restarts: how often each is restarted.
+    :param noise_interval: mean seconds between two injected duplicate hints (a garbage
+        hint every third time); 0 turns the noise off.
+    :param poll_visibility: ``COORDINATOR_POLL_VISIBILITY`` (seconds).
+    :param drain: the longest the soak waits after the chaos phase for every task to
+        resolve. A hint fetched by a worker that was killed before claiming stays invisible
+        for ``poll_visibility``, so this must exceed it for the soak to tell "late" from
+        "lost"; ``None`` means ``poll_visibility + 60``.
+    :param settle: the longest the soak waits, once everything is resolved, for the still
+        running workers to fetch and delete the stale hints that are visible.
+    """
+
+    seconds: float = 600.0
+    workers: int = 3
+    capacity: int = 4
+    rate: float = 2.0
+    retries: int = 30
+    claim_timeout: float = 5.0
+    kill_interval: float = 10.0
+    term_share: float = 0.25
+    coordinator_restarts: int = 2
+    azurite_restarts: int = 1
+    noise_interval: float = 5.0
+    poll_visibility: float = POLL_VISIBILITY
+    drain: float | None = None
+    settle: float = 30.0
+    seed: int | None = None
+    auth: bool = True
+    store_url: str | None = None
+    workdir: Path | None = None
+    keep: bool = False
+    json_path: Path | None = None
+    markdown_path: Path | None = None
+    verbose: bool = False
+
+    @property
+    def drain_limit(self) -> float:
+        return self.drain if self.drain is not None else self.poll_visibility + 60.0
+
+
+def parse_args(argv: Sequence[str]) -> Settings:
+    defaults = Settings()
+    parser = argparse.ArgumentParser(
+        prog="scripts/soak",
+        description="Run the coordinator, Azurite and K workers under random kills and "
+        "restarts for a bounded time, then check that nothing was lost or run twice.",
+    )
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--minutes", type=float, help="chaos phase length (default: 10)")
+    length.add_argument("--seconds", type=float, help="chaos phase length in seconds")
+    parser.add_argument("--workers", type=int, default=defaults.workers, help="worker processes")
+    parser.add_argument("--capacity", type=int, default=defaults.capacity, help="runs per worker")
+    parser.add_argument("--rate", type=float, default=defaults.rate, help="tasks per second")
+    parser.add_argument("--retries", type=int, default=defaults.retries, help="task retries")
+    parser.add_argument(
+        "--claim-timeout", type=float, default=defaults.claim_timeout, help="seconds"
+    )
+    parser.add_argument(
+        "--kill-interval",
+        type=float,
+        default=defaults.kill_interval,
+        help="mean seconds between worker kills",
+    )
+    parser.add_argument(
+        "--term-share", type=float, default=defaults.term_share, help="share of kills by SIGTERM"
+    )
+    parser.add_argument(
+        "--poll-visibility",
+        type=float,
+        default=defaults.poll_visibility,
+        help="seconds a fetched hint stays hidden (COORDINATOR_POLL_VISIBILITY)",
+    )
+    parser.add_argument("--coordinator-restarts", type=int, default=defaults.coordinator_restarts)
+    parser.add_argument("--azurite-restarts", type=int, default=defaults.azurite_restarts)
+    parser.add_argument(
+        "--noise-interval",
+        type=float,
+        default=defaults.noise_interval,
+        help="mean seconds between injected duplicate hints (0: none)",
+    )
+    parser.add_argument(
+        "--drain",
+        type=float,
+        default=defaults.drain,
+        help="max seconds to wait for every task to resolve after the chaos phase",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=defaults.settle,
+        help="max seconds to wait for visible stale hints to be deleted",
+    )
+    parser.add_argument("--seed", type=int, help="random seed (default: random, printed)")
+    parser.add_argument("--no-auth", action="store_true", help="run the coordinator without Hawk")
+    parser.add_argument("--store-url", help="coordinator store (default: SQLite in the workdir)")
+    parser.add_argument("--workdir", type=Path, help="logs, journals, data (default: temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the workdir afterwards")
+    parser.add_argument("--json", type=Path, help="also write the summary as JSON here")
+    parser.add_argument("--markdown", type=Path, help="also write the summary as Markdown here")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every chaos event")
+    args = parser.parse_args(argv)
+    if args.seconds is not None:
+        seconds = float(args.seconds)
+    elif args.minutes is not None:
+        seconds = float(args.minutes) * 60
+    else:
+        seconds = defaults.seconds
+    if seconds <= 0:
+        parser.error("the soak must last more than 0 seconds")
+    if args.workers < 1 or args.capacity < 1:
+        parser.error("--workers and --capacity must be at least 1")
+    if not 0 <= args.retries <= 49:
+        parser.error("--retries must be 0..49")
+    return Settings(
+        seconds=seconds,
+        workers=args.workers,
+        capacity=args.capacity,
+        rate=args.rate,
+        retries=args.retries,
+        claim_timeout=args.claim_timeout,
+        poll_visibility=args.poll_visibility,
+        kill_interval=args.kill_interval,
+        term_share=args.term_share,
+        coordinator_restarts=args.coordinator_restarts,
+        azurite_restarts=args.azurite_restarts,
+        noise_interval=args.noise_interval,
+        drain=args.drain,
+        settle=args.settle,
+        seed=args.seed,
+        auth=not args.no_auth,
+        store_url=args.store_url,
+        workdir=args.workdir,
+        keep=args.keep,
+        json_path=args.json,
+        markdown_path=args.markdown,
+        verbose=args.verbose,
+    )

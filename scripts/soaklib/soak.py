@@ -1,0 +1,513 @@
+"""One soak run: start everything, run the chaos phase, drain, settle, check.
+
+Phases, each bounded:
+
+1. **chaos** (``seconds``): tasks are created at ``rate``; a random worker (mostly one that
+   is running a handler) is SIGKILLed (or SIGTERMed) every ``kill_interval`` on average and
+   restarted as a new incarnation; the coordinator is restarted ``coordinator_restarts``
+   times (SIGKILL first, then SIGTERM, alternating; down for up to a claim timeout and a bit
+   so running claims expire) and Azurite ``azurite_restarts`` times (graceful stop, same
+   port, persistent ``--location``); duplicate hints of live runs and garbage messages are
+   put into the queues.
+2. **drain** (at most ``drain``): no more chaos; the workers go on until every task is
+   resolved.
+3. **settle** (at most ``settle``): the workers go on until no soak queue has a visible
+   message (stale duplicates are fetched, refused and deleted by the workers).
+4. **check**: workers are stopped, the final statuses, the journals and every message left
+   in the queues are read, and :mod:`soaklib.checks` applies the invariants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import re
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import slugid
+
+from coordinator.api.clients import ensure_root_client
+from coordinator.azurite import AzuriteProcess, free_port
+from coordinator.records import to_iso
+from soaklib import checks
+from soaklib.api import Api, ApiError
+from soaklib.hints import Hints, QueueCensus
+from soaklib.journal import read_journals
+from soaklib.processes import (
+    PROVISIONER_ID,
+    WORKER_TYPE,
+    CoordinatorProcess,
+    Fleet,
+    child_env,
+)
+from soaklib.settings import Settings
+from worker_sdk.client import Credentials
+
+log = logging.getLogger("soak")
+
+PRIORITIES = ("high", "low", "lowest")
+"""Three of the seven queues get tasks, so workers walk several queues in order."""
+
+
+@dataclass(kw_only=True)
+class Result:
+    settings: Settings
+    seed: int
+    workdir: Path
+    findings: checks.Findings
+    timings: dict[str, float]
+    events: list[str] = field(default_factory=list)
+    census: QueueCensus | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings.violations
+
+
+class Soak:
+    def __init__(self, settings: Settings, seed: int, workdir: Path) -> None:
+        self.settings = settings
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.workdir = workdir
+        self.events: list[str] = []
+        self.counts: dict[str, int] = {}
+        self.extra_violations = checks.Findings()
+        self.created: dict[str, str] = {}
+        """taskId -> priority, for every createTask answered 200."""
+        self.group_id: str = slugid.nice()
+        self.started = time.monotonic()
+        self.chaos_end = self.started + settings.seconds
+        self.background: set[asyncio.Task[None]] = set()
+        self.coordinator_down = False
+        """Set while the service loop has the coordinator stopped on purpose."""
+
+    # --- bookkeeping ---------------------------------------------------------------------
+
+    def event(self, text: str) -> None:
+        line = f"{time.monotonic() - self.started:7.1f}s {text}"
+        self.events.append(line)
+        log.info("%s", line)
+
+    def count(self, name: str, by: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + by
+
+    def chaos_left(self) -> float:
+        return self.chaos_end - time.monotonic()
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, but never past the end of the chaos phase."""
+        await asyncio.sleep(max(0.0, min(seconds, self.chaos_left())))
+
+    def spawn(self, coroutine: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    # --- the run -------------------------------------------------------------------------
+
+    async def run(self) -> Result:
+        settings = self.settings
+        timings: dict[str, float] = {}
+        azurite = AzuriteProcess(location=self.workdir / "azurite")
+        prefix = f"s{uuid.uuid4().hex[:8]}-"
+        credentials: Credentials | None = None
+        clients_file = self.workdir / "clients.json"
+        if settings.auth:
+            root = ensure_root_client(clients_file)
+            credentials = Credentials(client_id=root.client_id, access_token=root.access_token)
+        port = free_port("127.0.0.1")
+        self.coordinator = CoordinatorProcess(
+            port=port,
+            env=child_env(
+                COORDINATOR_HOST="127.0.0.1",
+                COORDINATOR_PORT=str(port),
+                COORDINATOR_DATA_DIR=str(self.workdir / "coordinator"),
+                COORDINATOR_STORE_URL=settings.store_url
+                or f"sqlite:///{self.workdir / 'coordinator' / 'coordinator.db'}",
+                COORDINATOR_CLIENTS_FILE=str(clients_file),
+                COORDINATOR_AUTH="true" if settings.auth else "false",
+                COORDINATOR_QUEUE_PREFIX=prefix,
+                COORDINATOR_CLAIM_TIMEOUT=str(settings.claim_timeout),
+                COORDINATOR_POLL_VISIBILITY=str(settings.poll_visibility),
+                COORDINATOR_HINT_GRACE="5",
+                COORDINATOR_RESOLVER_INTERVAL="0.5",
+                COORDINATOR_LOG_LEVEL="INFO",
+                AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string,
+            ),
+            log=self.workdir / "coordinator.log",
+        )
+        (self.workdir / "coordinator").mkdir(parents=True, exist_ok=True)
+        worker_env = child_env()
+        if credentials is not None:
+            worker_env["TASKCLUSTER_CLIENT_ID"] = credentials.client_id
+            worker_env["TASKCLUSTER_ACCESS_TOKEN"] = credentials.access_token
+        self.fleet = Fleet(
+            root_url=self.coordinator.url,
+            workdir=self.workdir,
+            capacity=settings.capacity,
+            env=worker_env,
+        )
+        self.hints = Hints(azurite.connection_string, prefix)
+        self.azurite = azurite
+        try:
+            await azurite.start()
+            async with aiohttp.ClientSession() as session:
+                self.api = Api(session, self.coordinator.url, credentials)
+                await self.coordinator.start()
+                for slot in range(settings.workers):
+                    await self.fleet.start(slot)
+                self.started = time.monotonic()
+                self.chaos_end = self.started + settings.seconds
+                self.event(
+                    f"started: coordinator :{port}, azurite :{azurite.port}, "
+                    f"{settings.workers} workers, seed {self.seed}"
+                )
+                monitor = asyncio.create_task(self._monitor())
+                try:
+                    await asyncio.gather(
+                        self._create(),
+                        self._kill_workers(),
+                        self._restart_services(),
+                        self._noise(),
+                    )
+                    if self.background:
+                        await asyncio.wait(set(self.background))
+                    timings["chaos"] = time.monotonic() - self.started
+                    self.event("chaos over: draining")
+                    phase = time.monotonic()
+                    await self._drain()
+                    timings["drain"] = time.monotonic() - phase
+                    phase = time.monotonic()
+                    await self._settle()
+                    timings["settle"] = time.monotonic() - phase
+                finally:
+                    monitor.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await monitor
+                    await self.fleet.stop_all()
+                self.event("workers stopped: checking")
+                statuses = await self._final_statuses()
+                census = await self.hints.census()
+        finally:
+            await self.hints.close()
+            await self.fleet.stop_all()
+            await self.coordinator.stop()
+            await azurite.stop()
+        timings["total"] = time.monotonic() - self.started
+        findings = checks.merge(
+            checks.check_tasks(self.created, statuses, retries=settings.retries),
+            checks.check_executions(
+                read_journals(self.workdir / "journals"),
+                statuses,
+                self.fleet.incarnations,
+                now=time.time(),
+            ),
+            checks.check_hints(census.visible, statuses),
+            checks.check_workers(self.fleet.incarnations),
+            self.extra_violations,
+        )
+        for name, value in self.counts.items():
+            findings.count(name, value)
+        findings.count("tasks created", len(self.created))
+        findings.count("hints in flight", max(0, census.approximate - len(census.visible)))
+        for name, value in scan_logs(self.workdir).items():
+            findings.count(name, value)
+        return Result(
+            settings=settings,
+            seed=self.seed,
+            workdir=self.workdir,
+            findings=findings,
+            timings=timings,
+            events=self.events,
+            census=census,
+        )
+
+    # --- chaos loops ---------------------------------------------------------------------
+
+    def _definition(self, priority: str, sleep: float) -> dict[str, Any]:
+        now = int(time.time() * 1000)
+        settings = self.settings
+        lifetime = settings.seconds + settings.drain_limit + settings.settle + 1800
+        deadline = now + int(lifetime * 1000)
+        return {
+            "provisionerId": PROVISIONER_ID,
+            "workerType": WORKER_TYPE,
+            "taskGroupId": self.group_id,
+            "priority": priority,
+            "retries": settings.retries,
+            "created": to_iso(now),
+            "deadline": to_iso(deadline),
+            "payload": {"sleep": round(sleep, 3)},
+            "metadata": {
+                "name": "soak task",
+                "description": "created by scripts/soak",
+                "owner": "soak@example.com",
+                "source": "https://example.com/soak",
+            },
+        }
+
+    def _sleep_for(self) -> float:
+        draw = self.rng.random()
+        if draw < 0.05:  # outlives several claims: must be reclaimed
+            return self.rng.uniform(1.2, 2.0) * self.settings.claim_timeout
+        if draw < 0.15:
+            return self.rng.uniform(1.0, 3.0)
+        return self.rng.uniform(0.05, 1.0)
+
+    async def _create(self) -> None:
+        """Create tasks at ``rate`` (catching up after a coordinator restart)."""
+        number = 0
+        while self.chaos_left() > 0:
+            due = self.started + number / self.settings.rate
+            if due > time.monotonic():
+                await self.pause(due - time.monotonic())
+                continue
+            task_id = slugid.nice()
+            priority = self.rng.choice(PRIORITIES)
+            definition = self._definition(priority, self._sleep_for())
+            try:
+                await self.api.create_task(task_id, definition, until=time.monotonic() + 120)
+            except (ApiError, aiohttp.ClientError, TimeoutError) as error:
+                self.extra_violations.add("create-refused", f"createTask {task_id}: {error}")
+            else:
+                self.created[task_id] = priority
+            number += 1
+
+    async def _kill_workers(self) -> None:
+        settings = self.settings
+        while True:
+            await self.pause(self.rng.uniform(0.5, 1.5) * settings.kill_interval)
+            if self.chaos_left() <= 0:
+                return
+            # Mostly a worker in the middle of a run: killing an idle one tests little.
+            busy = self.fleet.busy_slots()
+            slots = busy if busy and self.rng.random() < 0.8 else self.fleet.alive_slots()
+            if not slots:
+                continue
+            slot = self.rng.choice(slots)
+            graceful = self.rng.random() < settings.term_share
+            self.spawn(self._kill_and_restart(slot, graceful, self.rng.uniform(0.3, 2.0)))
+
+    async def _kill_and_restart(self, slot: int, graceful: bool, down: float) -> None:
+        how = "sigterm" if graceful else "sigkill"
+        incarnation = await self.fleet.kill(
+            slot, signal.SIGTERM if graceful else signal.SIGKILL, end=how
+        )
+        self.event(f"worker {incarnation.worker_id} {how}")
+        await asyncio.sleep(down)
+        started = await self.fleet.start(slot)
+        self.event(f"worker {started.worker_id} started")
+
+    def _service_schedule(self) -> list[tuple[float, str]]:
+        settings = self.settings
+        kinds = [
+            ((index + 0.5) / settings.coordinator_restarts, "coordinator")
+            for index in range(settings.coordinator_restarts)
+        ] + [
+            ((index + 0.5) / settings.azurite_restarts, "azurite")
+            for index in range(settings.azurite_restarts)
+        ]
+        kinds.sort()
+        # Spread over the middle 80 % of the chaos phase, each jittered a little.
+        total = len(kinds)
+        return [
+            (
+                settings.seconds * (0.1 + 0.8 * (index + 0.5) / total)
+                + self.rng.uniform(-0.03, 0.03) * settings.seconds,
+                kind,
+            )
+            for index, (_, kind) in enumerate(kinds)
+        ]
+
+    async def _restart_services(self) -> None:
+        coordinator_restarts = 0
+        for at, kind in self._service_schedule():
+            await asyncio.sleep(max(0.0, self.started + at - time.monotonic()))
+            if kind == "coordinator":
+                kill = coordinator_restarts % 2 == 0
+                coordinator_restarts += 1
+                self.coordinator_down = True
+                await self.coordinator.stop(signal.SIGKILL if kill else signal.SIGTERM)
+                down = self.rng.uniform(0.5, self.settings.claim_timeout + 1.0)
+                self.event(f"coordinator {'sigkill' if kill else 'sigterm'}, down {down:.1f} s")
+                self.count("coordinator sigkill" if kill else "coordinator sigterm")
+                await asyncio.sleep(down)
+                await self.coordinator.start()
+                self.coordinator_down = False
+                self.event("coordinator started")
+            else:
+                await self.azurite.stop()
+                down = self.rng.uniform(0.5, 3.0)
+                self.event(f"azurite stopped, down {down:.1f} s")
+                self.count("azurite restarts")
+                await asyncio.sleep(down)
+                await self.azurite.start()
+                self.event("azurite started")
+
+    async def _noise(self) -> None:
+        """Duplicate hints of recent tasks' last runs, and every third time a garbage one."""
+        interval = self.settings.noise_interval
+        if interval <= 0:
+            return
+        number = 0
+        while True:
+            await self.pause(self.rng.uniform(0.5, 1.5) * interval)
+            if self.chaos_left() <= 0 or not self.created:
+                if self.chaos_left() <= 0:
+                    return
+                continue
+            task_id = self.rng.choice(list(self.created)[-30:])
+            priority = self.created[task_id]
+            try:
+                status = await self.api.status(task_id, until=time.monotonic())
+                if status is None or not status["runs"]:
+                    continue
+                run_id = len(status["runs"]) - 1
+                await asyncio.wait_for(self.hints.put_duplicate(task_id, run_id, priority), 15)
+                self.count("noise duplicate hints")
+                if number % 3 == 2:
+                    await asyncio.wait_for(self.hints.put_garbage(priority, number), 15)
+                    self.count("noise garbage hints")
+            except Exception as error:  # the coordinator or Azurite is down: skip this one
+                log.debug("noise skipped error=%r", error)
+            number += 1
+
+    async def _monitor(self) -> None:
+        """Restart workers that exited by themselves (counted as violations by the checks)
+        and the coordinator if it died unasked."""
+        while True:
+            await asyncio.sleep(1.0)
+            for slot in self.fleet.dead_unasked():
+                self.event(f"worker slot {slot} exited unasked: restarting")
+                await self.fleet.start(slot)
+            process = self.coordinator.process
+            if process is not None and process.returncode is not None and not self.coordinator_down:
+                self.extra_violations.add(
+                    "coordinator-crash", f"coordinator exited {process.returncode} unasked"
+                )
+                self.event("coordinator exited unasked: restarting")
+                await self.coordinator.start()
+
+    # --- after the chaos -----------------------------------------------------------------
+
+    def _unresolved(self, statuses: dict[str, dict[str, Any]]) -> list[str]:
+        return [
+            task_id
+            for task_id in self.created
+            if task_id not in statuses or statuses[task_id]["state"] not in checks.RESOLVED
+        ]
+
+    async def _drain(self) -> None:
+        give_up = time.monotonic() + self.settings.drain_limit
+        last_report = 0.0
+        while True:
+            statuses = await self.api.task_group(self.group_id, until=time.monotonic() + 60)
+            unresolved = self._unresolved(statuses)
+            if not unresolved:
+                self.event(f"all {len(self.created)} tasks resolved")
+                return
+            if time.monotonic() >= give_up:
+                self.event(f"drain gave up: {len(unresolved)} tasks unresolved")
+                return
+            if time.monotonic() - last_report >= 30:
+                last_report = time.monotonic()
+                states = sorted({statuses[t]["state"] for t in unresolved if t in statuses})
+                kept = kept_hints(self.workdir)
+                waiting = sum(
+                    1
+                    for t in unresolved
+                    if t in statuses and (t, len(statuses[t]["runs"]) - 1) in kept
+                )
+                self.event(
+                    f"waiting for {len(unresolved)} tasks ({', '.join(states)}); {waiting} of "
+                    "them have a hint a worker kept after a failed claim (visible again "
+                    f"{self.settings.poll_visibility:.0f} s after it was fetched)"
+                )
+            await asyncio.sleep(1.0)
+
+    async def _settle(self) -> None:
+        give_up = time.monotonic() + self.settings.settle
+        while True:
+            try:
+                visible = await self.hints.visible_count()
+            except Exception as error:
+                log.warning("peek failed error=%r", error)
+                visible = -1
+            if visible == 0:
+                self.event("no visible hints left")
+                return
+            if time.monotonic() >= give_up:
+                self.event(f"settle gave up: {visible} visible hints")
+                return
+            await asyncio.sleep(1.0)
+
+    async def _final_statuses(self) -> dict[str, dict[str, Any] | None]:
+        listed = await self.api.task_group(self.group_id, until=time.monotonic() + 60)
+        statuses: dict[str, dict[str, Any] | None] = dict(listed)
+        for task_id in self.created:
+            if task_id not in statuses:
+                statuses[task_id] = await self.api.status(task_id, until=time.monotonic() + 60)
+        return statuses
+
+
+_KEPT = re.compile(r"claim failed, hint kept taskId=(\S+) runId=(\d+)")
+
+
+def kept_hints(workdir: Path) -> set[tuple[str, int]]:
+    """(taskId, runId) of every hint a worker fetched and kept because its claim failed
+    with a network error or 5xx (SPEC §8 step 5): invisible for the poll visibility timeout."""
+    kept: set[tuple[str, int]] = set()
+    for path in sorted((workdir / "workers").glob("*.log")):
+        with contextlib.suppress(OSError):
+            for match in _KEPT.finditer(path.read_text(errors="replace")):
+                kept.add((match[1], int(match[2])))
+    return kept
+
+
+_LOG_PATTERNS: dict[str, Callable[[str], bool]] = {
+    "log hints kept": lambda line: "claim failed, hint kept" in line,
+    "log duplicate claims ignored": lambda line: "duplicate claim ignored" in line,
+    "log dequeue warnings": lambda line: "hint dequeued too often" in line,
+    "log report not accepted": lambda line: "report not accepted" in line,
+    "log claim lost": lambda line: "claim lost taskId" in line,
+    "log 500 incidents": lambda line: bool(re.search(r"incidentId=", line)),
+    "log tracebacks": lambda line: line.startswith("Traceback"),
+}
+
+
+def scan_logs(workdir: Path) -> dict[str, int]:
+    """Lines worth knowing about in the coordinator's and the workers' logs."""
+    counts: dict[str, int] = {}
+    paths = [workdir / "coordinator.log", *sorted((workdir / "workers").glob("*.log"))]
+    for path in paths:
+        with contextlib.suppress(OSError), path.open(errors="replace") as lines:
+            for line in lines:
+                for name, matches in _LOG_PATTERNS.items():
+                    if matches(line):
+                        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+async def run_soak(settings: Settings) -> Result:
+    seed = settings.seed if settings.seed is not None else random.randrange(1 << 31)
+    if settings.workdir is not None:
+        workdir = settings.workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix="qc-soak-"))
+    result = await Soak(settings, seed, workdir).run()
+    if not settings.keep and settings.workdir is None and result.ok:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
