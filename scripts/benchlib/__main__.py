@@ -1,0 +1,252 @@
+"""``scripts/bench``: run every row on this machine with the same settings, print one table.
+
+    scripts/bench [--duration S] [--warmup S] [--workers K] [--batch N] [--producers P]
+                  [--depth D] [--rows raw-rest,e2e-sqlite,...] [--auth] [--profile]
+                  [--json FILE] [--markdown FILE]
+
+Rows: raw-rest, raw-sdk (row 1), e2e-sqlite, e2e-postgres (row 2), coord-sqlite,
+coord-postgres (row 3), rq (RQ's default forking worker), rq-simple (its SimpleWorker, no fork)
+(row 4); the ratios (row 5) are computed from whichever ran.
+Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib import coordinator_only, e2e, raw, rq_peer
+from benchlib.common import Row, Settings, machine_description
+from benchlib.coordproc import StoreKind
+from coordinator.azurite import AzuriteProcess
+
+ALL_ROWS = (
+    "raw-rest",
+    "raw-sdk",
+    "e2e-sqlite",
+    "e2e-postgres",
+    "coord-sqlite",
+    "coord-postgres",
+    "rq",
+    "rq-simple",
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    defaults = Settings()
+    parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=defaults.duration, help="s per row")
+    parser.add_argument("--warmup", type=float, default=defaults.warmup, help="s before each")
+    parser.add_argument("--drain", type=float, default=defaults.drain, help="s to finish up")
+    parser.add_argument(
+        "--workers", type=int, default=defaults.workers, help="worker/consumer processes"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=defaults.batch, help="messages per get = SDK capacity"
+    )
+    parser.add_argument(
+        "--producers", type=int, default=defaults.producers, help="concurrent creates/puts"
+    )
+    parser.add_argument("--depth", type=int, default=defaults.depth, help="queue depth kept")
+    parser.add_argument("--priority", default=defaults.priority, help="task priority")
+    parser.add_argument(
+        "--lifecycle-tasks",
+        type=int,
+        default=defaults.lifecycle_tasks,
+        help="tasks pre-created for the coordinator-alone rows",
+    )
+    parser.add_argument("--rq-jobs", type=int, help="default: as many as e2e-sqlite completed")
+    parser.add_argument("--auth", action="store_true", help="Hawk auth on (generated clients)")
+    parser.add_argument(
+        "--worker-log-level", default=defaults.worker_log_level, help="queue-worker --log-level"
+    )
+    parser.add_argument(
+        "--coordinator-log-level",
+        default=defaults.coordinator_log_level,
+        help="COORDINATOR_LOG_LEVEL of the coordinator process",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="run the coordinator and worker 0 under pyinstrument"
+    )
+    parser.add_argument("--rows", default=",".join(ALL_ROWS), help="comma-separated subset")
+    parser.add_argument("--postgres", default=defaults.postgres_dsn, help="admin DSN")
+    parser.add_argument("--redis", default=defaults.redis_url, help="Redis URL")
+    parser.add_argument("--workdir", type=Path, help="logs and data (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the workdir")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--markdown", type=Path, help="also write the report as Markdown here")
+    return parser
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _cpu(row: Row) -> str:
+    return ", ".join(f"{name} {ms:.2f}" for name, ms in row.cpu_ms.items()) or "-"
+
+
+def render(rows: list[Row], settings: Settings, started: float, elapsed: float) -> str:
+    by_key = {row.key: row for row in rows}
+    lines = [
+        f"queue-coordinator bench, {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}"
+        f", {elapsed:.0f} s in all",
+        "",
+        *machine_description(),
+        "",
+        f"Settings: {settings.workers} worker/consumer processes x batch {settings.batch} "
+        f"(SDK capacity), {settings.producers} concurrent producer requests, target depth "
+        f"{settings.depth}, window {settings.duration:g} s after {settings.warmup:g} s warm-up, "
+        f"priority {settings.priority}, auth {'on' if settings.auth else 'off'}, "
+        f"log level coordinator {settings.coordinator_log_level}, "
+        f"workers {settings.worker_log_level}"
+        + (", PROFILED (slower)" if settings.profile else ""),
+        "",
+        "| row | rate | CPU ceiling | unit | items | p50 ms | p99 ms | depth mean/max "
+        "| busy cores (others) | CPU ms per item, by process |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        if row.error:
+            lines.append(f"| {row.title} | FAILED | | | | | | | | {row.error} |")
+            continue
+        depth = (
+            "-"
+            if row.depth_mean is None
+            else f"{row.depth_mean:.0f}/{row.depth_max if row.depth_max is not None else '-'}"
+        )
+        lines.append(
+            f"| {row.title} | {_fmt(row.rate)} | {_fmt(row.ceiling)} | {row.unit} | {row.count} | "
+            f"{_fmt(row.p50_ms, 1)} | {_fmt(row.p99_ms, 1)} | {depth} | "
+            f"{_fmt(row.busy_cores, 2)} ({_fmt(row.other_cores, 2)}) | {_cpu(row)} |"
+        )
+    lines += [
+        "",
+        "CPU ceiling: the rate the row's measured CPU time per item allows on this machine's "
+        "cores with nothing else running (a single-process group is held to one core).",
+        "",
+        "Ratios (measured rate; CPU ceiling):",
+    ]
+    ratios = [
+        ("e2e-sqlite", "raw-rest"),
+        ("e2e-postgres", "raw-rest"),
+        ("e2e-sqlite", "raw-sdk"),
+        ("e2e-postgres", "raw-sdk"),
+        ("e2e-sqlite", "rq"),
+        ("e2e-postgres", "rq"),
+        ("e2e-sqlite", "rq-simple"),
+        ("e2e-postgres", "rq-simple"),
+    ]
+    for top, bottom in ratios:
+        a, b = by_key.get(top), by_key.get(bottom)
+        if a and b and a.rate and b.rate:
+            ceilings = f"{a.ceiling / b.ceiling:.0%}" if a.ceiling and b.ceiling else "-"
+            lines.append(f"- {top} / {bottom}: {a.rate / b.rate:.0%}; {ceilings}")
+    notes = [f"- {row.key}: {note}" for row in rows for note in row.notes]
+    if notes:
+        lines += ["", "Notes:", *notes]
+    return "\n".join(lines)
+
+
+async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | None) -> list[Row]:
+    if key in ("raw-rest", "raw-sdk"):
+        client: raw.Client = "rest" if key == "raw-rest" else "sdk"
+        async with AzuriteProcess() as azurite:
+            return [await raw.run(settings, azurite, client)]
+    if key in ("e2e-sqlite", "e2e-postgres"):
+        store: StoreKind = "sqlite" if key == "e2e-sqlite" else "postgres"
+        async with AzuriteProcess() as azurite:
+            return [await e2e.run(settings, azurite, store)]
+    if key in ("coord-sqlite", "coord-postgres"):
+        return await coordinator_only.run(
+            settings, "sqlite" if key == "coord-sqlite" else "postgres"
+        )
+    previous = next((r for r in rows if r.key == "e2e-sqlite" and r.count), None)
+    jobs = rq_jobs or (previous.count if previous else 3000)
+    return [await rq_peer.run(settings, jobs, simple=key == "rq-simple")]
+
+
+async def _run(settings: Settings, selected: list[str], rq_jobs: int | None) -> list[Row]:
+    """Run the rows one after the other; a fresh in-memory Azurite for each Azure row, so no
+    row inherits another's queues or heap."""
+    rows: list[Row] = []
+    for key in selected:
+        print(f"bench: {key} ...", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        try:
+            new = await _row(settings, key, rows, rq_jobs)
+        except Exception as error:
+            new = [Row(key=key, title=key, unit="", error=f"{type(error).__name__}: {error}")]
+        rows += new
+        summary = "; ".join(f"{_fmt(r.rate)} {r.unit} {r.error or ''}" for r in new)
+        print(
+            f"bench: {key} done in {time.monotonic() - started:.0f} s: {summary}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    selected = [key.strip() for key in args.rows.split(",") if key.strip()]
+    unknown = sorted(set(selected) - set(ALL_ROWS))
+    if unknown:
+        print(f"scripts/bench: unknown rows {unknown}; choose from {ALL_ROWS}", file=sys.stderr)
+        return 2
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="qc-bench-"))
+    settings = Settings(
+        duration=args.duration,
+        warmup=args.warmup,
+        drain=args.drain,
+        workers=args.workers,
+        batch=args.batch,
+        producers=args.producers,
+        depth=args.depth,
+        priority=args.priority,
+        auth=args.auth,
+        worker_log_level=args.worker_log_level,
+        coordinator_log_level=args.coordinator_log_level,
+        postgres_dsn=args.postgres,
+        redis_url=args.redis,
+        lifecycle_tasks=args.lifecycle_tasks,
+        profile=args.profile,
+        workdir=workdir,
+    )
+    started = time.time()
+    try:
+        rows = asyncio.run(_run(settings, selected, args.rq_jobs))
+    finally:
+        if not (args.keep or args.profile or args.workdir):
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"bench: logs and data in {workdir}", file=sys.stderr)
+    report = render(rows, settings, started, time.time() - started)
+    print(report)
+    if args.markdown:
+        args.markdown.write_text(report + "\n")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "settings": {
+                        k: str(v) if isinstance(v, Path) else v
+                        for k, v in dataclasses.asdict(settings).items()
+                    },
+                    "rows": [dataclasses.asdict(row) for row in rows],
+                },
+                indent=2,
+            )
+        )
+    return 1 if any(row.error for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,465 @@
+"""What every row of the benchmark shares: settings, the row record, CPU accounting per
+process group, percentiles, depth pacing, child processes, and the machine description."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+PYTHON = sys.executable
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """The knobs of one bench run; every row uses the same ones.
+
+    :param duration: seconds measured per row (after ``warmup``).
+    :param warmup: seconds each row runs before measuring.
+    :param workers: worker processes (end to end, RQ) = consumer processes (raw row).
+    :param batch: messages per Azure get = capacity of each SDK worker.
+    :param producers: concurrent put / createTask / enqueue requests of the producer.
+    :param depth: queue depth the producer keeps (messages in the Azure queue, jobs in the
+        Redis list).
+    :param drain: seconds a row may take after the window to finish what was created in it.
+    """
+
+    duration: float = 15.0
+    warmup: float = 3.0
+    workers: int = 2
+    batch: int = 32
+    producers: int = 16
+    depth: int = 100
+    drain: float = 10.0
+    priority: str = "lowest"
+    auth: bool = False
+    worker_log_level: str = "INFO"
+    coordinator_log_level: str = "INFO"
+    postgres_dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    lifecycle_tasks: int = 3000
+    profile: bool = False
+    workdir: Path = Path("/tmp/qc-bench")
+
+
+@dataclass(kw_only=True)
+class Row:
+    """One line of the table.
+
+    :param count: items finished inside the measured window.
+    :param cpu_ms: CPU milliseconds per item, by process group, over the window.
+    :param busy_cores: machine-wide CPU use over the window, in cores (2.0 = both saturated).
+    :param other_cores: the part of ``busy_cores`` not used by the row's processes.
+    :param ceiling: the rate the row's CPU cost per item allows on this machine with nothing
+        else running (see :meth:`CpuMeter.ceiling`); comparable across rows even when other
+        users loaded the machine differently during each.
+    """
+
+    key: str
+    title: str
+    unit: str
+    rate: float | None = None
+    count: int = 0
+    window: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    depth_mean: float | None = None
+    depth_max: int | None = None
+    cpu_ms: dict[str, float] = field(default_factory=dict)
+    ceiling: float | None = None
+    busy_cores: float | None = None
+    other_cores: float | None = None
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100) by the nearest-rank method; ``None`` when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def latency_fields(row: Row, latencies_s: Sequence[float]) -> None:
+    row.p50_ms = _ms(percentile(latencies_s, 50))
+    row.p99_ms = _ms(percentile(latencies_s, 99))
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+# --- CPU accounting ---------------------------------------------------------------------------
+
+
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    # children_*: forked work horses (RQ) once their parent has waited for them.
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def processes_named(*names: str) -> list[psutil.Process]:
+    """Running processes with one of these names (PostgreSQL backends, redis-server)."""
+    found = []
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] in names:
+            found.append(process)
+    return found
+
+
+def postgres_backends(database: str) -> Callable[[], list[psutil.Process]]:
+    """A CPU group of the PostgreSQL backends serving ``database`` (not other users')."""
+    marker = f" {database} "
+
+    def group() -> list[psutil.Process]:
+        found = []
+        for process in processes_named("postgres"):
+            with contextlib.suppress(psutil.Error):
+                if marker in " ".join(process.cmdline()) + " ":
+                    found.append(process)
+        return found
+
+    return group
+
+
+class CpuMeter:
+    """CPU seconds used by named groups of processes between :meth:`start` and :meth:`stop`.
+
+    A group is a function returning its processes, called at both ends: processes that appear
+    in between count from zero, processes that vanish count until their last reading.
+    """
+
+    def __init__(self, groups: Mapping[str, Callable[[], Iterable[psutil.Process]]]) -> None:
+        self._groups = groups
+        self._start: dict[str, dict[int, float]] = {}
+        self._system_start: tuple[float, float] = (0.0, 0.0)
+        self.used: dict[str, float] = {}
+        self.processes: dict[str, int] = {}
+        self.busy_cores = 0.0
+        self.other_cores = 0.0
+        """Machine-wide CPU use by processes outside the groups (other users, the kernel)."""
+
+    @staticmethod
+    def _read(processes: Iterable[psutil.Process]) -> dict[int, float]:
+        readings = {}
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                readings[process.pid] = _cpu_seconds(process)
+        return readings
+
+    @staticmethod
+    def _system() -> tuple[float, float]:
+        times = psutil.cpu_times()
+        idle = times.idle + getattr(times, "iowait", 0.0)
+        return time.monotonic(), sum(times) - idle
+
+    def start(self) -> None:
+        self._start = {name: self._read(group()) for name, group in self._groups.items()}
+        self._system_start = self._system()
+
+    def stop(self) -> None:
+        wall, busy = self._system()
+        elapsed = max(1e-9, wall - self._system_start[0])
+        self.busy_cores = (busy - self._system_start[1]) / elapsed
+        for name, group in self._groups.items():
+            before = self._start.get(name, {})
+            after = self._read(group())
+            self.processes[name] = len(after)
+            self.used[name] = sum(
+                max(0.0, after.get(pid, before.get(pid, 0.0)) - before.get(pid, 0.0))
+                for pid in set(before) | set(after)
+            )
+        self.other_cores = max(0.0, self.busy_cores - sum(self.used.values()) / elapsed)
+
+    def per_item_ms(self, count: int) -> dict[str, float]:
+        return {name: used * 1000 / count for name, used in self.used.items()} if count else {}
+
+    def ceiling(self, count: int) -> float | None:
+        """Items/s the row's processes could reach on this machine's cores if nothing else ran:
+        all cores divided by the CPU time per item, or a single-threaded process's one core
+        (a group of N processes gets N cores) if that binds first."""
+        per_item = self.per_item_ms(count)
+        total = sum(per_item.values())
+        if not total:
+            return None
+        cores = psutil.cpu_count() or 1
+        limits = [cores * 1000 / total]
+        for name, ms in per_item.items():
+            if ms > 0:
+                limits.append(min(cores, max(1, self.processes.get(name, 1))) * 1000 / ms)
+        return min(limits)
+
+    def fill(self, row: Row, *, rate_per_item: int = 1) -> None:
+        """Put CPU per item (for ``row.count`` items), the CPU ceiling and the machine's load
+        on ``row``; ``rate_per_item`` converts items to the row's rate unit (2 requests per
+        claim + report)."""
+        row.cpu_ms = self.per_item_ms(row.count)
+        ceiling = self.ceiling(row.count)
+        row.ceiling = None if ceiling is None else ceiling * rate_per_item
+        row.busy_cores = self.busy_cores
+        row.other_cores = self.other_cores
+
+
+def own_process() -> list[psutil.Process]:
+    return [psutil.Process()]
+
+
+def pids(*popens: subprocess.Popen[bytes] | None) -> Callable[[], list[psutil.Process]]:
+    """A CPU group of child processes started with :func:`spawn`."""
+
+    def group() -> list[psutil.Process]:
+        found = []
+        for popen in popens:
+            if popen is not None:
+                with contextlib.suppress(psutil.Error):
+                    found.append(psutil.Process(popen.pid))
+        return found
+
+    return group
+
+
+def azurite_group(port: int) -> Callable[[], list[psutil.Process]]:
+    """A CPU group of the Azurite processes we started listening on ``port``."""
+
+    def group() -> list[psutil.Process]:
+        found = []
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                command = " ".join(process.cmdline())
+                if "azurite" in command and f"--queuePort {port}" in command:
+                    found.append(process)
+        return found
+
+    return group
+
+
+# --- pacing the producer --------------------------------------------------------------------
+
+
+class DepthPacer:
+    """Lets producers add work only while the queue holds fewer than ``target`` items.
+
+    A gauge reads the real depth; producers may add ``target - depth`` items (less those
+    already on their way) before they wait for the next reading. The next reading comes as
+    soon as they wait, but no sooner than ``min_interval`` after the last one, and at the
+    latest ``max_interval`` after it; so the gauge never caps the rate below
+    ``(target - depth) / min_interval``. The readings give the row's depth.
+    """
+
+    def __init__(
+        self,
+        gauge: Callable[[], Awaitable[int]],
+        *,
+        target: int,
+        min_interval: float = 0.02,
+        max_interval: float = 0.1,
+    ) -> None:
+        self._gauge = gauge
+        self._target = target
+        self._min_interval = min_interval
+        self._max_interval = max_interval
+        self._budget = 0
+        self._in_flight = 0
+        self._changed = asyncio.Event()
+        self._starved = asyncio.Event()
+        self.samples: list[tuple[float, int]] = []
+
+    async def run(self, until: float) -> None:
+        """Read the gauge until monotonic ``until``."""
+        while time.monotonic() < until:
+            read_at = time.monotonic()
+            try:
+                depth = await self._gauge()
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                await asyncio.sleep(self._max_interval)
+                continue
+            self.samples.append((read_at, depth))
+            self._budget = self._target - depth - self._in_flight
+            self._starved.clear()
+            self._changed.set()
+            await asyncio.sleep(max(0.0, read_at + self._min_interval - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(
+                    max(0.0, read_at + self._max_interval - time.monotonic())
+                ):
+                    await self._starved.wait()
+        self._changed.set()
+
+    async def acquire(self, until: float) -> bool:
+        """Wait for room for one more item; ``False`` once ``until`` has passed."""
+        while self._budget <= 0:
+            if time.monotonic() >= until:
+                return False
+            self._changed.clear()
+            self._starved.set()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, until - time.monotonic())):
+                    await self._changed.wait()
+        if time.monotonic() >= until:
+            return False
+        self._budget -= 1
+        self._in_flight += 1
+        return True
+
+    def release(self) -> None:
+        """The item acquired last is in the queue now (or failed)."""
+        self._in_flight -= 1
+
+    def depth(self, start: float, end: float) -> tuple[float | None, int | None]:
+        """Time-weighted mean and maximum depth read between monotonic ``start`` and ``end``."""
+        inside = [(at, depth) for at, depth in self.samples if start <= at <= end]
+        if not inside:
+            return None, None
+        edges = [at for at, _ in inside[1:]] + [end]
+        weighted = sum(depth * (edge - at) for (at, depth), edge in zip(inside, edges, strict=True))
+        span = end - inside[0][0]
+        mean = weighted / span if span > 0 else float(inside[0][1])
+        return mean, max(depth for _, depth in inside)
+
+
+# --- child processes ----------------------------------------------------------------------
+
+
+def bench_env(**extra: str) -> dict[str, str]:
+    """The environment of child processes: benchlib importable, no proxies for loopback."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(SCRIPTS), str(REPO), env.get("PYTHONPATH", "")])
+    )
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.update(extra)
+    return env
+
+
+def spawn(command: Sequence[str], *, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            list(command),
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+async def wait_for(predicate: Callable[[], bool], *, until: float, interval: float) -> bool:
+    """Poll ``predicate`` until it holds or monotonic ``until`` passes; whether it held."""
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= until:
+            return False
+        await asyncio.sleep(interval)
+
+
+async def stop_processes(
+    processes: Iterable[subprocess.Popen[bytes] | None], *, grace: float = 10.0
+) -> None:
+    """SIGTERM each process, wait up to ``grace`` seconds in all, then SIGKILL the rest."""
+    alive = [p for p in processes if p is not None and p.poll() is None]
+    for process in alive:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+    await wait_for(
+        lambda: all(p.poll() is not None for p in alive),
+        until=time.monotonic() + grace,
+        interval=0.05,
+    )
+    for process in alive:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait(timeout=5)
+
+
+async def wait_until_answers(
+    url: str, *, within: float, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll ``url`` until it answers 200; fail after ``within`` seconds or if ``process`` dies."""
+    give_up = time.monotonic() + within
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as session:
+        while True:
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(f"process exited with {process.returncode} while starting")
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            if time.monotonic() > give_up:
+                raise RuntimeError(f"{url} did not answer within {within} s")
+            await asyncio.sleep(0.1)
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# --- the machine ----------------------------------------------------------------------------
+
+
+def _command_output(command: Sequence[str]) -> str:
+    try:
+        done = subprocess.run(list(command), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return (done.stdout or done.stderr).strip().splitlines()[0] if done.returncode == 0 else "?"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "?"
+
+
+def _package_version(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def machine_description() -> list[str]:
+    """One line per fact about the machine and the software versions."""
+    memory = psutil.virtual_memory().total / 2**30
+    azurite_package = REPO / "node_modules" / "azurite" / "package.json"
+    azurite = "?"
+    with contextlib.suppress(OSError, ValueError):
+        import json
+
+        azurite = json.loads(azurite_package.read_text())["version"]
+    return [
+        f"CPU: {_cpu_model()}, {psutil.cpu_count(logical=True)} logical cores "
+        f"({psutil.cpu_count(logical=False)} physical), {memory:.1f} GiB RAM",
+        f"OS: {platform.platform()}",
+        f"Python {platform.python_version()}, aiohttp {_package_version('aiohttp')}, "
+        f"azure-storage-queue {_package_version('azure-storage-queue')}, "
+        f"asyncpg {_package_version('asyncpg')}, aiosqlite {_package_version('aiosqlite')}, "
+        f"rq {_package_version('rq')}, redis-py {_package_version('redis')}",
+        f"Node {_command_output(['node', '--version'])}, Azurite {azurite} (in-memory)",
+        f"PostgreSQL: {_command_output(['psql', '--version'])} client; "
+        f"Redis: {_command_output(['redis-server', '--version'])}",
+    ]

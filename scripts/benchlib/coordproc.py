@@ -1,0 +1,266 @@
+"""A ``queue-coordinator serve`` process for one row, its store, and a createTask client.
+
+The store is a fresh SQLite file under the row's directory, or a fresh PostgreSQL database
+(created on the server of ``Settings.postgres_dsn``, dropped afterwards). With
+``Settings.auth`` a clients file is generated (root client, scope ``*``) and every request is
+Hawk-signed; otherwise the coordinator runs with ``COORDINATOR_AUTH=false``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import asyncpg
+import slugid
+from yarl import URL
+
+from benchlib.common import (
+    PYTHON,
+    Settings,
+    bench_env,
+    log_tail,
+    spawn,
+    stop_processes,
+    wait_until_answers,
+)
+from coordinator.api.clients import ensure_root_client
+from coordinator.azurite import free_port
+from coordinator.records import from_iso, to_iso
+from worker_sdk.client import Credentials, authorization
+
+StoreKind = Literal["sqlite", "postgres"]
+
+PROVISIONER_ID = "bench-prov"
+
+
+@dataclass(kw_only=True)
+class Coordinator:
+    """A running coordinator process."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    queue_prefix: str
+    credentials: Credentials | None
+    store_url: str
+
+    @property
+    def database(self) -> str:
+        """The PostgreSQL database name (meaningless for SQLite)."""
+        return urlsplit(self.store_url).path.lstrip("/")
+
+    @property
+    def api(self) -> str:
+        return self.url + "/api/queue/v1"
+
+
+@asynccontextmanager
+async def postgres_database(admin_dsn: str) -> AsyncIterator[str]:
+    """A new database on the server of ``admin_dsn``; its DSN. Dropped on exit."""
+    name = f"qc_bench_{secrets.token_hex(5)}"
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield urlunsplit(urlsplit(admin_dsn)._replace(path=f"/{name}"))
+    finally:
+        admin = await asyncpg.connect(admin_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@asynccontextmanager
+async def _store_url(settings: Settings, store: StoreKind, workdir: Path) -> AsyncIterator[str]:
+    if store == "sqlite":
+        yield f"sqlite:///{workdir / 'coordinator.db'}"
+    else:
+        async with postgres_database(settings.postgres_dsn) as dsn:
+            yield dsn
+
+
+@asynccontextmanager
+async def coordinator(
+    settings: Settings,
+    *,
+    store: StoreKind,
+    workdir: Path,
+    azure_connection_string: str | None,
+    profile: Path | None = None,
+) -> AsyncIterator[Coordinator]:
+    """Start ``queue-coordinator serve`` (under pyinstrument when ``profile`` names the report
+    file) and wait until it answers; stop it (SIGTERM, then SIGKILL) on exit."""
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+    port = free_port("127.0.0.1")
+    clients_file = workdir / "clients.json"
+    credentials = None
+    if settings.auth:
+        root = ensure_root_client(clients_file)
+        credentials = Credentials(client_id=root.client_id, access_token=root.access_token)
+    prefix = f"b{uuid.uuid4().hex[:8]}-"
+    async with _store_url(settings, store, workdir) as store_url:
+        env = bench_env(
+            COORDINATOR_HOST="127.0.0.1",
+            COORDINATOR_PORT=str(port),
+            COORDINATOR_DATA_DIR=str(workdir),
+            COORDINATOR_STORE_URL=store_url,
+            COORDINATOR_CLIENTS_FILE=str(clients_file),
+            COORDINATOR_AUTH="true" if settings.auth else "false",
+            COORDINATOR_QUEUE_PREFIX=prefix,
+            COORDINATOR_LOG_LEVEL=settings.coordinator_log_level,
+        )
+        env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
+        if azure_connection_string:
+            env["AZURE_STORAGE_CONNECTION_STRING"] = azure_connection_string
+        command: list[str] = [PYTHON]
+        if profile is not None:
+            command += profiled(profile)
+        command += ["-m", "coordinator.cli", "serve"]
+        log = workdir / "coordinator.log"
+        process = spawn(command, env=env, log=log)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            try:
+                await wait_until_answers(f"{url}/api/queue/v1/ping", within=60, process=process)
+            except RuntimeError as error:
+                raise RuntimeError(f"coordinator did not start: {error}\n{log_tail(log)}") from None
+            yield Coordinator(
+                url=url,
+                process=process,
+                log=log,
+                queue_prefix=prefix,
+                credentials=credentials,
+                store_url=store_url,
+            )
+        finally:
+            # pyinstrument writes its report after the graceful stop; give it time
+            await stop_processes([process], grace=30.0 if profile else 10.0)
+            if profile is not None:
+                render_profile(profile)
+
+
+def profiled(session: Path) -> list[str]:
+    """Arguments that run a ``-m module`` under pyinstrument, saving its session file."""
+    return ["-m", "pyinstrument", "-r", "pyisession", "-o", str(session)]
+
+
+def render_profile(session: Path) -> None:
+    """Render a pyinstrument session as text twice: as pyinstrument shows it (library frames
+    folded), and with the Azure SDK, jsonschema and mohawk frames shown."""
+    if not session.exists():
+        return
+    for suffix, extra in (
+        (".txt", []),
+        (".libs.txt", ["--show-regex", r".*/(azure|jsonschema|mohawk)/.*"]),
+    ):
+        subprocess.run(
+            [
+                *(PYTHON, "-m", "pyinstrument", "--load", str(session), "-r", "text"),
+                *("--no-color", "--unicode", "-o", str(session.with_suffix(suffix)), *extra),
+            ],
+            check=False,
+            timeout=120,
+        )
+
+
+class TaskClient:
+    """createTask, listTaskGroup and the exact counts, Hawk-signed when there are credentials."""
+
+    def __init__(self, session: aiohttp.ClientSession, coordinator: Coordinator) -> None:
+        self._session = session
+        self._coordinator = coordinator
+
+    def definition(
+        self, *, worker_type: str, task_group_id: str, priority: str, now_ms: int
+    ) -> dict[str, Any]:
+        return {
+            "provisionerId": PROVISIONER_ID,
+            "workerType": worker_type,
+            "taskGroupId": task_group_id,
+            "priority": priority,
+            "created": to_iso(now_ms),
+            "deadline": to_iso(now_ms + 3_600_000),
+            "payload": {},
+            "metadata": {
+                "name": "bench no-op",
+                "description": "created by scripts/bench",
+                "owner": "bench@example.com",
+                "source": "https://example.com/bench",
+            },
+        }
+
+    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+        url = self._coordinator.api + path
+        content = "" if body is None else json.dumps(body)
+        headers = {"Content-Type": "application/json"} if content else {}
+        credentials = self._coordinator.credentials
+        if credentials is not None:
+            headers["Authorization"] = authorization(
+                credentials,
+                method=method,
+                url=url,
+                content=content,
+                content_type="application/json" if content else "",
+            )
+        async with self._session.request(
+            method,
+            URL(url, encoded=True),
+            data=content.encode() if content else None,
+            headers=headers,
+            skip_auto_headers=() if content else ("Content-Type",),
+        ) as response:
+            text = await response.text()
+            if response.status != 200:
+                raise RuntimeError(f"{method} {path} -> {response.status}: {text[:300]}")
+            return json.loads(text)
+
+    async def create(self, task_id: str, body: dict[str, Any]) -> None:
+        await self._request("PUT", f"/task/{task_id}", body)
+
+    async def counts(self, worker_type: str) -> tuple[int, int]:
+        """(pending, running) runs of the worker type, from the store."""
+        body = await self._request("GET", f"/task-queues/{PROVISIONER_ID}/{worker_type}/counts")
+        return int(body["pending"]), int(body["running"])
+
+    async def resolved_times(self, task_group_id: str) -> dict[str, tuple[str, float | None]]:
+        """taskId -> (state, epoch seconds its last run resolved) for the whole task group."""
+        found: dict[str, tuple[str, float | None]] = {}
+        token: str | None = None
+        while True:
+            query = "?limit=1000" + (f"&continuationToken={token}" if token else "")
+            page = await self._request("GET", f"/task-group/{task_group_id}/list{query}")
+            for entry in page["tasks"]:
+                status = entry["status"]
+                runs: Sequence[dict[str, Any]] = status["runs"]
+                resolved = runs[-1].get("resolved") if runs else None
+                found[status["taskId"]] = (
+                    status["state"],
+                    from_iso(resolved) / 1000 if resolved else None,
+                )
+            token = page.get("continuationToken")
+            if not token:
+                return found
+
+
+def new_task_id() -> str:
+    task_id: str = slugid.nice()
+    return task_id
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,213 @@
+"""Row 2, end to end: createTask -> SDK poll -> claimTask -> delete hint -> reportCompleted.
+
+A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for hints) and
+``workers`` separate ``queue-worker`` processes (capacity ``batch``, no-op handler
+:func:`benchlib.noop.handle`). The harness creates tasks with ``producers`` concurrent
+createTask calls, keeping the hint queue ``depth`` deep (read from Azurite every 0.1 s).
+Latency is createTask sent -> the run's ``resolved`` time as the coordinator stored it;
+throughput counts runs resolved inside the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import aiohttp
+
+from benchlib import azure_rest
+from benchlib.common import (
+    PYTHON,
+    CpuMeter,
+    DepthPacer,
+    Row,
+    Settings,
+    azurite_group,
+    bench_env,
+    latency_fields,
+    own_process,
+    pids,
+    postgres_backends,
+    spawn,
+    stop_processes,
+)
+from benchlib.coordproc import (
+    PROVISIONER_ID,
+    Coordinator,
+    StoreKind,
+    TaskClient,
+    coordinator,
+    new_task_id,
+    now_ms,
+    profiled,
+    render_profile,
+)
+from coordinator.azurite import AzuriteProcess
+from coordinator.queues import queue_name
+
+
+async def run(settings: Settings, azurite: AzuriteProcess, store: StoreKind) -> Row:
+    label = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[store]
+    row = Row(
+        key=f"e2e-{store}",
+        title=f"end to end, {label} store: create -> SDK poll/claim/delete -> completed",
+        unit="tasks/s",
+    )
+    workdir = settings.workdir / row.key
+    profile = workdir / "coordinator.pyisession" if settings.profile else None
+    async with coordinator(
+        settings,
+        store=store,
+        workdir=workdir,
+        azure_connection_string=azurite.connection_string,
+        profile=profile,
+    ) as running:
+        await _measure(settings, azurite, running, store, row)
+    if settings.profile:
+        row.notes.append(f"profiled under pyinstrument (slower): {workdir}/*.txt")
+    return row
+
+
+def _worker_command(
+    settings: Settings, coordinator: Coordinator, worker_type: str, i: int, workdir: Path
+) -> list[str]:
+    command = [PYTHON]
+    if settings.profile and i == 0:
+        command += profiled(workdir / "worker-0.pyisession")
+    return [
+        *command,
+        "-m",
+        "worker_sdk.cli",
+        f"--root-url={coordinator.url}",
+        f"--provisioner-id={PROVISIONER_ID}",
+        f"--worker-type={worker_type}",
+        "--worker-group=bench",
+        f"--worker-id=worker-{i}",
+        f"--capacity={settings.batch}",
+        "--grace-period=5",
+        f"--log-level={settings.worker_log_level}",
+        "benchlib.noop:handle",
+    ]
+
+
+async def _measure(
+    settings: Settings,
+    azurite: AzuriteProcess,
+    running: Coordinator,
+    store: StoreKind,
+    row: Row,
+) -> None:
+    workdir = settings.workdir / row.key
+    worker_type = f"wt-{uuid.uuid4().hex[:8]}"
+    task_group_id = new_task_id()
+    env = bench_env()
+    for credential in ("CLIENT_ID", "ACCESS_TOKEN", "CERTIFICATE"):
+        env.pop(f"TASKCLUSTER_{credential}", None)
+    if running.credentials is not None:
+        env["TASKCLUSTER_CLIENT_ID"] = running.credentials.client_id
+        env["TASKCLUSTER_ACCESS_TOKEN"] = running.credentials.access_token
+    workers = [
+        spawn(
+            _worker_command(settings, running, worker_type, i, workdir),
+            env=env,
+            log=workdir / f"worker-{i}.log",
+        )
+        for i in range(settings.workers)
+    ]
+    groups = {
+        "azurite": azurite_group(azurite.port),
+        "coordinator": pids(running.process),
+        "workers": pids(*workers),
+        "producer": own_process,
+    }
+    if store == "postgres":
+        groups["postgres"] = postgres_backends(running.database)
+    meter = CpuMeter(groups)
+    name = queue_name(running.queue_prefix, PROVISIONER_ID, worker_type, settings.priority)
+    sent: dict[str, float] = {}
+    failures = 0
+    try:
+        connector = aiohttp.TCPConnector(limit=settings.producers + 8)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            tasks = TaskClient(session, running)
+            hints = azure_rest.RestQueue(
+                session, azurite.endpoint, name, azure_rest.queue_sas(name, "r")
+            )
+            pacer = DepthPacer(hints.count, target=settings.depth)
+            begin = time.monotonic()
+            window_start = begin + settings.warmup
+            stop_at = window_start + settings.duration
+
+            async def producer() -> None:
+                nonlocal failures
+                while await pacer.acquire(stop_at):
+                    task_id = new_task_id()
+                    body = tasks.definition(
+                        worker_type=worker_type,
+                        task_group_id=task_group_id,
+                        priority=settings.priority,
+                        now_ms=now_ms(),
+                    )
+                    sent[task_id] = time.time()
+                    try:
+                        await tasks.create(task_id, body)
+                    except (aiohttp.ClientError, TimeoutError, RuntimeError):
+                        failures += 1
+                        sent.pop(task_id, None)
+                        await asyncio.sleep(0.1)
+                    finally:
+                        pacer.release()
+
+            async def window() -> tuple[float, float]:
+                await asyncio.sleep(max(0.0, window_start - time.monotonic()))
+                meter.start()
+                start_wall = time.time()
+                await asyncio.sleep(max(0.0, stop_at - time.monotonic()))
+                meter.stop()
+                return start_wall, time.time()
+
+            gauge = asyncio.create_task(pacer.run(stop_at))
+            measured = asyncio.create_task(window())
+            await asyncio.gather(*(producer() for _ in range(settings.producers)))
+            wall_start, wall_end = await measured
+            await gauge
+            row.depth_mean, row.depth_max = pacer.depth(window_start, stop_at)
+            # Let the workers finish what was created, so late tasks count in the latency.
+            give_up = time.monotonic() + settings.drain
+            left = (-1, -1)
+            while time.monotonic() < give_up:
+                left = await tasks.counts(worker_type)
+                if left == (0, 0):
+                    break
+                await asyncio.sleep(0.2)
+            if left != (0, 0):
+                row.notes.append(f"not drained: pending, running = {left}")
+            resolved = await tasks.resolved_times(task_group_id)
+    finally:
+        await stop_processes(workers, grace=30.0 if settings.profile else 10.0)
+        if settings.profile:
+            render_profile(workdir / "worker-0.pyisession")
+    completed = {
+        task_id: at
+        for task_id, (state, at) in resolved.items()
+        if state == "completed" and at is not None
+    }
+    row.window = wall_end - wall_start
+    row.count = sum(1 for at in completed.values() if wall_start <= at < wall_end)
+    row.rate = row.count / row.window
+    latency_fields(
+        row,
+        [
+            completed[task_id] - at
+            for task_id, at in sent.items()
+            if wall_start <= at < wall_end and task_id in completed
+        ],
+    )
+    meter.fill(row)
+    not_completed = sum(1 for state, _ in resolved.values() if state != "completed")
+    if not_completed:
+        row.notes.append(f"{not_completed} tasks not completed at the end")
+    if failures:
+        row.notes.append(f"{failures} createTask calls failed")

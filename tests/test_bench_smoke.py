@@ -1,0 +1,78 @@
+"""A tiny run of the benchmark harness (``scripts/bench``): every row runs and lands in the
+table. Its figures mean nothing at this size; docs/performance.md has the real ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+ROWS = [
+    "raw-rest",
+    "raw-sdk",
+    "e2e-sqlite",
+    "e2e-postgres",
+    "coord-sqlite-create",
+    "coord-sqlite",
+    "coord-postgres-create",
+    "coord-postgres",
+    "rq",
+    "rq-simple",
+]
+
+
+def _redis_answers() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.timeout(170)
+def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
+    if not _redis_answers():
+        pytest.skip("the RQ row needs Redis on 127.0.0.1:6379")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)]),
+    }
+    result_file = tmp_path / "rows.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchlib",
+            "--duration=1",
+            "--warmup=1.5",
+            "--drain=5",
+            "--depth=50",
+            "--lifecycle-tasks=40",
+            "--rq-jobs=20",
+            f"--workdir={tmp_path / 'work'}",
+            f"--json={result_file}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=160,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    rows = json.loads(result_file.read_text())["rows"]
+    assert [row["key"] for row in rows] == ROWS
+    for row in rows:
+        assert row["error"] is None, row
+        assert row["count"] > 0, row
+        assert row["rate"] > 0, row
+        assert row["cpu_ms"], row
+        assert f"| {row['title']} | " in done.stdout
+    for ratio in ("e2e-sqlite / raw-rest", "e2e-postgres / raw-rest", "e2e-sqlite / rq-simple"):
+        assert ratio in done.stdout
