@@ -121,7 +121,7 @@ class TaskService:
     async def _effects(self, outcome: Outcome) -> None:
         if outcome.hint is not None:
             await self.put_hint(outcome.hint)
-        if outcome.resolved:
+        if outcome.resolved and outcome.record.notify_dependents:
             self._spawn(self.resolve_dependents(outcome.record.task_id))
 
     def _spawn(self, coroutine: Any) -> None:

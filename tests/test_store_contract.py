@@ -377,8 +377,13 @@ async def test_hints_due_lists_unconfirmed_hints_asked_for_before_the_time(store
 
 
 async def test_tasks_to_notify_lists_resolved_tasks_until_notified(store: Store) -> None:
-    for task_id in ("completed", "failed", "pending"):
+    for task_id in ("completed", "failed", "pending", "alone"):
         await create(store, task_id)
+    # each has a dependent (the flag is only kept for tasks that have some), but "alone"
+    await create(store, "dependent", dependencies=("completed", "failed", "pending"))
+    await claim(store, "alone")
+    stored = await report(store, "alone", "completed")
+    assert not stored.notify_dependents, "nobody depends on it: no dependency pass needed"
     await claim(store, "completed")
     await report(store, "completed", "completed")
     await claim(store, "failed")

@@ -89,8 +89,13 @@ class Store(abc.ABC):
     async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
         """Write the record's mutable status if the stored version is ``record.version``.
 
-        :returns: the record as stored (``version + 1``), or ``None`` if the stored version
-            differs or the task no longer exists; the caller re-reads and tries again.
+        ``notify_dependents`` is stored only if some task depends on this one: resolving a task
+        nobody depends on then needs no dependency pass (a dependent created afterwards reads
+        its dependencies' states itself).
+
+        :returns: the record as stored (``version + 1``, the flag as stored), or ``None`` if
+            the stored version differs or the task no longer exists; the caller re-reads and
+            tries again.
         """
 
     @abc.abstractmethod

@@ -36,7 +36,12 @@ from typing import Any, cast
 import asyncpg
 
 from coordinator.records import TaskRecord, TaskState
-from coordinator.store.rows import insert_columns, record_from_row, status_columns
+from coordinator.store.rows import (
+    insert_columns,
+    record_from_row,
+    status_columns,
+    stored_after_cas,
+)
 from coordinator.store.sql_store import SQLStore
 from coordinator.store.sqlfiles import migrations, queries
 
@@ -157,10 +162,10 @@ class PostgresStore(SQLStore):
         return {row["task_id"]: cast(TaskState, row["state"]) for row in rows}
 
     async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
-        version = await self._fetchval(
+        rows = await self._fetch(
             "compare_and_set", **status_columns(record), version=record.version
         )
-        return None if version is None else record.replace(version=version)
+        return stored_after_cas(record, rows[0]) if rows else None
 
     async def confirm_hint(self, task_id: str, run_id: int) -> None:
         statement = _Q["confirm_hint"]

@@ -70,3 +70,9 @@ def page_from_rows(rows: Sequence[Row], limit: int) -> Page:
     records = [record_from_row(row) for row in rows[:limit]]
     next_after = records[-1].task_id if len(rows) > limit else None
     return Page(records=records, next_after=next_after)
+
+
+def stored_after_cas(record: TaskRecord, row: Row) -> TaskRecord:
+    """The record as a successful compare-and-set stored it, from its ``RETURNING version,
+    notify_dependents`` row (the store keeps the flag only for a task with dependents)."""
+    return record.replace(version=row[0], notify_dependents=bool(row[1]))

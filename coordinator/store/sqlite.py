@@ -24,6 +24,7 @@ from coordinator.store.rows import (
     insert_columns,
     record_from_row,
     status_columns,
+    stored_after_cas,
 )
 from coordinator.store.sql_store import SQLStore
 from coordinator.store.sqlfiles import migrations, queries
@@ -143,8 +144,8 @@ class SQLiteStore(SQLStore):
 
     async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
-        count = await self._run(lambda conn: conn.execute(_Q["compare_and_set"], params).rowcount)
-        return record.replace(version=record.version + 1) if count == 1 else None
+        row = await self._run(lambda conn: conn.execute(_Q["compare_and_set"], params).fetchone())
+        return None if row is None else stored_after_cas(record, row)
 
     async def confirm_hint(self, task_id: str, run_id: int) -> None:
         params = {"task_id": task_id, "run_id": run_id}

@@ -51,12 +51,17 @@ FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
 SELECT task_id, state FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
 
 -- name: compare_and_set
+-- notify_dependents is kept only for a task that has dependents, so resolving one without
+-- any costs no dependency pass; a dependent created later checks the states itself.
 UPDATE tasks
 SET retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
     open_deadline = :open_deadline, hint_due = :hint_due,
-    notify_dependents = :notify_dependents, version = version + 1
+    notify_dependents = :notify_dependents AND EXISTS (
+        SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
+    ),
+    version = version + 1
 WHERE task_id = :task_id AND version = :version
-RETURNING version
+RETURNING version, notify_dependents
 
 -- name: confirm_hint
 -- hint_due is set only while the last run is pending, so the JSON is parsed for at most one

@@ -23,11 +23,17 @@ FROM tasks WHERE task_id IN ({ids})
 SELECT task_id, state FROM tasks WHERE task_id IN ({ids})
 
 -- name: compare_and_set
+-- notify_dependents is kept only for a task that has dependents, so resolving one without
+-- any costs no dependency pass; a dependent created later checks the states itself.
 UPDATE tasks
 SET retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
     open_deadline = :open_deadline, hint_due = :hint_due,
-    notify_dependents = :notify_dependents, version = version + 1
+    notify_dependents = :notify_dependents AND EXISTS (
+        SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
+    ),
+    version = version + 1
 WHERE task_id = :task_id AND version = :version
+RETURNING version, notify_dependents
 
 -- name: confirm_hint
 UPDATE tasks SET hint_due = NULL
