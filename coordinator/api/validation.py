@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,24 +63,31 @@ class ResponseSchemaError(AssertionError):
     """A response body the coordinator produced does not match its schema."""
 
 
-def _format_checker() -> FormatChecker:
-    # jsonschema checks date-time and uri only with optional packages we do not depend on,
-    # so both get small checkers of their own.
-    checker = FormatChecker()
-
-    @checker.checks("date-time", raises=ValueError)
-    def _is_date_time(instance: object) -> bool:
-        if not isinstance(instance, str):
-            return True
-        if not _DATE_TIME.fullmatch(instance):
-            return False
+def _is_date_time(instance: str) -> bool:
+    if not _DATE_TIME.fullmatch(instance):
+        return False
+    try:
         from_iso(instance)
-        return True
+    except ValueError:
+        return False
+    return True
 
-    @checker.checks("uri")
-    def _is_uri(instance: object) -> bool:
-        return not isinstance(instance, str) or bool(_URI.fullmatch(instance))
 
+def _is_uri(instance: str) -> bool:
+    return bool(_URI.fullmatch(instance))
+
+
+_FORMATS: dict[str, Callable[[str], bool]] = {"date-time": _is_date_time, "uri": _is_uri}
+"""Our own checkers for the formats jsonschema checks only with optional packages; both
+validators below use them, so they agree on what a date-time is."""
+
+
+def _format_checker() -> FormatChecker:
+    checker = FormatChecker()
+    for name, check in _FORMATS.items():
+        checker.checks(name)(
+            lambda instance, check=check: not isinstance(instance, str) or check(instance)
+        )
     return checker
 
 
@@ -182,16 +189,13 @@ def _build(schema: Mapping[str, Any]) -> Validator:
 
 @functools.cache
 def _validator(schema_name: str) -> Validator:
-    try:
-        schema = schemas()[schema_name]
-    except KeyError:
-        raise KeyError(f"no schema named {schema_name!r} in {SCHEMAS_DIR}") from None
-    return _build(schema)
+    _schema_id(schema_name)  # a clear KeyError for an unknown name
+    return _build(schemas()[schema_name])
 
 
 @functools.cache
 def _parameter_validator(definition: str) -> Validator:
-    return _build({"$ref": f"{SCHEMA_BASE_URI}common.json#/$defs/{definition}"})
+    return _build({"$ref": _parameter_ref(definition)})
 
 
 def preload() -> None:
@@ -199,9 +203,11 @@ def preload() -> None:
     server at startup instead of failing its first request."""
     for name in schemas():
         _validator(name)
-        _fast_validator(name)
+        _fast(_schema_id(name), formats=True)
+        _fast(_schema_id(name), formats=False)
     for parameter in PARAMETERS.values():
         _parameter_validator(parameter.schema)
+        _fast(_parameter_ref(parameter.schema), formats=True)
 
 
 def _errors(validator: Validator, instance: Any, where: str) -> list[str]:
@@ -219,6 +225,8 @@ def validate(schema_name: str, instance: object, *, where: str = "body") -> None
     :raises InputValidationError: listing every failing path, e.g.
         ``body.metadata.owner: 'x' is not a 'email'``.
     """
+    if _fast(_schema_id(schema_name), formats=True).is_valid(instance):
+        return
     problems = _errors(_validator(schema_name), instance, where)
     if problems:
         raise InputValidationError(
@@ -227,12 +235,22 @@ def validate(schema_name: str, instance: object, *, where: str = "body") -> None
 
 
 @functools.cache
-def _fast_validator(schema_name: str) -> jsonschema_rs.Validator:
-    """The compiled (Rust) validator of a schema, for responses: about a hundred times
-    cheaper than :func:`_validator`, which made checking every response the second-largest
-    cost of a task (docs/performance.md)."""
+def _fast(schema_ref: str, *, formats: bool) -> jsonschema_rs.Validator:
+    """The compiled (Rust) validator of a schema: about a hundred times cheaper than the
+    reference validator, which made validation the largest cost of a request
+    (docs/performance.md). It only decides *valid*; the reference validator words every
+    rejection and has the last say, so the two can differ only where the fast one is more
+    lenient, and both use :data:`_FORMATS`.
+
+    :param schema_ref: the ``$id`` of a schema file, or a ``$ref`` into one.
+    :param formats: check ``format`` (requests); responses skip it: every date-time we send
+        comes from :func:`coordinator.records.to_iso`.
+    """
     return jsonschema_rs.validator_for(
-        dict(schemas()[schema_name]), registry=_fast_registry(), validate_formats=False
+        {"$ref": schema_ref},
+        registry=_fast_registry(),
+        validate_formats=formats,
+        formats=_FORMATS if formats else None,
     )
 
 
@@ -243,16 +261,23 @@ def _fast_registry() -> jsonschema_rs.Registry:
     )
 
 
+def _schema_id(schema_name: str) -> str:
+    try:
+        return str(schemas()[schema_name]["$id"])
+    except KeyError:
+        raise KeyError(f"no schema named {schema_name!r} in {SCHEMAS_DIR}") from None
+
+
+def _parameter_ref(definition: str) -> str:
+    return f"{SCHEMA_BASE_URI}common.json#/$defs/{definition}"
+
+
 def validate_response(schema_name: str, instance: object) -> None:
     """Check a response body the coordinator produced against the named schema.
 
-    The fast validator decides; the reference validator only words the failure (and has the
-    last say, should the two ever disagree). Formats are not checked: every date-time we send
-    comes from :func:`coordinator.records.to_iso`.
-
     :raises ResponseSchemaError: our bug, not the caller's.
     """
-    if _fast_validator(schema_name).is_valid(instance):
+    if _fast(_schema_id(schema_name), formats=False).is_valid(instance):
         return
     problems = _errors(_validator(schema_name), instance, "response")
     if problems:
@@ -272,7 +297,9 @@ def validate_params(params: Mapping[str, str]) -> None:
     problems: list[str] = []
     for name, value in params.items():
         parameter = PARAMETERS.get(name)
-        if parameter is not None:
+        if parameter is not None and not _fast(
+            _parameter_ref(parameter.schema), formats=True
+        ).is_valid(value):
             problems += _errors(_parameter_validator(parameter.schema), value, name)
     if problems:
         raise InputValidationError("invalid URL parameters: " + "; ".join(problems))
