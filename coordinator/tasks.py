@@ -74,16 +74,20 @@ class TaskService:
 
     # --- the one write path ---------------------------------------------------------------
 
-    async def apply(self, task_id: str, transition: Transition) -> Outcome:
+    async def apply(
+        self, task_id: str, transition: Transition, *, read: TaskRecord | None = None
+    ) -> Outcome:
         """Apply ``transition`` to the task with compare-and-set, retrying lost races.
 
+        :param read: the record as the caller just read it, to start from instead of reading
+            again (a stale one only costs a lost compare-and-set and a re-read).
         :returns: the outcome, its record as now stored (``changed`` false if nothing was
             written).
         :raises ResourceNotFound: the task or run does not exist.
         :raises RequestConflict: the transition is not allowed in the current state.
         """
         for _ in range(MAX_CAS_ATTEMPTS):
-            record = await self.store.get(task_id)
+            record, read = read or await self.store.get(task_id), None
             if record is None:
                 raise ResourceNotFound(f"task {task_id} does not exist")
             try:
@@ -251,17 +255,35 @@ class TaskService:
             raise ResourceNotFound(f"task {task_id} does not exist")
         return record
 
-    async def schedule(self, task_id: str) -> TaskRecord:
-        return (await self.apply(task_id, lambda r, now: lifecycle.schedule(r, now=now))).record
+    async def schedule(self, record: TaskRecord) -> TaskRecord:
+        """scheduleTask, starting from the caller's fresh read of the task."""
+        outcome = await self.apply(
+            record.task_id, lambda r, now: lifecycle.schedule(r, now=now), read=record
+        )
+        return outcome.record
 
-    async def rerun(self, task_id: str) -> TaskRecord:
-        return (await self.apply(task_id, lambda r, now: lifecycle.rerun(r, now=now))).record
+    async def rerun(self, record: TaskRecord) -> TaskRecord:
+        """rerunTask, starting from the caller's fresh read of the task."""
+        outcome = await self.apply(
+            record.task_id, lambda r, now: lifecycle.rerun(r, now=now), read=record
+        )
+        return outcome.record
 
-    async def cancel(self, task_id: str) -> TaskRecord:
-        return (await self.apply(task_id, lambda r, now: lifecycle.cancel(r, now=now))).record
+    async def cancel(self, record: TaskRecord) -> TaskRecord:
+        """cancelTask, starting from the caller's fresh read of the task."""
+        outcome = await self.apply(
+            record.task_id, lambda r, now: lifecycle.cancel(r, now=now), read=record
+        )
+        return outcome.record
 
     async def claim(
-        self, task_id: str, run_id: int, *, worker_group: str, worker_id: str
+        self,
+        task_id: str,
+        run_id: int,
+        *,
+        worker_group: str,
+        worker_id: str,
+        read: TaskRecord | None = None,
     ) -> TaskRecord:
         outcome = await self.apply(
             task_id,
@@ -273,6 +295,7 @@ class TaskService:
                 now=now,
                 timing=self.timing,
             ),
+            read=read,
         )
         return outcome.record
 

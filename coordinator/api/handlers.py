@@ -200,19 +200,19 @@ class Handlers:
         record = await self._task_scopes(
             request, "queue:schedule-task:{schedulerId}/{taskGroupId}/{taskId}"
         )
-        return _status(await self.service.schedule(record.task_id))
+        return _status(await self.service.schedule(record))
 
     async def rerunTask(self, request: web.Request, body: Any) -> Body:
         record = await self._task_scopes(
             request, "queue:rerun-task:{schedulerId}/{taskGroupId}/{taskId}"
         )
-        return _status(await self.service.rerun(record.task_id))
+        return _status(await self.service.rerun(record))
 
     async def cancelTask(self, request: web.Request, body: Any) -> Body:
         record = await self._task_scopes(
             request, "queue:cancel-task:{schedulerId}/{taskGroupId}/{taskId}"
         )
-        return _status(await self.service.cancel(record.task_id))
+        return _status(await self.service.cancel(record))
 
     # --- workers --------------------------------------------------------------------------
 
@@ -260,7 +260,11 @@ class Handlers:
             },
         )
         claimed = await self.service.claim(
-            task_id, run_id, worker_group=body["workerGroup"], worker_id=body["workerId"]
+            task_id,
+            run_id,
+            worker_group=body["workerGroup"],
+            worker_id=body["workerId"],
+            read=record,
         )
         return self.claim_body(claimed)
 
