@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 from yarl import URL
 
-from worker_sdk.errors import RequestFailed
+from worker_sdk.errors import RequestFailed, check_status, no_answer_fails
 
 MAX_MESSAGES = 32
 """Azure returns at most 32 messages per request."""
@@ -137,19 +137,13 @@ async def delete_message(session: aiohttp.ClientSession, url: str) -> None:
 
 
 async def _request(session: aiohttp.ClientSession, method: str, url: str) -> str:
-    try:
+    with no_answer_fails(method, url):
         async with session.request(
             method, URL(url, encoded=True), timeout=AZURE_TIMEOUT
         ) as response:
             text = await response.text()
             status = response.status
-    except (aiohttp.ClientError, TimeoutError) as error:
-        raise RequestFailed(
-            method=method, url=url, status=None, code=type(error).__name__, message=str(error)
-        ) from error
-    if status >= 400:
-        code, message = _error_fields(text)
-        raise RequestFailed(method=method, url=url, status=status, code=code, message=message)
+    check_status(method, url, status, text, _error_fields)
     return text
 
 

@@ -26,7 +26,7 @@ import mohawk
 from yarl import URL
 
 from worker_sdk import timing
-from worker_sdk.errors import RequestFailed
+from worker_sdk.errors import RequestFailed, check_status, no_answer_fails
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
@@ -260,7 +260,7 @@ class QueueClient:
                 signer, method=method, url=url, content=content, content_type=content_type
             )
         sent_at = time.monotonic()
-        try:
+        with no_answer_fails(method, url):
             # encoded=True: send the URL exactly as signed, without yarl re-quoting it.
             async with self._session.request(
                 method,
@@ -275,13 +275,7 @@ class QueueClient:
                 text = await response.text()
                 status = response.status
                 date = response.headers.get("Date")
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise RequestFailed(
-                method=method, url=url, status=None, code=type(error).__name__, message=str(error)
-            ) from error
-        if status >= 400:
-            code, message = _error_fields(text)
-            raise RequestFailed(method=method, url=url, status=status, code=code, message=message)
+        check_status(method, url, status, text, _error_fields)
         try:
             parsed = json.loads(text)
         except ValueError:

@@ -8,7 +8,11 @@ fails, so callers decide between retrying and giving up in one place.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import ClassVar
+
+import aiohttp
 
 
 class TaskException(Exception):
@@ -56,3 +60,24 @@ class RequestFailed(Exception):
     def transient(self) -> bool:
         """Worth retrying: no answer, a server error, or throttling (Azure says 503 or 429)."""
         return self.status is None or self.status >= 500 or self.status == 429
+
+
+@contextmanager
+def no_answer_fails(method: str, url: str) -> Iterator[None]:
+    """Turn a connection error or timeout of the request made inside into a RequestFailed."""
+    try:
+        yield
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise RequestFailed(
+            method=method, url=url, status=None, code=type(error).__name__, message=str(error)
+        ) from error
+
+
+def check_status(
+    method: str, url: str, status: int, text: str, error_fields: Callable[[str], tuple[str, str]]
+) -> None:
+    """Raise RequestFailed for an error status; ``error_fields`` reads the service's error body
+    (Azure's XML or Taskcluster's JSON) into its code and message."""
+    if status >= 400:
+        code, message = error_fields(text)
+        raise RequestFailed(method=method, url=url, status=status, code=code, message=message)

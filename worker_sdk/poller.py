@@ -9,6 +9,7 @@ fix (the coordinator refusing the worker's credentials, say).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import random
@@ -74,13 +75,13 @@ class _Retrying:
         self._failures = 0
 
 
-class AzurePoller:
-    """Polls the Azure queues of one worker type in priority order and claims their hints."""
+class _Polling(abc.ABC):
+    """What both pollers share: who is asking, and the loop that waits out idle spells and
+    transient failures until there is work or the worker stops."""
 
     def __init__(
         self,
         *,
-        session: aiohttp.ClientSession,
         client: QueueClient,
         provisioner_id: str,
         worker_type: str,
@@ -89,10 +90,8 @@ class AzurePoller:
         stopping: asyncio.Event,
         idle_delay: float,
         backoff: Backoff,
-        dequeue_warning: int,
         rng: random.Random,
     ) -> None:
-        self._session = session
         self._client = client
         self._provisioner_id = provisioner_id
         self._worker_type = worker_type
@@ -100,15 +99,13 @@ class AzurePoller:
         self._worker_id = worker_id
         self._stopping = stopping
         self._idle_delay = idle_delay
-        self._dequeue_warning = dequeue_warning
         self._rng = rng
         self._retrying = _Retrying(stopping=stopping, backoff=backoff, rng=rng)
-        self._urls: PollUrls | None = None
 
     async def claims(self, count: int) -> list[Claim]:
         while not self._stopping.is_set():
             try:
-                claims = await self._walk(count)
+                claims = await self._attempt(count)
             except _BackOff as signal:
                 await self._retrying.back_off(signal.__cause__ or signal)
                 continue
@@ -117,7 +114,50 @@ class AzurePoller:
                 return claims
         return []
 
-    async def _walk(self, count: int) -> list[Claim]:
+    @abc.abstractmethod
+    async def _attempt(self, count: int) -> list[Claim]:
+        """One try at claiming; raises :class:`_BackOff` on a transient failure. An empty
+        answer sends :meth:`claims` straight into the next try, so where that would only spin,
+        pause first (:meth:`_idle`)."""
+
+    async def _idle(self) -> None:
+        await self._retrying.pause(jittered(self._idle_delay, self._rng))
+
+
+class AzurePoller(_Polling):
+    """Polls the Azure queues of one worker type in priority order and claims their hints."""
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        dequeue_warning: int,
+        client: QueueClient,
+        provisioner_id: str,
+        worker_type: str,
+        worker_group: str,
+        worker_id: str,
+        stopping: asyncio.Event,
+        idle_delay: float,
+        backoff: Backoff,
+        rng: random.Random,
+    ) -> None:
+        super().__init__(
+            client=client,
+            provisioner_id=provisioner_id,
+            worker_type=worker_type,
+            worker_group=worker_group,
+            worker_id=worker_id,
+            stopping=stopping,
+            idle_delay=idle_delay,
+            backoff=backoff,
+            rng=rng,
+        )
+        self._session = session
+        self._dequeue_warning = dequeue_warning
+        self._urls: PollUrls | None = None
+
+    async def _attempt(self, count: int) -> list[Claim]:
         """One pass over the queues, highest priority first, stopping at the first that yields
         claims; pauses before answering ``[]`` when every queue was empty."""
         urls = await self._signed_urls()
@@ -140,7 +180,7 @@ class AzurePoller:
                 raise _BackOff() from error
             if messages:
                 return await self._take_all(queue, name, messages)
-        await self._retrying.pause(jittered(self._idle_delay, self._rng))
+        await self._idle()
         return []
 
     async def _signed_urls(self) -> PollUrls:
@@ -290,54 +330,27 @@ class AzurePoller:
             )
 
 
-class ClaimWorkPoller:
+class ClaimWorkPoller(_Polling):
     """Asks the coordinator to claim work for the worker (``claimWork``); no Azure access."""
 
-    def __init__(
-        self,
-        *,
-        client: QueueClient,
-        provisioner_id: str,
-        worker_type: str,
-        worker_group: str,
-        worker_id: str,
-        stopping: asyncio.Event,
-        idle_delay: float,
-        backoff: Backoff,
-        rng: random.Random,
-    ) -> None:
-        self._client = client
-        self._provisioner_id = provisioner_id
-        self._worker_type = worker_type
-        self._worker_group = worker_group
-        self._worker_id = worker_id
-        self._stopping = stopping
-        self._idle_delay = idle_delay
-        self._rng = rng
-        self._retrying = _Retrying(stopping=stopping, backoff=backoff, rng=rng)
-
-    async def claims(self, count: int) -> list[Claim]:
-        while not self._stopping.is_set():
-            try:
-                claims = await self._long_poll(count)
-            except RequestFailed as error:
-                if not error.transient:
-                    raise
-                await self._retrying.back_off(error)
-                continue
-            self._retrying.succeeded()
-            for claim in claims:
-                log.info(
-                    "claimed taskId=%s runId=%s takenUntil=%s",
-                    claim.task_id,
-                    claim.run_id,
-                    claim.taken_until.isoformat(),
-                )
-            if claims:
-                return claims
+    async def _attempt(self, count: int) -> list[Claim]:
+        try:
+            claims = await self._long_poll(count)
+        except RequestFailed as error:
+            if error.transient:
+                raise _BackOff() from error
+            raise
+        for claim in claims:
+            log.info(
+                "claimed taskId=%s runId=%s takenUntil=%s",
+                claim.task_id,
+                claim.run_id,
+                claim.taken_until.isoformat(),
+            )
+        if not claims:
             # The server already waited ~20 s; the pause only guards against one that doesn't.
-            await self._retrying.pause(jittered(self._idle_delay, self._rng))
-        return []
+            await self._idle()
+        return claims
 
     async def _long_poll(self, count: int) -> list[Claim]:
         """One claimWork call, abandoned when the worker stops.

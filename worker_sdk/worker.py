@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import aiohttp
 
@@ -43,6 +43,8 @@ Handler = Callable[["TaskRun"], Awaitable[None] | None]
 """An ``async def`` (run on the event loop) or a plain function (run in a thread)."""
 
 CancelReason = Literal["claim-lost", "worker-shutdown"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -429,90 +431,93 @@ class Worker:
         while True:
             now = time.monotonic()
             await asyncio.sleep(timing.reclaim_at(now=now, expires_at=lease.expires_at) - now)
-            failures = 0
-            while True:
-                try:
-                    reclaim = await client.reclaim_task(
+            try:
+                reclaim = await self._while_claimed(
+                    lambda: client.reclaim_task(
                         run.task_id, run.run_id, credentials=lease.credentials
-                    )
-                except RequestFailed as error:
-                    remaining = lease.expires_at - time.monotonic()
-                    if not error.transient or remaining <= 0:
-                        # 409: the run was resolved or superseded; nobody wants our report.
-                        log.warning(
-                            "claim lost taskId=%s runId=%s error=%s", run.task_id, run.run_id, error
-                        )
-                        lease.cancel("claim-lost")
-                        return
-                    delay = min(self._backoff.delay(failures, self._rng), remaining)
-                    failures += 1
-                    log.warning(
-                        "reclaim failed taskId=%s runId=%s error=%s retryIn=%.2f",
-                        run.task_id,
-                        run.run_id,
-                        error,
-                        delay,
-                    )
-                    await asyncio.sleep(delay)
-                    continue
-                lease.renew(reclaim)
-                log.info(
-                    "reclaimed taskId=%s runId=%s takenUntil=%s",
-                    run.task_id,
-                    run.run_id,
-                    reclaim.taken_until.isoformat(),
+                    ),
+                    run,
+                    lease,
+                    retry_line="reclaim failed taskId=%s runId=%s error=%s retryIn=%.2f",
                 )
-                break
+            except RequestFailed as error:
+                # 409: the run was resolved or superseded; nobody wants our report.
+                log.warning(
+                    "claim lost taskId=%s runId=%s error=%s", run.task_id, run.run_id, error
+                )
+                lease.cancel("claim-lost")
+                return
+            lease.renew(reclaim)
+            log.info(
+                "reclaimed taskId=%s runId=%s takenUntil=%s",
+                run.task_id,
+                run.run_id,
+                reclaim.taken_until.isoformat(),
+            )
 
     async def _report(
         self, client: QueueClient, run: TaskRun, lease: _Lease, outcome: Outcome
     ) -> None:
         """Report, retrying transient errors while the claim lasts (after that it's moot)."""
-        failures = 0
-        while True:
-            try:
-                if outcome.reason is not None:
-                    await client.report_exception(
-                        run.task_id, run.run_id, outcome.reason, credentials=lease.credentials
-                    )
-                elif outcome.kind == "completed":
-                    await client.report_completed(
-                        run.task_id, run.run_id, credentials=lease.credentials
-                    )
-                else:
-                    await client.report_failed(
-                        run.task_id, run.run_id, credentials=lease.credentials
-                    )
-            except RequestFailed as error:
-                remaining = lease.expires_at - time.monotonic()
-                if not error.transient or remaining <= 0:
-                    log.error(
-                        "report not accepted taskId=%s runId=%s outcome=%s error=%s",
-                        run.task_id,
-                        run.run_id,
-                        outcome.kind,
-                        error,
-                    )
-                    return
-                delay = min(self._backoff.delay(failures, self._rng), remaining)
-                failures += 1
-                log.warning(
-                    "report failed taskId=%s runId=%s error=%s retryIn=%.2f",
-                    run.task_id,
-                    run.run_id,
-                    error,
-                    delay,
+
+        async def send() -> None:
+            if outcome.reason is not None:
+                await client.report_exception(
+                    run.task_id, run.run_id, outcome.reason, credentials=lease.credentials
                 )
-                await asyncio.sleep(delay)
-                continue
-            log.info(
-                "run resolved taskId=%s runId=%s outcome=%s reason=%s",
+            elif outcome.kind == "completed":
+                await client.report_completed(
+                    run.task_id, run.run_id, credentials=lease.credentials
+                )
+            else:
+                await client.report_failed(run.task_id, run.run_id, credentials=lease.credentials)
+
+        try:
+            await self._while_claimed(
+                send,
+                run,
+                lease,
+                retry_line="report failed taskId=%s runId=%s error=%s retryIn=%.2f",
+            )
+        except RequestFailed as error:
+            log.error(
+                "report not accepted taskId=%s runId=%s outcome=%s error=%s",
                 run.task_id,
                 run.run_id,
                 outcome.kind,
-                outcome.reason or "-",
+                error,
             )
             return
+        log.info(
+            "run resolved taskId=%s runId=%s outcome=%s reason=%s",
+            run.task_id,
+            run.run_id,
+            outcome.kind,
+            outcome.reason or "-",
+        )
+
+    async def _while_claimed(
+        self,
+        call: Callable[[], Awaitable[_T]],
+        run: TaskRun,
+        lease: _Lease,
+        *,
+        retry_line: str,
+    ) -> _T:
+        """``call``, retried with jittered backoff after transient failures for as long as the
+        claim lasts; raises the RequestFailed that ends the tries."""
+        failures = 0
+        while True:
+            try:
+                return await call()
+            except RequestFailed as error:
+                remaining = lease.expires_at - time.monotonic()
+                if not error.transient or remaining <= 0:
+                    raise
+                delay = min(self._backoff.delay(failures, self._rng), remaining)
+                failures += 1
+                log.warning(retry_line, run.task_id, run.run_id, error, delay)
+                await asyncio.sleep(delay)
 
 
 async def _in_daemon_thread(handler: Handler, run: TaskRun) -> Awaitable[None] | None:
