@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import os
 import secrets
-import socket
+import signal
 import sqlite3
 import sys
 import tempfile
@@ -42,15 +42,17 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import asyncpg
 import psutil
 import slugid
+from harnesslib import end_process, postgres_database, spawn, wait_until_answers
 
 from coordinator import definitions, lifecycle
 from coordinator.api.clients import ensure_root_client
+from coordinator.azurite import free_port
 from coordinator.config import Config
 from coordinator.records import record_from_definition, to_iso
 from coordinator.store.factory import store_from_url
@@ -136,29 +138,6 @@ def rows(group: str, count: int) -> tuple[list[str], Iterator[tuple[Any, ...]]]:
 # --- the stores ---------------------------------------------------------------------------------
 
 
-def _with_database(dsn: str, database: str) -> str:
-    return urlunsplit(urlsplit(dsn)._replace(path=f"/{database}"))
-
-
-@contextlib.asynccontextmanager
-async def postgres_store(admin_dsn: str) -> AsyncIterator[str]:
-    """URL of a new database, dropped afterwards."""
-    name = f"qc_measure_{os.getpid()}_{secrets.token_hex(3)}"
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield _with_database(admin_dsn, name)
-    finally:
-        admin = await asyncpg.connect(admin_dsn)
-        try:
-            await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
-
-
 @contextlib.asynccontextmanager
 async def sqlite_store() -> AsyncIterator[str]:
     with tempfile.TemporaryDirectory(prefix="qc-measure-") as directory:
@@ -201,17 +180,10 @@ def _fill_sqlite(path: str, columns: list[str], generated: Iterator[tuple[Any, .
 # --- the coordinator ------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.asynccontextmanager
 async def coordinator(url: str, directory: Path) -> AsyncIterator[tuple[str, psutil.Process]]:
     """``queue-coordinator serve`` on the store; yields its API root and its process."""
-    port = free_port()
+    port = free_port("127.0.0.1")
     clients_file = directory / "clients.json"
     ensure_root_client(clients_file)
     env = {
@@ -225,33 +197,16 @@ async def coordinator(url: str, directory: Path) -> AsyncIterator[tuple[str, psu
     }
     env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
     log_path = directory / "coordinator.log"
-    with log_path.open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "coordinator.cli", "serve", env=env, stdout=log, stderr=log
-        )
+    process = await spawn([sys.executable, "-m", "coordinator.cli", "serve"], env=env, log=log_path)
     api = f"http://127.0.0.1:{port}/api/queue/v1"
     try:
-        async with aiohttp.ClientSession() as http:
-            give_up = time.monotonic() + 60
-            while True:
-                if process.returncode is not None:
-                    raise RuntimeError(f"coordinator exited: {log_path.read_text()[-2000:]}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"{api}/ping") as response:
-                        if response.status == 200:
-                            break
-                if time.monotonic() > give_up:
-                    raise RuntimeError("the coordinator did not answer within 60 s")
-                await asyncio.sleep(0.1)
+        try:
+            await wait_until_answers(f"{api}/ping", within=60, exit_code=lambda: process.returncode)
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}: {log_path.read_text()[-2000:]}") from None
         yield api, psutil.Process(process.pid)
     finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await end_process(process, signal.SIGTERM, 10)
 
 
 # --- the measurement ------------------------------------------------------------------------------
@@ -296,7 +251,11 @@ async def sample(process: psutil.Process, every: float, peak: list[int]) -> None
 
 async def measure(store: str, args: argparse.Namespace) -> Result:
     group = slugid.nice()
-    store_context = postgres_store(args.admin_dsn) if store == "postgres" else sqlite_store()
+    store_context = (
+        postgres_database(args.admin_dsn, f"qc_measure_{os.getpid()}_{secrets.token_hex(3)}")
+        if store == "postgres"
+        else sqlite_store()
+    )
     async with store_context as url:
         await create_schema(url)
         started = time.monotonic()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import platform
 import signal
 import subprocess
@@ -17,9 +16,8 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+from harnesslib import REPO
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = REPO / "scripts"
 PYTHON = sys.executable
 
 
@@ -335,17 +333,6 @@ class DepthPacer:
 # --- child processes ----------------------------------------------------------------------
 
 
-def bench_env(**extra: str) -> dict[str, str]:
-    """The environment of child processes: benchlib importable, no proxies for loopback."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(SCRIPTS), str(REPO), env.get("PYTHONPATH", "")])
-    )
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    env.update(extra)
-    return env
-
-
 def spawn(command: Sequence[str], *, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
@@ -387,24 +374,6 @@ async def stop_processes(
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             process.wait(timeout=5)
-
-
-async def wait_until_answers(
-    url: str, *, within: float, process: subprocess.Popen[bytes] | None = None
-) -> None:
-    """Poll ``url`` until it answers 200; fail after ``within`` seconds or if ``process`` dies."""
-    give_up = time.monotonic() + within
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as session:
-        while True:
-            if process is not None and process.poll() is not None:
-                raise RuntimeError(f"process exited with {process.returncode} while starting")
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with session.get(url) as response:
-                    if response.status == 200:
-                        return
-            if time.monotonic() > give_up:
-                raise RuntimeError(f"{url} did not answer within {within} s")
-            await asyncio.sleep(0.1)
 
 
 def log_tail(path: Path, lines: int = 15) -> str:

@@ -19,26 +19,23 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
-import asyncpg
 import slugid
-from yarl import URL
+from harnesslib import call, child_env, postgres_database, wait_until_answers
 
 from benchlib.common import (
     PYTHON,
     Settings,
-    bench_env,
     log_tail,
     spawn,
     stop_processes,
-    wait_until_answers,
 )
 from coordinator.api.clients import ensure_root_client
 from coordinator.azurite import free_port
 from coordinator.records import from_iso, to_iso
-from worker_sdk.client import Credentials, authorization
+from worker_sdk.client import Credentials
 
 StoreKind = Literal["sqlite", "postgres"]
 
@@ -67,30 +64,12 @@ class Coordinator:
 
 
 @asynccontextmanager
-async def postgres_database(admin_dsn: str) -> AsyncIterator[str]:
-    """A new database on the server of ``admin_dsn``; its DSN. Dropped on exit."""
-    name = f"qc_bench_{secrets.token_hex(5)}"
-    admin = await asyncpg.connect(admin_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield urlunsplit(urlsplit(admin_dsn)._replace(path=f"/{name}"))
-    finally:
-        admin = await asyncpg.connect(admin_dsn)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
-
-
-@asynccontextmanager
 async def _store_url(settings: Settings, store: StoreKind, workdir: Path) -> AsyncIterator[str]:
     if store == "sqlite":
         yield f"sqlite:///{workdir / 'coordinator.db'}"
     else:
-        async with postgres_database(settings.postgres_dsn) as dsn:
+        name = f"qc_bench_{secrets.token_hex(5)}"
+        async with postgres_database(settings.postgres_dsn, name) as dsn:
             yield dsn
 
 
@@ -114,7 +93,7 @@ async def coordinator(
         credentials = Credentials(client_id=root.client_id, access_token=root.access_token)
     prefix = f"b{uuid.uuid4().hex[:8]}-"
     async with _store_url(settings, store, workdir) as store_url:
-        env = bench_env(
+        env = child_env(
             COORDINATOR_HOST="127.0.0.1",
             COORDINATOR_PORT=str(port),
             COORDINATOR_DATA_DIR=str(workdir),
@@ -136,7 +115,9 @@ async def coordinator(
         try:
             url = f"http://127.0.0.1:{port}"
             try:
-                await wait_until_answers(f"{url}/api/queue/v1/ping", within=60, process=process)
+                await wait_until_answers(
+                    f"{url}/api/queue/v1/ping", within=60, exit_code=process.poll
+                )
             except RuntimeError as error:
                 raise RuntimeError(f"coordinator did not start: {error}\n{log_tail(log)}") from None
             yield Coordinator(
@@ -205,29 +186,16 @@ class TaskClient:
         }
 
     async def _request(self, method: str, path: str, body: Any = None) -> Any:
-        url = self._coordinator.api + path
-        content = "" if body is None else json.dumps(body)
-        headers = {"Content-Type": "application/json"} if content else {}
-        credentials = self._coordinator.credentials
-        if credentials is not None:
-            headers["Authorization"] = authorization(
-                credentials,
-                method=method,
-                url=url,
-                content=content,
-                content_type="application/json" if content else "",
-            )
-        async with self._session.request(
+        status, text = await call(
+            self._session,
             method,
-            URL(url, encoded=True),
-            data=content.encode() if content else None,
-            headers=headers,
-            skip_auto_headers=() if content else ("Content-Type",),
-        ) as response:
-            text = await response.text()
-            if response.status != 200:
-                raise RuntimeError(f"{method} {path} -> {response.status}: {text[:300]}")
-            return json.loads(text)
+            self._coordinator.api + path,
+            body,
+            credentials=self._coordinator.credentials,
+        )
+        if status != 200:
+            raise RuntimeError(f"{method} {path} -> {status}: {text[:300]}")
+        return json.loads(text)
 
     async def create(self, task_id: str, body: dict[str, Any]) -> None:
         await self._request("PUT", f"/task/{task_id}", body)

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import aiohttp
+from harnesslib import child_env
 
 from benchlib import azure_rest
 from benchlib.common import (
@@ -25,7 +26,6 @@ from benchlib.common import (
     Row,
     Settings,
     azurite_group,
-    bench_env,
     latency_fields,
     own_process,
     pids,
@@ -102,7 +102,7 @@ async def _measure(
     workdir = settings.workdir / row.key
     worker_type = f"wt-{uuid.uuid4().hex[:8]}"
     task_group_id = new_task_id()
-    env = bench_env()
+    env = child_env()
     for credential in ("CLIENT_ID", "ACCESS_TOKEN", "CERTIFICATE"):
         env.pop(f"TASKCLUSTER_{credential}", None)
     if running.credentials is not None:

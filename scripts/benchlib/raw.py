@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import aiohttp
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
+from harnesslib import child_env
 
 from benchlib import azure_rest
 from benchlib.common import (
@@ -33,7 +34,6 @@ from benchlib.common import (
     Row,
     Settings,
     azurite_group,
-    bench_env,
     latency_fields,
     own_process,
     pids,
@@ -198,7 +198,7 @@ async def run(settings: Settings, azurite: AzuriteProcess, client: Client) -> Ro
                         f"--drain-until={drain_until}",
                         f"--out={out}",
                     ],
-                    env=bench_env(),
+                    env=child_env(),
                     log=workdir / f"consumer-{i}.log",
                 )
             )

@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+from harnesslib import child_env
 from redis import Redis
 from rq import Queue, Worker
 from rq.job import Job
@@ -26,7 +27,6 @@ from benchlib.common import (
     CpuMeter,
     Row,
     Settings,
-    bench_env,
     latency_fields,
     own_process,
     pids,
@@ -63,7 +63,7 @@ async def run(settings: Settings, jobs: int, *, simple: bool = False) -> Row:
                 "--disable-job-desc-logging",
                 name,
             ],
-            env=bench_env(),
+            env=child_env(),
             log=workdir / f"rq-worker-{i}.log",
         )
         for i in range(settings.workers)

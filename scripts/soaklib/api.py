@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
-from yarl import URL
+from harnesslib import call
 
-from worker_sdk.client import Credentials, authorization
+from worker_sdk.client import Credentials
 
 TRANSIENT = (aiohttp.ClientError, TimeoutError, ConnectionError)
 
@@ -31,31 +31,19 @@ class Api:
 
     async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One attempt; ``(status, parsed body)``. Network errors propagate."""
-        url = self.base + path
-        content = "" if body is None else json.dumps(body)
-        headers = {"Content-Type": "application/json"} if content else {}
-        if self._credentials is not None and method != "GET":
-            headers["Authorization"] = authorization(
-                self._credentials,
-                method=method,
-                url=url,
-                content=content,
-                content_type="application/json" if content else "",
-            )
-        async with self._session.request(
+        status, text = await call(
+            self._session,
             method,
-            URL(url, encoded=True),
-            data=content.encode() if content else None,
-            headers=headers,
-            skip_auto_headers=() if content else ("Content-Type",),
-            timeout=aiohttp.ClientTimeout(total=15),
-        ) as response:
-            text = await response.text()
-            try:
-                parsed: Any = json.loads(text) if text else None
-            except ValueError:
-                parsed = text
-            return response.status, parsed
+            self.base + path,
+            body,
+            credentials=None if method == "GET" else self._credentials,
+            request_timeout=aiohttp.ClientTimeout(total=15),
+        )
+        try:
+            parsed: Any = json.loads(text) if text else None
+        except ValueError:
+            parsed = text
+        return status, parsed
 
     async def retrying(
         self, method: str, path: str, body: Any = None, *, until: float

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
+from harnesslib import child_env, end_process, spawn, wait_until_answers
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = REPO / "scripts"
 PROVISIONER_ID = "soak-prov"
 WORKER_TYPE = "soak-wt"
 WORKER_GROUP = "soak"
@@ -28,44 +25,13 @@ STOP_WAIT = 45.0
 period plus its 30 s report timeout, with room)."""
 
 
-def child_env(**extra: str) -> dict[str, str]:
-    """Children's environment: soaklib importable, no proxy for loopback."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(SCRIPTS), str(REPO), env.get("PYTHONPATH", "")])
-    )
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+def soak_env(**extra: str) -> dict[str, str]:
+    """Children's environment, without the parent's Azure connection string: the soak passes
+    its own Azurite's where it is wanted."""
+    env = child_env()
     env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
     env.update(extra)
     return env
-
-
-async def _spawn(
-    command: list[str], *, env: dict[str, str], log: Path
-) -> asyncio.subprocess.Process:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        return await asyncio.create_subprocess_exec(
-            *command,
-            env=env,
-            cwd=REPO,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-
-
-async def _end(process: asyncio.subprocess.Process, signum: int, wait: float) -> None:
-    """Send ``signum`` and wait for the exit; SIGKILL after ``wait`` seconds."""
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signum)
-    try:
-        await asyncio.wait_for(process.wait(), wait)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
 
 
 class CoordinatorProcess:
@@ -82,26 +48,20 @@ class CoordinatorProcess:
     async def start(self, *, within: float = 60.0) -> None:
         with self.log.open("ab") as out:
             out.write(f"==== soak: coordinator start #{self.starts + 1}\n".encode())
-        self.process = await _spawn(
+        process = self.process = await spawn(
             [sys.executable, "-m", "coordinator.cli", "serve"], env=self.env, log=self.log
         )
         self.starts += 1
-        give_up = time.monotonic() + within
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-            while True:
-                if self.process.returncode is not None:
-                    raise RuntimeError(f"coordinator exited with {self.process.returncode}")
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    async with session.get(f"{self.url}/api/queue/v1/ping") as response:
-                        if response.status == 200:
-                            return
-                if time.monotonic() > give_up:
-                    raise RuntimeError(f"coordinator did not answer within {within} s")
-                await asyncio.sleep(0.1)
+        await wait_until_answers(
+            f"{self.url}/api/queue/v1/ping",
+            within=within,
+            exit_code=lambda: process.returncode,
+            request_timeout=2.0,
+        )
 
     async def stop(self, signum: int = signal.SIGTERM) -> None:
         if self.process is not None:
-            await _end(self.process, signum, STOP_WAIT)
+            await end_process(self.process, signum, STOP_WAIT)
 
     @property
     def running(self) -> bool:
@@ -172,7 +132,7 @@ class Fleet:
             log=self.workdir / "workers" / f"{worker_id}.log",
         )
         env = {**self.env, "SOAK_JOURNAL": str(incarnation.journal), "SOAK_WORKER_ID": worker_id}
-        process = await _spawn(self.command(worker_id), env=env, log=incarnation.log)
+        process = await spawn(self.command(worker_id), env=env, log=incarnation.log)
         self.incarnations.append(incarnation)
         self._processes[slot] = (incarnation, process)
         watcher = asyncio.create_task(self._watch(incarnation, process))
@@ -213,7 +173,7 @@ class Fleet:
     async def kill(self, slot: int, signum: int, *, end: str) -> Incarnation:
         incarnation, process = self._processes[slot]
         incarnation.end = end
-        await _end(process, signum, STOP_WAIT)
+        await end_process(process, signum, STOP_WAIT)
         await asyncio.sleep(0)  # let the watcher record the exit time
         if incarnation.ended is None:
             incarnation.ended = time.time()

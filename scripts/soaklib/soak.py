@@ -49,7 +49,7 @@ from soaklib.processes import (
     WORKER_TYPE,
     CoordinatorProcess,
     Fleet,
-    child_env,
+    soak_env,
 )
 from soaklib.settings import Settings
 from worker_sdk.client import Credentials
@@ -130,7 +130,7 @@ class Soak:
         port = free_port("127.0.0.1")
         self.coordinator = CoordinatorProcess(
             port=port,
-            env=child_env(
+            env=soak_env(
                 COORDINATOR_HOST="127.0.0.1",
                 COORDINATOR_PORT=str(port),
                 COORDINATOR_DATA_DIR=str(self.workdir / "coordinator"),
@@ -149,7 +149,7 @@ class Soak:
             log=self.workdir / "coordinator.log",
         )
         (self.workdir / "coordinator").mkdir(parents=True, exist_ok=True)
-        worker_env = child_env()
+        worker_env = soak_env()
         if credentials is not None:
             worker_env["TASKCLUSTER_CLIENT_ID"] = credentials.client_id
             worker_env["TASKCLUSTER_ACCESS_TOKEN"] = credentials.access_token
