@@ -333,6 +333,9 @@ def report(
     Repeating the report that resolved the run answers the same again; any other report of a
     run that is not the running last run is a conflict.
     """
+    if state == "exception" and reason not in EXCEPTION_REASONS:
+        # The API's schema admits only these; claim-expired and the like are the resolvers'.
+        raise ValueError(f"{reason!r} is not a reason a worker may report")
     run = _run(record, run_id)
     if run.state == state and run.reason_resolved == reason:
         return unchanged(record)

@@ -1711,3 +1711,10 @@ def test_a_whole_life_keeps_the_derived_properties_in_step() -> None:
         ("exception", "rerun", "canceled"),
     ]
     assert record.status()["runs"][1]["workerId"] == "worker-2"
+
+
+@pytest.mark.parametrize("reason", ["claim-expired", "deadline-exceeded", "canceled", "bogus"])
+def test_workers_cannot_report_the_resolvers_reasons(reason: str) -> None:
+    record = running()
+    with pytest.raises(ValueError, match="not a reason a worker may report"):
+        report(record, run_id=0, state="exception", reason=reason, now=T0, timing=TIMING)
