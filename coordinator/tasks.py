@@ -69,6 +69,8 @@ class TaskService:
         self.max_deadline = max_deadline
         self.clock = clock
         self._background: set[asyncio.Task[None]] = set()
+        self._confirmations: list[tuple[tuple[str, int], asyncio.Future[None]]] = []
+        self._confirming = False
         self.hint_listeners: list[Callable[[Hint], None]] = []
         """Called after each hint put succeeds (claimWork's wake-up)."""
 
@@ -155,11 +157,39 @@ class TaskService:
             )
             return False
         # Not put means past the deadline: no hint will ever be needed, so settle it too.
-        await self.store.confirm_hint(hint.task_id, hint.run_id)
+        await self._confirm(hint.task_id, hint.run_id)
         if put:
             for listener in self.hint_listeners:
                 listener(hint)
         return put
+
+    async def _confirm(self, task_id: str, run_id: int) -> None:
+        """Confirm a hint in the store, group-committed: the confirmations that arrive while
+        one write is in flight share the next write, so concurrent creates pay one store
+        round trip between them instead of one each."""
+        done = asyncio.get_running_loop().create_future()
+        self._confirmations.append(((task_id, run_id), done))
+        if not self._confirming:
+            self._confirming = True
+            self._spawn(self._write_confirmations())
+        await done
+
+    async def _write_confirmations(self) -> None:
+        try:
+            while self._confirmations:
+                batch, self._confirmations = self._confirmations, []
+                try:
+                    await self.store.confirm_hints([hint for hint, _ in batch])
+                except Exception as error:
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(error)
+                else:
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_result(None)
+        finally:
+            self._confirming = False
 
     # --- dependencies ---------------------------------------------------------------------
 

@@ -271,23 +271,23 @@ async def test_concurrent_compare_and_set_has_exactly_one_winner(store: Store) -
     assert await store.get("T") == winners[0]
 
 
-# --- confirm_hint ---------------------------------------------------------------------------
+# --- confirm_hints --------------------------------------------------------------------------
 
 
 async def test_confirm_hint_clears_the_hint_without_bumping_the_version(store: Store) -> None:
     created = await create(store, "T")
     assert await store.hints_due(NOW + 1, 10) == ["T"]
 
-    await store.confirm_hint("T", 1)  # no such run
+    await store.confirm_hints([("T", 1)])  # no such run
     assert await store.get("T") == created
 
-    await store.confirm_hint("T", 0)
+    await store.confirm_hints([("T", 0)])
     assert await store.get("T") == created.replace(hint_needed=False)
     assert await store.hints_due(NOW + 1, 10) == []
     # a writer that read version 1 before the confirmation still wins its compare-and-set
     assert (await claim(store, "T")).version == 2
 
-    await store.confirm_hint("missing", 0)
+    await store.confirm_hints([("missing", 0)])
     assert await store.get("missing") is None
 
 
@@ -301,11 +301,21 @@ async def test_confirm_hint_ignores_a_run_that_is_no_longer_the_last(store: Stor
     assert [run.state for run in expired.runs] == ["exception", "pending"]
     assert expired.hint_needed
 
-    await store.confirm_hint("T", 0)
+    await store.confirm_hints([("T", 0)])
     assert await store.get("T") == expired
 
-    await store.confirm_hint("T", 1)
+    await store.confirm_hints([("T", 1)])
     assert await store.get("T") == expired.replace(hint_needed=False)
+
+
+async def test_confirm_hints_confirms_a_batch_in_one_call(store: Store) -> None:
+    for task_id in ("a", "b", "c"):
+        await create(store, task_id)
+    await store.confirm_hints([])
+    assert sorted(await store.hints_due(NOW + 1, 10)) == ["a", "b", "c"]
+
+    await store.confirm_hints([("a", 0), ("missing", 0), ("c", 0), ("b", 5)])
+    assert await store.hints_due(NOW + 1, 10) == ["b"]
 
 
 # --- resolver scans -------------------------------------------------------------------------
@@ -366,7 +376,7 @@ async def test_hints_due_lists_unconfirmed_hints_asked_for_before_the_time(store
     assert await store.hints_due(NOW + 6, 10) == ["a", "b"]
     assert await store.hints_due(NOW + 6, 1) == ["a"]
 
-    await store.confirm_hint("a", 0)
+    await store.confirm_hints([("a", 0)])
     assert await store.hints_due(NOW + 6, 10) == ["b"]
     await claim(store, "b", now=NOW + 6)
     assert await store.hints_due(NOW + 6, 10) == []

@@ -99,12 +99,14 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def confirm_hint(self, task_id: str, run_id: int) -> None:
-        """Record that the hint of pending run ``run_id`` is in its queue.
+    async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
+        """Record that the hints of these ``(task_id, run_id)`` pending runs are in their queues,
+        in one write.
 
-        Clears ``hint_due`` only while ``run_id`` is still the last run, without touching the
-        version: a concurrent writer that still carries ``hint_needed`` merely causes one
-        duplicate hint later, which workers treat as harmless.
+        Clears ``hint_due`` of each task only while that run is still its last, without
+        touching the version: a concurrent writer that still carries ``hint_needed`` merely
+        causes one duplicate hint later, which workers treat as harmless. Unknown tasks are
+        ignored.
         """
 
     # --- resolver scans -------------------------------------------------------------------

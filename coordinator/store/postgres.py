@@ -167,10 +167,14 @@ class PostgresStore(SQLStore):
         )
         return stored_after_cas(record, rows[0]) if rows else None
 
-    async def confirm_hint(self, task_id: str, run_id: int) -> None:
+    async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
+        if not hints:
+            return
         statement = _Q["confirm_hint"]
-        params = {"task_id": task_id, "run_id": run_id}
-        await self._connections.execute(statement.sql, *statement.args(params))
+        await self._connections.executemany(
+            statement.sql,
+            [statement.args({"task_id": task_id, "run_id": run_id}) for task_id, run_id in hints],
+        )
 
     async def delete_expired(self, now: int, limit: int) -> int:
         return cast(int, await self._fetchval("delete_expired", now=now, limit=limit))

@@ -147,9 +147,15 @@ class SQLiteStore(SQLStore):
         row = await self._run(lambda conn: conn.execute(_Q["compare_and_set"], params).fetchone())
         return None if row is None else stored_after_cas(record, row)
 
-    async def confirm_hint(self, task_id: str, run_id: int) -> None:
-        params = {"task_id": task_id, "run_id": run_id}
-        await self._run(lambda conn: conn.execute(_Q["confirm_hint"], params))
+    async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
+        params = [{"task_id": task_id, "run_id": run_id} for task_id, run_id in hints]
+
+        def confirm(conn: sqlite3.Connection) -> None:
+            with _transaction(conn):
+                conn.executemany(_Q["confirm_hint"], params)
+
+        if params:
+            await self._run(confirm)
 
     async def _fetch(self, name: str, **params: Any) -> list[sqlite3.Row]:
         return await self._run(lambda conn: conn.execute(_Q[name], params).fetchall())
