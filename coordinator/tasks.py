@@ -13,6 +13,7 @@ resolvers finish them if this process dies first or Azure is unreachable.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -102,9 +103,7 @@ class TaskService:
                 return outcome
             stored = await self.store.compare_and_set(outcome.record)
             if stored is not None:
-                outcome = Outcome(
-                    record=stored, hint=outcome.hint, resolved=outcome.resolved, changed=True
-                )
+                outcome = dataclasses.replace(outcome, record=stored)
                 await self._effects(outcome)
                 return outcome
         raise RequestConflict(
@@ -194,11 +193,15 @@ class TaskService:
     # --- dependencies ---------------------------------------------------------------------
 
     async def schedule_if_satisfied(self, record: TaskRecord) -> Outcome:
-        """Schedule an unscheduled task whose dependencies are satisfied."""
+        """Schedule an unscheduled task whose dependencies are satisfied.
+
+        :param record: the task as the caller just read (or stored) it.
+        """
         states: Mapping[str, str | None] = await self.store.states(record.dependencies)
         return await self.apply(
             record.task_id,
             lambda r, now: lifecycle.schedule_if_satisfied(r, dependency_states=states, now=now),
+            read=record,
         )
 
     async def resolve_dependents(self, task_id: str) -> int:
@@ -258,8 +261,7 @@ class TaskService:
                 f"task {task_id} already exists with a different definition; "
                 "taskIds must be unique: generate a new slugid"
             )
-        if outcome.hint is not None:
-            await self.put_hint(outcome.hint)
+        await self._effects(outcome)
         if stored.dependencies:
             # The edges are stored before the dependencies' states are read, so a dependency
             # resolving concurrently either sees this task among its dependents or is seen
@@ -285,26 +287,22 @@ class TaskService:
             raise ResourceNotFound(f"task {task_id} does not exist")
         return record
 
-    async def schedule(self, record: TaskRecord) -> TaskRecord:
-        """scheduleTask, starting from the caller's fresh read of the task."""
-        outcome = await self.apply(
-            record.task_id, lambda r, now: lifecycle.schedule(r, now=now), read=record
-        )
+    async def _from_read(self, record: TaskRecord, step: Callable[..., Outcome]) -> TaskRecord:
+        """Apply a ``step(record, now=...)`` transition, starting from the caller's read."""
+        outcome = await self.apply(record.task_id, lambda r, now: step(r, now=now), read=record)
         return outcome.record
+
+    async def schedule(self, record: TaskRecord) -> TaskRecord:
+        """scheduleTask."""
+        return await self._from_read(record, lifecycle.schedule)
 
     async def rerun(self, record: TaskRecord) -> TaskRecord:
-        """rerunTask, starting from the caller's fresh read of the task."""
-        outcome = await self.apply(
-            record.task_id, lambda r, now: lifecycle.rerun(r, now=now), read=record
-        )
-        return outcome.record
+        """rerunTask."""
+        return await self._from_read(record, lifecycle.rerun)
 
     async def cancel(self, record: TaskRecord) -> TaskRecord:
-        """cancelTask, starting from the caller's fresh read of the task."""
-        outcome = await self.apply(
-            record.task_id, lambda r, now: lifecycle.cancel(r, now=now), read=record
-        )
-        return outcome.record
+        """cancelTask."""
+        return await self._from_read(record, lifecycle.cancel)
 
     async def claim(
         self,
