@@ -104,10 +104,6 @@ class ClientRegistry:
         self._stamp: _Stamp | None = self._stat()
         self._contents = _load(self._path)
 
-    @property
-    def path(self) -> Path:
-        return self._path
-
     def lookup(self, client_id: str) -> Client | None:
         """The permanent client ``client_id``, or ``None`` if the file does not list it."""
         return self._current().clients.get(client_id)

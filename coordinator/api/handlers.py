@@ -22,7 +22,7 @@ from coordinator.api import validation
 from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import Endpoint, task_queue
 from coordinator.api.http import ENDPOINT, json_response, read_json
-from coordinator.api.scopes import Expression, create_task_expression
+from coordinator.api.scopes import Expression, create_task_requirement
 from coordinator.claim_work import ClaimWork
 from coordinator.errors import InputValidationError, ResourceNotFound
 from coordinator.queues import QueueService, QueueUnavailable
@@ -77,6 +77,14 @@ def _page_body(page: Page, key: str, value: str) -> Body:
             base64.urlsafe_b64encode(page.next_after.encode()).decode().rstrip("=")
         )
     return body
+
+
+def _queue_fields(provisioner_id: str, worker_type: str) -> Body:
+    return {
+        "provisionerId": provisioner_id,
+        "workerType": worker_type,
+        "taskQueueId": f"{provisioner_id}/{worker_type}",
+    }
 
 
 def _status(record: TaskRecord) -> Body:
@@ -156,20 +164,13 @@ class Handlers:
                 log.warning("pendingTasks from the store: Azure unavailable error=%r", error)
         if count is None:
             count = (await self.service.store.run_counts(provisioner_id, worker_type)).pending
-        return {
-            "provisionerId": provisioner_id,
-            "workerType": worker_type,
-            "taskQueueId": f"{provisioner_id}/{worker_type}",
-            "pendingTasks": count,
-        }
+        return {**_queue_fields(provisioner_id, worker_type), "pendingTasks": count}
 
     async def taskQueueCounts(self, request: web.Request, body: Any) -> Body:
         provisioner_id, worker_type = task_queue(request.match_info)
         counts = await self.service.store.run_counts(provisioner_id, worker_type)
         return {
-            "provisionerId": provisioner_id,
-            "workerType": worker_type,
-            "taskQueueId": f"{provisioner_id}/{worker_type}",
+            **_queue_fields(provisioner_id, worker_type),
             "pending": counts.pending,
             "running": counts.running,
             # the names the current Taskcluster client's taskQueueCounts reads
@@ -185,15 +186,17 @@ class Handlers:
             body.get("taskQueueId") or f"{body.get('provisionerId')}/{body.get('workerType')}"
         )
         provisioner_id, _, worker_type = queue_id.partition("/")
-        expression: Expression = {
-            "AllOf": [
-                *body.get("scopes", []),
-                *(f"queue:route:{route}" for route in body.get("routes", [])),
-                f"queue:scheduler-id:{body.get('schedulerId', '-')}",
-                create_task_expression(body.get("priority", "lowest"), provisioner_id, worker_type),
-            ]
-        }
-        await self._require(request, expression)
+        await self._require(
+            request,
+            create_task_requirement(
+                priority=body.get("priority", "lowest"),
+                provisioner_id=provisioner_id,
+                worker_type=worker_type,
+                scheduler_id=body.get("schedulerId", "-"),
+                routes=body.get("routes", []),
+                scopes=body.get("scopes", []),
+            ),
+        )
         return _status(await self.service.create_task(task_id, body))
 
     async def scheduleTask(self, request: web.Request, body: Any) -> Body:
@@ -232,32 +235,38 @@ class Handlers:
             "expires": to_iso(urls.expires),
         }
 
-    def claim_body(self, record: TaskRecord) -> Body:
-        """A claim as claimTask and claimWork return it, with the run's temporary credentials."""
-        run = record.runs[-1]
-        assert run.taken_until is not None and run.worker_group is not None
-        assert run.worker_id is not None
+    def _held_run(self, record: TaskRecord, run_id: int, **extra: Any) -> Body:
+        """What claims and reclaims answer about the run a worker holds, with the run's
+        temporary credentials last."""
+        run = record.runs[run_id]
+        assert run.taken_until is not None
         return {
             "status": record.status(),
             "runId": run.run_id,
             "workerGroup": run.worker_group,
             "workerId": run.worker_id,
             "takenUntil": to_iso(run.taken_until),
-            "task": dict(record.definition),
+            **extra,
             "credentials": self.auth.run_credentials(record, run),
         }
+
+    def claim_body(self, record: TaskRecord) -> Body:
+        """A claim as claimTask and claimWork return it."""
+        return self._held_run(record, -1, task=dict(record.definition))
+
+    @staticmethod
+    def _worker_requirement(scope: str, body: Any) -> Expression:
+        """``scope`` plus the worker-id scope of the worker named in the body."""
+        return {"AllOf": [scope, f"queue:worker-id:{body['workerGroup']}/{body['workerId']}"]}
 
     async def claimTask(self, request: web.Request, body: Any) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)
         record = await self.service.get(task_id)
         await self._require(
             request,
-            {
-                "AllOf": [
-                    f"queue:claim-task:{record.provisioner_id}/{record.worker_type}",
-                    f"queue:worker-id:{body['workerGroup']}/{body['workerId']}",
-                ]
-            },
+            self._worker_requirement(
+                f"queue:claim-task:{record.provisioner_id}/{record.worker_type}", body
+            ),
         )
         claimed = await self.service.claim(
             task_id,
@@ -272,12 +281,7 @@ class Handlers:
         provisioner_id, worker_type = task_queue(request.match_info)
         await self._require(
             request,
-            {
-                "AllOf": [
-                    f"queue:claim-work:{provisioner_id}/{worker_type}",
-                    f"queue:worker-id:{body['workerGroup']}/{body['workerId']}",
-                ]
-            },
+            self._worker_requirement(f"queue:claim-work:{provisioner_id}/{worker_type}", body),
         )
         if self.claim_work_poller is None:
             raise ResourceNotFound(
@@ -296,17 +300,7 @@ class Handlers:
     async def reclaimTask(self, request: web.Request, body: Any) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)
         await self._require(request, f"queue:reclaim-task:{task_id}/{run_id}")
-        record = await self.service.reclaim(task_id, run_id)
-        run = record.runs[run_id]
-        assert run.taken_until is not None
-        return {
-            "status": record.status(),
-            "runId": run_id,
-            "workerGroup": run.worker_group,
-            "workerId": run.worker_id,
-            "takenUntil": to_iso(run.taken_until),
-            "credentials": self.auth.run_credentials(record, run),
-        }
+        return self._held_run(await self.service.reclaim(task_id, run_id), run_id)
 
     async def _report(self, request: web.Request, state: str, reason: str) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)

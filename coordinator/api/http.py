@@ -51,10 +51,9 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 async def read_json(request: web.Request) -> Any:
     """The request body parsed as JSON; an empty body is ``{}`` (Taskcluster clients send
     nothing for bodiless POSTs)."""
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge as error:
-        raise InputTooLarge(f"request body too large: {error.text}") from None
+    # A body over the limit raises HTTPRequestEntityTooLarge, which error_middleware answers
+    # (authentication may read the body first, so that is the one place for it).
+    raw = await request.read()
     if not raw.strip():
         body: Any = {}
     else:

@@ -49,13 +49,9 @@ class Row(Protocol):
 
 def record_from_row(row: Row) -> TaskRecord:
     """A record from a row with ``task_id, definition, retries_left, runs, hint_due,
-    notify_dependents, version`` (JSON columns as text or already decoded)."""
-    definition = row["definition"]
-    runs = row["runs"]
-    if isinstance(definition, str):
-        definition = json.loads(definition)
-    if isinstance(runs, str):
-        runs = json.loads(runs)
+    notify_dependents, version`` (the JSON columns as text)."""
+    definition = json.loads(row["definition"])
+    runs = json.loads(row["runs"])
     return record_from_definition(row["task_id"], definition, version=row["version"]).replace(
         retries_left=row["retries_left"],
         runs=tuple(Run.from_stored(run) for run in runs),
