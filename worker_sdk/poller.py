@@ -25,8 +25,8 @@ from worker_sdk.timing import Backoff, jittered
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 32
-"""Azure's ``numofmessages`` and claimWork's ``tasks`` both stop at 32."""
+MAX_BATCH = azure.MAX_MESSAGES
+"""Azure's ``numofmessages`` limit; claimWork's ``tasks`` stops at the same 32."""
 CLAIM_RETRY_WINDOW = 60.0
 """How long a claim that failed transiently (5xx, network) is retried before its hint is
 left to reappear after the poll visibility timeout."""

@@ -216,11 +216,10 @@ class Worker:
         # Set whenever a run finishes or a stop is requested: the poll loop's reasons to look
         # again at its free capacity.
         self._wakeup = asyncio.Event()
-        self._runs: set[asyncio.Task[None]] = set()
-        # (taskId, runId) of every run in ``_runs``: a duplicate hint of a run this worker
-        # already holds is claimed again with 200 (claimTask's idempotent repeat), but must
-        # not start the handler a second time.
-        self._held: set[tuple[str, int]] = set()
+        # Keyed by (taskId, runId): a duplicate hint of a run this worker already holds is
+        # claimed again with 200 (claimTask's idempotent repeat), but must not start the
+        # handler a second time.
+        self._runs: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._leases: set[_Lease] = set()
 
     @property
@@ -326,23 +325,18 @@ class Worker:
                 continue
             for claim in await poller.claims(min(free, MAX_BATCH)):
                 key = (claim.task_id, claim.run_id)
-                if key in self._held:
+                if key in self._runs:
                     log.info("duplicate claim ignored taskId=%s runId=%s", *key)
                     continue
-                self._held.add(key)
                 run = asyncio.create_task(
                     self._execute(claim, client),
                     name=f"taskId={claim.task_id} runId={claim.run_id}",
                 )
-                self._runs.add(run)
-                run.add_done_callback(functools.partial(self._release, key))
-                run.add_done_callback(self._run_finished)
+                self._runs[key] = run
+                run.add_done_callback(functools.partial(self._run_finished, key))
 
-    def _release(self, key: tuple[str, int], run: asyncio.Task[None]) -> None:
-        self._held.discard(key)
-
-    def _run_finished(self, run: asyncio.Task[None]) -> None:
-        self._runs.discard(run)
+    def _run_finished(self, key: tuple[str, int], run: asyncio.Task[None]) -> None:
+        del self._runs[key]
         self._wakeup.set()
         if not run.cancelled() and run.exception() is not None:
             log.error("run supervisor crashed %s", run.get_name(), exc_info=run.exception())
@@ -357,11 +351,13 @@ class Worker:
             await asyncio.wait({polling})
         if self._runs:
             log.info("waiting for running handlers runs=%d", len(self._runs))
-            await asyncio.wait(set(self._runs), timeout=max(0.0, grace_ends - time.monotonic()))
+            await asyncio.wait(
+                set(self._runs.values()), timeout=max(0.0, grace_ends - time.monotonic())
+            )
         for lease in list(self._leases):
             lease.cancel("worker-shutdown")
         if self._runs:
-            _, late = await asyncio.wait(set(self._runs), timeout=REPORT_TIMEOUT)
+            _, late = await asyncio.wait(set(self._runs.values()), timeout=REPORT_TIMEOUT)
             for run in late:
                 log.error("report abandoned at shutdown %s", run.get_name())
                 run.cancel()

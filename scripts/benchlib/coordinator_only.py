@@ -25,7 +25,8 @@ from benchlib.common import (
     pids,
     postgres_backends,
 )
-from benchlib.coordproc import Coordinator, StoreKind, TaskClient, coordinator, new_task_id, now_ms
+from benchlib.coordproc import Coordinator, StoreKind, TaskClient, coordinator, new_task_id
+from coordinator.tasks import wall_clock
 from worker_sdk.client import QueueClient
 from worker_sdk.errors import RequestFailed
 
@@ -92,7 +93,7 @@ async def _create(
                 worker_type=worker_type,
                 task_group_id=group,
                 priority=settings.priority,
-                now_ms=now_ms(),
+                now_ms=wall_clock(),
             )
             sent = time.monotonic()
             await tasks.create(task_id, body)

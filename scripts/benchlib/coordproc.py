@@ -12,7 +12,6 @@ import asyncio
 import json
 import secrets
 import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -228,7 +227,3 @@ class TaskClient:
 def new_task_id() -> str:
     task_id: str = slugid.nice()
     return task_id
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

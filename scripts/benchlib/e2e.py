@@ -40,12 +40,12 @@ from benchlib.coordproc import (
     TaskClient,
     coordinator,
     new_task_id,
-    now_ms,
     profiled,
     render_profile,
 )
 from coordinator.azurite import AzuriteProcess
 from coordinator.queues import queue_name
+from coordinator.tasks import wall_clock
 
 
 async def run(settings: Settings, azurite: AzuriteProcess, store: StoreKind) -> Row:
@@ -148,7 +148,7 @@ async def _measure(
                         worker_type=worker_type,
                         task_group_id=task_group_id,
                         priority=settings.priority,
-                        now_ms=now_ms(),
+                        now_ms=wall_clock(),
                     )
                     sent[task_id] = time.time()
                     try:

@@ -63,10 +63,6 @@ class CoordinatorProcess:
         if self.process is not None:
             await end_process(self.process, signum, STOP_WAIT)
 
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.returncode is None
-
 
 @dataclass(kw_only=True)
 class Incarnation:
