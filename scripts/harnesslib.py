@@ -40,6 +40,36 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+SERVE = ["-m", "coordinator.cli", "serve"]
+"""``python`` arguments that run ``queue-coordinator serve``."""
+PING = "/api/queue/v1/ping"
+
+
+def coordinator_env(
+    *,
+    port: int,
+    data_dir: Path,
+    store_url: str,
+    clients_file: Path,
+    azure_connection_string: str | None = None,
+    **extra: str,
+) -> dict[str, str]:
+    """A ``queue-coordinator serve`` child's environment on 127.0.0.1:``port``: the
+    parent's Azure connection string is never inherited, only the one passed here."""
+    env = child_env(
+        COORDINATOR_HOST="127.0.0.1",
+        COORDINATOR_PORT=str(port),
+        COORDINATOR_DATA_DIR=str(data_dir),
+        COORDINATOR_STORE_URL=store_url,
+        COORDINATOR_CLIENTS_FILE=str(clients_file),
+        **extra,
+    )
+    env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
+    if azure_connection_string:
+        env["AZURE_STORAGE_CONNECTION_STRING"] = azure_connection_string
+    return env
+
+
 async def spawn(
     command: Sequence[str], *, env: dict[str, str], log: Path
 ) -> asyncio.subprocess.Process:

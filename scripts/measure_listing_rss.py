@@ -48,7 +48,15 @@ import aiohttp
 import asyncpg
 import psutil
 import slugid
-from harnesslib import end_process, postgres_database, spawn, wait_until_answers
+from harnesslib import (
+    PING,
+    SERVE,
+    coordinator_env,
+    end_process,
+    postgres_database,
+    spawn,
+    wait_until_answers,
+)
 
 from coordinator import definitions, lifecycle
 from coordinator.api.clients import ensure_root_client
@@ -186,22 +194,22 @@ async def coordinator(url: str, directory: Path) -> AsyncIterator[tuple[str, psu
     port = free_port("127.0.0.1")
     clients_file = directory / "clients.json"
     ensure_root_client(clients_file)
-    env = {
-        **os.environ,
-        "COORDINATOR_HOST": "127.0.0.1",
-        "COORDINATOR_PORT": str(port),
-        "COORDINATOR_DATA_DIR": str(directory),
-        "COORDINATOR_STORE_URL": url,
-        "COORDINATOR_CLIENTS_FILE": str(clients_file),
-        "COORDINATOR_LOG_LEVEL": "WARNING",
-    }
-    env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
+    env = coordinator_env(
+        port=port,
+        data_dir=directory,
+        store_url=url,
+        clients_file=clients_file,
+        COORDINATOR_LOG_LEVEL="WARNING",
+    )
     log_path = directory / "coordinator.log"
-    process = await spawn([sys.executable, "-m", "coordinator.cli", "serve"], env=env, log=log_path)
-    api = f"http://127.0.0.1:{port}/api/queue/v1"
+    process = await spawn([sys.executable, *SERVE], env=env, log=log_path)
+    root = f"http://127.0.0.1:{port}"
+    api = f"{root}/api/queue/v1"
     try:
         try:
-            await wait_until_answers(f"{api}/ping", within=60, exit_code=lambda: process.returncode)
+            await wait_until_answers(
+                f"{root}{PING}", within=60, exit_code=lambda: process.returncode
+            )
         except RuntimeError as error:
             raise RuntimeError(f"{error}: {log_path.read_text()[-2000:]}") from None
         yield api, psutil.Process(process.pid)

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import slugid
-from harnesslib import call, child_env, postgres_database, wait_until_answers
+from harnesslib import PING, SERVE, call, coordinator_env, postgres_database, wait_until_answers
 
 from benchlib.common import (
     PYTHON,
@@ -92,31 +92,26 @@ async def coordinator(
         credentials = Credentials(client_id=root.client_id, access_token=root.access_token)
     prefix = f"b{uuid.uuid4().hex[:8]}-"
     async with _store_url(settings, store, workdir) as store_url:
-        env = child_env(
-            COORDINATOR_HOST="127.0.0.1",
-            COORDINATOR_PORT=str(port),
-            COORDINATOR_DATA_DIR=str(workdir),
-            COORDINATOR_STORE_URL=store_url,
-            COORDINATOR_CLIENTS_FILE=str(clients_file),
+        env = coordinator_env(
+            port=port,
+            data_dir=workdir,
+            store_url=store_url,
+            clients_file=clients_file,
+            azure_connection_string=azure_connection_string,
             COORDINATOR_AUTH="true" if settings.auth else "false",
             COORDINATOR_QUEUE_PREFIX=prefix,
             COORDINATOR_LOG_LEVEL=settings.coordinator_log_level,
         )
-        env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
-        if azure_connection_string:
-            env["AZURE_STORAGE_CONNECTION_STRING"] = azure_connection_string
         command: list[str] = [PYTHON]
         if profile is not None:
             command += profiled(profile)
-        command += ["-m", "coordinator.cli", "serve"]
+        command += SERVE
         log = workdir / "coordinator.log"
         process = spawn(command, env=env, log=log)
         try:
             url = f"http://127.0.0.1:{port}"
             try:
-                await wait_until_answers(
-                    f"{url}/api/queue/v1/ping", within=60, exit_code=process.poll
-                )
+                await wait_until_answers(f"{url}{PING}", within=60, exit_code=process.poll)
             except RuntimeError as error:
                 raise RuntimeError(f"coordinator did not start: {error}\n{log_tail(log)}") from None
             yield Coordinator(

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harnesslib import child_env, end_process, spawn, wait_until_answers
+from harnesslib import PING, SERVE, child_env, end_process, spawn, wait_until_answers
 
 PROVISIONER_ID = "soak-prov"
 WORKER_TYPE = "soak-wt"
@@ -48,12 +48,10 @@ class CoordinatorProcess:
     async def start(self, *, within: float = 60.0) -> None:
         with self.log.open("ab") as out:
             out.write(f"==== soak: coordinator start #{self.starts + 1}\n".encode())
-        process = self.process = await spawn(
-            [sys.executable, "-m", "coordinator.cli", "serve"], env=self.env, log=self.log
-        )
+        process = self.process = await spawn([sys.executable, *SERVE], env=self.env, log=self.log)
         self.starts += 1
         await wait_until_answers(
-            f"{self.url}/api/queue/v1/ping",
+            f"{self.url}{PING}",
             within=within,
             exit_code=lambda: process.returncode,
             request_timeout=2.0,

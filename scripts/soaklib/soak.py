@@ -36,6 +36,7 @@ from typing import Any
 
 import aiohttp
 import slugid
+from harnesslib import coordinator_env
 
 from coordinator.api.clients import ensure_root_client
 from coordinator.azurite import AzuriteProcess, free_port
@@ -130,13 +131,13 @@ class Soak:
         port = free_port("127.0.0.1")
         self.coordinator = CoordinatorProcess(
             port=port,
-            env=soak_env(
-                COORDINATOR_HOST="127.0.0.1",
-                COORDINATOR_PORT=str(port),
-                COORDINATOR_DATA_DIR=str(self.workdir / "coordinator"),
-                COORDINATOR_STORE_URL=settings.store_url
+            env=coordinator_env(
+                port=port,
+                data_dir=self.workdir / "coordinator",
+                store_url=settings.store_url
                 or f"sqlite:///{self.workdir / 'coordinator' / 'coordinator.db'}",
-                COORDINATOR_CLIENTS_FILE=str(clients_file),
+                clients_file=clients_file,
+                azure_connection_string=azurite.connection_string,
                 COORDINATOR_AUTH="true" if settings.auth else "false",
                 COORDINATOR_QUEUE_PREFIX=prefix,
                 COORDINATOR_CLAIM_TIMEOUT=str(settings.claim_timeout),
@@ -144,7 +145,6 @@ class Soak:
                 COORDINATOR_HINT_GRACE="5",
                 COORDINATOR_RESOLVER_INTERVAL="0.5",
                 COORDINATOR_LOG_LEVEL="INFO",
-                AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string,
             ),
             log=self.workdir / "coordinator.log",
         )
