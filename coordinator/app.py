@@ -19,10 +19,9 @@ from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import API_PREFIX, ENDPOINTS
 from coordinator.api.handlers import HANDLERS, Handlers, route_handler
 from coordinator.api.http import error_middleware, json_response
-from coordinator.claim_work import ClaimWork
+from coordinator.azure.queues import QueueService, QueueSettings
 from coordinator.config import Config
-from coordinator.lifecycle import Timing
-from coordinator.queues import QueueService, QueueSettings
+from coordinator.domain.lifecycle import Timing
 from coordinator.resolvers import (
     claim_resolver,
     deadline_resolver,
@@ -32,9 +31,11 @@ from coordinator.resolvers import (
     queue_sweeper,
 )
 from coordinator.resolvers.runner import Actor, Runner
+from coordinator.service.clock import wall_clock
+from coordinator.service.tasks import TaskService
+from coordinator.service.work_queues import NO_AZURE, WorkQueues
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
-from coordinator.tasks import TaskService, wall_clock
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class Coordinator:
     store: Store
     service: TaskService
     queues: QueueService | None
-    claim_work: ClaimWork | None
+    work: WorkQueues
     runner: Runner
 
 
@@ -133,27 +134,20 @@ def build_app(
             max_deadline=config.max_deadline,
             clock=clock,
         )
-        claim_work = None
-        if queues is not None:
-            claim_work = ClaimWork(
-                service=service, queues=queues, timeout=config.claim_work_timeout / 1000
-            )
-            service.hint_listeners.append(
-                lambda hint: claim_work.wake(hint.provisioner_id, hint.worker_type)
-            )
+        work = WorkQueues(
+            service=service, queues=queues, claim_work_timeout=config.claim_work_timeout / 1000
+        )
         runner = Runner(_actors(config, service, queues) if run_resolvers else [])
         coordinator = Coordinator(
             config=config,
             store=store,
             service=service,
             queues=queues,
-            claim_work=claim_work,
+            work=work,
             runner=runner,
         )
         app[COORDINATOR] = coordinator
-        app[HANDLERS] = Handlers(
-            service=service, queues=queues, claim_work=claim_work, authorizer=authorizer
-        )
+        app[HANDLERS] = Handlers(service=service, work=work, authorizer=authorizer)
         runner.start()
         log.info(
             "coordinator started url=%s store=%s azure=%s auth=%s",
@@ -162,6 +156,8 @@ def build_app(
             queues is not None,
             config.auth_enabled,
         )
+        if queues is None:
+            log.warning("%s", NO_AZURE)
         try:
             yield
         finally:

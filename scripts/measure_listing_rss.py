@@ -58,14 +58,14 @@ from harnesslib import (
     wait_until_answers,
 )
 
-from coordinator import definitions, lifecycle
 from coordinator.api.clients import ensure_root_client
 from coordinator.azurite import free_port
 from coordinator.config import Config
-from coordinator.records import record_from_definition, to_iso
+from coordinator.domain import definitions, lifecycle
+from coordinator.domain.records import record_from_definition, to_iso
+from coordinator.service.clock import wall_clock
 from coordinator.store.factory import store_from_url
 from coordinator.store.rows import insert_columns
-from coordinator.tasks import wall_clock
 
 MB = 1024 * 1024
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import slugid
 
-from coordinator.records import to_iso
-from coordinator.tasks import wall_clock
+from coordinator.domain.records import to_iso
+from coordinator.service.clock import wall_clock
 from tests.fixtures.coordinator import (
     FakeClock,
     RunningCoordinator,

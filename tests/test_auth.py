@@ -39,6 +39,7 @@ from coordinator.api.clients import (
     ensure_root_client,
 )
 from coordinator.api.credentials import certificate_signature, temporary_credentials
+from coordinator.api.errors import ApiError
 from coordinator.api.scopes import (
     Expression,
     create_task_expression,
@@ -47,8 +48,7 @@ from coordinator.api.scopes import (
     satisfies,
     unsatisfied,
 )
-from coordinator.errors import ApiError
-from coordinator.records import Run, TaskRecord
+from coordinator.domain.records import Run, TaskRecord
 
 TASK_ID = "fN1SbArXTPSVFNUvaOlinQ"
 TASK_SCOPES = ["secrets:get:project/build"]

@@ -28,9 +28,10 @@ import slugid
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue.aio import QueueClient
 
+from coordinator.azure.hint_codec import decode_hint, encode_hint
+from coordinator.azure.names import queue_name
 from coordinator.azurite import AzuriteProcess
-from coordinator.queues import decode_hint, encode_hint, queue_name
-from coordinator.records import PRIORITIES
+from coordinator.domain.task_queues import PRIORITIES
 from coordinator.resolvers import hint_keeper
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import (

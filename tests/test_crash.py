@@ -12,8 +12,8 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.records import from_iso
-from coordinator.tasks import wall_clock
+from coordinator.domain.records import from_iso
+from coordinator.service.clock import wall_clock
 from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, wait_until
 
 MakeProcess = Callable[..., CoordinatorProcess]

@@ -1,4 +1,4 @@
-"""Task-definition normalisation and createTask idempotency (coordinator.definitions)."""
+"""Task-definition normalisation and createTask idempotency (coordinator.domain.definitions)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.definitions import definitions_match, normalise
-from coordinator.errors import InputError
-from coordinator.records import from_iso, to_iso
+from coordinator.domain.definitions import definitions_match, normalise
+from coordinator.domain.errors import InputError
+from coordinator.domain.records import from_iso, to_iso
 
 TASK_ID = "Jgj3vp06TJCopdyHUgtfww"
 GROUP_ID = "UIEP9rD1THSeI8Dzu24stg"

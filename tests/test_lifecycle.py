@@ -1,5 +1,5 @@
-"""Unit tests of the pure task state machine of SPEC §6 (:mod:`coordinator.lifecycle`) and of the
-record helpers it relies on (:mod:`coordinator.records`).
+"""Unit tests of the pure task state machine (:mod:`coordinator.domain.lifecycle`) and of the
+record helpers it relies on (:mod:`coordinator.domain.records`).
 
 Nothing here reads a clock, touches a store or talks to Azure: every transition gets ``now`` as
 plain epoch milliseconds, counted from ``T0``, the moment the task is created.
@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.lifecycle import (
+from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.lifecycle import (
     EXCEPTION_REASONS,
-    Conflict,
     Hint,
-    NotFound,
     Outcome,
     Timing,
     cancel,
@@ -33,17 +32,16 @@ from coordinator.lifecycle import (
     schedule,
     schedule_if_satisfied,
 )
-from coordinator.records import (
+from coordinator.domain.records import (
     MAX_RUNS,
-    PRIORITIES,
     RESOLVED_STATES,
     Run,
     TaskRecord,
     from_iso,
-    priority_level,
     record_from_definition,
     to_iso,
 )
+from coordinator.domain.task_queues import PRIORITIES, priority_level
 
 # --- constants and factories ---------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The Azure layer (coordinator.queues) against a real Azurite: names, hints, signed URLs used
+"""The Azure layer (coordinator.azure.queues) against a real Azurite: names, hints, signed URLs used
 the way a worker uses them (plain HTTP), pending counts, claimWork's receive/delete/release,
 the unused-queue sweeper, and failure when Azure is down or hangs."""
 
@@ -21,17 +21,13 @@ import pytest
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue.aio import QueueClient
 
+from coordinator.azure.errors import QueueUnavailable
+from coordinator.azure.hint_codec import decode_hint
+from coordinator.azure.names import MAX_PREFIX_LENGTH, queue_name
+from coordinator.azure.queues import QueueService, QueueSettings
 from coordinator.azurite import AzuriteProcess
-from coordinator.lifecycle import Hint
-from coordinator.queues import (
-    MAX_PREFIX_LENGTH,
-    QueueService,
-    QueueSettings,
-    QueueUnavailable,
-    decode_hint,
-    queue_name,
-)
-from coordinator.records import PRIORITIES, priority_level
+from coordinator.domain.lifecycle import Hint
+from coordinator.domain.task_queues import PRIORITIES, priority_level
 from tests.fixtures.azurite import AzureNamespace
 
 MINUTE = 60_000

@@ -17,7 +17,7 @@ import pytest
 import slugid
 
 from coordinator.resolvers import claim_resolver
-from coordinator.tasks import TaskService
+from coordinator.service.tasks import TaskService
 from tests.fixtures.coordinator import (
     FakeClock,
     Response,
@@ -120,7 +120,7 @@ async def test_concurrent_claim_resolver_passes_resolve_each_run_exactly_once(
     # further TaskServices over the same store mimic coordinator replicas
     services = [main] + [
         TaskService(
-            store=main.store,
+            store=c.parts.store,
             hints=None,
             timing=main.timing,
             max_deadline=main.max_deadline,

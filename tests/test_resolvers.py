@@ -12,9 +12,9 @@ from typing import Any
 
 import slugid
 
-from coordinator import definitions, lifecycle
 from coordinator.azurite import AzuriteProcess
-from coordinator.records import TaskRecord, from_iso, record_from_definition, to_iso
+from coordinator.domain import definitions, lifecycle
+from coordinator.domain.records import TaskRecord, from_iso, record_from_definition, to_iso
 from coordinator.resolvers import (
     claim_resolver,
     deadline_resolver,
@@ -22,7 +22,6 @@ from coordinator.resolvers import (
     expiry_sweeper,
     hint_keeper,
 )
-from coordinator.tasks import TaskService
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import (
     FakeClock,
@@ -180,7 +179,7 @@ async def test_a_reclaim_between_the_scan_and_the_transition_wins(
 
     clock.now = seen + 1
     # the resolver's scan observes the expired claim ...
-    assert await service.store.expired_claims(clock(), 500) == [(task_id, seen)]
+    assert await c.parts.store.expired_claims(clock(), 500) == [(task_id, seen)]
     # ... then the worker's reclaim lands before the resolver's transition
     reclaimed = await c.call("POST", f"/task/{task_id}/runs/0/reclaim")
     assert reclaimed.status == 200, reclaimed.body
@@ -191,10 +190,14 @@ async def test_a_reclaim_between_the_scan_and_the_transition_wins(
         # exactly what claim_resolver applies for a scanned (task_id, taken_until)
         return lifecycle.expire_claim(record, taken_until=seen, now=now, timing=service.timing)
 
-    assert not (await service.apply(task_id, expire_what_the_scan_saw)).changed
+    assert not (
+        await service.apply(task_id, expire_what_the_scan_saw, action="claim-expired")
+    ).changed
     # even once the renewed claim has run out too, the stale observation changes nothing
     clock.now = renewed
-    assert not (await service.apply(task_id, expire_what_the_scan_saw)).changed
+    assert not (
+        await service.apply(task_id, expire_what_the_scan_saw, action="claim-expired")
+    ).changed
     still = await status(c, task_id)
     assert runs(still) == [("running", "scheduled", None)]
     assert still["runs"][0]["takenUntil"] == to_iso(renewed)
@@ -301,17 +304,17 @@ async def test_the_deadline_resolver_honours_the_delay_it_is_given(
 
 
 async def _resolve_without_notifying(
-    service: TaskService, task_id: str, *, state: str, now: int
+    c: RunningCoordinator, task_id: str, *, state: str, now: int
 ) -> None:
     """Resolve the running run 0 the way a coordinator that died right after the write leaves
     it: the record stored with ``notify_dependents`` set, the in-line notification never run."""
-    record = await service.store.get(task_id)
+    record = await c.parts.store.get(task_id)
     assert record is not None
     outcome = lifecycle.report(
-        record, run_id=0, state=state, reason=state, now=now, timing=service.timing
+        record, run_id=0, state=state, reason=state, now=now, timing=c.parts.service.timing
     )
     assert outcome.resolved and outcome.record.notify_dependents
-    assert await service.store.compare_and_set(outcome.record) is not None
+    assert await c.parts.store.compare_and_set(outcome.record) is not None
 
 
 async def test_a_lost_dependency_notification_is_finished_by_the_dependency_resolver(
@@ -324,9 +327,9 @@ async def test_a_lost_dependency_notification_is_finished_by_the_dependency_reso
     bystander = await create(c, clock, dependencies=[dependency, await create(c, clock)])
     await claim(c, dependency)
 
-    await _resolve_without_notifying(service, dependency, state="completed", now=clock.now)
+    await _resolve_without_notifying(c, dependency, state="completed", now=clock.now)
     assert (await status(c, dependency))["state"] == "completed"
-    assert await service.store.tasks_to_notify(100) == [dependency]
+    assert await c.parts.store.tasks_to_notify(100) == [dependency]
     assert (await status(c, dependent))["state"] == "unscheduled"
 
     assert await dependency_resolver.run_once(service) == 1
@@ -335,7 +338,7 @@ async def test_a_lost_dependency_notification_is_finished_by_the_dependency_reso
     assert after["runs"][0]["scheduled"] == to_iso(clock.now)
     # a dependent still waiting for another dependency stays unscheduled
     assert (await status(c, bystander))["state"] == "unscheduled"
-    assert await service.store.tasks_to_notify(100) == []
+    assert await c.parts.store.tasks_to_notify(100) == []
     assert await dependency_resolver.run_once(service) == 0
 
 
@@ -349,13 +352,13 @@ async def test_the_dependency_resolver_clears_the_flag_of_a_dependency_that_fail
     all_resolved = await create(c, clock, dependencies=[dependency], requires="all-resolved")
     await claim(c, dependency)
 
-    await _resolve_without_notifying(service, dependency, state="failed", now=clock.now)
-    assert await service.store.tasks_to_notify(100) == [dependency]
+    await _resolve_without_notifying(c, dependency, state="failed", now=clock.now)
+    assert await c.parts.store.tasks_to_notify(100) == [dependency]
 
     assert await dependency_resolver.run_once(service) == 1
     assert (await status(c, all_completed))["state"] == "unscheduled"
     assert runs(await status(c, all_resolved)) == [("pending", "scheduled", None)]
-    assert await service.store.tasks_to_notify(100) == []
+    assert await c.parts.store.tasks_to_notify(100) == []
 
 
 async def test_the_in_line_notification_schedules_dependents_and_clears_the_flag(
@@ -371,7 +374,7 @@ async def test_the_in_line_notification_schedules_dependents_and_clears_the_flag
     assert report.status == 200, report.body
     await service.drain()
     assert runs(await status(c, dependent)) == [("pending", "scheduled", None)]
-    assert await service.store.tasks_to_notify(100) == []
+    assert await c.parts.store.tasks_to_notify(100) == []
     assert await dependency_resolver.run_once(service) == 0
 
 
@@ -405,7 +408,7 @@ async def test_the_expiry_sweeper_deletes_expired_tasks_and_leaves_the_others(
     assert (await status(c, long_lived))["state"] == "pending"
     assert (await status(c, dependent))["state"] == "unscheduled"
     # the deleted task's dependency edges went with it
-    page = await service.store.dependents(short_lived[0], limit=10, after=None)
+    page = await c.parts.store.dependents(short_lived[0], limit=10, after=None)
     assert page.records == []
 
 
@@ -420,9 +423,9 @@ async def test_the_hint_keeper_does_nothing_without_azure(
     task_id = await create(c, clock)
     clock.advance(60)
     # without Azure no hint is ever confirmed: the run stays due, and the keeper is a no-op
-    assert await service.store.hints_due(clock.now, 10) == [task_id]
+    assert await c.parts.store.hints_due(clock.now, 10) == [task_id]
     assert await hint_keeper.run_once(service, grace=0) == 0
-    assert await service.store.hints_due(clock.now, 10) == [task_id]
+    assert await c.parts.store.hints_due(clock.now, 10) == [task_id]
     assert (await status(c, task_id))["state"] == "pending"
 
 
@@ -447,14 +450,14 @@ async def test_the_hint_keeper_puts_a_hint_the_coordinator_died_before_putting(
         task_id, body, now=clock.now, max_deadline=service.max_deadline
     )
     outcome = lifecycle.create(record_from_definition(task_id, definition), now=clock.now)
-    assert await service.store.insert(outcome.record) is not None
+    assert await c.parts.store.insert(outcome.record) is not None
     created = clock.now
 
     clock.now = created + grace
     assert await hint_keeper.run_once(service, grace=grace) == 0  # a put may be in flight
     clock.now = created + grace + 1
     assert await hint_keeper.run_once(service, grace=grace) == 1
-    assert await service.store.hints_due(clock.now, 10) == []
+    assert await c.parts.store.hints_due(clock.now, 10) == []
     assert await hint_keeper.run_once(service, grace=grace) == 0
 
     received = await queues.receive(provisioner, "test-wt", max_messages=32, visibility_timeout=30)
@@ -477,7 +480,7 @@ async def test_the_background_resolvers_act_without_being_called(
     dependency = await create(c, clock)
     dependent = await create(c, clock, dependencies=[dependency])
     await claim(c, dependency)
-    await _resolve_without_notifying(c.parts.service, dependency, state="completed", now=clock.now)
+    await _resolve_without_notifying(c, dependency, state="completed", now=clock.now)
 
     async def dependent_started() -> bool:
         state: str = (await status(c, dependent))["state"]

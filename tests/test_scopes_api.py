@@ -34,7 +34,7 @@ import taskcluster
 from freezegun import freeze_time
 
 from coordinator.azurite import AzuriteProcess
-from coordinator.records import from_iso
+from coordinator.domain.records import from_iso
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import FakeClock, RunningCoordinator, task_definition
 from tests.test_taskcluster_client import (

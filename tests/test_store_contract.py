@@ -1,7 +1,7 @@
 """The :class:`~coordinator.store.base.Store` contract, run against SQLite and PostgreSQL alike.
 
 Records are built the way the coordinator builds them: ``record_from_definition``, then the
-pure :mod:`coordinator.lifecycle` transitions, each written back with ``compare_and_set``.
+pure :mod:`coordinator.domain.lifecycle` transitions, each written back with ``compare_and_set``.
 A few tests at the end cover what only one side has: replicas migrating one PostgreSQL
 database at once, and opening stores by URL.
 """
@@ -16,10 +16,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from coordinator import lifecycle
-from coordinator.lifecycle import Outcome, Timing
-from coordinator.records import TaskRecord, record_from_definition, to_iso
-from coordinator.store.base import Page, RunCounts, Store
+from coordinator.domain import lifecycle
+from coordinator.domain.lifecycle import Outcome, Timing
+from coordinator.domain.listings import Page, RunCounts
+from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
+from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlfiles import migrations

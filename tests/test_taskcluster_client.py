@@ -34,8 +34,8 @@ from taskcluster.exceptions import TaskclusterAuthFailure, TaskclusterRestFailur
 
 from coordinator.api.clients import ensure_root_client
 from coordinator.azurite import AzuriteProcess
-from coordinator.records import from_iso
-from coordinator.tasks import wall_clock
+from coordinator.domain.records import from_iso
+from coordinator.service.clock import wall_clock
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import RunningCoordinator, task_definition, wait_until
 

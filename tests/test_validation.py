@@ -10,6 +10,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from coordinator.api.endpoints import ENDPOINTS, PARAMETERS, task_queue
+from coordinator.api.errors import ApiError, InputValidationError
 from coordinator.api.openapi import build_openapi
 from coordinator.api.validation import (
     SCHEMA_BASE_URI,
@@ -21,9 +22,9 @@ from coordinator.api.validation import (
     validate_params,
     validate_response,
 )
-from coordinator.definitions import normalise
-from coordinator.errors import ApiError, InputValidationError
-from coordinator.records import Run, from_iso, record_from_definition
+from coordinator.domain.definitions import normalise
+from coordinator.domain.records import Run, from_iso, record_from_definition
+from coordinator.domain.task_queues import TaskQueue
 
 TASK_ID = "Jgj3vp06TJCopdyHUgtfww"
 GROUP_ID = "UIEP9rD1THSeI8Dzu24stg"
@@ -509,8 +510,8 @@ def test_task_queue_variants() -> None:
     ):
         assert (name, f"{prefix}/{{provisionerId}}/{{workerType}}{suffix}") in routes
         assert (name, f"{prefix}/{{taskQueueId}}{suffix}") in routes
-    assert task_queue({"taskQueueId": "proj/wt"}) == ("proj", "wt")
-    assert task_queue({"provisionerId": "proj", "workerType": "wt"}) == ("proj", "wt")
+    assert task_queue({"taskQueueId": "proj/wt"}) == TaskQueue("proj", "wt")
+    assert task_queue({"provisionerId": "proj", "workerType": "wt"}) == TaskQueue("proj", "wt")
 
 
 # --- OpenAPI ---------------------------------------------------------------------------------

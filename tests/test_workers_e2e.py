@@ -34,8 +34,9 @@ import taskcluster.aio
 from azure.storage.queue.aio import QueueClient
 
 from coordinator.api.clients import ensure_root_client
+from coordinator.azure.hint_codec import encode_hint
+from coordinator.azure.names import queue_name
 from coordinator.azurite import AzuriteProcess
-from coordinator.queues import encode_hint, queue_name
 from tests import e2e_handlers
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import (

@@ -51,10 +51,10 @@ from coordinator.api.credentials import (
     task_credentials,
     temporary_access_token,
 )
+from coordinator.api.errors import AuthenticationFailed, InsufficientScopes
 from coordinator.api.scopes import Expression, render, satisfies, unsatisfied, valid_scope
 from coordinator.config import Config
-from coordinator.errors import AuthenticationFailed, InsufficientScopes
-from coordinator.records import Run, TaskRecord
+from coordinator.domain.records import Run, TaskRecord
 
 log = logging.getLogger(__name__)
 

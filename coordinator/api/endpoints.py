@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from coordinator.domain.task_queues import TaskQueue
+
 API_PREFIX = "/api/queue/v1"
 
 Method = Literal["GET", "POST", "PUT"]
@@ -338,14 +340,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 )
 
 
-def task_queue(match_info: Mapping[str, str]) -> tuple[str, str]:
-    """``(provisionerId, workerType)`` from the match info of either task-queue route variant.
-
-    Expects parameters already checked by
-    :func:`coordinator.api.validation.validate_params`, so a ``taskQueueId`` has exactly one
-    ``/``.
-    """
+def task_queue(match_info: Mapping[str, str]) -> TaskQueue:
+    """The task queue of the match info of either task-queue route variant (one
+    ``taskQueueId`` segment, or ``provisionerId`` and ``workerType``)."""
     if "taskQueueId" in match_info:
-        provisioner_id, _, worker_type = match_info["taskQueueId"].partition("/")
-        return provisioner_id, worker_type
-    return match_info["provisionerId"], match_info["workerType"]
+        return TaskQueue.parse(match_info["taskQueueId"])
+    return TaskQueue(match_info["provisionerId"], match_info["workerType"])

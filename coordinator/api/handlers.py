@@ -21,14 +21,15 @@ from aiohttp import web
 from coordinator.api import validation
 from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import Endpoint, task_queue
+from coordinator.api.errors import InputValidationError
 from coordinator.api.http import ENDPOINT, json_response, read_json
 from coordinator.api.scopes import Expression, create_task_requirement
-from coordinator.claim_work import ClaimWork
-from coordinator.errors import InputValidationError, ResourceNotFound
-from coordinator.queues import QueueService, QueueUnavailable
-from coordinator.records import TaskRecord, to_iso
-from coordinator.store.base import Page
-from coordinator.tasks import TaskService
+from coordinator.domain import definitions
+from coordinator.domain.listings import Page
+from coordinator.domain.records import TaskRecord, to_iso
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.service.tasks import TaskService
+from coordinator.service.work_queues import WorkQueues
 
 LIST_LIMIT = 1000
 """Largest page a listing returns, whatever ``limit`` asks for (Taskcluster's cap)."""
@@ -79,11 +80,11 @@ def _page_body(page: Page, key: str, value: str) -> Body:
     return body
 
 
-def _queue_fields(provisioner_id: str, worker_type: str) -> Body:
+def _queue_fields(queue: TaskQueue) -> Body:
     return {
-        "provisionerId": provisioner_id,
-        "workerType": worker_type,
-        "taskQueueId": f"{provisioner_id}/{worker_type}",
+        "provisionerId": queue.provisioner_id,
+        "workerType": queue.worker_type,
+        "taskQueueId": str(queue),
     }
 
 
@@ -92,23 +93,11 @@ def _status(record: TaskRecord) -> Body:
 
 
 class Handlers:
-    """The endpoint methods, sharing the service, the queue layer and the authorizer.
+    """The endpoint methods, sharing the services and the authorizer."""
 
-    :param queues: ``None`` when the coordinator runs without Azure.
-    :param claim_work: the server-side claimWork long poll (``None`` without Azure).
-    """
-
-    def __init__(
-        self,
-        *,
-        service: TaskService,
-        queues: QueueService | None,
-        claim_work: ClaimWork | None,
-        authorizer: Authorizer,
-    ) -> None:
+    def __init__(self, *, service: TaskService, work: WorkQueues, authorizer: Authorizer) -> None:
         self.service = service
-        self.queues = queues
-        self.claim_work_poller = claim_work
+        self.work = work
         self.auth = authorizer
         self.started = time.monotonic()
 
@@ -141,36 +130,27 @@ class Handlers:
 
     async def listTaskGroup(self, request: web.Request, body: Any) -> Body:
         group = _task_id(request, "taskGroupId")
-        page = await self.service.store.task_group(
+        page = await self.service.task_group(
             group, limit=_limit(request), after=_continuation(request)
         )
         return _page_body(page, "taskGroupId", group)
 
     async def listDependentTasks(self, request: web.Request, body: Any) -> Body:
         task_id = _task_id(request)
-        await self.service.get(task_id)
-        page = await self.service.store.dependents(
+        page = await self.service.dependents(
             task_id, limit=_limit(request), after=_continuation(request)
         )
         return _page_body(page, "taskId", task_id)
 
     async def pendingTasks(self, request: web.Request, body: Any) -> Body:
-        provisioner_id, worker_type = task_queue(request.match_info)
-        count: int | None = None
-        if self.queues is not None:
-            try:
-                count = await self.queues.pending_count(provisioner_id, worker_type)
-            except QueueUnavailable as error:
-                log.warning("pendingTasks from the store: Azure unavailable error=%r", error)
-        if count is None:
-            count = (await self.service.store.run_counts(provisioner_id, worker_type)).pending
-        return {**_queue_fields(provisioner_id, worker_type), "pendingTasks": count}
+        queue = task_queue(request.match_info)
+        return {**_queue_fields(queue), "pendingTasks": await self.work.pending_count(queue)}
 
     async def taskQueueCounts(self, request: web.Request, body: Any) -> Body:
-        provisioner_id, worker_type = task_queue(request.match_info)
-        counts = await self.service.store.run_counts(provisioner_id, worker_type)
+        queue = task_queue(request.match_info)
+        counts = await self.service.run_counts(queue.provisioner_id, queue.worker_type)
         return {
-            **_queue_fields(provisioner_id, worker_type),
+            **_queue_fields(queue),
             "pending": counts.pending,
             "running": counts.running,
             # the names the current Taskcluster client's taskQueueCounts reads
@@ -182,10 +162,7 @@ class Handlers:
 
     async def createTask(self, request: web.Request, body: Any) -> Body:
         task_id = _task_id(request)
-        queue_id = (
-            body.get("taskQueueId") or f"{body.get('provisionerId')}/{body.get('workerType')}"
-        )
-        provisioner_id, _, worker_type = queue_id.partition("/")
+        provisioner_id, worker_type = definitions.task_queue_of(body)
         await self._require(
             request,
             create_task_requirement(
@@ -220,13 +197,9 @@ class Handlers:
     # --- workers --------------------------------------------------------------------------
 
     async def pollTaskUrls(self, request: web.Request, body: Any) -> Body:
-        provisioner_id, worker_type = task_queue(request.match_info)
-        await self._require(request, f"queue:poll-task-urls:{provisioner_id}/{worker_type}")
-        if self.queues is None:
-            raise ResourceNotFound(
-                "this coordinator runs without Azure queues: use claimWork instead"
-            )
-        urls = await self.queues.poll_urls(provisioner_id, worker_type, now=self.service.clock())
+        queue = task_queue(request.match_info)
+        await self._require(request, f"queue:poll-task-urls:{queue}")
+        urls = await self.work.poll_urls(queue)
         return {
             "queues": [
                 {"signedPollUrl": q.signed_poll_url, "signedDeleteUrl": q.signed_delete_url}
@@ -278,18 +251,10 @@ class Handlers:
         return self.claim_body(claimed)
 
     async def claimWork(self, request: web.Request, body: Any) -> Body:
-        provisioner_id, worker_type = task_queue(request.match_info)
-        await self._require(
-            request,
-            self._worker_requirement(f"queue:claim-work:{provisioner_id}/{worker_type}", body),
-        )
-        if self.claim_work_poller is None:
-            raise ResourceNotFound(
-                "this coordinator runs without Azure queues: claimWork needs them"
-            )
-        claimed = await self.claim_work_poller.claim(
-            provisioner_id,
-            worker_type,
+        queue = task_queue(request.match_info)
+        await self._require(request, self._worker_requirement(f"queue:claim-work:{queue}", body))
+        claimed = await self.work.claim_work(
+            queue,
             worker_group=body["workerGroup"],
             worker_id=body["workerId"],
             count=int(body["tasks"]),

@@ -1,7 +1,7 @@
 """HTTP plumbing shared by every endpoint: JSON bodies in and out, and Taskcluster error bodies.
 
 * :func:`error_middleware` turns every failure into ``{code, message, requestInfo}``: our
-  :class:`~coordinator.errors.ApiError`\\ s with their status, aiohttp's own 404/405/413, and
+  :class:`~coordinator.api.errors.ApiError`\\ s with their status, aiohttp's own 404/405/413, and
   anything unexpected as a 500 that names an incident id (the traceback goes to the log with
   that id, never to the client).
   Azure being unreachable is a 503 ``ServiceUnavailable``.
@@ -21,14 +21,15 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinator.errors import (
+from coordinator.api.errors import (
     ApiError,
     InputTooLarge,
     InputValidationError,
     ResourceNotFound,
-    ServiceUnavailable,
+    as_api_error,
 )
-from coordinator.queues import QueueUnavailable
+from coordinator.azure.errors import QueueUnavailable
+from coordinator.domain.errors import DomainError
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +156,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except ApiError as error:
         return error_response(request, error)
-    except QueueUnavailable as error:
-        return error_response(
-            request, ServiceUnavailable(f"Azure queues are unreachable, retry later: {error}")
-        )
+    except (DomainError, QueueUnavailable) as error:
+        return error_response(request, as_api_error(error))
     except web.HTTPRequestEntityTooLarge as error:
         return error_response(request, InputTooLarge(f"request body too large: {error.text}"))
     except web.HTTPNotFound:

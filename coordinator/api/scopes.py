@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeAlias
 
-from coordinator.records import PRIORITIES
+from coordinator.domain.task_queues import PRIORITIES, canonical_priority
 
 Expression: TypeAlias = "str | Mapping[str, Sequence[Expression]]"
 
@@ -102,7 +102,7 @@ def create_task_expression(priority: str, provisioner_id: str, worker_type: str)
     ``normal`` means ``lowest``. The legacy priority-less ``queue:create-task:<prov>/<wt>`` is
     not accepted: current Taskcluster dropped it together with ``queue:define-task``.
     """
-    level = "lowest" if priority == "normal" else priority
+    level = canonical_priority(priority)
     if level not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r}")
     allowed = PRIORITIES[: PRIORITIES.index(level) + 1]

@@ -7,9 +7,9 @@ Schemas are named by file stem (``create-task-request``). The schemas directory 
 to the ``coordinator`` package, which holds for a source checkout and an editable install
 alike.
 
-A bad request raises :class:`~coordinator.errors.InputValidationError` naming every failing
+A bad request raises :class:`~coordinator.api.errors.InputValidationError` naming every failing
 path and why; a bad response is our own bug and raises :class:`ResponseSchemaError`, which is
-deliberately not an :class:`~coordinator.errors.ApiError` so the API answers 500.
+deliberately not an :class:`~coordinator.api.errors.ApiError` so the API answers 500.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from referencing.jsonschema import DRAFT202012
 
 import coordinator
 from coordinator.api.endpoints import PARAMETERS
-from coordinator.errors import InputValidationError
-from coordinator.records import from_iso
+from coordinator.api.errors import InputValidationError
+from coordinator.domain.records import from_iso
 
 if TYPE_CHECKING:
     # referencing exports Resolver only from its private module; annotations need nothing more.
@@ -244,7 +244,7 @@ def _fast(schema_ref: str, *, formats: bool) -> jsonschema_rs.Validator:
 
     :param schema_ref: the ``$id`` of a schema file, or a ``$ref`` into one.
     :param formats: check ``format`` (requests); responses skip it: every date-time we send
-        comes from :func:`coordinator.records.to_iso`.
+        comes from :func:`coordinator.domain.records.to_iso`.
     """
     return jsonschema_rs.validator_for(
         {"$ref": schema_ref},

@@ -3,9 +3,9 @@ a report racing the deadline can land) ends ``exception/deadline-exceeded``."""
 
 from __future__ import annotations
 
-from coordinator import lifecycle
-from coordinator.records import TaskRecord
-from coordinator.tasks import TaskService
+from coordinator.domain import lifecycle
+from coordinator.domain.records import TaskRecord
+from coordinator.service.tasks import TaskService
 
 
 def _exceed(record: TaskRecord, now: int) -> lifecycle.Outcome:
@@ -14,5 +14,7 @@ def _exceed(record: TaskRecord, now: int) -> lifecycle.Outcome:
 
 async def run_once(service: TaskService, *, delay: int, limit: int = 500) -> int:
     """Resolve up to ``limit`` tasks whose deadline passed more than ``delay`` ms ago."""
-    due = await service.store.past_deadlines(service.clock() - delay, limit)
-    return await service.apply_each((task_id, _exceed) for task_id in due)
+    due = await service.past_deadlines(service.clock() - delay, limit)
+    return await service.apply_each(
+        ((task_id, _exceed) for task_id in due), action="deadline-exceeded"
+    )

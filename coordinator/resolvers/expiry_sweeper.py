@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.tasks import TaskService
+from coordinator.service.tasks import TaskService
 
 
 async def run_once(service: TaskService, *, limit: int = 1000) -> int:
     """Delete up to ``limit`` expired tasks; returns how many were deleted."""
-    return await service.store.delete_expired(service.clock(), limit)
+    return await service.delete_expired(limit)

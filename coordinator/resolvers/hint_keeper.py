@@ -7,18 +7,21 @@ pending run is stranded without a hint."""
 
 from __future__ import annotations
 
-from coordinator.lifecycle import hint_for
-from coordinator.tasks import TaskService
+from coordinator.domain.errors import NotFound
+from coordinator.domain.lifecycle import hint_for
+from coordinator.service.tasks import TaskService
 
 
 async def run_once(service: TaskService, *, grace: int, limit: int = 500) -> int:
     """Put up to ``limit`` overdue hints; returns how many were put."""
-    if service.hints is None:
+    if not service.hints.enabled:
         return 0
     put = 0
-    for task_id in await service.store.hints_due(service.clock() - grace, limit):
-        record = await service.store.get(task_id)
-        if record is None or record.hint_due is None:
-            continue
-        put += await service.put_hint(hint_for(record))
+    for task_id in await service.hints_due(service.clock() - grace, limit):
+        try:
+            record = await service.get(task_id)
+        except NotFound:
+            continue  # expired or deleted since the scan
+        if record.hint_due is not None:
+            put += await service.hints.publish(hint_for(record))
     return put

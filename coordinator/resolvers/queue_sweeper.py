@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.queues import QueueService
+from coordinator.azure.queues import QueueService
 
 
 async def run_once(queues: QueueService, *, now: int) -> int:

@@ -23,29 +23,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from coordinator.records import TaskRecord, TaskState
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Page:
-    """One page of a listing.
-
-    :param records: at most ``limit`` records, ordered by task id.
-    :param next_after: pass as ``after`` to get the next page; ``None`` on the last page.
-    """
-
-    records: list[TaskRecord]
-    next_after: str | None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunCounts:
-    """Exact numbers of tasks whose last run is pending or running, for one task queue."""
-
-    pending: int
-    running: int
+from coordinator.domain.listings import Page, RunCounts
+from coordinator.domain.records import TaskRecord, TaskState
 
 
 class Store(abc.ABC):

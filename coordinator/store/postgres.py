@@ -35,7 +35,7 @@ from typing import Any, cast
 
 import asyncpg
 
-from coordinator.records import TaskRecord, TaskState
+from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,

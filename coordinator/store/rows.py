@@ -1,5 +1,5 @@
-"""Mapping between :class:`~coordinator.records.TaskRecord` and the column values every driver
-stores: the definition written once, the status written by compare-and-set, and the columns
+"""Mapping between :class:`~coordinator.domain.records.TaskRecord` and the column values every
+driver stores: the definition written once, the status written by compare-and-set, and the columns
 derived from the status that the resolver indexes scan."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from coordinator.records import Run, TaskRecord, record_from_definition
-from coordinator.store.base import Page
+from coordinator.domain.listings import Page
+from coordinator.domain.records import Run, TaskRecord, record_from_definition
 
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 

@@ -11,8 +11,9 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.records import TaskRecord
-from coordinator.store.base import Page, RunCounts, Store
+from coordinator.domain.listings import Page, RunCounts
+from coordinator.domain.records import TaskRecord
+from coordinator.store.base import Store
 from coordinator.store.rows import Row, page_from_rows, record_from_row
 
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from coordinator.records import TaskRecord, TaskState
+from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,

@@ -26,7 +26,7 @@ from benchlib.common import (
     postgres_backends,
 )
 from benchlib.coordproc import Coordinator, StoreKind, TaskClient, coordinator, new_task_id
-from coordinator.tasks import wall_clock
+from coordinator.service.clock import wall_clock
 from worker_sdk.client import QueueClient
 from worker_sdk.errors import RequestFailed
 

@@ -33,7 +33,7 @@ from benchlib.common import (
 )
 from coordinator.api.clients import ensure_root_client
 from coordinator.azurite import free_port
-from coordinator.records import from_iso, to_iso
+from coordinator.domain.records import from_iso, to_iso
 from worker_sdk.client import Credentials
 
 StoreKind = Literal["sqlite", "postgres"]

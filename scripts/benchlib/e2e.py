@@ -43,9 +43,9 @@ from benchlib.coordproc import (
     profiled,
     render_profile,
 )
+from coordinator.azure.names import queue_name
 from coordinator.azurite import AzuriteProcess
-from coordinator.queues import queue_name
-from coordinator.tasks import wall_clock
+from coordinator.service.clock import wall_clock
 
 
 async def run(settings: Settings, azurite: AzuriteProcess, store: StoreKind) -> Row:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import slugid
 from azure.storage.queue.aio import QueueServiceClient
 
-from coordinator.queues import decode_hint, encode_hint, queue_name
+from coordinator.azure.hint_codec import decode_hint, encode_hint
+from coordinator.azure.names import queue_name
 from soaklib.processes import PROVISIONER_ID, WORKER_TYPE
 
 NOISE_TTL = 3600

@@ -40,7 +40,7 @@ from harnesslib import coordinator_env
 
 from coordinator.api.clients import ensure_root_client
 from coordinator.azurite import AzuriteProcess, free_port
-from coordinator.records import to_iso
+from coordinator.domain.records import to_iso
 from soaklib import checks
 from soaklib.api import Api, ApiError
 from soaklib.hints import Hints, QueueCensus

@@ -1,17 +1,18 @@
-"""The Azure Storage Queues layer (SPEC §7): hint queues, signed poll URLs, pending counts.
+"""The hint queues of one storage account (docs/protocol.md): :class:`QueueService`.
 
-One queue per (provisionerId, workerType, priority), named deterministically by
-:func:`queue_name` and created lazily with metadata. :class:`QueueService` wraps one async
-``QueueServiceClient`` per process and
+One queue per (provisionerId, workerType, priority), named by
+:func:`coordinator.azure.names.queue_name` and created lazily with metadata. The service wraps
+one async ``QueueServiceClient`` per process and
 
-* puts hints (:meth:`QueueService.put_hint`): ``base64(JSON {taskId, runId, hintId})`` that
-  expires at the task's deadline and may stay invisible for a retry delay;
+* puts hints (:meth:`QueueService.put_hint`, through :class:`~coordinator.azure.put.HintPutter`)
+  that expire at the task's deadline and may stay invisible for a retry delay;
 * signs poll/delete URLs for workers (:meth:`QueueService.poll_urls`);
 * estimates pending work (:meth:`QueueService.pending_count`);
 * receives, deletes and releases hints for the server-side ``claimWork``;
 * deletes queues that stayed unused and empty (:meth:`QueueService.sweep_unused`).
 
-Hints are not truth: the store is. Every Azure failure surfaces as :class:`QueueUnavailable`,
+Hints are not truth: the store is. Every Azure failure surfaces as
+:class:`~coordinator.azure.errors.QueueUnavailable`,
 and every Azure request is cut off after ``QueueSettings.request_timeout_s``, so a caller never
 hangs: it keeps the run marked ``hint_needed`` and puts the hint again later.
 """
@@ -19,21 +20,13 @@ hangs: it keeps the run marked ``hint_needed`` and puts the hint again later.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import hashlib
-import json
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from types import TracebackType
-from xml.sax.saxutils import escape as xml_escape
 
-import aiohttp
 import slugid
 from azure.core.exceptions import (
     AzureError,
@@ -41,45 +34,22 @@ from azure.core.exceptions import (
     ResourceExistsError,
     ResourceNotFoundError,
 )
-from azure.storage.queue import QueueMessage, QueueProperties, generate_queue_sas
+from azure.storage.queue import QueueMessage, QueueProperties
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
-from coordinator.lifecycle import Hint
-from coordinator.records import PRIORITIES, from_iso, priority_level, to_iso
+from coordinator.azure.errors import QueueMissing, unavailable
+from coordinator.azure.hint_codec import decode_hint, encode_hint
+from coordinator.azure.names import check_prefix, queue_name, queue_name_pattern
+from coordinator.azure.put import HintPutter
+from coordinator.azure.signing import AccountKey
+from coordinator.domain.lifecycle import Hint
+from coordinator.domain.records import from_iso, to_iso
+from coordinator.domain.task_queues import PRIORITIES
 
 logger = logging.getLogger(__name__)
 
 UNUSED_QUEUE_LIMIT = 10 * 86_400_000
 """How long (ms) a queue must stay unused, and empty, before :meth:`sweep_unused` deletes it."""
-
-MAX_PREFIX_LENGTH = 28
-"""Leaves 35 characters for ``<16 hex>-<16 hex>-<digit>`` within Azure's 63."""
-
-_PREFIX_RE = re.compile(r"(?:[a-z0-9](?:-?[a-z0-9])*-?)?")
-_HASH_LENGTH = 16
-
-
-ADD_SAS_LIFE_MS = 24 * 3_600_000
-"""Life of the coordinator's own add-only SAS for putting hints (never handed out)."""
-_PUT_HEADERS = {"Content-Type": "application/xml"}
-_ERROR_CODE = re.compile(r"<Code>([^<]*)</Code>")
-
-
-def _error_code_text(body: str) -> str:
-    """The ``<Code>`` of an Azure error body, else its start."""
-    match = _ERROR_CODE.search(body)
-    return match[1] if match else body[:200]
-
-
-class QueueUnavailable(Exception):
-    """Azure failed, refused or did not answer within the request timeout.
-
-    The store stays the truth: the caller keeps the hint pending and puts it again later.
-    """
-
-
-class _QueueMissing(QueueUnavailable):
-    """The queue does not exist (never created, swept, or the emulator lost it)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,7 +58,7 @@ class QueueSettings:
 
     :param prefix: starts every queue name, so several deployments or test runs can share
         one storage account: lowercase letters, digits and single hyphens, at most
-        :data:`MAX_PREFIX_LENGTH` characters.
+        :data:`~coordinator.azure.names.MAX_PREFIX_LENGTH` characters.
     :param poll_visibility_s: how long a message a worker fetched stays invisible to others.
     :param sas_start_skew_ms: signed URLs are valid from this long before ``now`` (clock skew).
     :param sas_life_ms: signed URLs expire this long after ``now``.
@@ -108,47 +78,7 @@ class QueueSettings:
     last_used_refresh_ms: int = 3 * 3_600_000
 
     def __post_init__(self) -> None:
-        if len(self.prefix) > MAX_PREFIX_LENGTH or not _PREFIX_RE.fullmatch(self.prefix):
-            raise ValueError(
-                f"queue prefix {self.prefix!r} must be at most {MAX_PREFIX_LENGTH} lowercase "
-                "letters, digits and single hyphens, starting with a letter or digit"
-            )
-
-
-def _id_hash(identifier: str) -> str:
-    return hashlib.sha256(identifier.encode()).hexdigest()[:_HASH_LENGTH]
-
-
-def queue_name(prefix: str, provisioner_id: str, worker_type: str, priority: str) -> str:
-    """The Azure queue of (provisionerId, workerType, priority).
-
-    ``<prefix><hash(provisionerId)>-<hash(workerType)>-<digit>``, with the priority digit 7
-    for ``highest`` down to 1 for ``lowest``. Hashing makes the case-sensitive ids legal
-    (Azure names are lowercase) and fixes the length; 64 bits each make collisions
-    practically impossible.
-    """
-    return f"{prefix}{_id_hash(provisioner_id)}-{_id_hash(worker_type)}-{priority_level(priority)}"
-
-
-def encode_hint(*, task_id: str, run_id: int, hint_id: str) -> str:
-    """A hint's message text: ``base64(JSON {taskId, runId, hintId})``."""
-    body = json.dumps({"taskId": task_id, "runId": run_id, "hintId": hint_id})
-    return base64.b64encode(body.encode()).decode("ascii")
-
-
-def decode_hint(text: str) -> tuple[str, int] | None:
-    """``(taskId, runId)`` of a hint's message text, or ``None`` if it is not a hint."""
-    try:
-        body = json.loads(base64.b64decode(text, validate=True))
-    except (binascii.Error, ValueError):
-        return None
-    if not isinstance(body, dict):
-        return None
-    task_id, run_id = body.get("taskId"), body.get("runId")
-    # bool is an int subclass; ``"runId": true`` is garbage, not run 1.
-    if not isinstance(task_id, str) or type(run_id) is not int or run_id < 0:
-        return None
-    return task_id, run_id
+        check_prefix(self.prefix)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,16 +124,6 @@ def _seconds_ceil(ms: int) -> int:
     return -(-ms // 1000)
 
 
-def _utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def _error_text(error: BaseException) -> str:
-    # Azure errors carry the whole XML body over several lines; the first says what happened.
-    lines = str(error).splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"
-
-
 def _error_code(error: HttpResponseError) -> str:
     # The SDK sets error_code only on errors it has parsed: a StorageErrorCode (a str enum)
     # for known codes, a plain str otherwise.
@@ -244,24 +164,28 @@ class QueueService:
         account_key = getattr(credential, "account_key", None)
         if not account_key:
             raise ValueError("the Azure connection string must contain an AccountKey")
-        self._account_name: str = credential.account_name
-        self._account_key: str = account_key
-        # Real accounts are https only; the emulator speaks http.
-        self._sas_protocol = "https" if self._service.url.startswith("https:") else "https,http"
+        self._account = AccountKey(
+            account_name=credential.account_name,
+            account_key=account_key,
+            # Real accounts are https only; the emulator speaks http.
+            protocol="https" if self._service.url.startswith("https:") else "https,http",
+        )
         self._clients: dict[str, QueueClient] = {}
         self._fresh: dict[str, int] = {}
         """Queue name -> the ``now`` at which we last wrote its ``last_used``."""
         self._ensure_locks: dict[str, asyncio.Lock] = {}
         self._pending: dict[tuple[str, str], tuple[float, int]] = {}
         """(provisionerId, workerType) -> (monotonic expiry, cached sum)."""
-        self._session: aiohttp.ClientSession | None = None
-        self._add_sas_cache: dict[str, tuple[int, str]] = {}
-        """Queue name -> (expiry, add-only SAS) for :meth:`_send`."""
+        self._putter = HintPutter(
+            account=self._account,
+            queue_url=lambda name: self._client(name).url,
+            sas_start_skew_ms=self.settings.sas_start_skew_ms,
+            request_timeout_s=timeout,
+        )
 
     async def close(self) -> None:
         await self._service.close()
-        if self._session is not None:
-            await self._session.close()
+        await self._putter.close()
 
     async def __aenter__(self) -> QueueService:
         return self
@@ -290,35 +214,21 @@ class QueueService:
         self, action: str, queue: str, *, task_id: str | None = None, run_id: int | None = None
     ) -> AsyncIterator[None]:
         """Bound the Azure calls in the block by the request timeout and turn every failure
-        into :class:`QueueUnavailable` (:class:`_QueueMissing` when the queue is gone)."""
+        into :class:`~coordinator.azure.errors.QueueUnavailable` (:class:`QueueMissing` when
+        the queue is gone)."""
         timeout = self.settings.request_timeout_s
         try:
             async with asyncio.timeout(timeout):
                 yield
         except ResourceNotFoundError as error:
             if _error_code(error) != "QueueNotFound":
-                raise self._unavailable(action, queue, task_id, run_id, error) from error
-            raise _QueueMissing(f"{action}: queue {queue} does not exist") from error
+                raise unavailable(action, queue, error, task_id=task_id, run_id=run_id) from error
+            raise QueueMissing(f"{action}: queue {queue} does not exist") from error
         except TimeoutError as error:
             message = f"no answer within {timeout} s"
-            raise self._unavailable(action, queue, task_id, run_id, message) from error
+            raise unavailable(action, queue, message, task_id=task_id, run_id=run_id) from error
         except AzureError as error:
-            raise self._unavailable(action, queue, task_id, run_id, error) from error
-
-    @staticmethod
-    def _unavailable(
-        action: str,
-        queue: str,
-        task_id: str | None,
-        run_id: int | None,
-        error: BaseException | str,
-    ) -> QueueUnavailable:
-        reason = error if isinstance(error, str) else _error_text(error)
-        task = "" if task_id is None else f" taskId={task_id} runId={run_id}"
-        logger.warning(
-            "azure request failed action=%s queue=%s%s error=%s", action, queue, task, reason
-        )
-        return QueueUnavailable(f"Azure queue {queue}: {action} failed: {reason}")
+            raise unavailable(action, queue, error, task_id=task_id, run_id=run_id) from error
 
     def _is_fresh(self, name: str, now: int) -> bool:
         last = self._fresh.get(name)
@@ -349,7 +259,7 @@ class QueueService:
                 # Usually the queue exists: one request refreshes last_used.
                 async with self._azure("set queue metadata", name):
                     await client.set_queue_metadata(metadata)
-            except _QueueMissing:
+            except QueueMissing:
                 async with self._azure("create queue", name):
                     try:
                         await client.create_queue(metadata=metadata)
@@ -372,7 +282,8 @@ class QueueService:
         ``hint.visible_at``. Returns ``False`` without putting anything when the deadline has
         passed or the hint could not become visible before it.
 
-        Raises :class:`QueueUnavailable` if Azure fails or does not answer in time.
+        Raises :class:`~coordinator.azure.errors.QueueUnavailable` if Azure fails or does not
+        answer in time.
         """
         ttl = _seconds_ceil(hint.deadline - now)
         delay = max(0, _seconds_ceil(hint.visible_at - now))
@@ -392,11 +303,13 @@ class QueueService:
 
         async def ensure_and_send() -> None:
             await self._ensure(name, hint.provisioner_id, hint.worker_type, hint.priority, now=now)
-            await self._send(name, text, delay=delay, ttl=ttl, hint=hint)
+            await self._putter.put(
+                name, text, delay=delay, ttl=ttl, task_id=hint.task_id, run_id=hint.run_id
+            )
 
         try:
             await ensure_and_send()
-        except _QueueMissing:
+        except QueueMissing:
             # Our cache said the queue exists but it is gone (swept by another replica, or
             # an emulator restarted): create it again, once.
             logger.info(
@@ -415,71 +328,6 @@ class QueueService:
         )
         return True
 
-    async def _send(self, name: str, text: str, *, delay: int, ttl: int, hint: Hint) -> None:
-        """Put Messages over plain aiohttp with an add-only SAS: the hot path of createTask.
-
-        The azure-storage-queue client costs several times the CPU per request (its policy
-        pipeline, and two thread-pool hops per request for proxy and netrc look-ups), which
-        made the hint put the largest single cost of a task (docs/performance.md).
-        """
-        url = (
-            f"{self._client(name).url}/messages?visibilitytimeout={delay}&messagettl={ttl}"
-            f"&{self._add_sas(name)}"
-        )
-        body = f"<QueueMessage><MessageText>{xml_escape(text)}</MessageText></QueueMessage>"
-        timeout = self.settings.request_timeout_s
-        failure: BaseException | str
-        # One retry absorbs a keep-alive connection the server closed; a duplicate hint is
-        # harmless, so retrying a POST whose answer was lost is safe.
-        for attempt in range(2):
-            try:
-                async with (
-                    asyncio.timeout(timeout),
-                    self._http().post(url, data=body.encode(), headers=_PUT_HEADERS) as response,
-                ):
-                    if response.status == 201:
-                        return
-                    detail = await response.text()
-                    if response.status == 404 and "QueueNotFound" in detail:
-                        raise _QueueMissing(f"put hint: queue {name} does not exist")
-                    failure = f"HTTP {response.status}: {_error_code_text(detail)}"
-                    if response.status < 500:
-                        break
-            except TimeoutError:
-                failure = f"no answer within {timeout} s"
-                break
-            except aiohttp.ClientError as error:
-                failure = repr(error)
-            if attempt == 0:
-                await asyncio.sleep(0.05)
-        raise self._unavailable("put hint", name, hint.task_id, hint.run_id, failure)
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
-
-    def _add_sas(self, name: str) -> str:
-        """A cached SAS that may only add messages to ``name``, renewed an hour before it
-        expires. Signed on the real clock, whatever clock the caller's lifecycle runs on:
-        Azure checks it against its own."""
-        now = int(time.time() * 1000)
-        cached = self._add_sas_cache.get(name)
-        if cached is not None and cached[0] - now > 3_600_000:
-            return cached[1]
-        expiry = now + ADD_SAS_LIFE_MS
-        sas = generate_queue_sas(
-            self._account_name,
-            name,
-            self._account_key,
-            permission="a",
-            start=_utc(now - self.settings.sas_start_skew_ms),
-            expiry=_utc(expiry),
-            protocol=self._sas_protocol,
-        )
-        self._add_sas_cache[name] = (expiry, sas)
-        return sas
-
     async def poll_urls(self, provisioner_id: str, worker_type: str, *, now: int) -> PollUrls:
         """Signed poll and delete URLs for the worker type's queues, highest priority first
         (SPEC §7), creating the queues if needed.
@@ -497,18 +345,10 @@ class QueueService:
         )
         # SAS times have whole-second precision; ``expires`` must be the expiry actually signed.
         expiry = (now + self.settings.sas_life_ms) // 1000 * 1000
-        start = _utc(now - self.settings.sas_start_skew_ms)
+        start = now - self.settings.sas_start_skew_ms
         queues = []
         for name in names:
-            sas = generate_queue_sas(
-                self._account_name,
-                name,
-                self._account_key,
-                permission="p",
-                start=start,
-                expiry=_utc(expiry),
-                protocol=self._sas_protocol,
-            )
+            sas = self._account.queue_sas(name, permission="p", start_ms=start, expiry_ms=expiry)
             url = self._client(name).url
             queues.append(
                 SignedQueue(
@@ -540,7 +380,7 @@ class QueueService:
         try:
             async with self._azure("count messages", name):
                 properties = await self._client(name).get_queue_properties()
-        except _QueueMissing:
+        except QueueMissing:
             return 0
         count: int = properties.approximate_message_count or 0
         return count
@@ -566,7 +406,7 @@ class QueueService:
             name = self.name(provisioner_id, worker_type, priority)
             try:
                 messages = await self._receive_from(name, wanted, visibility_timeout)
-            except _QueueMissing:
+            except QueueMissing:
                 continue
             received.extend(self._received(name, message) for message in messages)
         return received
@@ -657,10 +497,7 @@ class QueueService:
 
         Queues without a readable ``last_used`` are not ours and are left alone.
         """
-        ours = re.compile(
-            re.escape(self.settings.prefix)
-            + rf"[0-9a-f]{{{_HASH_LENGTH}}}-[0-9a-f]{{{_HASH_LENGTH}}}-[1-7]"
-        )
+        ours = queue_name_pattern(self.settings.prefix)
 
         def unused(metadata: Mapping[str, str] | None) -> bool:
             last_used = _last_used(metadata)
@@ -674,7 +511,7 @@ class QueueService:
         deleted = []
         for name in candidates:
             client = self._client(name)
-            with contextlib.suppress(_QueueMissing):
+            with contextlib.suppress(QueueMissing):
                 async with self._azure("sweep queue", name):
                     # Look again right before deleting: a replica may have used it since the
                     # listing. (A put racing the delete itself can still lose its hint; the

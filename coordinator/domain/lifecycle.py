@@ -1,13 +1,14 @@
-"""The task state machine of SPEC §6, as pure functions.
+"""The task state machine (docs/protocol.md, "Lifecycle"), as pure functions.
 
-Every transition takes a :class:`~coordinator.records.TaskRecord`, the event's parameters and
-``now`` (epoch milliseconds) and returns an :class:`Outcome`, or raises :class:`NotFound` or
-:class:`Conflict`. Nothing here reads a clock, touches the store or talks to Azure: the caller
-(:mod:`coordinator.tasks`) loads the record, applies a transition, writes the result with
-compare-and-set and then carries out the outcome's effects (putting a hint, re-examining
-dependents). Because transitions are pure, a caller that loses a compare-and-set race simply
-re-reads and applies the same transition again; the second application sees the winner's
-state and answers accordingly (usually a :class:`Conflict`).
+Every transition takes a :class:`~coordinator.domain.records.TaskRecord`, the event's
+parameters and ``now`` (epoch milliseconds) and returns an :class:`Outcome`, or raises
+:class:`~coordinator.domain.errors.NotFound` or :class:`~coordinator.domain.errors.Conflict`.
+Nothing here reads a clock, touches the store or talks to Azure: the caller
+(:mod:`coordinator.service.transitions`) loads the record, applies a transition, writes the
+result with compare-and-set and then carries out the outcome's effects (putting a hint,
+re-examining dependents). Because transitions are pure, a caller that loses a compare-and-set
+race simply re-reads and applies the same transition again; the second application sees the
+winner's state and answers accordingly (usually a conflict).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from coordinator.records import MAX_RUNS, RESOLVED_STATES, Run, TaskRecord
+from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.records import MAX_RUNS, RESOLVED_STATES, Run, TaskRecord
 
 EXCEPTION_REASONS: frozenset[str] = frozenset(
     {
@@ -35,18 +37,6 @@ RETRYING_REASONS: Mapping[str, str] = {
     "claim-expired": "retry",
 }
 """Reasons that add a retry run while retries remain, mapped to the new run's reasonCreated."""
-
-
-class LifecycleError(Exception):
-    """A transition that cannot be applied; ``str(error)`` says why, for the API's message."""
-
-
-class NotFound(LifecycleError):
-    """The task or run does not exist."""
-
-
-class Conflict(LifecycleError):
-    """The transition is not allowed in the record's current state."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,11 +1,11 @@
-"""Server-side claimWork: the coordinator polls Azure on a worker's behalf (SPEC §7).
+"""Server-side claimWork: the coordinator polls Azure on a worker's behalf.
 
 For deployments whose workers cannot reach Azure. One call long-polls up to ``timeout``: it
 walks the task queue's Azure queues in priority order, claims what the hints point at, deletes
-each hint after a definitive answer (a claim, or any 4xx: the hint is stale) and releases it
-(visibility 0) after anything else, and returns as soon as at least one claim succeeded. While
-idle it waits on a wake-up that this process's own hint puts ring, so a task created through
-the same coordinator is handed out without waiting for the next poll.
+each hint after a definitive answer (a claim, or a domain refusal: the hint is stale) and
+releases it (visibility 0) after anything else, and returns as soon as at least one claim
+succeeded. While idle it waits on a wake-up that this process's own hint puts ring, so a task
+created through the same coordinator is handed out without waiting for the next poll.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from coordinator.errors import ApiError
-from coordinator.queues import QueueService, ReceivedHint
-from coordinator.records import TaskRecord
-from coordinator.tasks import TaskService
+from coordinator.azure.queues import QueueService, ReceivedHint
+from coordinator.domain.errors import DomainError
+from coordinator.domain.records import TaskRecord
+from coordinator.service.tasks import TaskService
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +107,14 @@ class ClaimWork:
                 record = await self.service.claim(
                     hint.task_id, hint.run_id, worker_group=worker_group, worker_id=worker_id
                 )
-            except ApiError as error:
-                if error.status >= 500:
-                    raise
-                # 4xx: the hint is stale (claimed, resolved, gone); it will never be useful.
+            except DomainError as error:
+                # A definitive refusal: the hint is stale (claimed, resolved, gone) and will
+                # never be useful.
                 log.info(
-                    "stale hint deleted taskId=%s runId=%s code=%s",
+                    "stale hint deleted taskId=%s runId=%s reason=%s",
                     hint.task_id,
                     hint.run_id,
-                    error.code,
+                    type(error).__name__,
                 )
                 await self._forget(hint)
                 continue

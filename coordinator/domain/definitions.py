@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator.errors import InputError
-from coordinator.records import from_iso, to_iso
+from coordinator.domain.errors import InputError
+from coordinator.domain.records import from_iso, to_iso
+from coordinator.domain.task_queues import TaskQueue, canonical_priority
 
 CREATED_TOLERANCE = 15 * 60 * 1000
 """How far ``created`` may be from the server's clock, either way (ms)."""
@@ -35,7 +36,7 @@ def normalise(
     ``payload`` and ``extra`` are shared with ``body``, not copied: neither may be mutated
     afterwards.
     """
-    provisioner_id, worker_type = _task_queue(body)
+    provisioner_id, worker_type = task_queue_of(body)
     created = _time(body, "created")
     deadline = _time(body, "deadline")
     expires = _time(body, "expires") if "expires" in body else _one_year_after(deadline)
@@ -59,13 +60,13 @@ def normalise(
     return {
         "provisionerId": provisioner_id,
         "workerType": worker_type,
-        "taskQueueId": f"{provisioner_id}/{worker_type}",
+        "taskQueueId": str(TaskQueue(provisioner_id, worker_type)),
         "schedulerId": body.get("schedulerId", "-"),
         "taskGroupId": body.get("taskGroupId", task_id),
         "dependencies": dependencies,
         "requires": body.get("requires", "all-completed"),
         "routes": routes,
-        "priority": "lowest" if priority == "normal" else priority,
+        "priority": canonical_priority(priority),
         # JSON Schema counts 5.0 as an integer; store it as one
         "retries": int(body.get("retries", 5)),
         "created": to_iso(created),
@@ -109,7 +110,7 @@ def _json_equal(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _task_queue(body: Mapping[str, Any]) -> tuple[str, str]:
+def task_queue_of(body: Mapping[str, Any]) -> tuple[str, str]:
     """``(provisionerId, workerType)`` from either form; both forms given must agree."""
     provisioner_id: str | None = body.get("provisionerId")
     worker_type: str | None = body.get("workerType")
@@ -118,9 +119,8 @@ def _task_queue(body: Mapping[str, Any]) -> tuple[str, str]:
         if provisioner_id is None or worker_type is None:
             raise InputError("the task needs taskQueueId, or provisionerId and workerType")
         return provisioner_id, worker_type
-    queue_provisioner, slash, queue_worker_type = task_queue_id.partition("/")
-    if not slash:
-        raise InputError(f"taskQueueId {task_queue_id!r} is not <provisionerId>/<workerType>")
+    queue = TaskQueue.parse(task_queue_id)
+    queue_provisioner, queue_worker_type = queue.provisioner_id, queue.worker_type
     if provisioner_id not in (None, queue_provisioner):
         raise InputError(
             f"provisionerId {provisioner_id!r} contradicts taskQueueId {task_queue_id!r}"

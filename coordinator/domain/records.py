@@ -14,27 +14,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from coordinator.domain.task_queues import TaskQueue
+
 RunState = Literal["pending", "running", "completed", "failed", "exception"]
 TaskState = Literal["unscheduled", "pending", "running", "completed", "failed", "exception"]
 
-PRIORITIES: tuple[str, ...] = (
-    "highest",
-    "very-high",
-    "high",
-    "medium",
-    "low",
-    "very-low",
-    "lowest",
-)
-"""Priorities from highest to lowest; ``normal`` is accepted on input as ``lowest``."""
-
 RESOLVED_STATES: frozenset[str] = frozenset({"completed", "failed", "exception"})
 MAX_RUNS = 50
-
-
-def priority_level(priority: str) -> int:
-    """The priority digit used in queue names: 7 for ``highest`` down to 1 for ``lowest``."""
-    return len(PRIORITIES) - PRIORITIES.index(priority)
 
 
 def to_iso(ms: int) -> str:
@@ -146,7 +132,7 @@ class TaskRecord:
 
     @property
     def task_queue_id(self) -> str:
-        return f"{self.provisioner_id}/{self.worker_type}"
+        return str(TaskQueue(self.provisioner_id, self.worker_type))
 
     @property
     def is_resolved(self) -> bool:

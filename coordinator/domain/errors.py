@@ -1,0 +1,24 @@
+"""The errors of the domain and service layers, free of any transport.
+
+``str(error)`` is the message, which must say what was wrong in terms the caller can act on.
+The API maps each to a Taskcluster error body (:mod:`coordinator.api.errors`); resolvers and
+claimWork treat them as definitive answers about a task ("another actor got there first").
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """A definitive refusal: repeating the same request gives the same answer."""
+
+
+class InputError(DomainError):
+    """The request is well-formed but not acceptable (bad dates, unknown dependency, ...)."""
+
+
+class NotFound(DomainError):
+    """The task or run does not exist."""
+
+
+class Conflict(DomainError):
+    """The operation is not allowed in the task's current state."""

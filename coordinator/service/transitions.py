@@ -1,0 +1,131 @@
+"""The one write path: read a record, apply a pure transition, compare-and-set, then effects.
+
+Every change to a task goes through :meth:`Transitions.apply`. On a lost compare-and-set race
+it reads again and re-applies the same transition, so exactly one of any number of concurrent
+callers (API requests, resolver loops, other replicas) wins and the rest see the winner's
+state. After a successful write the outcome's effects follow: the hint of a newly pending run
+is published, and a newly resolved task's dependents are re-examined. Both effects are also
+recorded in the record (``hint_needed``, ``notify_dependents``), so the resolvers finish them if
+this process dies first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
+
+from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.lifecycle import Outcome
+from coordinator.domain.records import TaskRecord
+from coordinator.service.background import Background
+from coordinator.service.clock import Clock
+from coordinator.service.hints import HintPublisher
+from coordinator.store.base import Store
+
+log = logging.getLogger(__name__)
+
+Transition = Callable[[TaskRecord, int], Outcome]
+"""A lifecycle transition with its parameters bound: ``(record, now) -> Outcome``."""
+
+MAX_CAS_ATTEMPTS = 25
+
+
+def log_changes(action: str, before: TaskRecord | None, after: TaskRecord) -> None:
+    """The INFO lines operators grep: one per run whose state changed, with taskId and runId
+    (a reclaim changes no state and logs nothing)."""
+    old_runs = before.runs if before is not None else ()
+    for run in after.runs[len(old_runs) - 1 if old_runs else 0 :]:
+        old = old_runs[run.run_id] if run.run_id < len(old_runs) else None
+        if old is not None and old.state == run.state:
+            continue
+        log.info(
+            "task %s taskId=%s runId=%d state=%s reason=%s",
+            action,
+            after.task_id,
+            run.run_id,
+            run.state,
+            run.reason_resolved or run.reason_created,
+        )
+
+
+class Transitions:
+    """Compare-and-set application of lifecycle transitions, and their effects.
+
+    :param on_resolved: re-examines the dependents of a task that just resolved (started in
+        the background; the dependency resolver finishes it after a crash).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        hints: HintPublisher,
+        clock: Clock,
+        background: Background,
+        on_resolved: Callable[[str], Coroutine[Any, Any, object]],
+    ) -> None:
+        self._store = store
+        self._hints = hints
+        self._clock = clock
+        self._background = background
+        self._on_resolved = on_resolved
+
+    async def apply(
+        self,
+        task_id: str,
+        transition: Transition,
+        *,
+        action: str,
+        read: TaskRecord | None = None,
+    ) -> Outcome:
+        """Apply ``transition`` to the task with compare-and-set, retrying lost races.
+
+        :param action: what the transition does, for the log line of a change.
+        :param read: the record as the caller just read it, to start from instead of reading
+            again (a stale one only costs a lost compare-and-set and a re-read).
+        :returns: the outcome, its record as now stored (``changed`` false if nothing was
+            written).
+        :raises NotFound: the task or run does not exist.
+        :raises Conflict: the transition is not allowed in the current state.
+        """
+        for _ in range(MAX_CAS_ATTEMPTS):
+            record, read = read or await self._store.get(task_id), None
+            if record is None:
+                raise NotFound(f"task {task_id} does not exist")
+            outcome = transition(record, self._clock())
+            if not outcome.changed:
+                return outcome
+            stored = await self._store.compare_and_set(outcome.record)
+            if stored is not None:
+                outcome = dataclasses.replace(outcome, record=stored)
+                log_changes(action, record, stored)
+                await self.effects(outcome)
+                return outcome
+        raise Conflict(
+            f"task {task_id} is changing too fast: gave up after {MAX_CAS_ATTEMPTS} attempts"
+        )
+
+    async def apply_each(self, work: Iterable[tuple[str, Transition]], *, action: str) -> int:
+        """Apply transitions to several tasks (resolver passes); returns how many changed.
+
+        A task that vanished or refuses the transition is skipped: another actor got there.
+        """
+        changed = 0
+        for task_id, transition in work:
+            try:
+                changed += (await self.apply(task_id, transition, action=action)).changed
+            except (NotFound, Conflict):
+                continue
+        return changed
+
+    async def effects(self, outcome: Outcome) -> None:
+        """Carry out what a stored outcome asks for."""
+        if outcome.hint is not None:
+            await self._hints.publish(outcome.hint)
+        if outcome.resolved and outcome.record.notify_dependents:
+            self._background.spawn(self._resolve_dependents(outcome.record.task_id))
+
+    async def _resolve_dependents(self, task_id: str) -> None:
+        await self._on_resolved(task_id)

@@ -1,0 +1,95 @@
+"""What workers and provisioners ask of a task queue's Azure queues: signed poll URLs,
+claimWork, and the pending count (from Azure, falling back to the store when Azure is down).
+
+A coordinator started without a storage account hands out no work: it keeps tasks and answers
+reads, and its pending runs keep their hints unconfirmed until it runs with one again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from coordinator.azure.errors import QueueUnavailable
+from coordinator.azure.queues import PollUrls, QueueService
+from coordinator.domain.errors import NotFound
+from coordinator.domain.records import TaskRecord
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.service.claim_work import ClaimWork
+from coordinator.service.tasks import TaskService
+
+log = logging.getLogger(__name__)
+
+NO_AZURE = (
+    "this coordinator runs without Azure queues (AZURE_STORAGE_CONNECTION_STRING is unset), "
+    "so it hands out no work: neither pollTaskUrls nor claimWork is available; its pending "
+    "runs get their hints once it runs with a storage account"
+)
+
+
+class WorkQueues:
+    """The Azure side of task queues, for the API.
+
+    :param queues: ``None`` when the coordinator runs without Azure.
+    :param claim_work_timeout: how long one claimWork call waits for work (seconds).
+    """
+
+    def __init__(
+        self, *, service: TaskService, queues: QueueService | None, claim_work_timeout: float
+    ) -> None:
+        self._service = service
+        self._queues = queues
+        self._claim_work: ClaimWork | None = None
+        if queues is not None:
+            claim_work = ClaimWork(service=service, queues=queues, timeout=claim_work_timeout)
+            service.hints.listeners.append(
+                lambda hint: claim_work.wake(hint.provisioner_id, hint.worker_type)
+            )
+            self._claim_work = claim_work
+
+    def _require_queues(self) -> QueueService:
+        if self._queues is None:
+            raise NotFound(NO_AZURE)
+        return self._queues
+
+    async def poll_urls(self, queue: TaskQueue) -> PollUrls:
+        """Signed poll and delete URLs of the task queue's Azure queues, highest first.
+
+        :raises NotFound: the coordinator runs without Azure.
+        :raises QueueUnavailable: Azure did not answer.
+        """
+        return await self._require_queues().poll_urls(
+            queue.provisioner_id, queue.worker_type, now=self._service.clock()
+        )
+
+    async def claim_work(
+        self,
+        queue: TaskQueue,
+        *,
+        worker_group: str,
+        worker_id: str,
+        count: int,
+        disconnected: Callable[[], bool],
+    ) -> list[TaskRecord]:
+        """claimWork's long poll; :raises NotFound: the coordinator runs without Azure."""
+        self._require_queues()
+        assert self._claim_work is not None
+        return await self._claim_work.claim(
+            queue.provisioner_id,
+            queue.worker_type,
+            worker_group=worker_group,
+            worker_id=worker_id,
+            count=count,
+            disconnected=disconnected,
+        )
+
+    async def pending_count(self, queue: TaskQueue) -> int:
+        """Azure's approximate count (an upper bound, cached), or the store's exact count
+        when there is no Azure or it is unreachable."""
+        if self._queues is not None:
+            try:
+                return await self._queues.pending_count(queue.provisioner_id, queue.worker_type)
+            except QueueUnavailable as error:
+                log.warning("pendingTasks from the store: Azure unavailable error=%r", error)
+        counts = await self._service.run_counts(queue.provisioner_id, queue.worker_type)
+        return counts.pending
