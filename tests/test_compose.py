@@ -283,10 +283,9 @@ def test_the_copies_are_what_pip_install_and_serve_need() -> None:
     assert "pyproject.toml" in copied
     assert PYPROJECT["project"]["readme"] in copied  # setuptools reads it while building
     setuptools = PYPROJECT["tool"]["setuptools"]
-    # every package's source directory: top-level packages, and those mapped elsewhere
+    # every top-level package's source directory (data folders live inside the packages)
+    assert "package-dir" not in setuptools
     sources = {name.split(".")[0] for name in setuptools["packages"]}
-    sources |= {directory for name, directory in setuptools["package-dir"].items()}
-    sources -= set(setuptools["package-dir"])
     for source in sources:
         assert copied[source] == f"{workdir}/{source}", source
     installs = [

@@ -3,9 +3,8 @@
 Owns loading ``schemas/v1/*.json`` (once, into a ``referencing`` registry so ``$ref`` between
 files resolves offline) and the cached validators built from them; each validator gets its
 schema with every ``$ref`` already resolved, which makes validation about three times faster.
-Schemas are named by file stem (``create-task-request``). The schemas directory is found next
-to the ``coordinator`` package, which holds for a source checkout and an editable install
-alike.
+Schemas are named by file stem (``create-task-request``); they live in the package
+(``coordinator/schemas/v1``), so a checkout and an installed wheel find them alike.
 
 A bad request raises :class:`~coordinator.api.errors.InputValidationError` naming every failing
 path and why; a bad response is our own bug and raises :class:`ResponseSchemaError`, which is
@@ -37,15 +36,7 @@ if TYPE_CHECKING:
     from referencing._core import Resolver
 
 _PACKAGE = Path(coordinator.__file__).resolve().parent
-SCHEMAS_DIR = next(
-    (
-        candidate
-        for candidate in (_PACKAGE / "schemas" / "v1", _PACKAGE.parent / "schemas" / "v1")
-        if candidate.is_dir()
-    ),
-    _PACKAGE.parent / "schemas" / "v1",
-)
-"""Inside the package when installed from a wheel; the checkout's ``schemas/`` otherwise."""
+SCHEMAS_DIR = _PACKAGE / "schemas" / "v1"
 SCHEMA_BASE_URI = "https://queue-coordinator/schemas/v1/"
 
 _MAX_SHOWN = 80

@@ -24,7 +24,9 @@ stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
     echo "setup: installing Python dependencies into .venv"
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[test,bench]'
+    # setuptools warns on every editable install that a folder named like the package could
+    # shadow it; that is this checkout itself, so the warning only buries real problems.
+    PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e '.[test,bench]'
     rm -f .venv/.installed-*
     touch "$stamp"
 fi
