@@ -20,7 +20,7 @@ from coordinator.api.endpoints import API_PREFIX, ENDPOINTS
 from coordinator.api.handlers import HANDLERS, Handlers, route_handler
 from coordinator.api.http import error_middleware, json_response
 from coordinator.azure.queues import QueueService, QueueSettings
-from coordinator.config import Config
+from coordinator.config import Config, ConfigurationError
 from coordinator.domain.lifecycle import Timing
 from coordinator.resolvers import (
     claim_resolver,
@@ -35,7 +35,7 @@ from coordinator.service.clock import wall_clock
 from coordinator.service.tasks import TaskService
 from coordinator.service.work_queues import NO_AZURE, WorkQueues
 from coordinator.store.base import Store
-from coordinator.store.factory import store_from_url
+from coordinator.store.factory import open_store
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,29 @@ def _actors(config: Config, service: TaskService, queues: QueueService | None) -
     return actors
 
 
+def _queue_service(config: Config) -> QueueService | None:
+    """The Azure queue layer, or ``None`` without a connection string.
+
+    :raises ConfigurationError: the connection string or the queue prefix is unusable.
+    """
+    if not config.azure_connection_string:
+        return None
+    try:
+        return QueueService(
+            config.azure_connection_string,
+            QueueSettings(
+                prefix=config.queue_prefix,
+                poll_visibility_s=max(1, config.poll_visibility // 1000),
+                pending_cache_s=config.pending_cache / 1000,
+            ),
+        )
+    except ValueError as error:
+        raise ConfigurationError(
+            f"{error} (AZURE_STORAGE_CONNECTION_STRING needs AccountName, AccountKey and an "
+            "endpoint; COORDINATOR_QUEUE_PREFIX lowercase letters, digits and hyphens)"
+        ) from None
+
+
 def build_app(
     config: Config,
     *,
@@ -113,18 +136,8 @@ def build_app(
     authorizer = Authorizer.from_config(config, clock=lambda: clock() / 1000)
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        store = store_from_url(config.store_url)
-        await store.open()
-        queues: QueueService | None = None
-        if config.azure_connection_string:
-            queues = QueueService(
-                config.azure_connection_string,
-                QueueSettings(
-                    prefix=config.queue_prefix,
-                    poll_visibility_s=max(1, config.poll_visibility // 1000),
-                    pending_cache_s=config.pending_cache / 1000,
-                ),
-            )
+        queues = _queue_service(config)
+        store = await open_store(config.store_url)
         service = TaskService(
             store=store,
             hints=queues,

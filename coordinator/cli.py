@@ -1,26 +1,36 @@
 """The ``queue-coordinator`` command: ``serve`` runs the service, ``migrate`` applies store
-migrations and exits. Flags mirror the environment variables of :mod:`coordinator.config`."""
+migrations, ``clients add`` adds a client to the clients file. Flags mirror the environment
+variables of :mod:`coordinator.config`. A configuration mistake is one line on stderr that
+names it and the way out, and exit status 2; never a traceback."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
 from aiohttp import web
 
+from coordinator.api.clients import add_client
 from coordinator.app import build_app
-from coordinator.config import Config
-from coordinator.store.factory import store_from_url
+from coordinator.config import Config, ConfigurationError
+from coordinator.logs import configure_logging
+from coordinator.store.factory import open_store
 
-LOG_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
+DESCRIPTION = """\
+A Taskcluster-style queue coordinator. Settings come from COORDINATOR_* environment
+variables (see the README); the flags below override the most common ones."""
+
+CLIENTS_ADD_EPILOG = """\
+Prints the new client's credentials as shell exports for the taskcluster client and
+queue-worker. Example: queue-coordinator clients add root (scope *), or
+queue-coordinator clients add builder --scope 'queue:create-task:*'"""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queue-coordinator", description=__doc__)
+    parser = argparse.ArgumentParser(prog="queue-coordinator", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the coordinator (API and resolvers)")
     serve.add_argument("--host", help="listen address (COORDINATOR_HOST)")
@@ -30,6 +40,23 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default=os.environ.get("COORDINATOR_LOG_LEVEL", "INFO"))
     migrate = commands.add_parser("migrate", help="apply store migrations and exit")
     migrate.add_argument("--store-url", help="store URL (COORDINATOR_STORE_URL)")
+    clients = commands.add_parser("clients", help="manage the clients file")
+    clients_commands = clients.add_subparsers(dest="clients_command", required=True)
+    add = clients_commands.add_parser(
+        "add",
+        help="add a client with a new random accessToken (creating the file if needed)",
+        epilog=CLIENTS_ADD_EPILOG,
+    )
+    add.add_argument("client_id", metavar="CLIENT_ID")
+    add.add_argument(
+        "--scope",
+        action="append",
+        dest="scopes",
+        help="a scope the client holds (repeatable; default: * for every scope)",
+    )
+    add.add_argument("--description", default="", help="what the client is for")
+    add.add_argument("--clients-file", help="the file (COORDINATOR_CLIENTS_FILE)")
+    add.add_argument("--data-dir", help="data directory (COORDINATOR_DATA_DIR)")
     return parser
 
 
@@ -40,6 +67,7 @@ def _config(args: argparse.Namespace) -> Config:
         ("port", "COORDINATOR_PORT"),
         ("data_dir", "COORDINATOR_DATA_DIR"),
         ("store_url", "COORDINATOR_STORE_URL"),
+        ("clients_file", "COORDINATOR_CLIENTS_FILE"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
@@ -47,37 +75,57 @@ def _config(args: argparse.Namespace) -> Config:
     return Config.from_env(env)
 
 
-async def _migrate(config: Config) -> list[int]:
-    store = store_from_url(config.store_url)
-    await store.open()  # open() migrates; report what it applied
-    applied = await store.migrate()
+async def _migrate(config: Config) -> None:
+    store = await open_store(config.store_url)  # opening applies the migrations
     await store.close()
-    return applied
+
+
+def _add_client(config: Config, args: argparse.Namespace) -> None:
+    credentials = add_client(
+        config.clients_file,
+        args.client_id,
+        scopes=args.scopes or ["*"],
+        description=args.description,
+    )
+    print(f"# added to {config.clients_file}")
+    print(f"export TASKCLUSTER_CLIENT_ID={credentials.client_id}")
+    print(f"export TASKCLUSTER_ACCESS_TOKEN={credentials.access_token}")
+
+
+def _serve(config: Config) -> None:
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    app = build_app(config)
+    try:
+        web.run_app(
+            app,
+            host=config.host,
+            port=config.port,
+            print=None,
+            access_log=None,
+            shutdown_timeout=5,
+        )
+    except OSError as error:
+        raise ConfigurationError(
+            f"cannot listen on {config.host}:{config.port}: {error.strerror or error}; "
+            "choose another COORDINATOR_HOST/COORDINATOR_PORT (or --host/--port)"
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         config = _config(args)
-    except ValueError as error:
+        configure_logging(level=getattr(args, "log_level", "WARNING"), env=os.environ)
+        if args.command == "migrate":
+            asyncio.run(_migrate(config))
+            print(f"migrations applied: store at {config.store_url.split('@')[-1]} is up to date")
+        elif args.command == "clients":
+            _add_client(config, args)
+        else:
+            _serve(config)
+    except ConfigurationError as error:
         print(f"queue-coordinator: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=getattr(args, "log_level", "INFO"), format=LOG_FORMAT)
-    # The Azure SDK logs every HTTP request at INFO; our own lines already say what matters.
-    logging.getLogger("azure").setLevel(logging.WARNING)
-    if args.command == "migrate":
-        asyncio.run(_migrate(config))
-        print(f"migrations applied: store at {config.store_url.split('@')[-1]} is up to date")
-        return 0
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    web.run_app(
-        build_app(config),
-        host=config.host,
-        port=config.port,
-        print=None,
-        access_log=None,
-        shutdown_timeout=5,
-    )
     return 0
 
 

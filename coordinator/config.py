@@ -12,6 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+class ConfigurationError(ValueError):
+    """A setting is wrong or names something unusable; the message names the setting and the
+    way out, and ``queue-coordinator`` prints it as one line and exits non-zero."""
+
+
 def _seconds(env: Mapping[str, str], name: str, default: float) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -19,9 +24,9 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> int:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
+        raise ConfigurationError(f"{name}={raw!r} is not a number of seconds") from None
     if value < 0:
-        raise ValueError(f"{name}={raw!r} must not be negative")
+        raise ConfigurationError(f"{name}={raw!r} must not be negative")
     return int(value * 1000)
 
 
@@ -33,7 +38,7 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
         return True
     if raw.lower() in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{name}={raw!r} is not a boolean (use true or false)")
+    raise ConfigurationError(f"{name}={raw!r} is not a boolean (use true or false)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,7 +84,7 @@ class Config:
         host = env.get("COORDINATOR_HOST") or "127.0.0.1"
         raw_port = env.get("COORDINATOR_PORT") or "8080"
         if not raw_port.isdigit() or not 0 <= int(raw_port) <= 65535:
-            raise ValueError(f"COORDINATOR_PORT={raw_port!r} is not a port number")
+            raise ConfigurationError(f"COORDINATOR_PORT={raw_port!r} is not a port number")
         port = int(raw_port)
         data_dir = Path(env.get("COORDINATOR_DATA_DIR") or ".data")
         return cls(

@@ -432,7 +432,18 @@ class Authorizer:
         """The caller of ``request`` if it satisfies ``expression``; else raise as :func:`require`
         does (401 ``AuthenticationFailed`` or 403 ``InsufficientScopes``)."""
         auth = await self.caller(request)
-        require(auth, expression)
+        try:
+            require(auth, expression)
+        except InsufficientScopes:
+            missing = unsatisfied(auth.scopes if isinstance(auth, Auth) else (), expression)
+            log.info(
+                "insufficient scopes clientId=%s method=%s path=%s missing=%s",
+                getattr(auth, "client_id", "-"),
+                request.method,
+                request.path,
+                json.dumps(missing, separators=(",", ":")),
+            )
+            raise
         return auth
 
     def run_credentials(self, record: TaskRecord, run: Run) -> dict[str, str]:

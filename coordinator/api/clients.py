@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.api.scopes import valid_scope
+from coordinator.config import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ _CLIENT_ID = re.compile(r"^[A-Za-z0-9!@/:.+|_-]+$")
 _CLIENT_KEYS = frozenset({"clientId", "accessToken", "scopes", "description"})
 
 
-class ClientsFileError(Exception):
+class ClientsFileError(ConfigurationError):
     """The clients file is missing, unreadable or malformed; the message says where."""
 
 
@@ -142,6 +143,12 @@ class ClientRegistry:
     def _stat(self) -> _Stamp:
         try:
             st = os.stat(self._path)
+        except FileNotFoundError:
+            raise ClientsFileError(
+                f"cannot read clients file {self._path}: it does not exist; create it with "
+                "`queue-coordinator clients add root`, point COORDINATOR_CLIENTS_FILE at "
+                "another, or set COORDINATOR_AUTH=false (local experiments only)"
+            ) from None
         except OSError as error:
             raise ClientsFileError(f"cannot read clients file {self._path}: {error}") from error
         return _Stamp(mtime_ns=st.st_mtime_ns, size=st.st_size, inode=st.st_ino)
@@ -222,35 +229,76 @@ def ensure_root_client(path: str | os.PathLike[str]) -> Credentials:
     unusable or has no ``root`` client.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     if not target.exists():
-        _create(target)
+        _write(target, _new_document(_root_entry()), replace=False)
     client = ClientRegistry(target).lookup(ROOT_CLIENT_ID)
     if client is None:
         raise ClientsFileError(f"clients file {target} has no {ROOT_CLIENT_ID!r} client")
     return client.credentials
 
 
-def _create(target: Path) -> None:
-    document = {
-        "issuer": ISSUER_CLIENT_ID,
-        "clients": [
-            {
-                "clientId": ROOT_CLIENT_ID,
-                "accessToken": _new_access_token(),
-                "scopes": ["*"],
-                "description": "created on first start; holds every scope",
-            },
-            {
-                "clientId": ISSUER_CLIENT_ID,
-                "accessToken": _new_access_token(),
-                "scopes": ["*"],
-                "description": "signs the temporary credentials handed out on claims",
-            },
-        ],
+def add_client(
+    path: str | os.PathLike[str],
+    client_id: str,
+    *,
+    scopes: list[str],
+    description: str = "",
+) -> Credentials:
+    """Add a client with a new random accessToken; creates the file (with the issuer) first
+    if there is none. Returns the new client's credentials.
+
+    :raises ClientsFileError: the clientId is taken or invalid, a scope is invalid, or the
+        existing file is unusable.
+    """
+    target = Path(path)
+    access_token = _new_access_token()
+    entry: dict[str, Any] = {
+        "clientId": client_id,
+        "accessToken": access_token,
+        "scopes": scopes,
+        "description": description,
     }
-    # mkstemp creates the file with mode 0600; link() then publishes it complete, and fails
-    # rather than overwrites if another process created the file meanwhile.
+    _parse_client(entry, "the new client")
+    if not target.exists():
+        _write(target, _new_document(entry), replace=False)
+    else:
+        _load(target)  # refuse to extend a file that does not parse
+        document = json.loads(target.read_text(encoding="utf-8"))
+        if any(other.get("clientId") == client_id for other in document["clients"]):
+            raise ClientsFileError(f"clients file {target} already has a client {client_id!r}")
+        document["clients"].append(entry)
+        _write(target, document, replace=True)
+    log.info("client added path=%s clientId=%s scopes=%s", target, client_id, scopes)
+    return Credentials(client_id=client_id, access_token=access_token)
+
+
+def _root_entry() -> dict[str, Any]:
+    return {
+        "clientId": ROOT_CLIENT_ID,
+        "accessToken": _new_access_token(),
+        "scopes": ["*"],
+        "description": "created on first start; holds every scope",
+    }
+
+
+def _new_document(first: dict[str, Any]) -> dict[str, Any]:
+    issuer = {
+        "clientId": ISSUER_CLIENT_ID,
+        "accessToken": _new_access_token(),
+        "scopes": ["*"],
+        "description": "signs the temporary credentials handed out on claims",
+    }
+    return {"issuer": ISSUER_CLIENT_ID, "clients": [first, issuer]}
+
+
+def _write(target: Path, document: dict[str, Any], *, replace: bool) -> None:
+    """Publish ``document`` at ``target`` complete, mode 0600.
+
+    :param replace: replace an existing file (rename); otherwise never overwrite one
+        (link, which fails if another process created the file meanwhile).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # mkstemp creates the file with mode 0600.
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".clients-", suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
@@ -258,10 +306,14 @@ def _create(target: Path) -> None:
             file.write("\n")
             file.flush()
             os.fsync(file.fileno())
+        if replace:
+            os.replace(temporary, target)
+            return
         try:
             os.link(temporary, target)
-            log.info("clients file created path=%s root_client_id=%s", target, ROOT_CLIENT_ID)
+            log.info("clients file created path=%s", target)
         except FileExistsError:
             log.info("clients file created concurrently by another process path=%s", target)
     finally:
-        os.unlink(temporary)
+        if os.path.exists(temporary):
+            os.unlink(temporary)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from coordinator.config import ConfigurationError
 from coordinator.store.base import Store
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlite import SQLiteStore
@@ -22,8 +23,8 @@ from coordinator.store.sqlite import SQLiteStore
 def store_from_url(url: str) -> Store:
     """A store, not yet opened, for ``url``.
 
-    :raises ValueError: for a scheme other than ``sqlite``, ``postgresql`` or ``postgres``, or a
-        SQLite URL with a host, query, fragment or no path.
+    :raises ConfigurationError: for a scheme other than ``sqlite``, ``postgresql`` or
+        ``postgres``, or a SQLite URL with a host, query, fragment or no path.
     """
     parts = urlsplit(url)
     if parts.scheme in ("postgresql", "postgres"):
@@ -31,16 +32,35 @@ def store_from_url(url: str) -> Store:
     if parts.scheme == "sqlite":
         return SQLiteStore(_sqlite_path(url))
     # only the scheme: the rest of a database URL may hold a password
-    raise ValueError(
+    raise ConfigurationError(
         f"unsupported store URL scheme {parts.scheme!r}: expected sqlite:///<path>, "
         "postgresql://... or postgres://..."
     )
 
 
+async def open_store(url: str) -> Store:
+    """The store for ``url``, opened (connected, migrations applied).
+
+    :raises ConfigurationError: the URL is malformed, or the database cannot be opened
+        (unreachable server, missing database, unwritable file, ...).
+    """
+    store = store_from_url(url)
+    try:
+        await store.open()
+    except Exception as error:
+        # Whatever the driver raises, the way out is the same: fix the URL or the database.
+        shown = url.split("@")[-1]  # never print a password
+        raise ConfigurationError(
+            f"cannot open the store at {shown}: {type(error).__name__}: {error}; "
+            "check COORDINATOR_STORE_URL and that the database is reachable"
+        ) from error
+    return store
+
+
 def _sqlite_path(url: str) -> Path:
     parts = urlsplit(url)
     if parts.netloc or parts.query or parts.fragment or not parts.path.strip("/"):
-        raise ValueError(
+        raise ConfigurationError(
             f"SQLite store URL {url!r} must be sqlite:///<path> "
             "(no host, query or fragment; sqlite:///./<path> for a relative path)"
         )
