@@ -1,0 +1,74 @@
+"""The layering of docs/architecture.md, checked on the imports of every module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ALLOWED: dict[str, set[str]] = {
+    "domain": {"domain"},
+    "store": {"domain", "store", "config"},
+    "azure": {"domain", "azure"},
+    "service": {"domain", "store", "azure", "service"},
+    "resolvers": {"service", "domain", "resolvers", "azure.queues"},
+    "api": {"service", "domain", "config", "api", "azure.errors", "schemas"},
+}
+"""Layer -> what its modules may import from ``coordinator`` (a layer, or one module)."""
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``coordinator.*`` module ``path`` imports, without the ``coordinator.`` prefix."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {
+            name.removeprefix("coordinator.") for name in names if name.startswith("coordinator.")
+        }
+    return found
+
+
+def _allowed(layer: str, imported: str) -> bool:
+    return any(imported == rule or imported.startswith(rule + ".") for rule in ALLOWED[layer])
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_each_layer_imports_only_what_it_may(layer: str) -> None:
+    modules = sorted((ROOT / "coordinator" / layer).rglob("*.py"))
+    assert modules, layer
+    wrong = {
+        f"{path.relative_to(ROOT)} imports coordinator.{name}"
+        for path in modules
+        for name in _imports(path)
+        # ``from coordinator.x import y`` also lists ``x.y``: judge the module, not the name
+        if not _allowed(layer, name) and not _allowed(layer, name.rpartition(".")[0])
+    }
+    assert not wrong, sorted(wrong)
+
+
+def test_the_worker_sdk_never_imports_the_coordinator() -> None:
+    for path in sorted((ROOT / "worker_sdk").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [alias.name for alias in node.names]
+                )
+                assert not any(n.split(".")[0] == "coordinator" for n in names), path
+
+
+def test_no_http_status_below_the_api() -> None:
+    for layer in ("domain", "service", "store", "resolvers"):
+        for path in (ROOT / "coordinator" / layer).rglob("*.py"):
+            text = path.read_text()
+            assert "aiohttp" not in text and "status=4" not in text, path
