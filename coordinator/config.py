@@ -1,4 +1,4 @@
-"""Coordinator configuration: one frozen value built from the environment (SPEC §11).
+"""Coordinator configuration: one frozen value built from the environment.
 
 Every setting has an environment variable; ``queue-coordinator serve`` flags override them.
 Durations are given in seconds in the environment and held in milliseconds here.

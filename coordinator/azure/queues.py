@@ -330,7 +330,7 @@ class QueueService:
 
     async def poll_urls(self, provisioner_id: str, worker_type: str, *, now: int) -> PollUrls:
         """Signed poll and delete URLs for the worker type's queues, highest priority first
-        (SPEC §7), creating the queues if needed.
+        (docs/protocol.md), creating the queues if needed.
 
         Each SAS allows only ``p`` (get and delete messages) on its own queue, from
         ``now - sas_start_skew_ms`` until ``expires = now + sas_life_ms``.

@@ -1,4 +1,5 @@
-"""Task-definition normalisation (SPEC §3): from a createTask body to the stored definition.
+"""Task-definition normalisation: from a createTask body to the stored definition (the rules
+are in docs/protocol.md, "Task definition").
 
 Pure: no clock, no I/O. :func:`normalise` takes a body that already matches the
 ``create-task-request`` schema and applies the rules a schema cannot express (times relative to
