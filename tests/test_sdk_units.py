@@ -35,7 +35,7 @@ def b64json(value: Any) -> str:
 
 def test_a_hint_decodes_to_task_run_and_hint_ids() -> None:
     text = b64json({"taskId": "fN1SbArXTPSVFNUvaOlinQ", "runId": 3, "hintId": "h1"})
-    assert azure.decode_hint(text) == azure.Hint(
+    assert azure.parse_hint(text) == azure.AzureHint(
         task_id="fN1SbArXTPSVFNUvaOlinQ", run_id=3, hint_id="h1"
     )
 
@@ -58,7 +58,7 @@ def test_a_hint_decodes_to_task_run_and_hint_ids() -> None:
 )
 def test_anything_else_is_a_poison_hint(text: str) -> None:
     with pytest.raises(azure.PoisonHint):
-        azure.decode_hint(text)
+        azure.parse_hint(text)
 
 
 # -- Azure XML and URLs ------------------------------------------------------------------
@@ -141,8 +141,8 @@ def test_delete_url_substitutes_percent_encoded_id_and_receipt() -> None:
 
 
 def test_queue_name_is_the_segment_before_messages() -> None:
-    assert azure.queue_name("https://acct.queue.core.windows.net/q7/messages?sig=x") == "q7"
-    assert azure.queue_name("http://127.0.0.1:10001/devstoreaccount1/q1/messages") == "q1"
+    assert azure.queue_name_of_url("https://acct.queue.core.windows.net/q7/messages?sig=x") == "q7"
+    assert azure.queue_name_of_url("http://127.0.0.1:10001/devstoreaccount1/q1/messages") == "q1"
 
 
 # -- timing ------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 It speaks only HTTP: to the coordinator's Taskcluster-queue-v1 routes and to Azure Storage
 Queues through the signed URLs the coordinator hands out. Usage::
 
+    import os
+
     from worker_sdk import MalformedPayload, TaskRun, Worker
 
     async def handle(run: TaskRun) -> None:  # or a plain def, which runs in a thread
@@ -10,9 +12,22 @@ Queues through the signed URLs the coordinator hands out. Usage::
             raise MalformedPayload("payload needs a command")
         ...
 
-    worker = Worker(root_url="http://127.0.0.1:8080", credentials=None,
-                    provisioner_id="proj", worker_type="linux", handler=handle, capacity=4)
+    worker = Worker(
+        root_url="http://127.0.0.1:8080",
+        credentials={
+            "clientId": os.environ["TASKCLUSTER_CLIENT_ID"],
+            "accessToken": os.environ["TASKCLUSTER_ACCESS_TOKEN"],
+        },
+        provisioner_id="proj",
+        worker_type="linux",
+        handler=handle,
+        capacity=4,
+    )
     await worker.run()  # until worker.stop(), SIGTERM or SIGINT
+
+The credentials sign polling and claiming (the dev coordinator runs with authentication on,
+and ``./scripts/dev`` prints a client's); each run is then reclaimed and reported with the
+temporary credentials its claim came with.
 
 A handler that returns resolves its run ``completed``; one that raises
 :class:`MalformedPayload`, :class:`ResourceUnavailable` or :class:`InternalError` resolves

@@ -1,4 +1,4 @@
-"""Azure Storage Queue access through the coordinator's signed URLs, and hint decoding.
+"""Azure Storage Queue access through the coordinator's signed URLs, and hint parsing.
 
 Owns Azure's wire format and nothing more: the ``numofmessages`` parameter, the
 ``QueueMessagesList`` XML, the ``{{messageId}}``/``{{popReceipt}}`` placeholders of the delete
@@ -38,8 +38,8 @@ class QueueMessage:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Hint:
-    """What a hint message says: run ``run_id`` of ``task_id`` may be pending."""
+class AzureHint:
+    """What a hint message read from Azure says: run ``run_id`` of ``task_id`` may be pending."""
 
     task_id: str
     run_id: int
@@ -69,8 +69,9 @@ def delete_url(template: str, message: QueueMessage) -> str:
     )
 
 
-def queue_name(url: str) -> str:
-    """The queue's name, for logs: the path segment before ``/messages``."""
+def queue_name_of_url(url: str) -> str:
+    """The queue's name taken from one of its URLs, for logs: the path segment before
+    ``/messages`` (the whole URL when it has none)."""
     segments = urlsplit(url).path.split("/")
     return segments[segments.index("messages") - 1] if "messages" in segments[1:] else url
 
@@ -100,8 +101,9 @@ def parse_messages(xml: str) -> list[QueueMessage]:
     return messages
 
 
-def decode_hint(text: str) -> Hint:
-    """Read a hint from a message's text; :class:`PoisonHint` if it does not hold one."""
+def parse_hint(text: str) -> AzureHint:
+    """Read the hint an Azure message's text holds; raises :class:`PoisonHint` (never returns
+    ``None``) when it holds none."""
     try:
         raw = base64.b64decode(text.strip(), validate=True)
         value = json.loads(raw)
@@ -117,7 +119,7 @@ def decode_hint(text: str) -> Hint:
         raise PoisonHint(f"runId missing or not a run index: {value!r}")
     if not isinstance(hint_id, str):
         raise PoisonHint(f"hintId missing or not a string: {value!r}")
-    return Hint(task_id=task_id, run_id=run_id, hint_id=hint_id)
+    return AzureHint(task_id=task_id, run_id=run_id, hint_id=hint_id)
 
 
 async def get_messages(session: aiohttp.ClientSession, url: str) -> list[QueueMessage]:

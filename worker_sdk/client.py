@@ -139,7 +139,7 @@ class _Answer:
     server_time: datetime
 
 
-class QueueClient:
+class CoordinatorClient:
     """Calls the coordinator's queue routes under ``<root_url>/api/queue/v1``.
 
     ``credentials`` sign the worker's own calls (polling and claiming); reclaims and reports

@@ -4,7 +4,8 @@ Both pollers answer one question, :meth:`Poller.claims`: "give me up to N runs t
 waiting as long as it takes, and answering ``[]`` only once the worker is stopping. They
 pause with jitter when there is no work, back off exponentially with jitter on transient
 errors, and raise :class:`~worker_sdk.errors.RequestFailed` only for errors a retry cannot
-fix (the coordinator refusing the worker's credentials, say).
+fix (the coordinator refusing the worker's credentials, say). Who the worker is and how it
+paces itself reach both as one :class:`WorkerIdentity` and one :class:`PollSettings`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import asyncio
 import logging
 import random
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
 
 from worker_sdk import azure
-from worker_sdk.client import Claim, PollUrls, QueueClient, SignedQueue
+from worker_sdk.client import Claim, CoordinatorClient, PollUrls, SignedQueue
 from worker_sdk.errors import RequestFailed
 from worker_sdk.timing import Backoff, jittered
 
@@ -35,13 +37,40 @@ DEQUEUE_WARNING = "hint dequeued too often taskId=%s runId=%s queue=%s dequeueCo
 """The line operators alert on; its format is a public interface (see the package docs)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class WorkerIdentity:
+    """Who polls and claims: the worker type whose queues are read, and the worker that every
+    claim is made for."""
+
+    provisioner_id: str
+    worker_type: str
+    worker_group: str
+    worker_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PollSettings:
+    """How the worker paces itself, fixed for its lifetime.
+
+    ``idle_delay`` is the pause (jittered) when there is no work; ``backoff`` the schedule
+    after transient failures, of polls and claims here and of the worker's reclaims and
+    reports alike; a hint dequeued more than ``dequeue_warning`` times is logged as
+    :data:`DEQUEUE_WARNING` (Azure mode only: in claimWork mode the worker never sees the
+    messages).
+    """
+
+    idle_delay: float
+    backoff: Backoff
+    dequeue_warning: int
+
+
 class Poller(Protocol):
     async def claims(self, count: int) -> list[Claim]:
         """Claim up to ``count`` runs; at least one, or none once the worker is stopping."""
         ...
 
 
-class _BackOff(Exception):
+class _Transient(Exception):
     """A transient failure somewhere in a walk over the queues: pause, then start over."""
 
 
@@ -65,7 +94,7 @@ class _Retrying:
         """The jittered backoff before retry ``attempt`` (0-based)."""
         return self._backoff.delay(attempt, self._rng)
 
-    async def back_off(self, error: BaseException) -> None:
+    async def wait_after_failure(self, error: BaseException) -> None:
         delay = self.delay(self._failures)
         self._failures += 1
         log.warning("poll failed error=%s failures=%d retryIn=%.2f", error, self._failures, delay)
@@ -82,32 +111,25 @@ class _Polling(abc.ABC):
     def __init__(
         self,
         *,
-        client: QueueClient,
-        provisioner_id: str,
-        worker_type: str,
-        worker_group: str,
-        worker_id: str,
+        client: CoordinatorClient,
+        identity: WorkerIdentity,
+        settings: PollSettings,
         stopping: asyncio.Event,
-        idle_delay: float,
-        backoff: Backoff,
         rng: random.Random,
     ) -> None:
         self._client = client
-        self._provisioner_id = provisioner_id
-        self._worker_type = worker_type
-        self._worker_group = worker_group
-        self._worker_id = worker_id
+        self._identity = identity
+        self._settings = settings
         self._stopping = stopping
-        self._idle_delay = idle_delay
         self._rng = rng
-        self._retrying = _Retrying(stopping=stopping, backoff=backoff, rng=rng)
+        self._retrying = _Retrying(stopping=stopping, backoff=settings.backoff, rng=rng)
 
     async def claims(self, count: int) -> list[Claim]:
         while not self._stopping.is_set():
             try:
                 claims = await self._attempt(count)
-            except _BackOff as signal:
-                await self._retrying.back_off(signal.__cause__ or signal)
+            except _Transient as transient:
+                await self._retrying.wait_after_failure(transient.__cause__ or transient)
                 continue
             self._retrying.succeeded()
             if claims:
@@ -116,12 +138,12 @@ class _Polling(abc.ABC):
 
     @abc.abstractmethod
     async def _attempt(self, count: int) -> list[Claim]:
-        """One try at claiming; raises :class:`_BackOff` on a transient failure. An empty
+        """One try at claiming; raises :class:`_Transient` on a transient failure. An empty
         answer sends :meth:`claims` straight into the next try, so where that would only spin,
         pause first (:meth:`_idle`)."""
 
     async def _idle(self) -> None:
-        await self._retrying.pause(jittered(self._idle_delay, self._rng))
+        await self._retrying.pause(jittered(self._settings.idle_delay, self._rng))
 
 
 class AzurePoller(_Polling):
@@ -131,30 +153,16 @@ class AzurePoller(_Polling):
         self,
         *,
         session: aiohttp.ClientSession,
-        dequeue_warning: int,
-        client: QueueClient,
-        provisioner_id: str,
-        worker_type: str,
-        worker_group: str,
-        worker_id: str,
+        client: CoordinatorClient,
+        identity: WorkerIdentity,
+        settings: PollSettings,
         stopping: asyncio.Event,
-        idle_delay: float,
-        backoff: Backoff,
         rng: random.Random,
     ) -> None:
         super().__init__(
-            client=client,
-            provisioner_id=provisioner_id,
-            worker_type=worker_type,
-            worker_group=worker_group,
-            worker_id=worker_id,
-            stopping=stopping,
-            idle_delay=idle_delay,
-            backoff=backoff,
-            rng=rng,
+            client=client, identity=identity, settings=settings, stopping=stopping, rng=rng
         )
         self._session = session
-        self._dequeue_warning = dequeue_warning
         self._urls: PollUrls | None = None
 
     async def _attempt(self, count: int) -> list[Claim]:
@@ -164,7 +172,7 @@ class AzurePoller(_Polling):
         for queue in urls.queues:
             if self._stopping.is_set():
                 return []
-            name = azure.queue_name(queue.poll_url)
+            name = azure.queue_name_of_url(queue.poll_url)
             try:
                 messages = await azure.get_messages(
                     self._session, azure.poll_url(queue.poll_url, count)
@@ -177,7 +185,7 @@ class AzurePoller(_Polling):
                 if not error.transient:
                     # Most likely an expired or rejected signature: get new URLs first.
                     self._urls = None
-                raise _BackOff() from error
+                raise _Transient() from error
             if messages:
                 return await self._take_all(queue, name, messages)
         await self._idle()
@@ -187,11 +195,11 @@ class AzurePoller(_Polling):
         if self._urls is None or time.monotonic() >= self._urls.refresh_at:
             try:
                 self._urls = await self._client.poll_task_urls(
-                    self._provisioner_id, self._worker_type
+                    self._identity.provisioner_id, self._identity.worker_type
                 )
             except RequestFailed as error:
                 if error.transient:
-                    raise _BackOff() from error
+                    raise _Transient() from error
                 raise
             log.info(
                 "poll urls refreshed queues=%d expires=%s",
@@ -213,7 +221,7 @@ class AzurePoller(_Polling):
             if not isinstance(failure, RequestFailed):
                 raise failure
         if failures and not claims:
-            raise _BackOff() from failures[0]
+            raise _Transient() from failures[0]
         # Only stale hints: an empty answer sends the caller straight back to the top queue.
         return claims
 
@@ -222,7 +230,7 @@ class AzurePoller(_Polling):
     ) -> Claim | None:
         """Claim the run a message hints at, deleting the message unless that must be retried."""
         try:
-            hint = azure.decode_hint(message.text)
+            hint = azure.parse_hint(message.text)
         except azure.PoisonHint as error:
             log.warning(
                 "poison hint deleted queue=%s messageId=%s dequeueCount=%d error=%s",
@@ -233,7 +241,7 @@ class AzurePoller(_Polling):
             )
             await self._delete(queue, name, message, task_id="-", run_id="-")
             return None
-        if message.dequeue_count > self._dequeue_warning:
+        if message.dequeue_count > self._settings.dequeue_warning:
             log.warning(DEQUEUE_WARNING, hint.task_id, hint.run_id, name, message.dequeue_count)
         if self._stopping.is_set():
             # Claiming now would only lead to reporting worker-shutdown, which spends one of
@@ -272,7 +280,7 @@ class AzurePoller(_Polling):
         await self._delete(queue, name, message, task_id=hint.task_id, run_id=hint.run_id)
         return claim
 
-    async def _claim(self, hint: azure.Hint, name: str) -> Claim:
+    async def _claim(self, hint: azure.AzureHint, name: str) -> Claim:
         """claimTask, retried in place on transient failures for up to
         :data:`CLAIM_RETRY_WINDOW`: the message stays hidden from every other worker until its
         visibility timeout (300 s) ends, so giving up at once would leave its run waiting that
@@ -284,8 +292,8 @@ class AzurePoller(_Polling):
                 return await self._client.claim_task(
                     hint.task_id,
                     hint.run_id,
-                    worker_group=self._worker_group,
-                    worker_id=self._worker_id,
+                    worker_group=self._identity.worker_group,
+                    worker_id=self._identity.worker_id,
                 )
             except RequestFailed as error:
                 delay = self._retrying.delay(attempt)
@@ -338,7 +346,7 @@ class ClaimWorkPoller(_Polling):
             claims = await self._long_poll(count)
         except RequestFailed as error:
             if error.transient:
-                raise _BackOff() from error
+                raise _Transient() from error
             raise
         for claim in claims:
             log.info(
@@ -360,10 +368,10 @@ class ClaimWorkPoller(_Polling):
         """
         request = asyncio.create_task(
             self._client.claim_work(
-                self._provisioner_id,
-                self._worker_type,
-                worker_group=self._worker_group,
-                worker_id=self._worker_id,
+                self._identity.provisioner_id,
+                self._identity.worker_type,
+                worker_group=self._identity.worker_group,
+                worker_id=self._identity.worker_id,
                 tasks=count,
             )
         )

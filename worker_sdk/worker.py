@@ -29,9 +29,16 @@ from typing import Any, Literal, TypeVar
 import aiohttp
 
 from worker_sdk import timing
-from worker_sdk.client import Claim, Credentials, QueueClient, Reclaim
+from worker_sdk.client import Claim, CoordinatorClient, Credentials, Reclaim
 from worker_sdk.errors import RequestFailed, TaskException
-from worker_sdk.poller import MAX_BATCH, AzurePoller, ClaimWorkPoller, Poller
+from worker_sdk.poller import (
+    MAX_BATCH,
+    AzurePoller,
+    ClaimWorkPoller,
+    Poller,
+    PollSettings,
+    WorkerIdentity,
+)
 from worker_sdk.timing import Backoff
 
 log = logging.getLogger(__name__)
@@ -195,10 +202,15 @@ class Worker:
             if credentials is None or isinstance(credentials, Credentials)
             else Credentials.from_json(credentials)
         )
-        self._provisioner_id = provisioner_id
-        self._worker_type = worker_type
-        self._worker_group = worker_group or default_worker_group()
-        self._worker_id = worker_id or default_worker_id()
+        self._identity = WorkerIdentity(
+            provisioner_id=provisioner_id,
+            worker_type=worker_type,
+            worker_group=worker_group or default_worker_group(),
+            worker_id=worker_id or default_worker_id(),
+        )
+        self._settings = PollSettings(
+            idle_delay=idle_delay, backoff=backoff, dequeue_warning=dequeue_warning
+        )
         self._handler = handler
         # Also true for objects with an ``async def __call__``.
         self._handler_is_async = inspect.iscoroutinefunction(
@@ -207,9 +219,6 @@ class Worker:
         self._capacity = capacity
         self._claim_work = claim_work
         self._grace_period = grace_period
-        self._dequeue_warning = dequeue_warning
-        self._idle_delay = idle_delay
-        self._backoff = backoff
         self._handle_signals = handle_signals
         self._rng = random.Random()
         self._stopping = asyncio.Event()
@@ -224,11 +233,11 @@ class Worker:
 
     @property
     def worker_group(self) -> str:
-        return self._worker_group
+        return self._identity.worker_group
 
     @property
     def worker_id(self) -> str:
-        return self._worker_id
+        return self._identity.worker_id
 
     def stop(self) -> None:
         """Ask for a graceful shutdown; :meth:`run` returns once it is done.
@@ -236,7 +245,9 @@ class Worker:
         Call it from the event loop's thread (``loop.call_soon_threadsafe`` otherwise).
         """
         if not self._stopping.is_set():
-            log.info("worker stopping workerId=%s runs=%d", self._worker_id, len(self._runs))
+            log.info(
+                "worker stopping workerId=%s runs=%d", self._identity.worker_id, len(self._runs)
+            )
         self._stopping.set()
         self._wakeup.set()
 
@@ -252,16 +263,16 @@ class Worker:
             loop.add_signal_handler(signum, self._on_signal, signum)
         try:
             async with aiohttp.ClientSession() as session:
-                client = QueueClient(
+                client = CoordinatorClient(
                     session=session, root_url=self._root_url, credentials=self._credentials
                 )
                 log.info(
                     "worker started provisionerId=%s workerType=%s workerGroup=%s workerId=%s"
                     " capacity=%d mode=%s",
-                    self._provisioner_id,
-                    self._worker_type,
-                    self._worker_group,
-                    self._worker_id,
+                    self._identity.provisioner_id,
+                    self._identity.worker_type,
+                    self._identity.worker_group,
+                    self._identity.worker_id,
                     self._capacity,
                     "claimWork" if self._claim_work else "azure",
                 )
@@ -269,13 +280,13 @@ class Worker:
         finally:
             for signum in signals:
                 loop.remove_signal_handler(signum)
-        log.info("worker stopped workerId=%s", self._worker_id)
+        log.info("worker stopped workerId=%s", self._identity.worker_id)
 
     def _on_signal(self, signum: int) -> None:
         log.info("signal received signal=%s", signal.Signals(signum).name)
         self.stop()
 
-    async def _serve(self, session: aiohttp.ClientSession, client: QueueClient) -> None:
+    async def _serve(self, session: aiohttp.ClientSession, client: CoordinatorClient) -> None:
         polling = asyncio.create_task(self._poll(self._poller(session, client), client))
         stop_requested = asyncio.create_task(self._stopping.wait())
         try:
@@ -289,34 +300,25 @@ class Worker:
             log.error("worker giving up error=%s", polling.exception())
             polling.result()
 
-    def _poller(self, session: aiohttp.ClientSession, client: QueueClient) -> Poller:
+    def _poller(self, session: aiohttp.ClientSession, client: CoordinatorClient) -> Poller:
         if self._claim_work:
             return ClaimWorkPoller(
                 client=client,
-                provisioner_id=self._provisioner_id,
-                worker_type=self._worker_type,
-                worker_group=self._worker_group,
-                worker_id=self._worker_id,
+                identity=self._identity,
+                settings=self._settings,
                 stopping=self._stopping,
-                idle_delay=self._idle_delay,
-                backoff=self._backoff,
                 rng=self._rng,
             )
         return AzurePoller(
             session=session,
             client=client,
-            provisioner_id=self._provisioner_id,
-            worker_type=self._worker_type,
-            worker_group=self._worker_group,
-            worker_id=self._worker_id,
+            identity=self._identity,
+            settings=self._settings,
             stopping=self._stopping,
-            idle_delay=self._idle_delay,
-            backoff=self._backoff,
-            dequeue_warning=self._dequeue_warning,
             rng=self._rng,
         )
 
-    async def _poll(self, poller: Poller, client: QueueClient) -> None:
+    async def _poll(self, poller: Poller, client: CoordinatorClient) -> None:
         while not self._stopping.is_set():
             self._wakeup.clear()
             free = self._capacity - len(self._runs)
@@ -364,7 +366,7 @@ class Worker:
             if late:
                 await asyncio.wait(late)
 
-    async def _execute(self, claim: Claim, client: QueueClient) -> None:
+    async def _execute(self, claim: Claim, client: CoordinatorClient) -> None:
         lease = _Lease(claim)
         run = TaskRun(claim, lease)
         if self._stopping.is_set():
@@ -422,7 +424,7 @@ class Worker:
             )
         return outcome
 
-    async def _keep_claimed(self, client: QueueClient, run: TaskRun, lease: _Lease) -> None:
+    async def _keep_claimed(self, client: CoordinatorClient, run: TaskRun, lease: _Lease) -> None:
         """Reclaim well before each deadline, forever; cancel the handler if the claim is lost."""
         while True:
             now = time.monotonic()
@@ -452,7 +454,7 @@ class Worker:
             )
 
     async def _report(
-        self, client: QueueClient, run: TaskRun, lease: _Lease, outcome: Outcome
+        self, client: CoordinatorClient, run: TaskRun, lease: _Lease, outcome: Outcome
     ) -> None:
         """Report, retrying transient errors while the claim lasts (after that it's moot)."""
 
@@ -510,7 +512,7 @@ class Worker:
                 remaining = lease.expires_at - time.monotonic()
                 if not error.transient or remaining <= 0:
                     raise
-                delay = min(self._backoff.delay(failures, self._rng), remaining)
+                delay = min(self._settings.backoff.delay(failures, self._rng), remaining)
                 failures += 1
                 log.warning(retry_line, run.task_id, run.run_id, error, delay)
                 await asyncio.sleep(delay)

@@ -27,7 +27,7 @@ from benchlib.common import (
 )
 from benchlib.coordproc import Coordinator, StoreKind, TaskClient, coordinator, new_task_id
 from coordinator.service.clock import wall_clock
-from worker_sdk.client import QueueClient
+from worker_sdk.client import CoordinatorClient
 from worker_sdk.errors import RequestFailed
 
 
@@ -122,7 +122,9 @@ async def _lifecycles(
     task_ids: list[str],
     row: Row,
 ) -> None:
-    client = QueueClient(session=session, root_url=running.url, credentials=running.credentials)
+    client = CoordinatorClient(
+        session=session, root_url=running.url, credentials=running.credentials
+    )
     pending = iter(task_ids)
     latencies: list[float] = []
     errors = 0
