@@ -6,7 +6,7 @@ For each store asked for (PostgreSQL, SQLite or both) this script:
 1. makes an empty store: a new PostgreSQL database on the server of ``--admin-dsn`` (dropped
    at the end), or a SQLite file in a temporary directory (deleted at the end);
 2. fills it with ``--tasks`` tasks (default 100,000) in one task group. This is measurement
-   set-up, not API traffic: the store's own ``open()`` creates the schema, then the rows go
+   set-up, not API traffic: ``queue-coordinator migrate`` creates the schema, then the rows go
    in with one bulk statement (PostgreSQL ``COPY``, SQLite ``executemany`` in one
    transaction). Each row is what createTask would store, built by the coordinator's own code
    (``definitions.normalise``, ``lifecycle.create``, ``rows.insert_columns``): a pending task
@@ -14,7 +14,7 @@ For each store asked for (PostgreSQL, SQLite or both) this script:
 3. starts ``queue-coordinator serve`` on that store as a child process (no Azure: the listing
    does not touch it; auth on, listings need no credentials);
 4. samples the process's RSS with psutil every ``--sample-ms`` while it lists the whole group
-   through the API with plain aiohttp (``listTaskGroup``, following ``continuationToken``
+   through the API (``listTaskGroup``, following ``continuationToken``
    until there is none), checking every task comes back exactly once, in order;
 5. prints the baseline RSS (after start-up and a ping), RSS after the first page, the peak,
    the growth (peak - baseline), tasks listed, pages and time taken.
@@ -31,9 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import secrets
-import signal
 import sqlite3
 import sys
 import tempfile
@@ -42,30 +39,28 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import aiohttp
 import asyncpg
 import psutil
 import slugid
-from harnesslib import (
-    PING,
-    SERVE,
-    coordinator_env,
-    end_process,
-    postgres_database,
-    spawn,
-    wait_until_answers,
-)
 
+# Run as a file, this script has scripts/ first on the path; devharness lies in the
+# repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# The rows are built with the coordinator's own code (definitions, lifecycle, rows) because
+# 100,000 createTask calls would take minutes and measure nothing this script is about.
 from coordinator.api.clients import ensure_root_client
-from coordinator.azurite import free_port
 from coordinator.config import Config
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.records import record_from_definition, to_iso
 from coordinator.service.clock import wall_clock
-from coordinator.store.factory import store_from_url
 from coordinator.store.rows import insert_columns
+from devharness.api import call
+from devharness.postgres import ADMIN_DSN, throwaway_database
+from devharness.processes import ServeProcess, child_env, log_tail, spawn
 
 MB = 1024 * 1024
 
@@ -152,10 +147,16 @@ async def sqlite_store() -> AsyncIterator[str]:
         yield f"sqlite:///{Path(directory) / 'coordinator.db'}"
 
 
-async def create_schema(url: str) -> None:
-    store = store_from_url(url)
-    await store.open()  # applies the migrations
-    await store.close()
+async def migrate(url: str, directory: Path) -> None:
+    """Create the schema with ``queue-coordinator migrate``."""
+    log = directory / "migrate.log"
+    process = await spawn(
+        [sys.executable, "-m", "coordinator.cli", "migrate", "--store-url", url],
+        env=child_env(),
+        log=log,
+    )
+    if await process.wait() != 0:
+        raise RuntimeError(f"queue-coordinator migrate failed:\n{log_tail(log)}")
 
 
 async def fill(url: str, group: str, count: int) -> None:
@@ -191,30 +192,21 @@ def _fill_sqlite(path: str, columns: list[str], generated: Iterator[tuple[Any, .
 @contextlib.asynccontextmanager
 async def coordinator(url: str, directory: Path) -> AsyncIterator[tuple[str, psutil.Process]]:
     """``queue-coordinator serve`` on the store; yields its API root and its process."""
-    port = free_port("127.0.0.1")
     clients_file = directory / "clients.json"
     ensure_root_client(clients_file)
-    env = coordinator_env(
-        port=port,
+    serve = ServeProcess(
         data_dir=directory,
         store_url=url,
         clients_file=clients_file,
+        log=directory / "coordinator.log",
         COORDINATOR_LOG_LEVEL="WARNING",
     )
-    log_path = directory / "coordinator.log"
-    process = await spawn([sys.executable, *SERVE], env=env, log=log_path)
-    root = f"http://127.0.0.1:{port}"
-    api = f"{root}/api/queue/v1"
     try:
-        try:
-            await wait_until_answers(
-                f"{root}{PING}", within=60, exit_code=lambda: process.returncode
-            )
-        except RuntimeError as error:
-            raise RuntimeError(f"{error}: {log_path.read_text()[-2000:]}") from None
-        yield api, psutil.Process(process.pid)
+        await serve.start()
+        assert serve.process is not None
+        yield serve.api, psutil.Process(serve.process.pid)
     finally:
-        await end_process(process, signal.SIGTERM, 10)
+        await serve.stop()
 
 
 # --- the measurement ------------------------------------------------------------------------------
@@ -233,10 +225,10 @@ async def list_group(
             params = {"limit": str(page_limit)}
             if token:
                 params["continuationToken"] = token
-            async with http.get(f"{api}/task-group/{group}/list", params=params) as response:
-                body = await response.json()
-                if response.status != 200:
-                    raise RuntimeError(f"listTaskGroup answered {response.status}: {body}")
+            response = await call(http, "GET", f"{api}/task-group/{group}/list?{urlencode(params)}")
+            if response.status != 200:
+                raise RuntimeError(f"listTaskGroup answered {response.status}: {response.body}")
+            body = response.body
             for entry in body["tasks"]:
                 task_id = entry["status"]["taskId"]
                 if task_id <= last:
@@ -260,16 +252,14 @@ async def sample(process: psutil.Process, every: float, peak: list[int]) -> None
 async def measure(store: str, args: argparse.Namespace) -> Result:
     group = slugid.nice()
     store_context = (
-        postgres_database(args.admin_dsn, f"qc_measure_{os.getpid()}_{secrets.token_hex(3)}")
-        if store == "postgres"
-        else sqlite_store()
+        throwaway_database(args.admin_dsn, "qc_measure") if store == "postgres" else sqlite_store()
     )
     async with store_context as url:
-        await create_schema(url)
-        started = time.monotonic()
-        await fill(url, group, args.tasks)
-        insert_s = time.monotonic() - started
         with tempfile.TemporaryDirectory(prefix="qc-measure-run-") as directory:
+            await migrate(url, Path(directory))
+            started = time.monotonic()
+            await fill(url, group, args.tasks)
+            insert_s = time.monotonic() - started
             async with coordinator(url, Path(directory)) as (api, process):
                 baseline = process.memory_info().rss
                 peak = [baseline]
@@ -309,9 +299,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per store")
     parser.add_argument(
         "--admin-dsn",
-        default=os.environ.get(
-            "COORDINATOR_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"
-        ),
+        default=ADMIN_DSN,
         help="a PostgreSQL server and a database to create the measurement database from",
     )
     return parser.parse_args()

@@ -33,12 +33,13 @@ import pytest
 from aiohttp import web
 from mohawk.util import parse_authorization_header
 
+from devharness.waiting import wait_until
 from worker_sdk.client import Credentials
 
 SAS = "sv=2023-11-03&se=2099-01-01T00%3A00%3A00Z&sp=p&sig=a%2Bb%2Fc%3D"
 """A query string as Azure's SAS looks: percent-encoded, which must survive unchanged."""
 
-PRIORITIES = ("highest", "high", "medium", "lowest")
+PRIORITIES = ("highest", "very-high", "high", "medium", "low", "very-low", "lowest")
 
 WORKER = Credentials(client_id="worker-client", access_token="worker-secret")
 
@@ -76,6 +77,7 @@ class Run:
 @dataclass(kw_only=True)
 class Task:
     definition: dict[str, Any]
+    retries_left: int = 5
     runs: list[Run] = field(default_factory=lambda: [Run()])
 
 
@@ -94,6 +96,9 @@ class CoordinatorDouble:
         self.claim_work_wait = 0.2
         self.claim_gate: asyncio.Event | None = None
         """When set, claimTask answers only once the event is."""
+        self.keep_full: set[str] = set()
+        """Priorities whose queue gets a new task for each run claimed from it: never empty."""
+        self._refills = itertools.count()
         self.faults: dict[str, list[int]] = {}
         """Route name -> statuses to answer instead, in turn; 0 drops the connection."""
         self.requests: list[tuple[str, str]] = []
@@ -118,7 +123,13 @@ class CoordinatorDouble:
     # -- test controls ------------------------------------------------------------------
 
     def add_task(
-        self, task_id: str, *, priority: str = "lowest", payload: Any = None, hint: bool = True
+        self,
+        task_id: str,
+        *,
+        priority: str = "lowest",
+        payload: Any = None,
+        hint: bool = True,
+        retries_left: int = 5,
     ) -> None:
         definition = {
             "provisionerId": "prov",
@@ -126,7 +137,7 @@ class CoordinatorDouble:
             "priority": priority,
             "payload": {} if payload is None else payload,
         }
-        self.tasks[task_id] = Task(definition=definition)
+        self.tasks[task_id] = Task(definition=definition, retries_left=retries_left)
         if hint:
             self.put(priority, hint_text(task_id, 0))
 
@@ -222,8 +233,11 @@ class CoordinatorDouble:
         run.state = "running"
         run.worker_group, run.worker_id = holder
         self._issue(task_id, run_id, run)
+        priority = task.definition["priority"]
+        if priority in self.keep_full:
+            self.add_task(f"refill-{priority}-{next(self._refills)}", priority=priority)
         return {
-            "status": {"taskId": task_id},
+            "status": {"taskId": task_id, "retriesLeft": task.retries_left},
             "runId": run_id,
             "workerGroup": run.worker_group,
             "workerId": run.worker_id,
@@ -445,9 +459,5 @@ async def double_fixture() -> AsyncIterator[CoordinatorDouble]:
 async def eventually(
     predicate: Callable[[], bool], *, within: float = 10.0, what: str = "condition"
 ) -> None:
-    """Poll ``predicate`` until it holds; fail after ``within`` seconds."""
-    give_up = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.01)
+    """:func:`~devharness.waiting.wait_until` for the double's state, checked every 10 ms."""
+    await wait_until(predicate, within=within, what=what, interval=0.01)

@@ -10,18 +10,19 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import slugid
 
 from coordinator.domain.records import to_iso
 from coordinator.service.clock import wall_clock
+from devharness.waiting import wait_until
 from tests.fixtures.coordinator import (
     FakeClock,
     RunningCoordinator,
     StartCoordinator,
     task_definition,
-    wait_until,
 )
 
 ISO_MS_Z = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
@@ -746,7 +747,7 @@ async def collect_pages(
         params = {"limit": str(limit)}
         if token is not None:
             params["continuationToken"] = token
-        response = await c.call("GET", path, params=params)
+        response = await c.call("GET", f"{path}?{urlencode(params)}")
         assert response.status == 200, response.body
         assert response.body[key] == value
         pages.append([entry["status"]["taskId"] for entry in response.body["tasks"]])
@@ -835,6 +836,7 @@ async def test_pending_tasks_and_task_queue_counts(start_coordinator: StartCoord
         assert response.body == {
             **ids,
             "pending": 1,
+            "delayed": 0,
             "running": 2,
             "pendingTasks": 1,
             "claimedTasks": 2,

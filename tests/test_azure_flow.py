@@ -30,16 +30,12 @@ from azure.storage.queue.aio import QueueClient
 
 from coordinator.azure.hint_codec import decode_hint, encode_hint
 from coordinator.azure.names import queue_name
-from coordinator.azurite import AzuriteProcess
 from coordinator.domain.task_queues import PRIORITIES
 from coordinator.resolvers import hint_keeper
+from devharness.azurite import AzuriteProcess
+from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import (
-    FakeClock,
-    RunningCoordinator,
-    task_definition,
-    wait_until,
-)
+from tests.fixtures.coordinator import FakeClock, RunningCoordinator, task_definition
 
 Start = Callable[..., Awaitable[RunningCoordinator]]
 WORKER = {"workerGroup": "wg", "workerId": "w1"}

@@ -15,12 +15,8 @@ import slugid
 
 from coordinator.domain.records import to_iso
 from coordinator.service.clock import wall_clock
-from tests.fixtures.coordinator import (
-    Response,
-    RunningCoordinator,
-    StartCoordinator,
-    task_definition,
-)
+from devharness.api import Response, read
+from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
@@ -38,9 +34,10 @@ def assert_error(response: Response, status: int, code: str, *fragments: str) ->
 
 
 async def put_raw(c: RunningCoordinator, task_id: str, data: bytes) -> Response:
-    return await c.call(
-        "PUT", f"/task/{task_id}", data=data, headers={"Content-Type": "application/json"}
-    )
+    """createTask with ``data`` as the body, as it is (the JSON client would encode it)."""
+    headers = {"Content-Type": "application/json"}
+    async with c.session.put(f"{c.api}/task/{task_id}", data=data, headers=headers) as raw:
+        return await read(raw)
 
 
 def raw_with_payload(payload_json: str) -> bytes:

@@ -4,15 +4,12 @@ table. Its figures mean nothing at this size; docs/performance.md has the real o
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from devharness.processes import run_module
 
 ROWS = [
     "raw-rest",
@@ -40,29 +37,17 @@ def _redis_answers() -> bool:
 def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
     if not _redis_answers():
         pytest.skip("the RQ row needs Redis on 127.0.0.1:6379")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)]),
-    }
     result_file = tmp_path / "rows.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchlib",
-            "--duration=1",
-            "--warmup=1.5",
-            "--drain=5",
-            "--depth=50",
-            "--lifecycle-tasks=40",
-            "--rq-jobs=20",
-            f"--workdir={tmp_path / 'work'}",
-            f"--json={result_file}",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+    done = run_module(
+        "benchlib",
+        "--duration=1",
+        "--warmup=1.5",
+        "--drain=5",
+        "--depth=50",
+        "--lifecycle-tasks=40",
+        "--rq-jobs=20",
+        f"--workdir={tmp_path / 'work'}",
+        f"--json={result_file}",
         timeout=160,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

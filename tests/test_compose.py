@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -18,7 +17,6 @@ import subprocess
 import sys
 import tomllib
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,12 +26,15 @@ import slugid
 import taskcluster.aio
 import yaml
 
-from coordinator import azurite as azurite_module
 from coordinator.api import validation
-from coordinator.azurite import AzuriteProcess
 from coordinator.cli import _parser
 from coordinator.config import Config
-from tests.fixtures.coordinator import free_port, task_definition, wait_until
+from devharness import azurite as azurite_module
+from devharness.azurite import AzuriteProcess
+from devharness.ports import free_port
+from devharness.processes import end_processes, spawn
+from devharness.waiting import wait_until
+from tests.fixtures.coordinator import task_definition
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -311,21 +312,6 @@ def test_the_command_is_a_declared_console_script_serving_on_all_interfaces() ->
 # --- the containers' commands, run here -------------------------------------------------------
 
 
-@contextlib.contextmanager
-def child(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        process = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def run_the_clients_service(clients: dict[str, Any], local: str) -> dict[str, str]:
     """Run the clients service's script here, with /data at ``local``; check the file it
     made and return the ``export NAME=value`` lines it printed."""
@@ -393,7 +379,10 @@ async def test_the_compose_commands_start_a_working_coordinator(
     program = str(Path(sys.executable).parent / cmd[0])
     root_url = local_env["COORDINATOR_PUBLIC_URL"]
 
-    with child([program, *cmd[1:]], {**os.environ, **local_env}, tmp_path / "serve.log") as proc:
+    proc = await spawn(
+        [program, *cmd[1:]], env={**os.environ, **local_env}, log=tmp_path / "serve.log"
+    )
+    try:
         probe = [
             sys.executable
             if part == "python"
@@ -402,7 +391,7 @@ async def test_the_compose_commands_start_a_working_coordinator(
         ]
 
         async def healthy() -> bool:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            assert proc.returncode is None, (tmp_path / "serve.log").read_text()[-3000:]
             return await exit_code(probe) == 0
 
         await wait_until(healthy, within=30, what="the coordinator health check to pass")
@@ -423,6 +412,8 @@ async def test_the_compose_commands_start_a_working_coordinator(
         task_id = slugid.nice()
         created = await queue.createTask(task_id, task_definition())
         assert created["status"]["state"] == "pending"
+    finally:
+        await end_processes([proc])
     # the probe is not trivially true: with the coordinator gone it fails
     assert await exit_code(probe) != 0
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from coordinator.domain.records import from_iso
 from coordinator.service.clock import wall_clock
-from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, wait_until
+from devharness.waiting import wait_until
+from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator
 
 MakeProcess = Callable[..., CoordinatorProcess]
 
@@ -55,9 +56,9 @@ async def claim(c: RunningCoordinator, task_id: str, run_id: int, worker_id: str
     return taken_until
 
 
-def kill(process: CoordinatorProcess) -> None:
+async def kill(process: CoordinatorProcess) -> None:
     assert process.process is not None
-    process.kill()
+    await process.kill()
     assert process.process.returncode == -signal.SIGKILL
 
 
@@ -129,7 +130,7 @@ async def test_every_task_and_run_survives_a_sigkill(coordinator_process: MakePr
     ]
     assert runs(before[canceled]["status"]) == [("exception", "exception", "canceled")]
 
-    kill(first)
+    await kill(first)
     second = coordinator_process(**settings)
     assert second.config.data_dir == first.config.data_dir
     assert second.config.store_url == first.config.store_url
@@ -169,7 +170,7 @@ async def test_claims_that_expire_while_the_coordinator_is_down_are_resolved_aft
     for task_id in taken_until:
         assert before[task_id]["status"]["state"] == "running"
 
-    kill(first)
+    await kill(first)
     killed_at = wall_clock()
     assert killed_at < min(from_iso(t) for t in taken_until.values()), "claims expired too soon"
     latest = max(from_iso(t) for t in taken_until.values())

@@ -12,7 +12,7 @@ import re
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -25,9 +25,10 @@ from coordinator.azure.errors import QueueUnavailable
 from coordinator.azure.hint_codec import decode_hint
 from coordinator.azure.names import MAX_PREFIX_LENGTH, queue_name
 from coordinator.azure.queues import QueueService, QueueSettings
-from coordinator.azurite import AzuriteProcess
 from coordinator.domain.lifecycle import Hint
 from coordinator.domain.task_queues import PRIORITIES, priority_level
+from devharness.azurite import AzuriteProcess
+from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
 
 MINUTE = 60_000
@@ -78,16 +79,6 @@ def decode_text(text: str) -> Any:
 def sas_of(signed_poll_url: str) -> str:
     """The SAS query of a signed poll URL (everything after its own parameter)."""
     return signed_poll_url.split("?visibilitytimeout=300&", 1)[1]
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], *, within: float = 10.0, what: str
-) -> None:
-    give_up = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out after {within} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture
@@ -307,7 +298,7 @@ async def test_delayed_hint_becomes_visible_only_after_its_delay(
         later.extend(await get_messages(http, poll_url))
         return bool(later)
 
-    await eventually(visible, what="the delayed hint")
+    await wait_until(visible, within=10.0, what="the delayed hint")
     assert now_ms() - now >= 1_000
     assert [decode_text(m["MessageText"])["taskId"] for m in later] == ["later"]
 
@@ -344,7 +335,7 @@ async def test_pending_count_sums_priorities_and_is_cached(
     async def counted() -> bool:
         return await queues.pending_count(ns.provisioner_id, "wt") == 3
 
-    await eventually(counted, within=5.0, what="the pending count cache to expire")
+    await wait_until(counted, within=5.0, what="the pending count cache to expire")
 
 
 # --- claimWork's side -----------------------------------------------------------------------

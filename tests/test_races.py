@@ -18,9 +18,9 @@ import slugid
 
 from coordinator.resolvers import claim_resolver
 from coordinator.service.tasks import TaskService
+from devharness.api import Response
 from tests.fixtures.coordinator import (
     FakeClock,
-    Response,
     RunningCoordinator,
     StartCoordinator,
     task_definition,

@@ -31,20 +31,21 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import mohawk
 import pytest
 import slugid
 
 from coordinator.api.clients import ensure_root_client
-from coordinator.azurite import AzuriteProcess
+from devharness.api import call
+from devharness.azurite import AzuriteProcess
+from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import (
     CoordinatorProcess,
     RunningCoordinator,
     base_config,
     task_definition,
-    wait_until,
 )
+from worker_sdk.client import Credentials
 
 N_TASKS = 60
 ABANDON_EVERY = 2
@@ -59,24 +60,6 @@ HTTP_TIMEOUT = aiohttp.ClientTimeout(total=10)
 MakeProcess = Callable[..., CoordinatorProcess]
 
 
-def hawk(credentials: dict[str, str], method: str, url: str, body: bytes, ctype: str) -> str:
-    """A Hawk Authorization header as the taskcluster client makes it, also for temporary
-    credentials (their certificate travels in ``ext``)."""
-    ext = None
-    if "certificate" in credentials:
-        certificate = json.loads(credentials["certificate"])
-        ext = base64.b64encode(json.dumps({"certificate": certificate}).encode()).decode()
-    sender = mohawk.Sender(
-        {"id": credentials["clientId"], "key": credentials["accessToken"], "algorithm": "sha256"},
-        url,
-        method,
-        content=body,
-        content_type=ctype,
-        ext=ext,
-    )
-    return str(sender.request_header)
-
-
 @dataclass
 class Cluster:
     """The replicas, an HTTP session, and what the workers did."""
@@ -84,7 +67,7 @@ class Cluster:
     replicas: list[RunningCoordinator]
     processes: list[CoordinatorProcess]
     http: aiohttp.ClientSession
-    root: dict[str, str]
+    root: Credentials
     provisioner_id: str
     served: Counter[int] = field(default_factory=Counter)
     """Requests answered, per replica index."""
@@ -101,34 +84,26 @@ class Cluster:
     ) -> tuple[int, Any]:
         """One signed API request to replica ``preferred``, or to the next one while a replica
         refuses connections or drops them (what a load balancer does)."""
-        data = b"" if body is None else json.dumps(body).encode()
-        ctype = "" if body is None else "application/json"
+        signer = self.root if credentials is None else Credentials.from_json(credentials)
         last_error: Exception | None = None
         for attempt in range(len(self.replicas)):
             index = (preferred + attempt) % len(self.replicas)
-            url = self.replicas[index].api + path
-            headers = {"Authorization": hawk(credentials or self.root, method, url, data, ctype)}
-            if ctype:
-                headers["Content-Type"] = ctype
             try:
-                async with self.http.request(
+                response = await call(
+                    self.http,
                     method,
-                    url,
-                    data=data or None,
-                    headers=headers,
-                    # no Content-Type on an empty POST, as the taskcluster client sends it
-                    # (aiohttp would add application/octet-stream after the signing)
-                    skip_auto_headers=() if ctype else ("Content-Type",),
-                    timeout=HTTP_TIMEOUT,
-                ) as response:
-                    text = await response.text()
+                    self.replicas[index].api + path,
+                    body,
+                    credentials=signer,
+                    request_timeout=HTTP_TIMEOUT,
+                )
             except aiohttp.ClientConnectionError as error:
                 last_error = error
                 self.failovers += 1
                 continue
             self.served[index] += 1
-            assert response.status < 500, f"{method} {path} on replica {index}: {text}"
-            return response.status, json.loads(text) if text else None
+            assert response.status < 500, f"{method} {path} on replica {index}: {response.body}"
+            return response.status, response.body
         raise AssertionError(f"no replica answered {method} {path}: {last_error!r}")
 
 
@@ -395,7 +370,7 @@ async def cluster(
             replicas=replicas,
             processes=processes,
             http=http,
-            root={"clientId": root.client_id, "accessToken": root.access_token},
+            root=Credentials(client_id=root.client_id, access_token=root.access_token),
             provisioner_id=azure_namespace.provisioner_id,
         )
 
@@ -445,7 +420,7 @@ async def test_killing_a_replica_mid_load_loses_nothing(cluster: Cluster) -> Non
             return len(work.reported) >= 15 and len(work.abandoned) >= 2
 
         await wait_until(busy, within=20, what="work to be under way on both replicas")
-        victim.kill()  # SIGKILL: no clean-up, requests and resolver passes cut mid-way
+        await victim.kill()  # SIGKILL: no clean-up, requests and resolver passes cut mid-way
         killed.set()
 
     # pollTaskUrls workers only: hints that a dying replica had received for a claimWork

@@ -12,7 +12,6 @@ from typing import Any
 
 import slugid
 
-from coordinator.azurite import AzuriteProcess
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.records import TaskRecord, from_iso, record_from_definition, to_iso
 from coordinator.resolvers import (
@@ -22,13 +21,14 @@ from coordinator.resolvers import (
     expiry_sweeper,
     hint_keeper,
 )
+from devharness.azurite import AzuriteProcess
+from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import (
     FakeClock,
     RunningCoordinator,
     StartCoordinator,
     task_definition,
-    wait_until,
 )
 
 SECOND = 1_000

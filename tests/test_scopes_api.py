@@ -33,8 +33,8 @@ import slugid
 import taskcluster
 from freezegun import freeze_time
 
-from coordinator.azurite import AzuriteProcess
 from coordinator.domain.records import from_iso
+from devharness.azurite import AzuriteProcess
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import FakeClock, RunningCoordinator, task_definition
 from tests.test_taskcluster_client import (

@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from devharness.processes import SCRIPTS, run_module
 
 
 def _soaklib(module: str) -> Any:
-    scripts = str(REPO / "scripts")
+    scripts = str(SCRIPTS)
     if scripts not in sys.path:
         sys.path.insert(0, scripts)
     return importlib.import_module(f"soaklib.{module}")
@@ -139,27 +137,15 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
 
 @pytest.mark.timeout(720)
 def test_sixty_second_soak_has_no_violations(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)]),
-    }
     summary = tmp_path / "soak.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "soaklib",
-            "--seconds=60",
-            "--kill-interval=6",
-            # bounds the wait for a hint whose worker was killed before it claimed
-            "--poll-visibility=30",
-            f"--workdir={tmp_path / 'work'}",
-            f"--json={summary}",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+    done = run_module(
+        "soaklib",
+        "--seconds=60",
+        "--kill-interval=6",
+        # bounds the wait for a hint whose worker was killed before it claimed
+        "--poll-visibility=30",
+        f"--workdir={tmp_path / 'work'}",
+        f"--json={summary}",
         timeout=700,
     )
     output = done.stdout[-6000:] + done.stderr[-4000:]

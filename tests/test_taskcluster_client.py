@@ -33,11 +33,12 @@ import taskcluster.aio
 from taskcluster.exceptions import TaskclusterAuthFailure, TaskclusterRestFailure
 
 from coordinator.api.clients import ensure_root_client
-from coordinator.azurite import AzuriteProcess
 from coordinator.domain.records import from_iso
 from coordinator.service.clock import wall_clock
+from devharness.azurite import AzuriteProcess
+from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import RunningCoordinator, task_definition, wait_until
+from tests.fixtures.coordinator import RunningCoordinator, task_definition
 
 Credentials = dict[str, str]
 StartCoordinator = Callable[..., Awaitable[RunningCoordinator]]

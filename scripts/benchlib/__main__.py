@@ -25,7 +25,7 @@ from pathlib import Path
 from benchlib import coordinator_only, e2e, raw, rq_peer
 from benchlib.common import Row, Settings, machine_description
 from benchlib.coordproc import StoreKind
-from coordinator.azurite import AzuriteProcess
+from devharness.azurite import AzuriteProcess
 
 ALL_ROWS = (
     "raw-rest",

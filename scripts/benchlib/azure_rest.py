@@ -18,7 +18,7 @@ import aiohttp
 from azure.storage.queue import generate_queue_sas
 from yarl import URL
 
-from coordinator.azurite import ACCOUNT_KEY, ACCOUNT_NAME
+from devharness.azurite import ACCOUNT_KEY, ACCOUNT_NAME
 
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 

@@ -1,12 +1,12 @@
 """What every row of the benchmark shares: settings, the row record, CPU accounting per
-process group, percentiles, depth pacing, child processes, and the machine description."""
+process group, percentiles, depth pacing, and the machine description. Child processes,
+waiting and the coordinator process come from :mod:`devharness`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import platform
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import aiohttp
 import psutil
-from harnesslib import REPO
+
+from devharness.postgres import ADMIN_DSN
+from devharness.processes import REPO
 
 PYTHON = sys.executable
 
@@ -46,7 +48,7 @@ class Settings:
     auth: bool = False
     worker_log_level: str = "INFO"
     coordinator_log_level: str = "INFO"
-    postgres_dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    postgres_dsn: str = ADMIN_DSN
     redis_url: str = "redis://127.0.0.1:6379/0"
     lifecycle_tasks: int = 3000
     profile: bool = False
@@ -217,15 +219,17 @@ def own_process() -> list[psutil.Process]:
     return [psutil.Process()]
 
 
-def pids(*popens: subprocess.Popen[bytes] | None) -> Callable[[], list[psutil.Process]]:
-    """A CPU group of child processes started with :func:`spawn`."""
+def pids(
+    *children: asyncio.subprocess.Process | None,
+) -> Callable[[], list[psutil.Process]]:
+    """A CPU group of child processes started with :func:`devharness.processes.spawn`."""
 
     def group() -> list[psutil.Process]:
         found = []
-        for popen in popens:
-            if popen is not None:
+        for child in children:
+            if child is not None:
                 with contextlib.suppress(psutil.Error):
-                    found.append(psutil.Process(popen.pid))
+                    found.append(psutil.Process(child.pid))
         return found
 
     return group
@@ -330,59 +334,6 @@ class DepthPacer:
         return mean, max(depth for _, depth in inside)
 
 
-# --- child processes ----------------------------------------------------------------------
-
-
-def spawn(command: Sequence[str], *, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            list(command),
-            env=env,
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-async def wait_for(predicate: Callable[[], bool], *, until: float, interval: float) -> bool:
-    """Poll ``predicate`` until it holds or monotonic ``until`` passes; whether it held."""
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= until:
-            return False
-        await asyncio.sleep(interval)
-
-
-async def stop_processes(
-    processes: Iterable[subprocess.Popen[bytes] | None], *, grace: float = 10.0
-) -> None:
-    """SIGTERM each process, wait up to ``grace`` seconds in all, then SIGKILL the rest."""
-    alive = [p for p in processes if p is not None and p.poll() is None]
-    for process in alive:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-    await wait_for(
-        lambda: all(p.poll() is not None for p in alive),
-        until=time.monotonic() + grace,
-        interval=0.05,
-    )
-    for process in alive:
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            process.wait(timeout=5)
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 # --- the machine ----------------------------------------------------------------------------
 
 
@@ -426,7 +377,7 @@ def machine_description() -> list[str]:
         f"OS: {platform.platform()}",
         f"Python {platform.python_version()}, aiohttp {_package_version('aiohttp')}, "
         f"azure-storage-queue {_package_version('azure-storage-queue')}, "
-        f"asyncpg {_package_version('asyncpg')}, aiosqlite {_package_version('aiosqlite')}, "
+        f"asyncpg {_package_version('asyncpg')}, "
         f"rq {_package_version('rq')}, redis-py {_package_version('redis')}",
         f"Node {_command_output(['node', '--version'])}, Azurite {azurite} (in-memory)",
         f"PostgreSQL: {_command_output(['psql', '--version'])} client; "

@@ -9,8 +9,6 @@ Hawk-signed; otherwise the coordinator runs with ``COORDINATOR_AUTH=false``.
 from __future__ import annotations
 
 import asyncio
-import json
-import secrets
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -22,18 +20,13 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import slugid
-from harnesslib import PING, SERVE, call, coordinator_env, postgres_database, wait_until_answers
 
-from benchlib.common import (
-    PYTHON,
-    Settings,
-    log_tail,
-    spawn,
-    stop_processes,
-)
+from benchlib.common import PYTHON, Settings
 from coordinator.api.clients import ensure_root_client
-from coordinator.azurite import free_port
 from coordinator.domain.records import from_iso, to_iso
+from devharness.api import API, call
+from devharness.postgres import throwaway_database
+from devharness.processes import ServeProcess
 from worker_sdk.client import Credentials
 
 StoreKind = Literal["sqlite", "postgres"]
@@ -46,8 +39,7 @@ class Coordinator:
     """A running coordinator process."""
 
     url: str
-    process: subprocess.Popen[bytes]
-    log: Path
+    process: asyncio.subprocess.Process | None
     queue_prefix: str
     credentials: Credentials | None
     store_url: str
@@ -59,7 +51,7 @@ class Coordinator:
 
     @property
     def api(self) -> str:
-        return self.url + "/api/queue/v1"
+        return self.url + API
 
 
 @asynccontextmanager
@@ -67,8 +59,7 @@ async def _store_url(settings: Settings, store: StoreKind, workdir: Path) -> Asy
     if store == "sqlite":
         yield f"sqlite:///{workdir / 'coordinator.db'}"
     else:
-        name = f"qc_bench_{secrets.token_hex(5)}"
-        async with postgres_database(settings.postgres_dsn, name) as dsn:
+        async with throwaway_database(settings.postgres_dsn, "qc_bench") as dsn:
             yield dsn
 
 
@@ -84,7 +75,6 @@ async def coordinator(
     """Start ``queue-coordinator serve`` (under pyinstrument when ``profile`` names the report
     file) and wait until it answers; stop it (SIGTERM, then SIGKILL) on exit."""
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
-    port = free_port("127.0.0.1")
     clients_file = workdir / "clients.json"
     credentials = None
     if settings.auth:
@@ -92,39 +82,29 @@ async def coordinator(
         credentials = Credentials(client_id=root.client_id, access_token=root.access_token)
     prefix = f"b{uuid.uuid4().hex[:8]}-"
     async with _store_url(settings, store, workdir) as store_url:
-        env = coordinator_env(
-            port=port,
+        serve = ServeProcess(
             data_dir=workdir,
             store_url=store_url,
             clients_file=clients_file,
+            log=workdir / "coordinator.log",
             azure_connection_string=azure_connection_string,
+            interpreter_args=() if profile is None else profiled(profile),
             COORDINATOR_AUTH="true" if settings.auth else "false",
             COORDINATOR_QUEUE_PREFIX=prefix,
             COORDINATOR_LOG_LEVEL=settings.coordinator_log_level,
         )
-        command: list[str] = [PYTHON]
-        if profile is not None:
-            command += profiled(profile)
-        command += SERVE
-        log = workdir / "coordinator.log"
-        process = spawn(command, env=env, log=log)
         try:
-            url = f"http://127.0.0.1:{port}"
-            try:
-                await wait_until_answers(f"{url}{PING}", within=60, exit_code=process.poll)
-            except RuntimeError as error:
-                raise RuntimeError(f"coordinator did not start: {error}\n{log_tail(log)}") from None
+            await serve.start()
             yield Coordinator(
-                url=url,
-                process=process,
-                log=log,
+                url=serve.url,
+                process=serve.process,
                 queue_prefix=prefix,
                 credentials=credentials,
                 store_url=store_url,
             )
         finally:
             # pyinstrument writes its report after the graceful stop; give it time
-            await stop_processes([process], grace=30.0 if profile else 10.0)
+            await serve.stop(wait=30.0 if profile else 10.0)
             if profile is not None:
                 render_profile(profile)
 
@@ -180,16 +160,16 @@ class TaskClient:
         }
 
     async def _request(self, method: str, path: str, body: Any = None) -> Any:
-        status, text = await call(
+        response = await call(
             self._session,
             method,
             self._coordinator.api + path,
             body,
             credentials=self._coordinator.credentials,
         )
-        if status != 200:
-            raise RuntimeError(f"{method} {path} -> {status}: {text[:300]}")
-        return json.loads(text)
+        if response.status != 200:
+            raise RuntimeError(f"{method} {path} -> {response.status}: {str(response.body)[:300]}")
+        return response.body
 
     async def create(self, task_id: str, body: dict[str, Any]) -> None:
         await self._request("PUT", f"/task/{task_id}", body)

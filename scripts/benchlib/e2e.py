@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 import aiohttp
-from harnesslib import child_env
 
 from benchlib import azure_rest
 from benchlib.common import (
@@ -30,8 +29,6 @@ from benchlib.common import (
     own_process,
     pids,
     postgres_backends,
-    spawn,
-    stop_processes,
 )
 from benchlib.coordproc import (
     PROVISIONER_ID,
@@ -44,8 +41,10 @@ from benchlib.coordproc import (
     render_profile,
 )
 from coordinator.azure.names import queue_name
-from coordinator.azurite import AzuriteProcess
 from coordinator.service.clock import wall_clock
+from devharness.azurite import AzuriteProcess
+from devharness.processes import child_env, end_processes, spawn
+from devharness.waiting import WaitTimeout, wait_until
 
 
 async def run(settings: Settings, azurite: AzuriteProcess, store: StoreKind) -> Row:
@@ -109,7 +108,7 @@ async def _measure(
         env["TASKCLUSTER_CLIENT_ID"] = running.credentials.client_id
         env["TASKCLUSTER_ACCESS_TOKEN"] = running.credentials.access_token
     workers = [
-        spawn(
+        await spawn(
             _worker_command(settings, running, worker_type, i, workdir),
             env=env,
             log=workdir / f"worker-{i}.log",
@@ -125,6 +124,8 @@ async def _measure(
     if store == "postgres":
         groups["postgres"] = postgres_backends(running.database)
     meter = CpuMeter(groups)
+    # The pacer reads the hint queue's depth from Azurite every 20-100 ms; pendingTasks is
+    # cached for 20 s, so the harness names the queue itself, as the coordinator does.
     name = queue_name(running.queue_prefix, PROVISIONER_ID, worker_type, settings.priority)
     sent: dict[str, float] = {}
     failures = 0
@@ -175,18 +176,20 @@ async def _measure(
             await gauge
             row.depth_mean, row.depth_max = pacer.depth(window_start, stop_at)
             # Let the workers finish what was created, so late tasks count in the latency.
-            give_up = time.monotonic() + settings.drain
             left = (-1, -1)
-            while time.monotonic() < give_up:
+
+            async def drained() -> bool:
+                nonlocal left
                 left = await tasks.counts(worker_type)
-                if left == (0, 0):
-                    break
-                await asyncio.sleep(0.2)
-            if left != (0, 0):
+                return left == (0, 0)
+
+            try:
+                await wait_until(drained, within=settings.drain, what="the drain", interval=0.2)
+            except WaitTimeout:
                 row.notes.append(f"not drained: pending, running = {left}")
             resolved = await tasks.resolved_times(task_group_id)
     finally:
-        await stop_processes(workers, grace=30.0 if settings.profile else 10.0)
+        await end_processes(workers, wait=30.0 if settings.profile else 10.0)
         if settings.profile:
             render_profile(workdir / "worker-0.pyisession")
     completed = {

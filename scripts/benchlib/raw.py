@@ -24,7 +24,6 @@ from typing import Any, Literal
 
 import aiohttp
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
-from harnesslib import child_env
 
 from benchlib import azure_rest
 from benchlib.common import (
@@ -37,11 +36,10 @@ from benchlib.common import (
     latency_fields,
     own_process,
     pids,
-    spawn,
-    stop_processes,
-    wait_for,
 )
-from coordinator.azurite import AzuriteProcess
+from devharness.azurite import AzuriteProcess
+from devharness.processes import child_env, end_processes, spawn
+from devharness.waiting import WaitTimeout, wait_until
 
 Client = Literal["rest", "sdk"]
 
@@ -183,7 +181,7 @@ async def run(settings: Settings, azurite: AzuriteProcess, client: Client) -> Ro
         outs = [workdir / f"consumer-{i}.json" for i in range(settings.workers)]
         for i, out in enumerate(outs):
             consumers.append(
-                spawn(
+                await spawn(
                     [
                         PYTHON,
                         "-m",
@@ -212,12 +210,14 @@ async def run(settings: Settings, azurite: AzuriteProcess, client: Client) -> Ro
         row.depth_mean, row.depth_max = await _produce(
             settings, azurite, client, queue, sas, meter, begin, stop_at
         )
-        await wait_for(
-            lambda: all(c.poll() is not None for c in consumers),
-            until=time.monotonic() + settings.drain + 5,
-            interval=0.1,
-        )
-        await stop_processes(consumers)
+        with contextlib.suppress(WaitTimeout):
+            await wait_until(
+                lambda: all(c.returncode is not None for c in consumers),
+                within=settings.drain + 5,
+                what="the consumers to drain",
+                interval=0.1,
+            )
+        await end_processes(consumers)
         done: list[tuple[float, float]] = []
         errors = 0
         for out in outs:
@@ -235,7 +235,7 @@ async def run(settings: Settings, azurite: AzuriteProcess, client: Client) -> Ro
         if errors:
             row.notes.append(f"{errors} request errors")
     finally:
-        await stop_processes(consumers)
+        await end_processes(consumers)
         with contextlib.suppress(Exception):
             await service.delete_queue(queue)
         await service.close()

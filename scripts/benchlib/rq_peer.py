@@ -16,7 +16,6 @@ import time
 import uuid
 from pathlib import Path
 
-from harnesslib import child_env
 from redis import Redis
 from rq import Queue, Worker
 from rq.job import Job
@@ -31,10 +30,9 @@ from benchlib.common import (
     own_process,
     pids,
     processes_named,
-    spawn,
-    stop_processes,
-    wait_for,
 )
+from devharness.processes import child_env, end_processes, spawn
+from devharness.waiting import WaitTimeout, wait_until
 
 
 async def run(settings: Settings, jobs: int, *, simple: bool = False) -> Row:
@@ -52,7 +50,7 @@ async def run(settings: Settings, jobs: int, *, simple: bool = False) -> Row:
     queue = Queue(name, connection=redis)
     rq_command = str(Path(PYTHON).parent / "rq")
     workers = [
-        spawn(
+        await spawn(
             [
                 rq_command,
                 "worker",
@@ -69,12 +67,14 @@ async def run(settings: Settings, jobs: int, *, simple: bool = False) -> Row:
         for i in range(settings.workers)
     ]
     ids: list[str] = []
+
+    def registered() -> bool:
+        if any(w.returncode is not None for w in workers):
+            raise RuntimeError("an RQ worker exited before it registered")
+        return len(Worker.all(queue=queue)) >= settings.workers
+
     try:
-        give_up = time.monotonic() + 30
-        while len(Worker.all(queue=queue)) < settings.workers:
-            if time.monotonic() > give_up or any(w.poll() is not None for w in workers):
-                raise RuntimeError("RQ workers did not register")
-            await asyncio.sleep(0.1)
+        await wait_until(registered, within=30, what="the RQ workers to register", interval=0.1)
         meter = CpuMeter(
             {
                 "rq workers": pids(*workers),
@@ -96,7 +96,13 @@ async def run(settings: Settings, jobs: int, *, simple: bool = False) -> Row:
                 continue
             for _ in range(room):
                 ids.append(queue.enqueue("benchlib.noop.job", result_ttl=900).id)
-        await wait_for(lambda: finished.count >= len(ids), until=limit, interval=0.02)
+        with contextlib.suppress(WaitTimeout):
+            await wait_until(
+                lambda: finished.count >= len(ids),
+                within=limit - time.monotonic(),
+                what="the jobs to finish",
+                interval=0.02,
+            )
         meter.stop()
         elapsed = time.monotonic() - begin
         done = [
@@ -118,7 +124,7 @@ async def run(settings: Settings, jobs: int, *, simple: bool = False) -> Row:
         meter.fill(row)
         row.notes.append(f"{row.count} of {jobs} jobs finished within the time bound")
     finally:
-        await stop_processes(workers)
+        await end_processes(workers)
         _clean(redis, name, ids)
         redis.close()
     return row

@@ -8,10 +8,11 @@ independent sources: the store (task statuses), the workers' journals (what each
 really ran, written by :mod:`soaklib.handler`) and the Azure queues themselves.
 
 Modules: :mod:`soaklib.settings` (knobs and flags), :mod:`soaklib.handler` (the workers'
-handler), :mod:`soaklib.journal` (its records), :mod:`soaklib.processes` (coordinator,
-Azurite and worker processes), :mod:`soaklib.api` (createTask and status reads),
+handler), :mod:`soaklib.journal` (its records), :mod:`soaklib.processes` (the worker
+fleet), :mod:`soaklib.api` (createTask and status reads),
 :mod:`soaklib.hints` (Azure inspection and noise), :mod:`soaklib.checks` (the invariants, pure),
-:mod:`soaklib.soak` (the run), :mod:`soaklib.__main__` (flags, table, exit status).
+:mod:`soaklib.soak` (the run), :mod:`soaklib.__main__` (flags, table, exit status). The
+coordinator and Azurite processes come from :mod:`devharness`.
 
 Everything talks to 127.0.0.1 only, and every loop stops by itself after its time bound.
 """

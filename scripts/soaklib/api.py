@@ -4,14 +4,13 @@ idempotently through restarts, and the status reads the checks need."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
-from harnesslib import call
 
+from devharness.api import API, call
 from worker_sdk.client import Credentials
 
 TRANSIENT = (aiohttp.ClientError, TimeoutError, ConnectionError)
@@ -26,12 +25,12 @@ class Api:
         self, session: aiohttp.ClientSession, root_url: str, credentials: Credentials | None
     ) -> None:
         self._session = session
-        self.base = root_url + "/api/queue/v1"
+        self.base = root_url + API
         self._credentials = credentials
 
     async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One attempt; ``(status, parsed body)``. Network errors propagate."""
-        status, text = await call(
+        response = await call(
             self._session,
             method,
             self.base + path,
@@ -39,11 +38,7 @@ class Api:
             credentials=None if method == "GET" else self._credentials,
             request_timeout=aiohttp.ClientTimeout(total=15),
         )
-        try:
-            parsed: Any = json.loads(text) if text else None
-        except ValueError:
-            parsed = text
-        return status, parsed
+        return response.status, response.body
 
     async def retrying(
         self, method: str, path: str, body: Any = None, *, until: float

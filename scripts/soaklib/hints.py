@@ -1,5 +1,9 @@
 """The Azure side of the soak, with the account key (never given to workers): inject
-duplicate and garbage hints, and read what is left in the soak's queues at the end."""
+duplicate and garbage hints, and read what is left in the soak's queues at the end.
+
+Queue names and the hint encoding come from the coordinator's own code
+(:mod:`coordinator.azure`): no API hands out the account's queues or lets a client put a
+hint, and the checks must read the queues behind the coordinator's back."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The soak's child processes: one ``queue-coordinator serve`` (restartable on the same port
-and store) and a fleet of ``queue-worker`` processes whose every start is a new incarnation
-with its own workerId, journal and log. Azurite is :class:`coordinator.azurite.AzuriteProcess`.
+"""The soak's worker processes: a fleet of ``queue-worker`` processes whose every start is a
+new incarnation with its own workerId, journal and log. The coordinator is a
+:class:`devharness.processes.ServeProcess`, Azurite a :class:`devharness.azurite.AzuriteProcess`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harnesslib import PING, SERVE, child_env, end_process, spawn, wait_until_answers
+from devharness.processes import end_processes, spawn
 
 PROVISIONER_ID = "soak-prov"
 WORKER_TYPE = "soak-wt"
@@ -23,43 +23,6 @@ GRACE_PERIOD = 2.0
 STOP_WAIT = 45.0
 """How long a SIGTERMed process may take to exit before it is SIGKILLed (the worker's grace
 period plus its 30 s report timeout, with room)."""
-
-
-def soak_env(**extra: str) -> dict[str, str]:
-    """Children's environment, without the parent's Azure connection string: the soak passes
-    its own Azurite's where it is wanted."""
-    env = child_env()
-    env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
-    env.update(extra)
-    return env
-
-
-class CoordinatorProcess:
-    """``queue-coordinator serve`` on a fixed port with a fixed environment."""
-
-    def __init__(self, *, port: int, env: dict[str, str], log: Path) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.env = env
-        self.log = log
-        self.process: asyncio.subprocess.Process | None = None
-        self.starts = 0
-
-    async def start(self, *, within: float = 60.0) -> None:
-        with self.log.open("ab") as out:
-            out.write(f"==== soak: coordinator start #{self.starts + 1}\n".encode())
-        process = self.process = await spawn([sys.executable, *SERVE], env=self.env, log=self.log)
-        self.starts += 1
-        await wait_until_answers(
-            f"{self.url}{PING}",
-            within=within,
-            exit_code=lambda: process.returncode,
-            request_timeout=2.0,
-        )
-
-    async def stop(self, signum: int = signal.SIGTERM) -> None:
-        if self.process is not None:
-            await end_process(self.process, signum, STOP_WAIT)
 
 
 @dataclass(kw_only=True)
@@ -167,7 +130,7 @@ class Fleet:
     async def kill(self, slot: int, signum: int, *, end: str) -> Incarnation:
         incarnation, process = self._processes[slot]
         incarnation.end = end
-        await end_process(process, signum, STOP_WAIT)
+        await end_processes([process], signum=signum, wait=STOP_WAIT)
         await asyncio.sleep(0)  # let the watcher record the exit time
         if incarnation.ended is None:
             incarnation.ended = time.time()

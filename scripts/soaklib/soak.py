@@ -36,22 +36,16 @@ from typing import Any
 
 import aiohttp
 import slugid
-from harnesslib import coordinator_env
 
 from coordinator.api.clients import ensure_root_client
-from coordinator.azurite import AzuriteProcess, free_port
 from coordinator.domain.records import to_iso
+from devharness.azurite import AzuriteProcess
+from devharness.processes import ServeProcess, child_env
 from soaklib import checks
 from soaklib.api import Api, ApiError
 from soaklib.hints import Hints, QueueCensus
 from soaklib.journal import read_journals
-from soaklib.processes import (
-    PROVISIONER_ID,
-    WORKER_TYPE,
-    CoordinatorProcess,
-    Fleet,
-    soak_env,
-)
+from soaklib.processes import PROVISIONER_ID, STOP_WAIT, WORKER_TYPE, Fleet
 from soaklib.settings import Settings
 from worker_sdk.client import Credentials
 
@@ -128,28 +122,23 @@ class Soak:
         if settings.auth:
             root = ensure_root_client(clients_file)
             credentials = Credentials(client_id=root.client_id, access_token=root.access_token)
-        port = free_port("127.0.0.1")
-        self.coordinator = CoordinatorProcess(
-            port=port,
-            env=coordinator_env(
-                port=port,
-                data_dir=self.workdir / "coordinator",
-                store_url=settings.store_url
-                or f"sqlite:///{self.workdir / 'coordinator' / 'coordinator.db'}",
-                clients_file=clients_file,
-                azure_connection_string=azurite.connection_string,
-                COORDINATOR_AUTH="true" if settings.auth else "false",
-                COORDINATOR_QUEUE_PREFIX=prefix,
-                COORDINATOR_CLAIM_TIMEOUT=str(settings.claim_timeout),
-                COORDINATOR_POLL_VISIBILITY=str(settings.poll_visibility),
-                COORDINATOR_HINT_GRACE="5",
-                COORDINATOR_RESOLVER_INTERVAL="0.5",
-                COORDINATOR_LOG_LEVEL="INFO",
-            ),
+        self.coordinator = ServeProcess(
+            data_dir=self.workdir / "coordinator",
+            store_url=settings.store_url
+            or f"sqlite:///{self.workdir / 'coordinator' / 'coordinator.db'}",
+            clients_file=clients_file,
             log=self.workdir / "coordinator.log",
+            azure_connection_string=azurite.connection_string,
+            COORDINATOR_AUTH="true" if settings.auth else "false",
+            COORDINATOR_QUEUE_PREFIX=prefix,
+            COORDINATOR_CLAIM_TIMEOUT=str(settings.claim_timeout),
+            COORDINATOR_POLL_VISIBILITY=str(settings.poll_visibility),
+            COORDINATOR_HINT_GRACE="5",
+            COORDINATOR_RESOLVER_INTERVAL="0.5",
+            COORDINATOR_LOG_LEVEL="INFO",
         )
         (self.workdir / "coordinator").mkdir(parents=True, exist_ok=True)
-        worker_env = soak_env()
+        worker_env = child_env()
         if credentials is not None:
             worker_env["TASKCLUSTER_CLIENT_ID"] = credentials.client_id
             worker_env["TASKCLUSTER_ACCESS_TOKEN"] = credentials.access_token
@@ -171,7 +160,7 @@ class Soak:
                 self.started = time.monotonic()
                 self.chaos_end = self.started + settings.seconds
                 self.event(
-                    f"started: coordinator :{port}, azurite :{azurite.port}, "
+                    f"started: coordinator :{self.coordinator.port}, azurite :{azurite.port}, "
                     f"{settings.workers} workers, seed {self.seed}"
                 )
                 monitor = asyncio.create_task(self._monitor())
@@ -203,7 +192,7 @@ class Soak:
         finally:
             await self.hints.close()
             await self.fleet.stop_all()
-            await self.coordinator.stop()
+            await self.coordinator.stop(wait=STOP_WAIT)
             await azurite.stop()
         timings["total"] = time.monotonic() - self.started
         findings = checks.merge(
@@ -339,7 +328,9 @@ class Soak:
                 kill = coordinator_restarts % 2 == 0
                 coordinator_restarts += 1
                 self.coordinator_down = True
-                await self.coordinator.stop(signal.SIGKILL if kill else signal.SIGTERM)
+                await self.coordinator.stop(
+                    signal.SIGKILL if kill else signal.SIGTERM, wait=STOP_WAIT
+                )
                 down = self.rng.uniform(0.5, self.settings.claim_timeout + 1.0)
                 self.event(f"coordinator {'sigkill' if kill else 'sigterm'}, down {down:.1f} s")
                 self.count("coordinator sigkill" if kill else "coordinator sigterm")

@@ -1,4 +1,4 @@
-"""Running the Azurite queue emulator as a child process, for tests and local development.
+"""The Azurite queue emulator as a child process, for the tests, the scripts and ``./scripts/dev``.
 
 :class:`AzuriteProcess` owns one ``azurite-queue`` process from the pinned npm package
 (``node_modules/.bin/azurite-queue``): it picks the port, starts the process, waits until it
@@ -6,7 +6,7 @@ answers HTTP, and stops it again; it can be restarted on the same port (with ``l
 queues survive a restart, with in-memory persistence they do not). ``connection_string``
 points at Azurite's well-known ``devstoreaccount1`` account.
 
-``python -m coordinator.azurite [--location DIR] [--port N]`` runs Azurite in the foreground
+``python -m devharness.azurite [--location DIR] [--port N]`` runs Azurite in the foreground
 for ``./scripts/dev``: it prints the connection string on stdout once Azurite answers, and
 stops Azurite on SIGINT/SIGTERM.
 """
@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import logging
 import signal
-import socket
 import sys
-import time
 from pathlib import Path
-from types import TracebackType
 
-import aiohttp
+from devharness.ports import free_port
+from devharness.processes import end_processes
+from devharness.waiting import ProcessExited, WaitTimeout, wait_until_answers
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +42,6 @@ _OUTPUT_TAIL_LINES = 40
 
 class AzuriteError(Exception):
     """Azurite could not be started, or stopped answering."""
-
-
-def free_port(host: str) -> int:
-    """A TCP port on ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class AzuriteProcess:
@@ -148,8 +138,28 @@ class AzuriteProcess:
             self.port,
             self.location or "memory",
         )
+        process = self._process
         try:
-            await self._wait_until_answering()
+            try:
+                await wait_until_answers(
+                    f"{self.endpoint}?comp=list",
+                    within=self.start_timeout,
+                    # An unauthenticated request is refused, but only Azurite says so with
+                    # this header: something else may hold a port we picked.
+                    accept=lambda response: response.headers.get("Server", "").startswith(
+                        "Azurite-Queue"
+                    ),
+                    exit_code=lambda: process.returncode,
+                )
+            except ProcessExited:
+                raise AzuriteError(
+                    f"Azurite exited while starting:\n{self.output_tail()}"
+                ) from None
+            except WaitTimeout:
+                raise AzuriteError(
+                    f"Azurite did not answer on {self.endpoint} within "
+                    f"{self.start_timeout} s:\n{self.output_tail()}"
+                ) from None
         except BaseException:
             await self.stop()
             raise
@@ -163,26 +173,6 @@ class AzuriteProcess:
             line = raw.decode(errors="replace").rstrip()
             self._output.append(line)
             logger.debug("azurite output pid=%s line=%s", process.pid, line)
-
-    async def _wait_until_answering(self) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        timeout = aiohttp.ClientTimeout(total=1.0)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
-                if not self.running:
-                    raise AzuriteError(f"Azurite exited while starting:\n{self.output_tail()}")
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    async with session.get(f"{self.endpoint}?comp=list") as response:
-                        # An unauthenticated request is refused, but only Azurite says so
-                        # with this header: something else may hold a port we picked.
-                        if response.headers.get("Server", "").startswith("Azurite-Queue"):
-                            return
-                if time.monotonic() > deadline:
-                    raise AzuriteError(
-                        f"Azurite did not answer on {self.endpoint} within "
-                        f"{self.start_timeout} s:\n{self.output_tail()}"
-                    )
-                await asyncio.sleep(0.05)
 
     def output_tail(self) -> str:
         """Azurite's last lines of output (for error messages)."""
@@ -202,14 +192,7 @@ class AzuriteProcess:
         process, reader = self._process, self._reader
         if process is None:
             return
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), grace)
-            except TimeoutError:
-                logger.warning("azurite kill pid=%s reason=no exit after SIGTERM", process.pid)
-                process.kill()
-                await process.wait()
+        await end_processes([process], wait=grace)
         if reader is not None:
             # The pipe closes when the process exits; the reader then ends by itself.
             await reader
@@ -219,12 +202,7 @@ class AzuriteProcess:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
 
@@ -250,7 +228,7 @@ async def _run_foreground(azurite: AzuriteProcess) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m coordinator.azurite",
+        prog="python -m devharness.azurite",
         description="Run the Azurite queue emulator in the foreground and print its "
         "connection string once it answers.",
     )

@@ -1,0 +1,10 @@
+"""The development harness that the tests, ``scripts/bench``, ``scripts/soak`` and
+``scripts/measure_listing_rss.py`` share; it is not part of the wheel.
+
+Modules, each owning one concern: :mod:`devharness.ports` (a free TCP port),
+:mod:`devharness.waiting` (polling with a deadline), :mod:`devharness.processes` (child
+processes, ``queue-coordinator serve`` among them), :mod:`devharness.postgres` (throwaway
+databases), :mod:`devharness.api` (signed calls to the REST API) and
+:mod:`devharness.azurite` (the Azurite emulator, also ``python -m devharness.azurite`` for
+``./scripts/dev``).
+"""

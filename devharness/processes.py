@@ -1,0 +1,161 @@
+"""Child processes: their environment, starting one with its output appended to a log file,
+ending them, and ``queue-coordinator serve`` as a restartable child (:class:`ServeProcess`)
+whose environment is built here and nowhere else."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from devharness.api import API
+from devharness.ports import free_port
+from devharness.waiting import ProcessExited, WaitTimeout, wait_until_answers
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """A child's environment: this one, with devharness, benchlib and soaklib importable, no
+    proxy for loopback, and without the parent's Azure connection string (whoever starts a
+    child that needs one passes its own Azurite's)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(SCRIPTS), str(REPO), env.get("PYTHONPATH", "")])
+    )
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
+    env.update(extra)
+    return env
+
+
+def run_module(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m module args`` in the repository with :func:`child_env` to its end,
+    its output captured (the tests run ``benchlib`` and ``soaklib`` so)."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+async def spawn(
+    command: Sequence[str], *, env: dict[str, str], log: Path
+) -> asyncio.subprocess.Process:
+    """Start ``command`` in the repository, its output appended to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return await asyncio.create_subprocess_exec(
+            *command,
+            env=env,
+            cwd=REPO,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+
+
+async def end_processes(
+    processes: Iterable[asyncio.subprocess.Process | None],
+    *,
+    signum: int = signal.SIGTERM,
+    wait: float = 10.0,
+) -> None:
+    """Send ``signum`` to each process still running and wait for them to exit; SIGKILL
+    those still running ``wait`` seconds later."""
+
+    async def end(process: asyncio.subprocess.Process) -> None:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+        try:
+            await asyncio.wait_for(process.wait(), wait)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+
+    await asyncio.gather(*(end(process) for process in processes if process is not None))
+
+
+def log_tail(path: Path, chars: int = 3000) -> str:
+    """The end of a log file, for error messages."""
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+class ServeProcess:
+    """``queue-coordinator serve`` as a child on 127.0.0.1, restartable on the same port
+    with the same environment; its output (all starts) goes to ``log``.
+
+    :param port: 0 picks a free one now.
+    :param azure_connection_string: the storage account for hints; none: no queues.
+    :param interpreter_args: ``python`` arguments before ``-m coordinator.cli serve`` (a
+        profiler).
+    :param settings: further ``COORDINATOR_*`` variables.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        store_url: str,
+        clients_file: Path,
+        log: Path,
+        port: int = 0,
+        azure_connection_string: str | None = None,
+        interpreter_args: Sequence[str] = (),
+        **settings: str,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.command = [sys.executable, *interpreter_args, "-m", "coordinator.cli", "serve"]
+        self.env = child_env(
+            COORDINATOR_HOST="127.0.0.1",
+            COORDINATOR_PORT=str(self.port),
+            COORDINATOR_DATA_DIR=str(data_dir),
+            COORDINATOR_STORE_URL=store_url,
+            COORDINATOR_CLIENTS_FILE=str(clients_file),
+            **settings,
+        )
+        if azure_connection_string:
+            self.env["AZURE_STORAGE_CONNECTION_STRING"] = azure_connection_string
+        self.process: asyncio.subprocess.Process | None = None
+        self.starts = 0
+
+    @property
+    def api(self) -> str:
+        return self.url + API
+
+    async def start(self, *, within: float = 60.0) -> None:
+        """Start the process and return once it answers ``ping``; raise ``RuntimeError``
+        with the log's tail if it exits or does not answer within ``within`` seconds."""
+        self.starts += 1
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            out.write(f"==== coordinator start #{self.starts}\n".encode())
+        process = self.process = await spawn(self.command, env=self.env, log=self.log)
+        try:
+            await wait_until_answers(
+                f"{self.api}/ping", within=within, exit_code=lambda: process.returncode
+            )
+        except (WaitTimeout, ProcessExited) as error:
+            raise RuntimeError(
+                f"coordinator did not start: {error}\n{log_tail(self.log)}"
+            ) from None
+
+    async def stop(self, signum: int = signal.SIGTERM, *, wait: float = 10.0) -> None:
+        """End the process (see :func:`end_processes`); nothing if it never started."""
+        await end_processes([self.process], signum=signum, wait=wait)
