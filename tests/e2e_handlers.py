@@ -13,7 +13,11 @@ The payload says what to do; each value is either one value for every run or a l
 by ``runId`` (the last element for later runs), so a retry can behave differently::
 
     {"sleep": seconds, "outcome": "complete" | "fail" | "malformed-payload"
-                                  | "resource-unavailable" | "internal-error"}
+                                  | "resource-unavailable" | "internal-error" | "retry"
+                                  | "exit"}
+
+``retry`` raises :class:`~worker_sdk.RetryTask`; ``exit`` ends the handler's process at once
+with ``os._exit(1)`` (for ``--isolation process``: it would end a worker without it).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import os
 import time
 from typing import Any
 
-from worker_sdk import InternalError, MalformedPayload, ResourceUnavailable, TaskRun
+from worker_sdk import InternalError, MalformedPayload, ResourceUnavailable, RetryTask, TaskRun
 
 JOURNAL_ENV = "E2E_JOURNAL"
 WORKER_ENV = "E2E_WORKER"
@@ -33,6 +37,7 @@ _EXCEPTIONS = {
     "malformed-payload": MalformedPayload,
     "resource-unavailable": ResourceUnavailable,
     "internal-error": InternalError,
+    "retry": RetryTask,
 }
 
 
@@ -72,6 +77,8 @@ async def handle(run: TaskRun) -> None:
         record("cancelled", run)
         raise
     record("end", run, outcome=outcome)
+    if outcome == "exit":
+        os._exit(1)
     if outcome == "fail":
         raise RuntimeError("the payload asked this run to fail")
     if outcome in _EXCEPTIONS:

@@ -133,6 +133,32 @@ async def test_a_refused_worker_exits_with_status_1(double: CoordinatorDouble) -
     assert "worker giving up" in output and "403" in output
 
 
+async def test_a_supervisor_whose_workers_are_refused_exits_with_their_status(
+    double: CoordinatorDouble,
+) -> None:
+    double.faults["pollTaskUrls"] = [403] * 10
+    process = await queue_worker(double, "examples.hello:handle", "--processes", "2")
+    status, output = await finish(process)
+    assert status == 1, output
+    assert "worker process cannot work, stopping all" in output
+    assert "supervisor stopped status=1" in output
+
+
+async def test_workers_whose_supervisor_was_killed_hand_their_runs_back_and_exit(
+    double: CoordinatorDouble,
+) -> None:
+    double.add_task("t-endless")
+    process = await queue_worker(
+        double, "tests.test_sdk_cli:endless", "--processes", "2", "--grace-period", "0.3"
+    )
+    started = await read_until(process, "run started taskId=t-endless runId=0")
+    process.kill()
+    # The workers share the supervisor's output pipe: it ends once both have exited.
+    _, output = await finish(process, started)
+    assert output.count("supervisor gone, stopping") == 2
+    assert double.reports == [("t-endless", 0, "exception", "worker-shutdown")]
+
+
 async def test_a_handler_that_does_not_load_exits_with_status_2(double: CoordinatorDouble) -> None:
     status, output = await finish(await queue_worker(double, "examples.nowhere:handle"))
     assert status == 2, output

@@ -21,9 +21,10 @@ import slugid
 import taskcluster.aio
 
 from coordinator.api.clients import ensure_root_client
-from coordinator.azurite import AzuriteProcess
+from devharness.azurite import AzuriteProcess
+from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import StartCoordinator, task_definition, wait_until
+from tests.fixtures.coordinator import StartCoordinator, task_definition
 from worker_sdk import Backoff, Credentials, MalformedPayload, TaskRun, Worker
 
 WORKER_TYPE = "sdk-wt"
@@ -37,11 +38,13 @@ class Setup:
     queue: Any
     """The official ``taskcluster.aio.Queue``, signed as root."""
 
-    async def create(self, *, priority: str = "lowest", payload: Any = None) -> str:
+    async def create(
+        self, *, priority: str = "lowest", payload: Any = None, worker_type: str = WORKER_TYPE
+    ) -> str:
         task_id: str = slugid.nice()
         definition = task_definition(
             provisionerId=self.provisioner_id,
-            workerType=WORKER_TYPE,
+            workerType=worker_type,
             priority=priority,
             payload={} if payload is None else payload,
         )
@@ -168,6 +171,36 @@ async def test_tasks_run_highest_priority_first_and_outcomes_are_reported(
         "boom": ("failed", "failed"),
         "malformed": ("exception", "malformed-payload"),
     }
+
+
+@pytest.mark.parametrize("claim_work", [False, True], ids=["azure", "claimWork"])
+async def test_one_worker_serves_two_task_queues_by_priority(
+    setup: Callable[..., Awaitable[Setup]], claim_work: bool
+) -> None:
+    """Polling Azure, the priority order holds across the task queues; with claimWork the
+    coordinator keeps it within each task queue."""
+    s = await setup()
+    other = "sdk-wt-other"
+    first = await s.create(priority="highest", worker_type=other)
+    second = await s.create(priority="high")
+    third = await s.create(priority="low", worker_type=other)
+    fourth = await s.create(priority="lowest")
+    order: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        order.append(run.task_id)
+
+    worker = s.worker(
+        handle, capacity=1, task_queues=[f"{s.provisioner_id}/{other}"], claim_work=claim_work
+    )
+    await run_until(worker, lambda: s.resolved(first, second, third, fourth))
+    if claim_work:
+        assert [t for t in order if t in (first, third)] == [first, third]
+        assert [t for t in order if t in (second, fourth)] == [second, fourth]
+    else:
+        assert order == [first, second, third, fourth]
+    statuses = [await s.status(t) for t in (first, second, third, fourth)]
+    assert [last_run(status) for status in statuses] == [("completed", "completed")] * 4
 
 
 async def test_claim_work_mode_runs_tasks_without_polling_azure(

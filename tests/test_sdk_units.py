@@ -7,6 +7,7 @@ import base64
 import json
 import random
 import re
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,14 +16,18 @@ import pytest
 from mohawk.util import parse_authorization_header
 from taskcluster import Queue
 
-from worker_sdk import azure, cli, timing
+from worker_sdk import TaskRun, Worker, azure, cli, timing
 from worker_sdk.client import Credentials, authorization, hawk_ext
 from worker_sdk.errors import (
     InternalError,
     MalformedPayload,
     RequestFailed,
     ResourceUnavailable,
+    RetryTask,
+    missing_scopes,
 )
+from worker_sdk.priorities import DEFAULT_WEIGHTS, LEVELS, PRIORITIES, PollOrder, TaskQueue
+from worker_sdk.supervisor import slot_worker_id
 from worker_sdk.worker import Outcome, default_worker_group, default_worker_id, outcome_for
 
 
@@ -193,6 +198,60 @@ def test_signed_urls_are_refreshed_five_minutes_early_or_halfway_if_short_lived(
     assert timing.refresh_at(sent_at=10.0, expires_at=5.0) == 5.0
 
 
+# -- poll order --------------------------------------------------------------------------
+
+
+def test_default_weights_double_with_each_level() -> None:
+    assert [LEVELS[p] for p in PRIORITIES] == [7, 6, 5, 4, 3, 2, 1]
+    assert [DEFAULT_WEIGHTS[p] for p in PRIORITIES] == [64, 32, 16, 8, 4, 2, 1]
+
+
+def test_strict_order_is_by_priority_then_by_task_queue_as_given() -> None:
+    queues = [("a", "lowest"), ("a", "highest"), ("b", "lowest"), ("b", "highest"), ("a", "low")]
+    arranged = PollOrder().arrange(queues, lambda q: q[1], random.Random(0))
+    assert arranged == [
+        ("a", "highest"),
+        ("b", "highest"),
+        ("a", "low"),
+        ("a", "lowest"),
+        ("b", "lowest"),
+    ]
+
+
+def test_weighted_order_puts_each_priority_first_in_its_share_of_rounds() -> None:
+    rng = random.Random(20260101)
+    order = PollOrder(polling="weighted")
+    rounds = 100_000
+    firsts = Counter(order.arrange(PRIORITIES, str, rng)[0] for _ in range(rounds))
+    total = sum(DEFAULT_WEIGHTS.values())
+    for priority in PRIORITIES:
+        share = firsts[priority] / rounds
+        assert share == pytest.approx(DEFAULT_WEIGHTS[priority] / total, rel=0.05), priority
+
+
+@pytest.mark.parametrize("polling", ["strict", "weighted"])
+def test_only_weighted_polling_serves_the_lowest_priority_while_higher_ones_stay_full(
+    polling: str,
+) -> None:
+    """Each round claims from the first queue in the order that has work; highest and high
+    never run dry. Strict order starves lowest; weighted gives it 1/(64 + 16 + 1) of the
+    claims, the share of its weight among the priorities with work."""
+    rng = random.Random(11)
+    order = PollOrder(polling="weighted") if polling == "weighted" else PollOrder()
+    full = {"highest", "high", "lowest"}
+    rounds = 50_000
+    served = Counter(
+        next(p for p in order.arrange(PRIORITIES, str, rng) if p in full) for _ in range(rounds)
+    )
+    if polling == "strict":
+        assert served == {"highest": rounds}
+    else:
+        total = sum(DEFAULT_WEIGHTS[p] for p in full)
+        for priority in full:
+            expected = DEFAULT_WEIGHTS[priority] / total
+            assert served[priority] / rounds == pytest.approx(expected, rel=0.1), priority
+
+
 # -- outcomes ----------------------------------------------------------------------------
 
 
@@ -209,6 +268,29 @@ def test_signed_urls_are_refreshed_five_minutes_early_or_halfway_if_short_lived(
 )
 def test_handler_results_map_to_reports(error: BaseException | None, expected: Outcome) -> None:
     assert outcome_for(error) == expected
+
+
+INTERMITTENT = Outcome(kind="exception", reason="intermittent-task")
+
+
+@pytest.mark.parametrize(
+    ("error", "retry_failures", "with_retries_left"),
+    [
+        (RetryTask("flaky"), False, INTERMITTENT),
+        (RuntimeError("boom"), False, Outcome(kind="failed")),
+        (RuntimeError("boom"), True, INTERMITTENT),
+        (MalformedPayload("bad"), True, Outcome(kind="exception", reason="malformed-payload")),
+    ],
+)
+def test_retries_are_asked_for_only_while_the_task_has_some_left(
+    error: BaseException, retry_failures: bool, with_retries_left: Outcome
+) -> None:
+    assert outcome_for(error, retries_left=2, retry_failures=retry_failures) == with_retries_left
+    on_the_last_run = outcome_for(error, retries_left=0, retry_failures=retry_failures)
+    if with_retries_left == INTERMITTENT:
+        assert on_the_last_run == Outcome(kind="failed")
+    else:
+        assert on_the_last_run == with_retries_left
 
 
 def test_an_outcome_has_a_reason_exactly_when_it_is_an_exception() -> None:
@@ -230,6 +312,22 @@ def test_only_missing_answers_server_errors_and_throttling_are_transient(
 ) -> None:
     error = RequestFailed(method="GET", url="http://h/x", status=status, code="C", message="m")
     assert error.transient is transient
+
+
+def test_missing_scopes_are_read_from_the_coordinator_s_403_message() -> None:
+    message = (
+        "Client ID w does not have sufficient scopes and is missing the following scopes:\n\n"
+        "```\nqueue:claim-task:prov/wt\n```\n\nYou have the scopes:\n\n```\nq:a\n```"
+    )
+    error = RequestFailed(method="POST", url="u", status=403, code="C", message=message)
+    assert missing_scopes(error) == "queue:claim-task:prov/wt"
+    expression = message.replace(
+        "queue:claim-task:prov/wt", '{\n  "AnyOf": [\n    "a",\n "b"\n  ]\n}'
+    )
+    error = RequestFailed(method="POST", url="u", status=403, code="C", message=expression)
+    assert missing_scopes(error) == '{ "AnyOf": [ "a", "b" ] }'
+    other = RequestFailed(method="POST", url="u", status=403, code="C", message="no\nway")
+    assert missing_scopes(other) == "no"
 
 
 def test_request_failures_never_carry_the_sas_signature() -> None:
@@ -310,10 +408,12 @@ def test_root_url_and_credentials_come_from_the_taskcluster_environment() -> Non
     )
     assert options.root_url == "http://127.0.0.1:8080"
     assert options.credentials == Credentials(client_id="worker", access_token="token")
-    assert (options.provisioner_id, options.worker_type) == ("prov", "wt")
+    assert options.task_queues == (TaskQueue("prov", "wt"),)
     assert options.handler == "examples.hello:handle"
     assert (options.capacity, options.claim_work, options.grace_period) == (1, False, 60.0)
     assert options.dequeue_warning == 10
+    assert (options.polling, options.weights) == ("strict", DEFAULT_WEIGHTS)
+    assert options.retry_failures is False
 
 
 def test_flags_win_over_the_environment_and_certificates_make_temporary_credentials() -> None:
@@ -349,6 +449,73 @@ def test_flags_win_over_the_environment_and_certificates_make_temporary_credenti
     assert options.credentials.certificate == '{"version":1}'
 
 
+def test_several_task_queues_weighted_polling_and_retries_from_the_command_line() -> None:
+    options = cli.parse_options(
+        [
+            "--root-url",
+            "http://c",
+            "--task-queue",
+            "proj/linux",
+            "--polling",
+            "weighted",
+            "--weight",
+            "lowest=3",
+            "--weight",
+            "highest=0.5",
+            "--retry-failures",
+            *REQUIRED,
+            "--task-queue",
+            "proj/windows",
+        ],
+        {},
+    )
+    assert options.task_queues == (
+        TaskQueue("prov", "wt"),
+        TaskQueue("proj", "linux"),
+        TaskQueue("proj", "windows"),
+    )
+    assert options.polling == "weighted"
+    assert options.weights == {**DEFAULT_WEIGHTS, "lowest": 3.0, "highest": 0.5}
+    assert options.retry_failures is True
+    assert (options.isolation, options.processes) == ("none", 1)
+    only_task_queues = cli.parse_options(
+        ["--root-url", "http://c", "--task-queue", "a/b", "m:f"], {}
+    )
+    assert only_task_queues.task_queues == (TaskQueue("a", "b"),)
+
+
+def test_isolation_and_processes_from_the_command_line() -> None:
+    argv = ["--root-url", "http://c", "--isolation", "process", "--processes", "3", *REQUIRED]
+    options = cli.parse_options(argv, {})
+    assert (options.isolation, options.processes) == ("process", 3)
+
+
+def test_each_supervised_worker_gets_a_legal_worker_id_of_its_own() -> None:
+    assert slot_worker_id("host-123", 0) == "host-123-0"
+    long = "w" * 38
+    ids = [slot_worker_id(long, slot) for slot in (1, 12)]
+    assert ids == ["w" * 36 + "-1", "w" * 35 + "-12"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"task_queues": []},
+        {"task_queues": ["no-slash"]},
+        {"task_queues": ["p/w"], "provisioner_id": "p"},
+        {"task_queues": ["p/w"], "polling": "weighted", "claim_work": True},
+        {"task_queues": ["p/w"], "polling": "weighted", "weights": {"lowest": 0}},
+        {"task_queues": ["p/w"], "isolation": "thread"},
+    ],
+)
+def test_a_worker_refuses_options_that_cannot_work(options: dict[str, Any]) -> None:
+    def handle(run: TaskRun) -> None:
+        pass
+
+    with pytest.raises(ValueError):
+        Worker(root_url="http://c", credentials=None, handler=handle, **options)
+
+
 def test_without_credentials_in_the_environment_requests_go_unsigned() -> None:
     options = cli.parse_options(["--root-url", "http://c", *REQUIRED], {})
     assert options.credentials is None
@@ -362,6 +529,18 @@ def test_without_credentials_in_the_environment_requests_go_unsigned() -> None:
         (["--root-url", "http://c", "--capacity", "0", *REQUIRED], {}),
         (["--root-url", "http://c", "--provisioner-id", "p", "--worker-type", "w", "nocolon"], {}),
         (["--root-url", "http://c", "examples.hello:handle"], {}),
+        (["--root-url", "http://c", "--provisioner-id", "p", "m:f"], {}),
+        (["--root-url", "http://c", "--task-queue", "no-slash", "m:f"], {}),
+        (["--root-url", "http://c", "--task-queue", "a/b/c", "m:f"], {}),
+        (["--root-url", "http://c", "--weight", "lowest=2", *REQUIRED], {}),
+        (["--root-url", "http://c", "--polling", "weighted", "--claim-work", *REQUIRED], {}),
+        (["--root-url", "http://c", "--polling", "random", *REQUIRED], {}),
+        (["--root-url", "http://c", "--isolation", "thread", *REQUIRED], {}),
+        (["--root-url", "http://c", "--processes", "0", *REQUIRED], {}),
+        *(
+            (["--root-url", "http://c", "--polling", "weighted", "--weight", bad, *REQUIRED], {})
+            for bad in ("lowest=0", "lowest=-1", "lowest=x", "normal=2", "lowest")
+        ),
     ],
 )
 def test_bad_arguments_exit_with_status_2(argv: list[str], environ: dict[str, str]) -> None:

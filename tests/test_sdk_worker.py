@@ -31,6 +31,7 @@ from worker_sdk import (
     MalformedPayload,
     RequestFailed,
     ResourceUnavailable,
+    RetryTask,
     TaskRun,
     Worker,
     poller,
@@ -101,6 +102,32 @@ async def test_polls_ask_for_the_free_capacity_and_never_exceed_it(
     assert most == 2
 
 
+async def test_weighted_polling_serves_the_lowest_priority_while_higher_ones_stay_full(
+    double: CoordinatorDouble,
+) -> None:
+    """Strict polling never reaches lowest while highest and high have work; weighted polling
+    (default weights: lowest gets 1/81 of the claims here) runs it with both still full."""
+    double.keep_full = {"highest", "high"}
+    for n in range(2):
+        double.add_task(f"top-{n}", priority="highest")
+        double.add_task(f"high-{n}", priority="high")
+    lows = [f"low-{n}" for n in range(3)]
+    for task_id in lows:
+        double.add_task(task_id, priority="lowest")
+
+    async with running(make_worker(double, lambda run: None, capacity=2)):
+        await eventually(lambda: len(double.reports) >= 60, what="60 strict runs")
+    assert {task_id for task_id, *_ in double.reports}.isdisjoint(lows)
+
+    async with running(make_worker(double, lambda run: None, capacity=2, polling="weighted")):
+        await eventually(
+            lambda: all(double.run(t).state == "completed" for t in lows),
+            within=30,
+            what="the lowest-priority runs",
+        )
+        assert double.queues["highest"] and double.queues["high"], "still full"
+
+
 async def test_handler_results_become_reports(
     double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -129,11 +156,41 @@ async def test_handler_results_become_reports(
         "t-boom": ("failed", None),
     }
     [failure] = [r for r in caplog.records if r.getMessage().startswith("handler failed")]
-    assert failure.getMessage() == "handler failed taskId=t-boom runId=0"
+    assert failure.getMessage() == "handler failed taskId=t-boom runId=0 retriesLeft=5"
     assert failure.exc_info is not None and failure.exc_info[1] is errors["t-boom"]
     assert ("completed", double.run("t-ok").credentials.client_id) in [  # type: ignore[union-attr]
         (route, signer) for route, signer in double.signers
     ], "reports are signed with the run's temporary credentials"
+
+
+async def test_retries_are_asked_for_while_the_task_has_some_left(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RetryTask, and with retry_failures any ordinary exception, reports intermittent-task
+    while the claim's status shows retries left, and failed on the task's last run."""
+    retries_left = {"retry": 1, "retry-last": 0, "boom": 2, "boom-last": 0, "malformed": 3}
+    for name, left in retries_left.items():
+        double.add_task(f"t-{name}", retries_left=left)
+
+    async def handle(run: TaskRun) -> None:
+        assert run.retries_left == retries_left[run.task_id.removeprefix("t-")]
+        if run.task_id.startswith("t-retry"):
+            raise RetryTask("the network hiccuped")
+        if run.task_id.startswith("t-boom"):
+            raise RuntimeError("boom")
+        raise MalformedPayload("never worth a retry")
+
+    async with running(make_worker(double, handle, capacity=5, retry_failures=True)):
+        await eventually(lambda: len(double.reports) == 5, what="five reports")
+    assert reports(double) == {
+        "t-retry": ("exception", "intermittent-task"),
+        "t-retry-last": ("failed", None),
+        "t-boom": ("exception", "intermittent-task"),
+        "t-boom-last": ("failed", None),
+        "t-malformed": ("exception", "malformed-payload"),
+    }
+    [retried] = [r for r in caplog.records if "taskId=t-boom runId=0 reason=" in r.getMessage()]
+    assert retried.exc_info is not None, "a failure being retried keeps its traceback"
 
 
 async def test_sync_handlers_run_in_threads_and_async_ones_on_the_loop(
@@ -178,7 +235,9 @@ async def test_poison_hints_are_logged_and_deleted(
     assert all("queue=highest" in r.getMessage() for r in poison)
 
 
-async def test_hints_are_deleted_after_a_4xx_claim(double: CoordinatorDouble) -> None:
+async def test_hints_are_deleted_after_a_claim_answered_404_or_409(
+    double: CoordinatorDouble,
+) -> None:
     double.put("highest", hint_text("t-unknown", 0))
     double.add_task("t-done")
     double.run("t-done").state = "completed"
@@ -187,6 +246,50 @@ async def test_hints_are_deleted_after_a_4xx_claim(double: CoordinatorDouble) ->
         await eventually(lambda: len(double.deleted) == 2, what="both hints deleted")
     assert double.routes("claimTask") == ["t-unknown/0", "t-done/0"]
     assert double.reports == []
+
+
+@pytest.mark.parametrize(("status", "dead"), [(400, True), (410, False), (422, False)])
+async def test_only_400_404_and_409_mean_the_hint_is_dead(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, status: int, dead: bool
+) -> None:
+    double.add_task("t1")
+    double.faults["claimTask"] = [status]
+    seen = "hint not claimable" if dead else "claim failed, hint kept"
+
+    async with running(make_worker(double, lambda run: None)):
+        await eventually(lambda: seen in caplog.text, what=seen)
+    assert len(double.deleted) == (1 if dead else 0)
+    assert double.routes("claimTask") == ["t1/0"], "none of these is retried"
+
+
+async def test_a_refused_claim_keeps_its_hint_and_stops_the_worker_after_a_short_window(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(poller, "REFUSED_RETRY_WINDOW", 0.3)
+    double.add_task("t1")
+    double.faults["claimTask"] = [403] * 1000
+
+    with pytest.raises(RequestFailed) as failure:
+        await asyncio.wait_for(make_worker(double, lambda run: None).run(), timeout=10)
+    assert failure.value.status == 403
+    assert double.deleted == [], "the hint is fine; the worker is not"
+    assert len(double.routes("claimTask")) > 1, "retried within the window"
+    [refused] = [r for r in caplog.records if r.getMessage().startswith("claim refused")]
+    assert refused.levelno == logging.ERROR
+    assert "taskId=t1 runId=0 queue=lowest status=403 code=Injected" in refused.getMessage()
+
+
+async def test_a_refusal_that_clears_within_the_window_only_delays_the_claim(
+    double: CoordinatorDouble,
+) -> None:
+    double.add_task("t1")
+    [hint] = double.queues["lowest"]
+    double.faults["claimTask"] = [401, 403]
+
+    async with running(make_worker(double, lambda run: None)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+    assert double.routes("claimTask") == ["t1/0"] * 3
+    assert double.deleted == [hint.message_id], "deleted once, after the claim"
 
 
 async def test_a_claim_that_fails_transiently_is_retried_and_its_hint_kept(

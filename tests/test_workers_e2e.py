@@ -22,11 +22,11 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 import slugid
@@ -36,18 +36,14 @@ from azure.storage.queue.aio import QueueClient
 from coordinator.api.clients import ensure_root_client
 from coordinator.azure.hint_codec import encode_hint
 from coordinator.azure.names import queue_name
-from coordinator.azurite import AzuriteProcess
+from devharness.azurite import AzuriteProcess
+from devharness.processes import end_processes, spawn
+from devharness.waiting import WaitTimeout, wait_until
 from tests import e2e_handlers
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import (
-    CoordinatorProcess,
-    RunningCoordinator,
-    task_definition,
-    wait_until,
-)
-from worker_sdk import Backoff, TaskRun, Worker
+from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, task_definition
+from worker_sdk import Backoff, Handler, TaskRun, Worker
 
-REPO = Path(__file__).resolve().parents[1]
 QUEUE_WORKER = Path(sys.executable).parent / "queue-worker"
 WORKER_TYPE = "e2e-wt"
 WORKER_GROUP = "e2e"
@@ -63,7 +59,6 @@ class WorkerProcess:
     name: str
     process: asyncio.subprocess.Process
     log_path: Path
-    log_file: IO[bytes]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -101,12 +96,20 @@ class E2E:
     def journal_path(self) -> Path:
         return self.directory / "journal.jsonl"
 
-    async def create(self, *, priority: str = "lowest", **payload: Any) -> str:
+    async def create(
+        self,
+        *,
+        priority: str = "lowest",
+        worker_type: str = WORKER_TYPE,
+        retries: int = 5,
+        **payload: Any,
+    ) -> str:
         task_id: str = slugid.nice()
         definition = task_definition(
             provisionerId=self.provisioner_id,
-            workerType=WORKER_TYPE,
+            workerType=worker_type,
             priority=priority,
+            retries=retries,
             payload=payload,
         )
         await self.queue.createTask(task_id, definition)
@@ -176,26 +179,34 @@ class E2E:
         """:func:`wait_until`, failing with the tails of the worker logs."""
         try:
             await wait_until(predicate, within=within, what=what)
-        except AssertionError as error:
+        except WaitTimeout as error:
             tails = "".join(f"\n--- {w.name} ---\n{w.log()[-2000:]}" for w in self.workers)
             raise AssertionError(f"{error}{tails}") from None
 
     async def start_worker(
-        self, name: str, *, capacity: int = 1, grace_period: float = 60.0
+        self,
+        name: str,
+        *,
+        capacity: int = 1,
+        grace_period: float = 60.0,
+        flags: Sequence[str] = (),
+        credentials: Mapping[str, str] | None = None,
     ) -> WorkerProcess:
-        """A ``queue-worker`` process running the journaling handler as ``workerId`` ``name``."""
+        """A ``queue-worker`` process running the journaling handler as ``workerId`` ``name``,
+        with further command-line ``flags``, signing as ``credentials`` (default: the client
+        with the worker scopes of this test's worker type)."""
         log_path = self.directory / f"worker-{name}.log"
-        log_file = log_path.open("ab")
+        credentials = credentials or self.worker_credentials
         env = {
             **os.environ,
             "TASKCLUSTER_ROOT_URL": self.coordinator.url,
-            "TASKCLUSTER_CLIENT_ID": self.worker_credentials["clientId"],
-            "TASKCLUSTER_ACCESS_TOKEN": self.worker_credentials["accessToken"],
+            "TASKCLUSTER_CLIENT_ID": credentials["clientId"],
+            "TASKCLUSTER_ACCESS_TOKEN": credentials["accessToken"],
             e2e_handlers.JOURNAL_ENV: str(self.journal_path),
             e2e_handlers.WORKER_ENV: name,
         }
         env.pop("TASKCLUSTER_CERTIFICATE", None)
-        process = await asyncio.create_subprocess_exec(
+        command = [
             str(QUEUE_WORKER),
             "--provisioner-id",
             self.provisioner_id,
@@ -210,16 +221,34 @@ class E2E:
             "--grace-period",
             str(grace_period),
             *(["--claim-work"] if self.claim_work else []),
+            *flags,
             HANDLER,
-            cwd=REPO,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        worker = WorkerProcess(name=name, process=process, log_path=log_path, log_file=log_file)
+        ]
+        process = await spawn(command, env=env, log=log_path)
+        worker = WorkerProcess(name=name, process=process, log_path=log_path)
         self.workers.append(worker)
         return worker
+
+    def worker(self, handler: Handler, **options: Any) -> Worker:
+        """A :class:`Worker` in this process (``workerId`` ``in-process``) for this test's
+        worker type, signing as the worker client, quick to poll and to retry; ``options``
+        go to the Worker as they are."""
+        settings: dict[str, Any] = {
+            "worker_id": "in-process",
+            "idle_delay": 0.1,
+            "backoff": Backoff(base=0.05, cap=0.5),
+            "handle_signals": False,
+            **options,
+        }
+        return Worker(
+            root_url=self.coordinator.url,
+            credentials=self.worker_credentials,
+            provisioner_id=self.provisioner_id,
+            worker_type=WORKER_TYPE,
+            worker_group=WORKER_GROUP,
+            handler=handler,
+            **settings,
+        )
 
     def queue_name(self, priority: str) -> str:
         return queue_name(self.queue_prefix, self.provisioner_id, WORKER_TYPE, priority)
@@ -311,11 +340,7 @@ async def e2e(
 
     yield make
     for setup in made:
-        for worker in setup.workers:
-            if worker.process.returncode is None:
-                worker.process.kill()
-                await worker.process.wait()
-            worker.log_file.close()
+        await end_processes((worker.process for worker in setup.workers), signum=signal.SIGKILL)
     for session in sessions:
         await session.close()
 
@@ -591,19 +616,7 @@ async def test_a_hint_dequeued_too_often_is_logged_as_a_warning(
     async def handle(run: TaskRun) -> None:
         ran.append(run.task_id)
 
-    worker = Worker(
-        root_url=s.coordinator.url,
-        credentials=s.worker_credentials,
-        provisioner_id=s.provisioner_id,
-        worker_type=WORKER_TYPE,
-        worker_group=WORKER_GROUP,
-        worker_id="in-process",
-        handler=handle,
-        dequeue_warning=1,
-        idle_delay=0.1,
-        backoff=Backoff(base=0.05, cap=0.5),
-        handle_signals=False,
-    )
+    worker = s.worker(handle, dequeue_warning=1)
     with caplog.at_level(logging.WARNING, logger="worker_sdk.poller"):
         running = asyncio.create_task(worker.run())
         try:

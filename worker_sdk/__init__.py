@@ -29,10 +29,23 @@ The credentials sign polling and claiming (the dev coordinator runs with authent
 and ``./scripts/dev`` prints a client's); each run is then reclaimed and reported with the
 temporary credentials its claim came with.
 
-A handler that returns resolves its run ``completed``; one that raises
-:class:`MalformedPayload`, :class:`ResourceUnavailable` or :class:`InternalError` resolves
-it ``exception`` with that reason; any other exception resolves it ``failed`` (traceback
-logged). The ``queue-worker`` command (:mod:`worker_sdk.cli`) runs a handler from the shell.
+What the handler does decides the report; every exception named here is exported:
+
+- it returns: ``completed``;
+- it raises :class:`MalformedPayload`, :class:`ResourceUnavailable` or
+  :class:`InternalError`: ``exception`` with that reason, which the coordinator never retries
+  (any other :class:`TaskException` subclass: ``exception`` with its ``reason``);
+- it raises :class:`RetryTask`: ``exception/intermittent-task`` while the task has retries
+  left (the coordinator then adds a ``task-retry`` run), ``failed`` on its last run;
+- it raises anything else: ``failed``, traceback logged; with ``retry_failures=True``, as
+  :class:`RetryTask` does;
+- it ends its process, under ``isolation="process"`` (:mod:`worker_sdk.isolation`):
+  ``exception/internal-error``.
+
+A worker may take work from several task queues (:class:`TaskQueue`), in strict priority
+order or weighted (:mod:`worker_sdk.priorities`). The ``queue-worker`` command
+(:mod:`worker_sdk.cli`) runs a handler from the shell, and ``--processes N`` several workers
+under a supervisor (:mod:`worker_sdk.supervisor`).
 
 Logs are one line per event with ``key=value`` fields (``taskId=... runId=...``) under the
 ``worker_sdk`` loggers. One line is a stable interface, for alerting; it is logged at
@@ -50,10 +63,13 @@ from worker_sdk.errors import (
     MalformedPayload,
     RequestFailed,
     ResourceUnavailable,
+    RetryTask,
     TaskException,
 )
+from worker_sdk.priorities import TaskQueue
+from worker_sdk.runs import Handler, TaskRun
 from worker_sdk.timing import Backoff
-from worker_sdk.worker import Handler, TaskRun, Worker
+from worker_sdk.worker import Worker
 
 __all__ = [
     "Backoff",
@@ -63,7 +79,9 @@ __all__ = [
     "MalformedPayload",
     "RequestFailed",
     "ResourceUnavailable",
+    "RetryTask",
     "TaskException",
+    "TaskQueue",
     "TaskRun",
     "Worker",
 ]

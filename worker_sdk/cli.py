@@ -1,21 +1,25 @@
 """``queue-worker``: run a handler function as a worker from the command line.
 
-    queue-worker --root-url URL --provisioner-id P --worker-type W \\
+    queue-worker --root-url URL (--provisioner-id P --worker-type W | --task-queue P/W ...) \\
+        [--polling strict|weighted [--weight PRIORITY=W ...]] \\
         [--worker-group G] [--worker-id ID] [--capacity N] [--claim-work] \\
-        [--grace-period SECONDS] [--dequeue-warning N] package.module:function
+        [--grace-period SECONDS] [--dequeue-warning N] [--retry-failures] \\
+        [--isolation none|process] [--processes N] package.module:function
 
 Like the official Taskcluster tools it reads ``TASKCLUSTER_ROOT_URL`` (when ``--root-url`` is
 not given), ``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN`` and, for temporary
 credentials, ``TASKCLUSTER_CERTIFICATE``. Without credentials requests go unsigned. The
 current directory is importable, so ``queue-worker examples.hello:handle`` works from a
 checkout. Exit status: 0 after a graceful stop, 1 when the coordinator refuses the worker,
-2 for bad arguments.
+2 for bad arguments. ``--processes N`` runs N such workers under a supervisor
+(:mod:`worker_sdk.supervisor`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -26,7 +30,24 @@ from typing import Any
 
 from worker_sdk.client import Credentials
 from worker_sdk.errors import RequestFailed
-from worker_sdk.worker import Handler, Worker, default_worker_group, default_worker_id
+from worker_sdk.isolation import watch_parent
+from worker_sdk.priorities import (
+    DEFAULT_WEIGHTS,
+    POLLINGS,
+    Polling,
+    TaskQueue,
+    task_queues_of,
+    weights_with,
+)
+from worker_sdk.runs import Handler
+from worker_sdk.supervisor import SUPERVISOR_ENV, Supervisor
+from worker_sdk.worker import (
+    ISOLATIONS,
+    Isolation,
+    Worker,
+    default_worker_group,
+    default_worker_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +58,18 @@ class Options:
 
     root_url: str
     credentials: Credentials | None
-    provisioner_id: str
-    worker_type: str
+    task_queues: tuple[TaskQueue, ...]
+    polling: Polling
+    weights: dict[str, float]
     worker_group: str
     worker_id: str
     capacity: int
     claim_work: bool
     grace_period: float
     dequeue_warning: int
+    retry_failures: bool
+    isolation: Isolation
+    processes: int
     handler: str
     log_level: str
 
@@ -56,16 +81,59 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _task_queue(text: str) -> TaskQueue:
+    try:
+        return TaskQueue.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _weight(text: str) -> tuple[str, float]:
+    priority, equals, number = text.partition("=")
+    try:
+        weight = float(number)
+        weights_with({priority: weight})
+    except ValueError as error:
+        detail = error if equals else "not PRIORITY=WEIGHT"
+        raise argparse.ArgumentTypeError(f"{text!r}: {detail}") from None
+    return priority, weight
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="queue-worker",
-        description="Claim tasks of one worker type from a queue coordinator and run them.",
+        description="Claim tasks of one or more task queues from a queue coordinator and run them.",
         epilog="Credentials come from TASKCLUSTER_CLIENT_ID, TASKCLUSTER_ACCESS_TOKEN and "
         "TASKCLUSTER_CERTIFICATE.",
     )
     parser.add_argument("--root-url", help="coordinator root URL (default: $TASKCLUSTER_ROOT_URL)")
-    parser.add_argument("--provisioner-id", required=True)
-    parser.add_argument("--worker-type", required=True)
+    parser.add_argument("--provisioner-id", help="with --worker-type: a task queue")
+    parser.add_argument("--worker-type", help="with --provisioner-id: a task queue")
+    parser.add_argument(
+        "--task-queue",
+        action="append",
+        type=_task_queue,
+        default=[],
+        metavar="PROVISIONER/WORKERTYPE",
+        help="a task queue to take tasks from (repeat for more)",
+    )
+    parser.add_argument(
+        "--polling",
+        choices=POLLINGS,
+        default="strict",
+        help="strict: highest priority first (default); weighted: each priority gets a share "
+        "of the claims by its weight",
+    )
+    parser.add_argument(
+        "--weight",
+        action="append",
+        type=_weight,
+        default=[],
+        metavar="PRIORITY=WEIGHT",
+        help="with --polling weighted: a priority's weight (repeatable; defaults: "
+        + ", ".join(f"{p}={w:g}" for p, w in DEFAULT_WEIGHTS.items())
+        + ")",
+    )
     parser.add_argument("--worker-group", help="default: the short host name")
     parser.add_argument("--worker-id", help="default: host name and process id")
     parser.add_argument("--capacity", type=_positive_int, default=1, help="tasks at once")
@@ -86,6 +154,24 @@ def _parser() -> argparse.ArgumentParser:
         default=10,
         help="warn about hints dequeued more often than this (default: 10)",
     )
+    parser.add_argument(
+        "--retry-failures",
+        action="store_true",
+        help="report a handler's exceptions intermittent-task (retried) while the task has "
+        "retries left, failed on its last run",
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=ISOLATIONS,
+        default="none",
+        help="process: run each task's handler in a child process of its own (default: none)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=1,
+        help="run this many worker processes under a supervisor (default: 1)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
     parser.add_argument("handler", help="the handler, as package.module:function")
     return parser
@@ -104,6 +190,14 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
     access_token = environ.get("TASKCLUSTER_ACCESS_TOKEN")
     if bool(client_id) != bool(access_token):
         parser.error("set both TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN, or neither")
+    try:
+        task_queues = task_queues_of(args.provisioner_id, args.worker_type, args.task_queue)
+    except ValueError as error:
+        parser.error(f"{error}: give --task-queue, or --provisioner-id and --worker-type")
+    if args.weight and args.polling != "weighted":
+        parser.error("--weight needs --polling weighted")
+    if args.polling == "weighted" and args.claim_work:
+        parser.error("--polling weighted needs Azure: claimWork picks by priority itself")
     credentials = (
         Credentials(
             client_id=client_id,
@@ -116,14 +210,18 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
     return Options(
         root_url=root_url.rstrip("/"),
         credentials=credentials,
-        provisioner_id=args.provisioner_id,
-        worker_type=args.worker_type,
+        task_queues=task_queues,
+        polling=args.polling,
+        weights=weights_with(dict(args.weight)),
         worker_group=args.worker_group or default_worker_group(),
         worker_id=args.worker_id or default_worker_id(),
         capacity=args.capacity,
         claim_work=args.claim_work,
         grace_period=args.grace_period,
         dequeue_warning=args.dequeue_warning,
+        retry_failures=args.retry_failures,
+        isolation=args.isolation,
+        processes=args.processes,
         handler=args.handler,
         log_level=args.log_level,
     )
@@ -142,7 +240,8 @@ def load_handler(spec: str) -> Handler:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_options(sys.argv[1:] if argv is None else argv, os.environ)
+    argv = sys.argv[1:] if argv is None else argv
+    options = parse_options(argv, os.environ)
     logging.basicConfig(
         level=options.log_level,
         # The coordinator's format, so both logs read (and parse) alike.
@@ -155,11 +254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ImportError, AttributeError, TypeError) as error:
         print(f"queue-worker: cannot load handler {options.handler}: {error}", file=sys.stderr)
         return 2
+    if options.processes > 1:
+        supervisor = Supervisor(argv=argv, processes=options.processes, worker_id=options.worker_id)
+        return asyncio.run(supervisor.run())
     worker = Worker(
         root_url=options.root_url,
         credentials=options.credentials,
-        provisioner_id=options.provisioner_id,
-        worker_type=options.worker_type,
+        task_queues=options.task_queues,
+        polling=options.polling,
+        weights=options.weights,
         worker_group=options.worker_group,
         worker_id=options.worker_id,
         handler=handler,
@@ -167,13 +270,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         claim_work=options.claim_work,
         grace_period=options.grace_period,
         dequeue_warning=options.dequeue_warning,
+        retry_failures=options.retry_failures,
+        isolation=options.isolation,
     )
+    supervisor_pid = os.environ.get(SUPERVISOR_ENV)
     try:
-        asyncio.run(worker.run())
+        asyncio.run(_work(worker, int(supervisor_pid) if supervisor_pid else None))
     except RequestFailed:
         # Worker.run has logged why; retrying can't help (credentials, scopes, worker type).
         return 1
     return 0
+
+
+async def _work(worker: Worker, supervisor_pid: int | None) -> None:
+    """Run the worker; one that a supervisor started stops gracefully once it is gone."""
+    if supervisor_pid is not None:
+        loop = asyncio.get_running_loop()
+
+        def orphaned() -> None:
+            log.warning("supervisor gone, stopping supervisorPid=%d", supervisor_pid)
+            # RuntimeError: the loop has closed, the worker is done anyway.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(worker.stop)
+
+        watch_parent(orphaned, parent=supervisor_pid)
+    await worker.run()
 
 
 if __name__ == "__main__":

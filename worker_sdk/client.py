@@ -1,7 +1,7 @@
 """HTTP client for the coordinator routes a worker uses, with Taskcluster Hawk signing.
 
-Covers ``pollTaskUrls``, ``claimTask``, ``claimWork``, ``reclaimTask`` and the three reports,
-nothing else. Requests are signed exactly as the official ``taskcluster`` client signs them
+Covers ``ping``, ``pollTaskUrls``, ``claimTask``, ``claimWork``, ``reclaimTask`` and the three
+reports, nothing else. Requests are signed exactly as the official ``taskcluster`` client signs them
 (mohawk, sha256, ``ext`` = URL-safe base64 of the JSON ``{"certificate": ...}`` for
 temporary credentials and of ``{}`` otherwise), or not at all without credentials. Every
 failure surfaces as :class:`~worker_sdk.errors.RequestFailed`; retrying is the caller's
@@ -119,6 +119,9 @@ class Claim:
     """Monotonic time at which ``taken_until`` passes on the server."""
     credentials: Credentials
     """Temporary credentials for reclaiming and reporting this run."""
+    retries_left: int
+    """The task's ``retriesLeft`` when the run was claimed: how many more runs an
+    ``intermittent-task`` report would get it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +159,10 @@ class CoordinatorClient:
         self._session = session
         self._base = root_url.rstrip("/") + "/api/queue/v1"
         self._credentials = credentials
+
+    async def ping(self) -> None:
+        """Raises :class:`RequestFailed` unless the coordinator answers ``ping`` with a 2xx."""
+        await self._call("GET", ("ping",))
 
     async def poll_task_urls(self, provisioner_id: str, worker_type: str) -> PollUrls:
         answer = await self._call("GET", ("poll-task-url", provisioner_id, worker_type))
@@ -315,8 +322,10 @@ def _parsing(answer: _Answer, route: str) -> Iterator[None]:
 def _claim(value: Mapping[str, Any], answer: _Answer) -> Claim:
     taken_until = _parse_time(value["takenUntil"])
     run_id = value["runId"]
-    if not isinstance(run_id, int):
-        raise TypeError(f"runId {run_id!r} is not an integer")
+    retries_left = value["status"]["retriesLeft"]
+    for name, number in (("runId", run_id), ("retriesLeft", retries_left)):
+        if not isinstance(number, int):
+            raise TypeError(f"{name} {number!r} is not an integer")
     return Claim(
         task_id=str(value["status"]["taskId"]),
         run_id=run_id,
@@ -326,6 +335,7 @@ def _claim(value: Mapping[str, Any], answer: _Answer) -> Claim:
             sent_at=answer.sent_at, until=taken_until, server_time=answer.server_time
         ),
         credentials=Credentials.from_json(value["credentials"]),
+        retries_left=retries_left,
     )
 
 

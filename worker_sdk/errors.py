@@ -2,23 +2,29 @@
 
 A handler raises a :class:`TaskException` subclass to resolve its run as ``exception`` with
 that reason (Taskcluster's ``reportException``); any other exception resolves it as
-``failed``. :class:`RequestFailed` is how every HTTP call to the coordinator or to Azure
-fails, so callers decide between retrying and giving up in one place.
+``failed``. :class:`RetryTask` asks for another run while the task has retries left.
+:class:`RequestFailed` is how every HTTP call to the coordinator or to Azure fails, so
+callers decide between retrying and giving up in one place; :func:`missing_scopes` reads
+what a 403 says the worker lacks.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import ClassVar
 
 import aiohttp
 
 
 class TaskException(Exception):
-    """Resolve the run as ``exception`` with :attr:`reason` instead of ``failed``."""
+    """Resolve the run as ``exception`` with :attr:`reason` instead of ``failed``.
 
-    reason: ClassVar[str]
+    Subclasses name their reason; an instance may carry its own (a handler's exception that
+    crossed a process boundary does).
+    """
+
+    reason: str
 
 
 class MalformedPayload(TaskException):
@@ -37,6 +43,18 @@ class InternalError(TaskException):
     """The worker itself broke while running the task; the task is not to blame."""
 
     reason = "internal-error"
+
+
+class RetryTask(TaskException):
+    """The run failed for a passing reason: run the task again.
+
+    Reported ``exception/intermittent-task``, which the coordinator answers with a new
+    ``task-retry`` run while the task's ``retriesLeft`` is above 0; on the last run (none
+    left) the worker reports ``failed`` instead, as Celery and Sidekiq fail a job whose
+    retries ran out.
+    """
+
+    reason = "intermittent-task"
 
 
 class RequestFailed(Exception):
@@ -60,6 +78,24 @@ class RequestFailed(Exception):
     def transient(self) -> bool:
         """Worth retrying: no answer, a server error, or throttling (Azure says 503 or 429)."""
         return self.status is None or self.status >= 500 or self.status == 429
+
+    @property
+    def refused(self) -> bool:
+        """The coordinator rejects the worker's credentials (401) or scopes (403): the worker
+        is misconfigured, whatever the request was about."""
+        return self.status in (401, 403)
+
+
+_MISSING_SCOPES = re.compile(r"missing the following scopes:\s*```\n(.*?)\n```", re.DOTALL)
+
+
+def missing_scopes(error: RequestFailed) -> str:
+    """What a 403 ``InsufficientScopes`` message says is missing, on one line (a lone scope,
+    or a scope expression as compact JSON); the message's first line when it says no such
+    thing."""
+    found = _MISSING_SCOPES.search(error.message)
+    text = found.group(1) if found else error.message.split("\n", 1)[0]
+    return " ".join(text.split())
 
 
 @contextmanager

@@ -6,23 +6,30 @@ pause with jitter when there is no work, back off exponentially with jitter on t
 errors, and raise :class:`~worker_sdk.errors.RequestFailed` only for errors a retry cannot
 fix (the coordinator refusing the worker's credentials, say). Who the worker is and how it
 paces itself reach both as one :class:`WorkerIdentity` and one :class:`PollSettings`.
+
+A worker may serve several task queues. :class:`AzurePoller` polls all their Azure queues in
+one pass, in the order :class:`~worker_sdk.priorities.PollOrder` gives (strict priority or
+weighted); :class:`ClaimWorkPoller` shares the free capacity out among claimWork long polls,
+one per task queue.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypedDict, Unpack
 
 import aiohttp
 
 from worker_sdk import azure
 from worker_sdk.client import Claim, CoordinatorClient, PollUrls, SignedQueue
-from worker_sdk.errors import RequestFailed
+from worker_sdk.errors import RequestFailed, missing_scopes
+from worker_sdk.priorities import PollOrder, TaskQueue, priority_at
 from worker_sdk.timing import Backoff, jittered
 
 log = logging.getLogger(__name__)
@@ -32,6 +39,13 @@ MAX_BATCH = azure.MAX_MESSAGES
 CLAIM_RETRY_WINDOW = 60.0
 """How long a claim that failed transiently (5xx, network) is retried before its hint is
 left to reappear after the poll visibility timeout."""
+REFUSED_RETRY_WINDOW = 20.0
+"""How long a claim the coordinator refuses (401, 403) is retried before the worker stops:
+long enough to ride out a clients file being fixed (the coordinator re-reads it), short
+enough that a misconfigured worker soon shows as one that exited."""
+DEAD_HINT_STATUSES = frozenset({400, 404, 409})
+"""claimTask answers that make a hint useless for good: no such run, or one that is not
+pending any more. Any other answer says nothing about the hint, so it is kept."""
 
 DEQUEUE_WARNING = "hint dequeued too often taskId=%s runId=%s queue=%s dequeueCount=%d"
 """The line operators alert on; its format is a public interface (see the package docs)."""
@@ -39,11 +53,10 @@ DEQUEUE_WARNING = "hint dequeued too often taskId=%s runId=%s queue=%s dequeueCo
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerIdentity:
-    """Who polls and claims: the worker type whose queues are read, and the worker that every
+    """Who polls and claims: the task queues whose work is taken, and the worker that every
     claim is made for."""
 
-    provisioner_id: str
-    worker_type: str
+    task_queues: tuple[TaskQueue, ...]
     worker_group: str
     worker_id: str
 
@@ -55,13 +68,24 @@ class PollSettings:
     ``idle_delay`` is the pause (jittered) when there is no work; ``backoff`` the schedule
     after transient failures, of polls and claims here and of the worker's reclaims and
     reports alike; a hint dequeued more than ``dequeue_warning`` times is logged as
-    :data:`DEQUEUE_WARNING` (Azure mode only: in claimWork mode the worker never sees the
-    messages).
+    :data:`DEQUEUE_WARNING`, and ``order`` arranges the queues of each pass (both Azure mode
+    only: in claimWork mode the coordinator reads the queues).
     """
 
     idle_delay: float
     backoff: Backoff
     dequeue_warning: int
+    order: PollOrder
+
+
+class PollerParts(TypedDict):
+    """What every poller is made of: see :class:`_Polling`."""
+
+    client: CoordinatorClient
+    identity: WorkerIdentity
+    settings: PollSettings
+    stopping: asyncio.Event
+    rng: random.Random
 
 
 class Poller(Protocol):
@@ -134,6 +158,11 @@ class _Polling(abc.ABC):
             self._retrying.succeeded()
             if claims:
                 return claims
+        return await self._leftovers()
+
+    async def _leftovers(self) -> list[Claim]:
+        """Once the worker stops: end what is in flight, and return the runs claimed anyway
+        (the worker hands them straight back)."""
         return []
 
     @abc.abstractmethod
@@ -146,89 +175,126 @@ class _Polling(abc.ABC):
         await self._retrying.pause(jittered(self._settings.idle_delay, self._rng))
 
 
-class AzurePoller(_Polling):
-    """Polls the Azure queues of one worker type in priority order and claims their hints."""
+@dataclass(frozen=True, kw_only=True)
+class _AzureQueue:
+    """One Azure queue a pass may poll: one priority of one task queue."""
 
-    def __init__(
-        self,
-        *,
-        session: aiohttp.ClientSession,
-        client: CoordinatorClient,
-        identity: WorkerIdentity,
-        settings: PollSettings,
-        stopping: asyncio.Event,
-        rng: random.Random,
-    ) -> None:
-        super().__init__(
-            client=client, identity=identity, settings=settings, stopping=stopping, rng=rng
-        )
+    task_queue: TaskQueue
+    priority: str
+    urls: SignedQueue
+    name: str
+    """The queue's name, for logs."""
+
+
+class AzurePoller(_Polling):
+    """Polls the Azure queues of the worker's task queues and claims their hints."""
+
+    def __init__(self, *, session: aiohttp.ClientSession, **parts: Unpack[PollerParts]) -> None:
+        super().__init__(**parts)
         self._session = session
-        self._urls: PollUrls | None = None
+        self._urls: dict[TaskQueue, PollUrls] = {}
+        self._coordinator_lost = False
+        """Claims got no answer: take no more hints until the coordinator answers again."""
 
     async def _attempt(self, count: int) -> list[Claim]:
-        """One pass over the queues, highest priority first, stopping at the first that yields
+        """One pass over the queues in the settings' order, stopping at the first that yields
         claims; pauses before answering ``[]`` when every queue was empty."""
-        urls = await self._signed_urls()
-        for queue in urls.queues:
+        if self._coordinator_lost:
+            # Every hint taken hides for the poll visibility timeout (300 s) and the poll
+            # URL's SAS cannot release it: taking hints no claim can follow strands them.
+            await self._coordinator_answers()
+        queues = [
+            _AzureQueue(
+                task_queue=task_queue,
+                priority=priority_at(index),
+                urls=urls,
+                name=azure.queue_name_of_url(urls.poll_url),
+            )
+            for task_queue in self._identity.task_queues
+            for index, urls in enumerate((await self._signed_urls(task_queue)).queues)
+        ]
+        for queue in self._settings.order.arrange(queues, lambda q: q.priority, self._rng):
             if self._stopping.is_set():
                 return []
-            name = azure.queue_name_of_url(queue.poll_url)
             try:
                 messages = await azure.get_messages(
-                    self._session, azure.poll_url(queue.poll_url, count)
+                    self._session, azure.poll_url(queue.urls.poll_url, count)
                 )
             except RequestFailed as error:
                 if error.status == 404:
                     # The coordinator creates queues lazily and deletes idle ones.
-                    log.debug("queue missing queue=%s", name)
+                    log.debug("queue missing queue=%s", queue.name)
                     continue
                 if not error.transient:
                     # Most likely an expired or rejected signature: get new URLs first.
-                    self._urls = None
+                    self._urls.pop(queue.task_queue, None)
                 raise _Transient() from error
             if messages:
-                return await self._take_all(queue, name, messages)
+                return await self._take_all(queue, messages)
         await self._idle()
         return []
 
-    async def _signed_urls(self) -> PollUrls:
-        if self._urls is None or time.monotonic() >= self._urls.refresh_at:
+    async def _coordinator_answers(self) -> None:
+        """Return once the coordinator answers a ping (any answer but a 5xx); raise
+        :class:`_Transient` while it does not, so polling backs off with jitter."""
+        try:
+            await self._client.ping()
+        except RequestFailed as error:
+            if error.transient:
+                raise _Transient() from error
+        self._coordinator_lost = False
+        log.info("coordinator answers again, polling resumed")
+
+    async def _signed_urls(self, task_queue: TaskQueue) -> PollUrls:
+        urls = self._urls.get(task_queue)
+        if urls is None or time.monotonic() >= urls.refresh_at:
             try:
-                self._urls = await self._client.poll_task_urls(
-                    self._identity.provisioner_id, self._identity.worker_type
+                urls = await self._client.poll_task_urls(
+                    task_queue.provisioner_id, task_queue.worker_type
                 )
             except RequestFailed as error:
                 if error.transient:
                     raise _Transient() from error
                 raise
+            self._urls[task_queue] = urls
             log.info(
-                "poll urls refreshed queues=%d expires=%s",
-                len(self._urls.queues),
-                self._urls.expires.isoformat(),
+                "poll urls refreshed taskQueue=%s queues=%d expires=%s",
+                task_queue,
+                len(urls.queues),
+                urls.expires.isoformat(),
             )
-        return self._urls
+        return urls
 
     async def _take_all(
-        self, queue: SignedQueue, name: str, messages: list[azure.QueueMessage]
+        self, queue: _AzureQueue, messages: list[azure.QueueMessage]
     ) -> list[Claim]:
         # return_exceptions: one failed claim must not discard the runs the others claimed.
         results = await asyncio.gather(
-            *(self._take(queue, name, message) for message in messages), return_exceptions=True
+            *(self._take(queue, message) for message in messages), return_exceptions=True
         )
         claims = [result for result in results if isinstance(result, Claim)]
-        failures = [result for result in results if isinstance(result, BaseException)]
+        failures: list[RequestFailed] = []
+        for result in results:
+            if isinstance(result, RequestFailed):
+                failures.append(result)
+            elif isinstance(result, BaseException):
+                raise result
+        if claims or not failures:
+            # Only stale hints: an empty answer sends the caller straight back to the top queue.
+            return claims
         for failure in failures:
-            if not isinstance(failure, RequestFailed):
+            if failure.refused:
                 raise failure
-        if failures and not claims:
-            raise _Transient() from failures[0]
-        # Only stale hints: an empty answer sends the caller straight back to the top queue.
-        return claims
+        if any(failure.transient for failure in failures):
+            log.warning(
+                "coordinator not answering, hints left alone until it does error=%s", failures[0]
+            )
+            self._coordinator_lost = True
+        raise _Transient() from failures[0]
 
-    async def _take(
-        self, queue: SignedQueue, name: str, message: azure.QueueMessage
-    ) -> Claim | None:
+    async def _take(self, queue: _AzureQueue, message: azure.QueueMessage) -> Claim | None:
         """Claim the run a message hints at, deleting the message unless that must be retried."""
+        name = queue.name
         try:
             hint = azure.parse_hint(message.text)
         except azure.PoisonHint as error:
@@ -239,7 +305,7 @@ class AzurePoller(_Polling):
                 message.dequeue_count,
                 error,
             )
-            await self._delete(queue, name, message, task_id="-", run_id="-")
+            await self._delete(queue, message, task_id="-", run_id="-")
             return None
         if message.dequeue_count > self._settings.dequeue_warning:
             log.warning(DEQUEUE_WARNING, hint.task_id, hint.run_id, name, message.dequeue_count)
@@ -250,14 +316,15 @@ class AzurePoller(_Polling):
         try:
             claim = await self._claim(hint, name)
         except RequestFailed as error:
-            if error.transient:
-                log.warning(
-                    "claim failed, hint kept taskId=%s runId=%s queue=%s error=%s",
-                    hint.task_id,
-                    hint.run_id,
-                    name,
-                    error,
-                )
+            if error.status not in DEAD_HINT_STATUSES:
+                if not error.refused:  # a refusal was logged as an ERROR when it came
+                    log.warning(
+                        "claim failed, hint kept taskId=%s runId=%s queue=%s error=%s",
+                        hint.task_id,
+                        hint.run_id,
+                        name,
+                        error,
+                    )
                 raise
             # A definitive no (stale hint, run already taken, task gone): the hint is useless.
             log.info(
@@ -268,7 +335,7 @@ class AzurePoller(_Polling):
                 error.status,
                 error.code,
             )
-            await self._delete(queue, name, message, task_id=hint.task_id, run_id=hint.run_id)
+            await self._delete(queue, message, task_id=hint.task_id, run_id=hint.run_id)
             return None
         log.info(
             "claimed taskId=%s runId=%s queue=%s takenUntil=%s",
@@ -277,15 +344,16 @@ class AzurePoller(_Polling):
             name,
             claim.taken_until.isoformat(),
         )
-        await self._delete(queue, name, message, task_id=hint.task_id, run_id=hint.run_id)
+        await self._delete(queue, message, task_id=hint.task_id, run_id=hint.run_id)
         return claim
 
     async def _claim(self, hint: azure.AzureHint, name: str) -> Claim:
         """claimTask, retried in place on transient failures for up to
         :data:`CLAIM_RETRY_WINDOW`: the message stays hidden from every other worker until its
         visibility timeout (300 s) ends, so giving up at once would leave its run waiting that
-        long after a short coordinator outage."""
-        give_up = time.monotonic() + CLAIM_RETRY_WINDOW
+        long after a short coordinator outage. A refusal (401, 403) is retried for
+        :data:`REFUSED_RETRY_WINDOW`, in case the worker's scopes are being fixed."""
+        started = time.monotonic()
         attempt = 0
         while True:
             try:
@@ -296,11 +364,27 @@ class AzurePoller(_Polling):
                     worker_id=self._identity.worker_id,
                 )
             except RequestFailed as error:
+                if error.refused and attempt == 0:
+                    # 403 lists the scopes the worker's client lacks; 401 says why its
+                    # credentials do not verify.
+                    detail = (
+                        f"missingScopes={missing_scopes(error)}"
+                        if error.status == 403
+                        else f"message={error.message.splitlines()[0] if error.message else '-'}"
+                    )
+                    log.error(
+                        "claim refused, hint kept taskId=%s runId=%s queue=%s status=%s code=%s %s",
+                        hint.task_id,
+                        hint.run_id,
+                        name,
+                        error.status,
+                        error.code,
+                        detail,
+                    )
                 delay = self._retrying.delay(attempt)
                 if (
-                    not error.transient
-                    or self._stopping.is_set()
-                    or time.monotonic() + delay >= give_up
+                    self._stopping.is_set()
+                    or time.monotonic() + delay >= started + _claim_retry_window(error)
                 ):
                     raise
                 attempt += 1
@@ -316,15 +400,16 @@ class AzurePoller(_Polling):
 
     async def _delete(
         self,
-        queue: SignedQueue,
-        name: str,
+        queue: _AzureQueue,
         message: azure.QueueMessage,
         *,
         task_id: str,
         run_id: int | str,
     ) -> None:
         try:
-            await azure.delete_message(self._session, azure.delete_url(queue.delete_url, message))
+            await azure.delete_message(
+                self._session, azure.delete_url(queue.urls.delete_url, message)
+            )
         except RequestFailed as error:
             # Not retried: the message reappears after its visibility timeout, and the claim
             # it leads to then fails and deletes it.
@@ -332,22 +417,49 @@ class AzurePoller(_Polling):
                 "hint delete failed taskId=%s runId=%s queue=%s messageId=%s error=%s",
                 task_id,
                 run_id,
-                name,
+                queue.name,
                 message.message_id,
                 error,
             )
 
 
+@dataclass(frozen=True, kw_only=True)
+class _ClaimWorkCall:
+    """A claimWork long poll in flight: for which task queue, and how many runs it asked for."""
+
+    task_queue: TaskQueue
+    tasks: int
+
+
 class ClaimWorkPoller(_Polling):
-    """Asks the coordinator to claim work for the worker (``claimWork``); no Azure access."""
+    """Asks the coordinator to claim work for the worker (``claimWork``); no Azure access.
+
+    The coordinator claims each task queue's runs highest priority first. A worker with
+    several task queues keeps a long poll in flight for as many of them as its free capacity
+    covers, sharing the capacity out among them (the task queue that waited longest first),
+    and never hangs one up while it runs: a poll's claims cannot be taken back, so hanging up
+    one that is claiming would leave its runs held by nobody until their claim expires, and
+    asking each task queue for all the free capacity would claim more than the worker can
+    run. Only a stopping worker hangs up.
+    """
+
+    def __init__(self, **parts: Unpack[PollerParts]) -> None:
+        super().__init__(**parts)
+        self._turns = collections.deque(self._identity.task_queues)
+        """Task queues by how long they have waited for a poll, longest first."""
+        self._calls: dict[asyncio.Task[list[Claim]], _ClaimWorkCall] = {}
 
     async def _attempt(self, count: int) -> list[Claim]:
+        self._call(count)
         try:
-            claims = await self._long_poll(count)
+            claims = await self._answers()
         except RequestFailed as error:
             if error.transient:
                 raise _Transient() from error
-            raise
+            # The worker gives up: end the other polls first.
+            claims = await self._leftovers()
+            if not claims:
+                raise
         for claim in claims:
             log.info(
                 "claimed taskId=%s runId=%s takenUntil=%s",
@@ -360,28 +472,81 @@ class ClaimWorkPoller(_Polling):
             await self._idle()
         return claims
 
-    async def _long_poll(self, count: int) -> list[Claim]:
-        """One claimWork call, abandoned when the worker stops.
-
-        Waiting out the server's ~20 s would hold up every shutdown. Hanging up is safe: the
-        coordinator stops claiming for a client that has gone away.
-        """
-        request = asyncio.create_task(
-            self._client.claim_work(
-                self._identity.provisioner_id,
-                self._identity.worker_type,
-                worker_group=self._identity.worker_group,
-                worker_id=self._identity.worker_id,
-                tasks=count,
+    def _call(self, count: int) -> None:
+        """Start polls for task queues without one, sharing out the ``count`` free runs less
+        what the polls in flight asked for."""
+        free = count - sum(call.tasks for call in self._calls.values())
+        busy = {call.task_queue for call in self._calls.values()}
+        idle = [task_queue for task_queue in self._turns if task_queue not in busy]
+        for index, task_queue in enumerate(idle):
+            tasks = -(-free // (len(idle) - index))  # an even share, rounded up
+            if tasks <= 0:
+                break
+            free -= tasks
+            self._turns.remove(task_queue)
+            self._turns.append(task_queue)
+            poll = asyncio.create_task(
+                self._client.claim_work(
+                    task_queue.provisioner_id,
+                    task_queue.worker_type,
+                    worker_group=self._identity.worker_group,
+                    worker_id=self._identity.worker_id,
+                    tasks=tasks,
+                )
             )
-        )
+            self._calls[poll] = _ClaimWorkCall(task_queue=task_queue, tasks=tasks)
+
+    async def _answers(self) -> list[Claim]:
+        """The claims of the polls that answer first; raises the first failure when none
+        claimed anything.
+
+        When the worker stops, every poll is hung up: waiting out the server's ~20 s would
+        hold up every shutdown, and the coordinator stops claiming for a client that has gone
+        away.
+        """
         stop = asyncio.create_task(self._stopping.wait())
         try:
-            await asyncio.wait({request, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({*self._calls, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
-            if not request.done():
-                request.cancel()
-            await asyncio.wait({request})
-        # Claims that made it anyway are returned: the worker hands them back at once.
-        return [] if request.cancelled() else request.result()
+        if self._stopping.is_set():
+            return await self._leftovers()
+        claims, errors = self._collect()
+        if claims or not errors:
+            return claims
+        # One a retry cannot fix (a refusal) decides over a transient one.
+        raise next((e for e in errors if not e.transient), errors[0])
+
+    async def _leftovers(self) -> list[Claim]:
+        for poll in self._calls:
+            poll.cancel()
+        if self._calls:
+            await asyncio.wait(self._calls)
+        claims, _ = self._collect()
+        return claims
+
+    def _collect(self) -> tuple[list[Claim], list[RequestFailed]]:
+        """Forget the polls that ended; what they claimed, and how they failed."""
+        claims: list[Claim] = []
+        errors: list[RequestFailed] = []
+        for poll in [poll for poll in self._calls if poll.done()]:
+            del self._calls[poll]
+            if poll.cancelled():
+                continue
+            error = poll.exception()
+            if error is None:
+                claims.extend(poll.result())
+            elif isinstance(error, RequestFailed):
+                errors.append(error)
+            else:
+                raise error
+        return claims, errors
+
+
+def _claim_retry_window(error: RequestFailed) -> float:
+    """How long after its first try a claim that failed with ``error`` is still retried."""
+    if error.transient:
+        return CLAIM_RETRY_WINDOW
+    if error.refused:
+        return REFUSED_RETRY_WINDOW
+    return 0.0

@@ -21,24 +21,34 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import aiohttp
 
 from worker_sdk import timing
-from worker_sdk.client import Claim, CoordinatorClient, Credentials, Reclaim
-from worker_sdk.errors import RequestFailed, TaskException
+from worker_sdk.client import Claim, CoordinatorClient, Credentials
+from worker_sdk.errors import RequestFailed, RetryTask, TaskException
+from worker_sdk.isolation import ProcessIsolation
 from worker_sdk.poller import (
     MAX_BATCH,
     AzurePoller,
     ClaimWorkPoller,
     Poller,
+    PollerParts,
     PollSettings,
     WorkerIdentity,
 )
+from worker_sdk.priorities import (
+    POLLINGS,
+    Polling,
+    PollOrder,
+    TaskQueue,
+    task_queues_of,
+    weights_with,
+)
+from worker_sdk.runs import Handler, Lease, TaskRun
 from worker_sdk.timing import Backoff
 
 log = logging.getLogger(__name__)
@@ -46,10 +56,8 @@ log = logging.getLogger(__name__)
 REPORT_TIMEOUT = 30.0
 """After the grace period, how long shutdown waits for the worker-shutdown reports."""
 
-Handler = Callable[["TaskRun"], Awaitable[None] | None]
-"""An ``async def`` (run on the event loop) or a plain function (run in a thread)."""
-
-CancelReason = Literal["claim-lost", "worker-shutdown"]
+Isolation = Literal["none", "process"]
+ISOLATIONS: tuple[Isolation, ...] = ("none", "process")
 
 _T = TypeVar("_T")
 
@@ -67,85 +75,27 @@ class Outcome:
             raise ValueError(f"an {self.kind} outcome with reason {self.reason!r}")
 
 
-def outcome_for(error: BaseException | None) -> Outcome:
-    """The report for a handler that returned (``None``) or raised ``error``."""
+def outcome_for(
+    error: BaseException | None, *, retries_left: int = 0, retry_failures: bool = False
+) -> Outcome:
+    """The report for a handler that returned (``None``) or raised ``error``.
+
+    :class:`RetryTask`, and with ``retry_failures`` any exception that is no
+    :class:`TaskException`, asks for a retry: ``intermittent-task`` while the task has
+    ``retries_left``, ``failed`` on its last run.
+    """
     if error is None:
         return Outcome(kind="completed")
+    retry = isinstance(error, RetryTask) or (
+        retry_failures and not isinstance(error, TaskException)
+    )
+    if retry:
+        if retries_left > 0:
+            return Outcome(kind="exception", reason=RetryTask.reason)
+        return Outcome(kind="failed")
     if isinstance(error, TaskException):
         return Outcome(kind="exception", reason=error.reason)
     return Outcome(kind="failed")
-
-
-class _Lease:
-    """The changing state of one claimed run: its deadline, credentials and cancellation."""
-
-    def __init__(self, claim: Claim) -> None:
-        self.taken_until = claim.taken_until
-        self.expires_at = claim.expires_at
-        self.credentials = claim.credentials
-        self.cancel_reason: CancelReason | None = None
-        self.cancelled = threading.Event()
-        self.handler: asyncio.Task[None] | None = None
-
-    def renew(self, reclaim: Reclaim) -> None:
-        self.taken_until = reclaim.taken_until
-        self.expires_at = reclaim.expires_at
-        self.credentials = reclaim.credentials
-
-    def cancel(self, reason: CancelReason) -> None:
-        """Stop the handler; the first reason given decides what gets reported."""
-        if self.cancel_reason is None:
-            self.cancel_reason = reason
-        self.cancelled.set()
-        if self.handler is not None:
-            self.handler.cancel()
-
-
-class TaskRun:
-    """What a handler gets: one claimed run of a task.
-
-    ``taken_until`` and ``credentials`` change as the worker reclaims the run in the
-    background. ``cancelled`` is set when the worker gives up on the run (claim lost, or
-    shutdown after the grace period): async handlers are cancelled outright, but a sync
-    handler's thread cannot be, so long sync handlers should check it and return early.
-    """
-
-    def __init__(self, claim: Claim, lease: _Lease) -> None:
-        self._claim = claim
-        self._lease = lease
-
-    @property
-    def task_id(self) -> str:
-        return self._claim.task_id
-
-    @property
-    def run_id(self) -> int:
-        return self._claim.run_id
-
-    @property
-    def task(self) -> Mapping[str, Any]:
-        """The task definition, as createTask stored it (with defaults)."""
-        return self._claim.task
-
-    @property
-    def payload(self) -> Any:
-        return self._claim.task.get("payload")
-
-    @property
-    def taken_until(self) -> datetime:
-        return self._lease.taken_until
-
-    @property
-    def credentials(self) -> Credentials:
-        """The run's current temporary credentials (scoped to the run and task)."""
-        return self._lease.credentials
-
-    @property
-    def cancelled(self) -> threading.Event:
-        return self._lease.cancelled
-
-    def __repr__(self) -> str:
-        return f"TaskRun(task_id={self.task_id!r}, run_id={self.run_id})"
 
 
 def default_worker_group() -> str:
@@ -164,12 +114,24 @@ def _identifier(text: str) -> str:
 
 
 class Worker:
-    """Claims runs of one worker type and hands each to ``handler``; see the package docs.
+    """Claims runs of its task queues and hands each to ``handler``; see the package docs.
+
+    The task queues are ``task_queues`` (``"provisionerId/workerType"`` strings or
+    :class:`~worker_sdk.priorities.TaskQueue`), and ``provisioner_id``/``worker_type`` when
+    given: at least one in all. ``polling`` orders their Azure queues: ``"strict"`` highest
+    priority first, ``"weighted"`` at random by ``weights`` (priority name to a positive
+    number, over the defaults ``2 ** (level - 1)``); see :mod:`worker_sdk.priorities`.
 
     ``claim_work`` selects the claimWork mode (the coordinator polls Azure on the worker's
-    behalf); otherwise the worker polls Azure itself through signed URLs. ``idle_delay`` is
-    the pause when there is no work and ``backoff`` the schedule after transient errors, both
-    jittered. A hint dequeued more than ``dequeue_warning`` times is logged as a WARNING.
+    behalf and picks by priority itself, so ``polling`` must stay strict); otherwise the
+    worker polls Azure itself through signed URLs. ``idle_delay`` is the pause when there is
+    no work and ``backoff`` the schedule after transient errors, both jittered. A hint
+    dequeued more than ``dequeue_warning`` times is logged as a WARNING.
+    ``retry_failures`` reports a handler's ordinary exceptions (not a :class:`TaskException`)
+    like :class:`~worker_sdk.errors.RetryTask`: ``intermittent-task`` while the task has
+    retries left, ``failed`` on its last run. ``isolation="process"`` runs each handler in a
+    child process of its own (see :mod:`worker_sdk.isolation`): a handler that crashes its
+    process fails only its run, reported ``exception/internal-error``.
     ``handle_signals`` makes :meth:`run` stop gracefully on SIGTERM and SIGINT (which needs
     the main thread); without it, call :meth:`stop`.
     """
@@ -179,9 +141,12 @@ class Worker:
         *,
         root_url: str,
         credentials: Credentials | Mapping[str, Any] | None,
-        provisioner_id: str,
-        worker_type: str,
         handler: Handler,
+        provisioner_id: str | None = None,
+        worker_type: str | None = None,
+        task_queues: Iterable[str | TaskQueue] = (),
+        polling: Polling = "strict",
+        weights: Mapping[str, float] | None = None,
         worker_group: str | None = None,
         worker_id: str | None = None,
         capacity: int = 1,
@@ -190,6 +155,8 @@ class Worker:
         dequeue_warning: int = 10,
         idle_delay: float = 1.0,
         backoff: Backoff = Backoff(),  # noqa: B008 (frozen, so sharing the default is safe)
+        retry_failures: bool = False,
+        isolation: Isolation = "none",
         handle_signals: bool = True,
     ) -> None:
         if capacity < 1:
@@ -202,15 +169,24 @@ class Worker:
             if credentials is None or isinstance(credentials, Credentials)
             else Credentials.from_json(credentials)
         )
+        if polling not in POLLINGS:
+            raise ValueError(f"polling must be strict or weighted, not {polling!r}")
+        if polling == "weighted" and claim_work:
+            raise ValueError("weighted polling needs Azure: claimWork picks by priority itself")
         self._identity = WorkerIdentity(
-            provisioner_id=provisioner_id,
-            worker_type=worker_type,
+            task_queues=task_queues_of(provisioner_id, worker_type, task_queues),
             worker_group=worker_group or default_worker_group(),
             worker_id=worker_id or default_worker_id(),
         )
         self._settings = PollSettings(
-            idle_delay=idle_delay, backoff=backoff, dequeue_warning=dequeue_warning
+            idle_delay=idle_delay,
+            backoff=backoff,
+            dequeue_warning=dequeue_warning,
+            order=PollOrder(polling=polling, weights=weights_with(weights or {})),
         )
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be none or process, not {isolation!r}")
+        self._isolation = ProcessIsolation(handler) if isolation == "process" else None
         self._handler = handler
         # Also true for objects with an ``async def __call__``.
         self._handler_is_async = inspect.iscoroutinefunction(
@@ -219,6 +195,7 @@ class Worker:
         self._capacity = capacity
         self._claim_work = claim_work
         self._grace_period = grace_period
+        self._retry_failures = retry_failures
         self._handle_signals = handle_signals
         self._rng = random.Random()
         self._stopping = asyncio.Event()
@@ -229,7 +206,7 @@ class Worker:
         # claimed again with 200 (claimTask's idempotent repeat), but must not start the
         # handler a second time.
         self._runs: dict[tuple[str, int], asyncio.Task[None]] = {}
-        self._leases: set[_Lease] = set()
+        self._leases: set[Lease] = set()
 
     @property
     def worker_group(self) -> str:
@@ -262,19 +239,23 @@ class Worker:
         for signum in signals:
             loop.add_signal_handler(signum, self._on_signal, signum)
         try:
-            async with aiohttp.ClientSession() as session:
+            async with contextlib.AsyncExitStack() as stack:
+                session = await stack.enter_async_context(aiohttp.ClientSession())
+                if self._isolation is not None:
+                    stack.enter_context(self._isolation.logging_to_parent())
                 client = CoordinatorClient(
                     session=session, root_url=self._root_url, credentials=self._credentials
                 )
                 log.info(
-                    "worker started provisionerId=%s workerType=%s workerGroup=%s workerId=%s"
-                    " capacity=%d mode=%s",
-                    self._identity.provisioner_id,
-                    self._identity.worker_type,
+                    "worker started taskQueues=%s workerGroup=%s workerId=%s capacity=%d"
+                    " mode=%s polling=%s isolation=%s",
+                    ",".join(map(str, self._identity.task_queues)),
                     self._identity.worker_group,
                     self._identity.worker_id,
                     self._capacity,
                     "claimWork" if self._claim_work else "azure",
+                    self._settings.order.polling,
+                    "process" if self._isolation is not None else "none",
                 )
                 await self._serve(session, client)
         finally:
@@ -301,22 +282,16 @@ class Worker:
             polling.result()
 
     def _poller(self, session: aiohttp.ClientSession, client: CoordinatorClient) -> Poller:
-        if self._claim_work:
-            return ClaimWorkPoller(
-                client=client,
-                identity=self._identity,
-                settings=self._settings,
-                stopping=self._stopping,
-                rng=self._rng,
-            )
-        return AzurePoller(
-            session=session,
+        parts = PollerParts(
             client=client,
             identity=self._identity,
             settings=self._settings,
             stopping=self._stopping,
             rng=self._rng,
         )
+        if self._claim_work:
+            return ClaimWorkPoller(**parts)
+        return AzurePoller(session=session, **parts)
 
     async def _poll(self, poller: Poller, client: CoordinatorClient) -> None:
         while not self._stopping.is_set():
@@ -367,7 +342,7 @@ class Worker:
                 await asyncio.wait(late)
 
     async def _execute(self, claim: Claim, client: CoordinatorClient) -> None:
-        lease = _Lease(claim)
+        lease = Lease(claim)
         run = TaskRun(claim, lease)
         if self._stopping.is_set():
             # Claimed while the worker was stopping: hand it straight back for a retry.
@@ -392,6 +367,9 @@ class Worker:
             await self._report(client, run, lease, outcome)
 
     async def _call(self, run: TaskRun) -> None:
+        if self._isolation is not None:
+            await self._isolation.run(run)
+            return
         if self._handler_is_async:
             result = self._handler(run)
         else:
@@ -399,7 +377,7 @@ class Worker:
         if result is not None:
             await result
 
-    def _outcome(self, run: TaskRun, lease: _Lease, handler: asyncio.Task[None]) -> Outcome | None:
+    def _outcome(self, run: TaskRun, lease: Lease, handler: asyncio.Task[None]) -> Outcome | None:
         """What to report for a finished handler; ``None`` for a run that is no longer ours."""
         if lease.cancel_reason == "claim-lost":
             log.warning("run abandoned, claim lost taskId=%s runId=%s", run.task_id, run.run_id)
@@ -411,20 +389,31 @@ class Worker:
             log.error("handler cancelled itself taskId=%s runId=%s", run.task_id, run.run_id)
             return Outcome(kind="failed")
         error = handler.exception()
-        outcome = outcome_for(error)
+        outcome = outcome_for(
+            error, retries_left=run.retries_left, retry_failures=self._retry_failures
+        )
         if outcome.kind == "failed":
-            log.error("handler failed taskId=%s runId=%s", run.task_id, run.run_id, exc_info=error)
+            log.error(
+                "handler failed taskId=%s runId=%s retriesLeft=%d",
+                run.task_id,
+                run.run_id,
+                run.retries_left,
+                exc_info=error,
+            )
         elif outcome.kind == "exception":
             log.warning(
-                "handler raised taskId=%s runId=%s reason=%s error=%s",
+                "handler raised taskId=%s runId=%s reason=%s retriesLeft=%d error=%s",
                 run.task_id,
                 run.run_id,
                 outcome.reason,
+                run.retries_left,
                 error,
+                # A failure being retried (retry_failures) still deserves its traceback.
+                exc_info=None if isinstance(error, TaskException) else error,
             )
         return outcome
 
-    async def _keep_claimed(self, client: CoordinatorClient, run: TaskRun, lease: _Lease) -> None:
+    async def _keep_claimed(self, client: CoordinatorClient, run: TaskRun, lease: Lease) -> None:
         """Reclaim well before each deadline, forever; cancel the handler if the claim is lost."""
         while True:
             now = time.monotonic()
@@ -454,7 +443,7 @@ class Worker:
             )
 
     async def _report(
-        self, client: CoordinatorClient, run: TaskRun, lease: _Lease, outcome: Outcome
+        self, client: CoordinatorClient, run: TaskRun, lease: Lease, outcome: Outcome
     ) -> None:
         """Report, retrying transient errors while the claim lasts (after that it's moot)."""
 
@@ -498,7 +487,7 @@ class Worker:
         self,
         call: Callable[[], Awaitable[_T]],
         run: TaskRun,
-        lease: _Lease,
+        lease: Lease,
         *,
         retry_line: str,
     ) -> _T:

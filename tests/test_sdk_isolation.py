@@ -1,0 +1,125 @@
+"""``isolation="process"`` against the coordinator test double: each run's handler in a child
+process, its outcome carried back, a crash failing only its own run, and cancellation (a
+lost claim, a shutdown) ending the child. tests/test_sdk_features_e2e.py runs it end to end.
+
+The handlers are module-level functions, because a child process imports its handler by
+name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
+    CoordinatorDouble,
+    double_fixture,
+    eventually,
+)
+from tests.test_sdk_worker import make_worker, reports, running
+from worker_sdk import MalformedPayload, RetryTask, TaskRun
+from worker_sdk.isolation import HandlerError
+
+log = logging.getLogger(__name__)
+
+
+def isolated(run: TaskRun) -> None:
+    """Does what ``payload["do"]`` says; writes its process id to ``payload["pid_file"]``."""
+    payload = run.payload
+    if "pid_file" in payload:
+        Path(payload["pid_file"]).write_text(str(os.getpid()))
+    log.warning("isolated handler taskId=%s", run.task_id)
+    match payload["do"]:
+        case "fail":
+            raise RuntimeError("boom")
+        case "retry":
+            raise RetryTask("again, please")
+        case "malformed":
+            raise MalformedPayload("no command")
+        case "exit":
+            os._exit(3)
+        case "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        case "hang":
+            time.sleep(3600)
+
+
+async def isolated_async(run: TaskRun) -> None:
+    await asyncio.sleep(0)
+    isolated(run)
+
+
+OUTCOMES = {
+    "complete": ("completed", None),
+    "fail": ("failed", None),
+    "retry": ("exception", "intermittent-task"),
+    "malformed": ("exception", "malformed-payload"),
+    "exit": ("exception", "internal-error"),
+    "segfault": ("exception", "internal-error"),
+}
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("handler", [isolated, isolated_async])
+async def test_each_run_gets_a_process_and_a_crash_fails_only_its_run(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, handler: object
+) -> None:
+    for do in OUTCOMES:
+        double.add_task(f"t-{do}", payload={"do": do})
+
+    assert callable(handler)
+    async with running(make_worker(double, handler, capacity=3, isolation="process")):
+        await eventually(lambda: len(double.reports) == len(OUTCOMES), within=30, what="reports")
+    assert reports(double) == {f"t-{do}": outcome for do, outcome in OUTCOMES.items()}
+
+    # A child that dies at once may take its last log records with it; the others arrive.
+    ran_in = {
+        r.getMessage().removeprefix("isolated handler taskId=t-"): r.process
+        for r in caplog.records
+        if r.getMessage().startswith("isolated handler")
+    }
+    survivors = ["complete", "fail", "retry", "malformed"]
+    assert len({ran_in[do] for do in survivors} - {os.getpid()}) == 4, "one process each"
+    messages = [r.getMessage() for r in caplog.records]
+    assert "handler process died taskId=t-exit runId=0 exitCode=3" in messages
+    assert f"handler process died taskId=t-segfault runId=0 exitCode=-{signal.SIGSEGV}" in messages
+    [failed] = [r for r in caplog.records if r.getMessage().startswith("handler failed")]
+    assert isinstance(failed.exc_info and failed.exc_info[1], HandlerError)
+    assert "RuntimeError: boom" in str(failed.exc_info and failed.exc_info[1])
+    assert 'raise RuntimeError("boom")' in str(failed.exc_info and failed.exc_info[1])
+
+
+async def test_a_lost_claim_and_a_shutdown_end_the_child(
+    double: CoordinatorDouble, tmp_path: Path
+) -> None:
+    double.claim_timeout = 2.0
+    double.faults["reclaimTask"] = [409]
+    lost, stopped = tmp_path / "lost.pid", tmp_path / "stopped.pid"
+    double.add_task("t-lost", payload={"do": "hang", "pid_file": str(lost)})
+    worker = make_worker(double, isolated, isolation="process", grace_period=0.2)
+
+    async with running(worker):
+        await eventually(lambda: lost.exists() and lost.read_text() != "", what="the child")
+        await eventually(lambda: gone(int(lost.read_text())), what="the lost run's child ended")
+        double.add_task("t-stopped", payload={"do": "hang", "pid_file": str(stopped)})
+        await eventually(lambda: stopped.exists() and stopped.read_text() != "", what="child 2")
+    assert gone(int(stopped.read_text())), "shutdown ended the child"
+    assert reports(double) == {"t-stopped": ("exception", "worker-shutdown")}
+
+
+def test_a_handler_a_child_cannot_import_is_refused_at_once() -> None:
+    with pytest.raises(ValueError, match="importable by name"):
+        make_worker(CoordinatorDouble(), lambda run: None, isolation="process")
