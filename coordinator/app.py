@@ -131,7 +131,10 @@ def build_app(
     :param run_resolvers: start the background actors (tests of a single pass turn them off
         and call ``run_once`` themselves).
     """
-    app = web.Application(middlewares=[error_middleware], client_max_size=config.max_body_bytes)
+    app = web.Application(
+        middlewares=[error_middleware],
+        client_max_size=max(config.max_body_bytes, config.max_batch_body_bytes),
+    )
     # Verify credentials on the clock their certificates are issued on (the runs').
     authorizer = Authorizer.from_config(config, clock=lambda: clock() / 1000)
 
@@ -192,6 +195,7 @@ def build_app(
         if endpoint.name == "openapi":
             app.router.add_route(endpoint.method, route, serve_openapi)
         else:
-            app.router.add_route(endpoint.method, route, route_handler(endpoint))
+            max_body = config.max_batch_body_bytes if endpoint.batch else config.max_body_bytes
+            app.router.add_route(endpoint.method, route, route_handler(endpoint, max_body=max_body))
     validation.preload()
     return app

@@ -76,6 +76,7 @@ class Config:
     poll_visibility: int = 300_000
     pending_cache: int = 20_000
     max_body_bytes: int = 1_048_576
+    max_batch_body_bytes: int = 16 * 1_048_576
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:

@@ -331,3 +331,42 @@ def test_strings_are_not_lists() -> None:
     b = norm(minimal(extra={"v": ["a", "b"]}))
     assert not definitions_match(a, b)
     assert not definitions_match(b, a)
+
+
+# --- scheduling fields -------------------------------------------------------------------------
+
+
+def test_scheduling_fields_are_normalised_and_absent_ones_stay_absent() -> None:
+    out = norm(
+        minimal(
+            notBefore="2026-05-01T14:00:00+02:00",
+            retryDelay={"base": 5},
+            retryPriority="normal",
+            claimTimeout=30.0,
+        )
+    )
+    assert out["notBefore"] == "2026-05-01T12:00:00.000Z"
+    assert out["retryDelay"] == {"base": 5, "factor": 2}
+    assert out["retryPriority"] == "lowest"
+    assert out["claimTimeout"] == 30 and isinstance(out["claimTimeout"], int)
+    assert norm(minimal(retryDelay={"schedule": [1, 2]}))["retryDelay"] == {"schedule": [1, 2]}
+    plain = norm(minimal())
+    assert not {"notBefore", "retryDelay", "retryPriority", "claimTimeout"} & plain.keys()
+
+
+def test_not_before_after_the_deadline_is_refused() -> None:
+    message = rejects(minimal(notBefore=at(NOW + DAY + 1)))
+    assert "notBefore" in message and "after the deadline" in message
+    assert norm(minimal(notBefore=at(NOW + DAY)))["notBefore"] == at(NOW + DAY)
+    assert norm(minimal(notBefore=at(NOW - DAY)))["notBefore"] == at(NOW - DAY)
+
+
+def test_a_deadline_in_year_9999_without_expires_is_an_input_error() -> None:
+    message = rejects(minimal(deadline="9999-12-31T23:59:59.999Z"))
+    assert "too far in the future" in message
+
+
+def test_the_same_scheduling_fields_resent_are_the_same_definition() -> None:
+    body = minimal(notBefore=at(NOW + HOUR), retryDelay={"schedule": [3]}, claimTimeout=60)
+    assert definitions_match(norm(body), norm(copy.deepcopy(body)))
+    assert not definitions_match(norm(body), norm({**body, "claimTimeout": 61}))

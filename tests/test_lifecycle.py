@@ -96,9 +96,12 @@ def definition(
     requires: str = "all-completed",
     deadline: int = DEADLINE,
     expires: int = EXPIRES,
+    **scheduling: Any,
 ) -> dict[str, Any]:
-    """A minimal normalised task definition (as createTask stores it)."""
+    """A minimal normalised task definition (as createTask stores it); ``scheduling`` adds
+    fields such as ``notBefore`` or ``retryDelay``."""
     return {
+        **scheduling,
         "provisionerId": PROVISIONER,
         "workerType": WORKER_TYPE,
         "schedulerId": "ci",
@@ -1716,3 +1719,157 @@ def test_workers_cannot_report_the_resolvers_reasons(reason: str) -> None:
     record = running()
     with pytest.raises(ValueError, match="not a reason a worker may report"):
         report(record, run_id=0, state="exception", reason=reason, now=T0, timing=TIMING)
+
+
+# --- scheduling beyond Taskcluster: notBefore, retryDelay, retryPriority, claimTimeout -----
+
+
+def claim_at(record: TaskRecord, now: int, timing: Timing = TIMING) -> Outcome:
+    """claimTask of the last run, unchecked (it may raise)."""
+    return claim(
+        record,
+        run_id=len(record.runs) - 1,
+        worker_group=WORKER_GROUP,
+        worker_id=WORKER_ID,
+        now=now,
+        timing=timing,
+    )
+
+
+def test_not_before_makes_run_0_pending_but_not_claimable_until_then() -> None:
+    not_before = T0 + HOUR
+    outcome = check(create(new_task(notBefore=to_iso(not_before)), now=T0))
+    run = outcome.record.runs[0]
+    assert (run.state, run.scheduled, run.visible_at) == ("pending", T0, not_before)
+    assert outcome.hint == expected_hint(outcome.record, visible_at=not_before)
+    assert outcome.record.visible_at == not_before
+
+    with pytest.raises(Conflict, match=f"can't be claimed before {to_iso(not_before)}"):
+        claim_at(outcome.record, not_before - 2 * SECOND)
+    # the tolerance for clock differences between replicas, and no more
+    assert claim_at(outcome.record, not_before - SECOND).record.state == "running"
+    assert claim_at(outcome.record, not_before).record.runs[0].started == not_before
+
+
+def test_a_past_not_before_means_now() -> None:
+    record = check(create(new_task(notBefore=to_iso(T0 - DAY)), now=T0)).record
+    assert record.runs[0].visible_at == T0
+    assert claim_at(record, T0).record.state == "running"
+
+
+def test_not_before_holds_for_runs_scheduled_by_dependencies_and_reruns() -> None:
+    not_before = T0 + HOUR
+    waiting = unscheduled(notBefore=to_iso(not_before))
+    scheduled = check(
+        schedule_if_satisfied(waiting, dependency_states={DEP_A: "completed"}, now=T0 + MINUTE)
+    ).record
+    assert scheduled.runs[0].visible_at == not_before
+    forced = check(schedule(waiting, now=T0 + MINUTE)).record
+    assert forced.runs[0].visible_at == not_before
+    done = do_report(do_claim(forced, now=not_before).record, FAILED, now=not_before + 1).record
+    assert check(rerun(done, now=not_before + 2)).record.runs[1].visible_at == not_before + 2
+
+
+@pytest.mark.parametrize(("reason", "reason_created"), RETRYING)
+def test_a_delayed_retry_is_refused_until_it_is_due(reason: str, reason_created: str) -> None:
+    timing = Timing(claim_timeout=CLAIM_TIMEOUT, retry_delay_base=MINUTE)
+    record = do_report(running(), exception(reason), now=CLAIMED_AT + SECOND, timing=timing).record
+    due = CLAIMED_AT + SECOND + MINUTE
+    assert (record.runs[1].reason_created, record.runs[1].visible_at) == (reason_created, due)
+    with pytest.raises(Conflict, match="can't be claimed before"):
+        claim_at(record, due - 2 * SECOND, timing)
+    assert claim_at(record, due, timing).record.runs[1].state == "running"
+
+
+def exponential(base: float, factor: float = 2, maximum: float | None = None) -> dict[str, Any]:
+    policy: dict[str, Any] = {"base": base, "factor": factor}
+    if maximum is not None:
+        policy["max"] = maximum
+    return policy
+
+
+def retry_delays(record: TaskRecord, reason: str, count: int, timing: Timing = TIMING) -> list[int]:
+    """Run the task through ``count`` retries for ``reason``; each retry's delay (ms)."""
+    delays = []
+    now = T0
+    for _ in range(count):
+        now = max(now + HOUR, record.runs[-1].visible_at)
+        record = do_claim(record, now=now, timing=timing).record
+        now += MINUTE
+        if reason == "claim-expired":
+            taken_until = record.runs[-1].taken_until
+            assert taken_until is not None
+            now = taken_until
+            outcome = check(expire_claim(record, taken_until=taken_until, now=now, timing=timing))
+        else:
+            outcome = do_report(record, exception(reason), now=now, timing=timing)
+        record = outcome.record
+        delays.append(record.runs[-1].visible_at - now)
+    return delays
+
+
+@pytest.mark.parametrize("reason", ["intermittent-task", "claim-expired"])
+def test_retry_delay_exponential_with_a_maximum(reason: str) -> None:
+    record = pending(retries=6, retryDelay=exponential(10, factor=3, maximum=500))
+    assert retry_delays(record, reason, 6) == [
+        10 * SECOND,
+        30 * SECOND,
+        90 * SECOND,
+        270 * SECOND,
+        500 * SECOND,
+        500 * SECOND,
+    ]
+
+
+def test_retry_delay_schedule_repeats_its_last_value() -> None:
+    record = pending(retries=5, retryDelay={"schedule": [1, 60, 5.5]})
+    assert retry_delays(record, "intermittent-task", 5) == [
+        SECOND,
+        MINUTE,
+        5500,
+        5500,
+        5500,
+    ]
+
+
+def test_a_tasks_retry_delay_replaces_the_coordinators_base() -> None:
+    timing = Timing(claim_timeout=CLAIM_TIMEOUT, retry_delay_base=MINUTE)
+    record = pending(retries=2, retryDelay={"schedule": [3]})
+    assert retry_delays(record, "intermittent-task", 2, timing) == [3 * SECOND, 3 * SECOND]
+
+
+def test_worker_shutdown_retries_at_once_despite_a_retry_delay() -> None:
+    record = pending(retries=2, retryDelay=exponential(600))
+    assert retry_delays(record, "worker-shutdown", 2) == [0, 0]
+
+
+def test_retry_priority_queues_automatic_retries_only() -> None:
+    record = running(priority="high", retryPriority="very-low")
+    retry = do_report(record, exception("intermittent-task"), now=CLAIMED_AT + SECOND)
+    assert retry.hint is not None and retry.hint.priority == "very-low"
+    assert hint_for(retry.record).priority == "very-low"
+    done = do_report(do_claim(retry.record, now=T0 + HOUR).record, FAILED, now=T0 + 2 * HOUR)
+    again = check(rerun(done.record, now=T0 + 3 * HOUR))
+    assert again.hint is not None and again.hint.priority == "high"
+    assert check(create(new_task(priority="high"), now=T0)).hint == expected_hint(
+        pending(priority="high"), visible_at=T0
+    )
+
+
+def test_claim_timeout_of_the_task_replaces_the_coordinators() -> None:
+    record = do_claim(pending(claimTimeout=30), now=CLAIMED_AT).record
+    assert record.runs[0].taken_until == CLAIMED_AT + 30 * SECOND
+    renewed = check(reclaim(record, run_id=0, now=CLAIMED_AT + 20 * SECOND, timing=TIMING))
+    assert renewed.record.runs[0].taken_until == CLAIMED_AT + 50 * SECOND
+    expired = check(
+        expire_claim(
+            renewed.record,
+            taken_until=CLAIMED_AT + 50 * SECOND,
+            now=CLAIMED_AT + 50 * SECOND,
+            timing=TIMING,
+        )
+    )
+    assert [(r.state, r.reason_created) for r in expired.record.runs] == [
+        ("exception", "scheduled"),
+        ("pending", "retry"),
+    ]

@@ -43,9 +43,12 @@ def definition(
     deadline: int = NOW + HOUR,
     expires: int = NOW + 24 * HOUR,
     worker_type: str = "wt",
+    not_before: int | None = None,
 ) -> dict[str, Any]:
     """A normalised task definition, as createTask stores it."""
+    scheduling = {} if not_before is None else {"notBefore": to_iso(not_before)}
     return {
+        **scheduling,
         "provisionerId": "prov",
         "workerType": worker_type,
         "taskQueueId": f"prov/{worker_type}",
@@ -509,9 +512,44 @@ async def test_run_counts_counts_pending_and_running_last_runs_of_one_queue(
     await claim(store, "c1")
     await report(store, "c1", "completed")
 
-    assert await store.run_counts("prov", "wt") == RunCounts(pending=2, running=1)
-    assert await store.run_counts("prov", "other") == RunCounts(pending=1, running=0)
-    assert await store.run_counts("prov", "none") == RunCounts(pending=0, running=0)
+    counts = await store.run_counts("prov", "wt", now=NOW)
+    assert counts == RunCounts(pending=2, delayed=0, running=1)
+    other = await store.run_counts("prov", "other", now=NOW)
+    assert other == RunCounts(pending=1, delayed=0, running=0)
+    none = await store.run_counts("prov", "none", now=NOW)
+    assert none == RunCounts(pending=0, delayed=0, running=0)
+
+
+async def test_run_counts_tell_delayed_runs_from_pending_ones_by_now(store: Store) -> None:
+    await create(store, "now")
+    await create(store, "later", not_before=NOW + MINUTE)
+    assert await store.run_counts("prov", "wt", now=NOW) == RunCounts(
+        pending=1, delayed=1, running=0
+    )
+    assert await store.run_counts("prov", "wt", now=NOW + MINUTE) == RunCounts(
+        pending=2, delayed=0, running=0
+    )
+
+
+async def test_insert_many_inserts_new_records_with_their_edges(store: Store) -> None:
+    await create(store, "old")
+    records = [new_record("a"), new_record("b", dependencies=("a", "old")), new_record("old")]
+    assert await store.insert_many(records) == {"a", "b"}
+    assert await get(store, "a") == records[0].replace(version=1)
+    assert await get(store, "b") == records[1].replace(version=1)
+    page = await store.dependents("a", limit=10, after=None)
+    assert [r.task_id for r in page.records] == ["b"]
+    page = await store.dependents("old", limit=10, after=None)
+    assert [r.task_id for r in page.records] == ["b"]
+    assert await store.insert_many([]) == set()
+
+
+async def test_insert_many_of_existing_ids_writes_nothing(store: Store) -> None:
+    first = await create(store, "x")
+    again = new_record("x", group="another", dependencies=("y",))
+    assert await store.insert_many([again]) == set()
+    assert await get(store, "x") == first
+    assert (await store.dependents("y", limit=10, after=None)).records == []
 
 
 # --- migrations and reopening ---------------------------------------------------------------

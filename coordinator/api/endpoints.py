@@ -42,6 +42,7 @@ class Endpoint:
     :param query: names of the accepted query-string parameters.
     :param variant: suffix distinguishing endpoints that share a ``name``; appended to it in
         the OpenAPI operation id.
+    :param batch: takes many items at once, so its body may be larger than other requests'.
     """
 
     name: str
@@ -54,6 +55,7 @@ class Endpoint:
     stability: Stability = "stable"
     query: tuple[str, ...] = ()
     variant: str = ""
+    batch: bool = False
 
     @property
     def operation_id(self) -> str:
@@ -139,6 +141,21 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="Define a task. It is scheduled at once unless it has dependencies. "
         "Repeating the call with an identical definition returns the current status; a "
         "different definition under the same taskId is a conflict.",
+    ),
+    Endpoint(
+        name="createTasks",
+        method="PUT",
+        route="/tasks",
+        input="create-tasks-request",
+        output="create-tasks-response",
+        title="Create Many Tasks",
+        description="Define 1 to 1,000 tasks in one request. Each item is validated and is "
+        "idempotent exactly as createTask; the new tasks are written in one transaction and "
+        "their hints put concurrently. The caller needs every item's createTask scopes (403 "
+        "for the whole batch otherwise). Per-item results come back in request order. Not a "
+        "Taskcluster method.",
+        stability="experimental",
+        batch=True,
     ),
     Endpoint(
         name="task",

@@ -21,10 +21,11 @@ from aiohttp import web
 from coordinator.api import validation
 from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import Endpoint, task_queue
-from coordinator.api.errors import InputValidationError
+from coordinator.api.errors import InputValidationError, as_api_error
 from coordinator.api.http import ENDPOINT, json_response, read_json
 from coordinator.api.scopes import Expression, create_task_requirement
 from coordinator.domain import definitions
+from coordinator.domain.errors import DomainError
 from coordinator.domain.listings import Page
 from coordinator.domain.records import TaskRecord, to_iso
 from coordinator.domain.task_queues import TaskQueue
@@ -86,6 +87,25 @@ def _queue_fields(queue: TaskQueue) -> Body:
         "workerType": queue.worker_type,
         "taskQueueId": str(queue),
     }
+
+
+def _create_requirement(body: Body) -> Expression:
+    """The scopes createTask requires for a (schema-valid) task definition."""
+    provisioner_id, worker_type = definitions.task_queue_of(body)
+    return create_task_requirement(
+        priority=body.get("priority", "lowest"),
+        provisioner_id=provisioner_id,
+        worker_type=worker_type,
+        scheduler_id=body.get("schedulerId", "-"),
+        routes=body.get("routes", []),
+        scopes=body.get("scopes", []),
+    )
+
+
+def _item_error(error: InputValidationError | DomainError) -> Body:
+    """A batch item's error, as createTask would have answered it."""
+    api_error = error if isinstance(error, InputValidationError) else as_api_error(error)
+    return {"code": api_error.code, "message": str(api_error)}
 
 
 def _status(record: TaskRecord) -> Body:
@@ -152,6 +172,7 @@ class Handlers:
         return {
             **_queue_fields(queue),
             "pending": counts.pending,
+            "delayed": counts.delayed,
             "running": counts.running,
             # the names the current Taskcluster client's taskQueueCounts reads
             "pendingTasks": counts.pending,
@@ -162,19 +183,35 @@ class Handlers:
 
     async def createTask(self, request: web.Request, body: Any) -> Body:
         task_id = _task_id(request)
-        provisioner_id, worker_type = definitions.task_queue_of(body)
-        await self._require(
-            request,
-            create_task_requirement(
-                priority=body.get("priority", "lowest"),
-                provisioner_id=provisioner_id,
-                worker_type=worker_type,
-                scheduler_id=body.get("schedulerId", "-"),
-                routes=body.get("routes", []),
-                scopes=body.get("scopes", []),
-            ),
-        )
+        await self._require(request, _create_requirement(body))
         return _status(await self.service.create_task(task_id, body))
+
+    async def createTasks(self, request: web.Request, body: Any) -> Body:
+        items: list[Body] = body["tasks"]
+        results: list[Body] = [{"taskId": item["taskId"]} for item in items]
+        accepted: list[int] = []
+        requirements: list[Expression] = []
+        for index, item in enumerate(items):
+            try:
+                validation.validate(
+                    "create-task-request", item["task"], where=f"tasks[{index}].task"
+                )
+                requirements.append(_create_requirement(item["task"]))
+            except (InputValidationError, DomainError) as error:
+                results[index]["error"] = _item_error(error)
+                continue
+            accepted.append(index)
+        if requirements:
+            await self._require(request, {"AllOf": requirements})
+        outcomes = await self.service.create_tasks(
+            [(items[index]["taskId"], items[index]["task"]) for index in accepted]
+        )
+        for index, outcome in zip(accepted, outcomes, strict=True):
+            if isinstance(outcome, DomainError):
+                results[index]["error"] = _item_error(outcome)
+            else:
+                results[index]["status"] = outcome.status()
+        return {"tasks": results}
 
     async def scheduleTask(self, request: web.Request, body: Any) -> Body:
         record = await self._task_scopes(
@@ -285,9 +322,14 @@ class Handlers:
 HANDLERS = web.AppKey("handlers", Handlers)
 
 
-def route_handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.Response]]:
+def route_handler(
+    endpoint: Endpoint, *, max_body: int
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     """The aiohttp handler of an endpoint: parse and validate the body, call the method of
-    the same name on the app's :class:`Handlers`, validate the response."""
+    the same name on the app's :class:`Handlers`, validate the response.
+
+    :param max_body: the largest request body (bytes) the endpoint accepts.
+    """
 
     async def handle(request: web.Request) -> web.Response:
         request[ENDPOINT] = endpoint.name
@@ -295,7 +337,7 @@ def route_handler(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.R
         validation.validate_params(request.query)
         body: Any = None
         if endpoint.input is not None:
-            body = await read_json(request)
+            body = await read_json(request, max_bytes=max_body)
             validation.validate(endpoint.input, body)
         method: Method = getattr(request.app[HANDLERS], endpoint.name)
         result = await method(request, body)

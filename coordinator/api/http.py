@@ -49,18 +49,29 @@ def json_response(body: Any, status: int = 200) -> web.Response:
     )
 
 
-async def read_json(request: web.Request) -> Any:
+async def read_json(request: web.Request, *, max_bytes: int) -> Any:
     """The request body parsed as JSON; an empty body is ``{}`` (Taskcluster clients send
-    nothing for bodiless POSTs)."""
-    # A body over the limit raises HTTPRequestEntityTooLarge, which error_middleware answers
-    # (authentication may read the body first, so that is the one place for it).
+    nothing for bodiless POSTs).
+
+    :raises InputTooLarge: the body is over ``max_bytes``.
+    """
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise _too_large(max_bytes)
+    # A body over the application's limit raises HTTPRequestEntityTooLarge, which
+    # error_middleware answers (authentication may read the body first).
     raw = await request.read()
+    if len(raw) > max_bytes:
+        raise _too_large(max_bytes)
     if not raw.strip():
         body: Any = {}
     else:
         body = _parse(raw)
     request[PAYLOAD] = body
     return body
+
+
+def _too_large(max_bytes: int) -> InputTooLarge:
+    return InputTooLarge(f"request body too large: this endpoint accepts at most {max_bytes} bytes")
 
 
 MAX_DEPTH = 128

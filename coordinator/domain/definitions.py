@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coordinator.domain.errors import InputError
-from coordinator.domain.records import from_iso, to_iso
+from coordinator.domain.records import TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue, canonical_priority
 
 CREATED_TOLERANCE = 15 * 60 * 1000
@@ -40,8 +40,11 @@ def normalise(
     provisioner_id, worker_type = task_queue_of(body)
     created = _time(body, "created")
     deadline = _time(body, "deadline")
+    _check_times(created=created, deadline=deadline, now=now, limit=max_deadline)
+    # only now: a deadline in year 9999 has no year after it, and was refused just above
     expires = _time(body, "expires") if "expires" in body else _one_year_after(deadline)
-    _check_times(created=created, deadline=deadline, expires=expires, now=now, limit=max_deadline)
+    if expires < deadline:
+        raise InputError(f"expires {to_iso(expires)} is before deadline {to_iso(deadline)}")
 
     dependencies: list[str] = list(body.get("dependencies", []))
     routes: list[str] = list(body.get("routes", []))
@@ -74,6 +77,7 @@ def normalise(
         "deadline": to_iso(deadline),
         "expires": to_iso(expires),
         "scopes": scopes,
+        **_scheduling(body, deadline=deadline),
         "payload": body["payload"],
         "metadata": dict(body["metadata"]),
         "tags": dict(body.get("tags", {})),
@@ -109,6 +113,20 @@ def _json_equal(a: object, b: object) -> bool:
             and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
         )
     return type(a) is type(b) and a == b
+
+
+def check_dependencies(record: TaskRecord, found: Mapping[str, TaskRecord]) -> None:
+    """createTask's dependency rules: each dependency exists and outlives the deadline.
+
+    :param found: the records of (at least) the dependencies that exist.
+    :raises InputError: naming the dependencies that break a rule.
+    """
+    missing = [dep for dep in record.dependencies if dep not in found]
+    if missing:
+        raise InputError(f"dependencies do not exist: {', '.join(missing)}")
+    early = sorted(dep for dep in record.dependencies if found[dep].expires < record.deadline)
+    if early:
+        raise InputError("dependencies expire before this task's deadline: " + ", ".join(early))
 
 
 def task_queue_of(body: Mapping[str, Any]) -> tuple[str, str]:
@@ -159,7 +177,7 @@ def _one_year_after(ms: int) -> int:
     return ms + round((later - dt).total_seconds() * 1000)
 
 
-def _check_times(*, created: int, deadline: int, expires: int, now: int, limit: int) -> None:
+def _check_times(*, created: int, deadline: int, now: int, limit: int) -> None:
     if abs(created - now) > CREATED_TOLERANCE:
         raise InputError(
             f"created {to_iso(created)} is more than 15 minutes from the server's time "
@@ -174,8 +192,30 @@ def _check_times(*, created: int, deadline: int, expires: int, now: int, limit: 
             f"deadline {to_iso(deadline)} is too far in the future: the maximum is "
             f"{_duration(limit)} from now, {to_iso(now + limit)}"
         )
-    if expires < deadline:
-        raise InputError(f"expires {to_iso(expires)} is before deadline {to_iso(deadline)}")
+
+
+def _scheduling(body: Mapping[str, Any], *, deadline: int) -> dict[str, Any]:
+    """The optional scheduling fields, normalised: ``notBefore``, ``retryDelay`` (with its
+    default factor), ``retryPriority`` and ``claimTimeout``; absent ones stay absent."""
+    fields: dict[str, Any] = {}
+    if "notBefore" in body:
+        not_before = _time(body, "notBefore")
+        if not_before > deadline:
+            raise InputError(
+                f"notBefore {to_iso(not_before)} is after the deadline {to_iso(deadline)}: "
+                "the task could never run"
+            )
+        fields["notBefore"] = to_iso(not_before)
+    if "retryDelay" in body:
+        delay = dict(body["retryDelay"])
+        if "base" in delay:
+            delay.setdefault("factor", 2)
+        fields["retryDelay"] = delay
+    if "retryPriority" in body:
+        fields["retryPriority"] = canonical_priority(body["retryPriority"])
+    if "claimTimeout" in body:
+        fields["claimTimeout"] = int(body["claimTimeout"])
+    return fields
 
 
 def _check_unique(field: str, values: Sequence[str]) -> None:

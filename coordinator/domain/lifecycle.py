@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from coordinator.domain.errors import Conflict, NotFound
-from coordinator.domain.records import MAX_RUNS, RESOLVED_STATES, Run, TaskRecord
+from coordinator.domain.records import MAX_RUNS, RESOLVED_STATES, Run, TaskRecord, to_iso
+from coordinator.domain.retry import RetryDelay
 
 EXCEPTION_REASONS: frozenset[str] = frozenset(
     {
@@ -37,6 +38,15 @@ RETRYING_REASONS: Mapping[str, str] = {
     "claim-expired": "retry",
 }
 """Reasons that add a retry run while retries remain, mapped to the new run's reasonCreated."""
+
+AUTOMATIC_RETRIES = frozenset(RETRYING_REASONS.values())
+"""The reasonCreated of runs the coordinator added on its own (queued at ``retryPriority``)."""
+
+EARLY_CLAIM_TOLERANCE = 1_000
+"""How long (ms) before a run becomes visible a claim is already accepted. A hint never
+appears early (its delay is rounded up to whole seconds, from after ``now`` was read); this
+only absorbs clock differences between replicas, so a worker that saw the hint is never
+refused and left to delete it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,6 +95,11 @@ class Timing:
     retry_delay_base: int = 0
 
 
+def claim_timeout(record: TaskRecord, timing: Timing) -> int:
+    """How long a claim or reclaim of ``record``'s runs lasts (ms)."""
+    return record.claim_timeout or timing.claim_timeout
+
+
 def unchanged(record: TaskRecord) -> Outcome:
     return Outcome(record=record, changed=False)
 
@@ -92,12 +107,15 @@ def unchanged(record: TaskRecord) -> Outcome:
 def hint_for(record: TaskRecord) -> Hint:
     """The hint for a record whose last run is pending."""
     run = record.runs[-1]
+    priority = record.priority
+    if run.reason_created in AUTOMATIC_RETRIES and record.retry_priority is not None:
+        priority = record.retry_priority
     return Hint(
         task_id=record.task_id,
         run_id=run.run_id,
         provisioner_id=record.provisioner_id,
         worker_type=record.worker_type,
-        priority=record.priority,
+        priority=priority,
         deadline=record.deadline,
         visible_at=run.visible_at,
     )
@@ -111,7 +129,8 @@ def _add_pending_run(
         state="pending",
         reason_created=reason,
         scheduled=now,
-        visible_at=now + delay,
+        # notBefore holds for every run; a past one means now
+        visible_at=max(now + delay, record.not_before or 0),
     )
     new = record.replace(runs=(*record.runs, run), hint_needed=True, **changes)
     return Outcome(record=new, hint=hint_for(new))
@@ -161,8 +180,13 @@ def _resolve_maybe_retry(record: TaskRecord, *, reason: str, now: int, timing: T
     if not can_retry or retry_reason is None:
         return _resolve(record, state="exception", reason=reason, now=now)
     definition_retries: int = record.definition["retries"]
-    used = definition_retries - record.retries_left
-    delay = timing.retry_delay_base * (2**used)
+    retry = definition_retries - record.retries_left + 1
+    if record.retry_delay is None:
+        delay = RetryDelay(base=timing.retry_delay_base).before(retry)
+    elif reason == "worker-shutdown":
+        delay = 0  # the task did nothing wrong: its worker went away
+    else:
+        delay = record.retry_delay.before(retry)
     resolved = _resolve_last_run(record, state="exception", reason=reason, now=now)
     return _add_pending_run(
         resolved,
@@ -286,6 +310,11 @@ def claim(
         )
     if run.state != "pending":
         raise Conflict(f"run {run_id} of task {record.task_id} is {run.state}, not pending")
+    if now + EARLY_CLAIM_TOLERANCE < run.visible_at:
+        raise Conflict(
+            f"run {run_id} of task {record.task_id} can't be claimed before "
+            f"{to_iso(run.visible_at)}"
+        )
     claimed = Run(
         **{
             **run.to_stored(),
@@ -293,7 +322,7 @@ def claim(
             "worker_group": worker_group,
             "worker_id": worker_id,
             "started": now,
-            "taken_until": now + timing.claim_timeout,
+            "taken_until": now + claim_timeout(record, timing),
         }
     )
     return Outcome(record=record.with_last_run(claimed).replace(hint_needed=False))
@@ -306,7 +335,7 @@ def reclaim(record: TaskRecord, *, run_id: int, now: int, timing: Timing) -> Out
     _require_last(record, run)
     if run.state != "running":
         raise Conflict(f"run {run_id} of task {record.task_id} is {run.state}, not running")
-    taken_until = max(run.taken_until or 0, now + timing.claim_timeout)
+    taken_until = max(run.taken_until or 0, now + claim_timeout(record, timing))
     return Outcome(
         record=record.with_last_run(Run(**{**run.to_stored(), "taken_until": taken_until}))
     )

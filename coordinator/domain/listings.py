@@ -21,7 +21,12 @@ class Page:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunCounts:
-    """Exact numbers of tasks whose last run is pending or running, for one task queue."""
+    """Exact numbers of tasks whose last run is pending or running, for one task queue.
+
+    :param pending: pending and claimable now.
+    :param delayed: pending, but not claimable yet (notBefore, a retry delay).
+    """
 
     pending: int
+    delayed: int
     running: int

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from coordinator.domain.retry import RetryDelay
 from coordinator.domain.task_queues import TaskQueue
 
 RunState = Literal["pending", "running", "completed", "failed", "exception"]
@@ -102,6 +103,11 @@ class TaskRecord:
         into Azure; the hint keeper re-puts such hints, so a crash cannot strand a run.
     :param notify_dependents: the task resolved and its dependents have not yet been
         re-examined; the dependency resolver clears it.
+    :param not_before: no run may be claimed before it (``notBefore``).
+    :param retry_delay: the task's own retry policy (``retryDelay``), else the coordinator's.
+    :param retry_priority: the priority automatic retries are queued at (``retryPriority``).
+    :param claim_timeout: how long this task's claims last (``claimTimeout``, in ms), else the
+        coordinator's.
     :param version: compare-and-set token; 0 for a record not yet stored.
     """
 
@@ -117,6 +123,10 @@ class TaskRecord:
     expires: int
     dependencies: tuple[str, ...] = ()
     requires: str = "all-completed"
+    not_before: int | None = None
+    retry_delay: RetryDelay | None = None
+    retry_priority: str | None = None
+    claim_timeout: int | None = None
     runs: tuple[Run, ...] = ()
     hint_needed: bool = False
     notify_dependents: bool = False
@@ -151,6 +161,13 @@ class TaskRecord:
         if self.hint_needed and run is not None and run.state == "pending":
             return run.scheduled
         return None
+
+    @property
+    def visible_at(self) -> int | None:
+        """When the pending last run may first be claimed, else ``None`` (what the counts
+        compare with now to tell pending from delayed)."""
+        run = self.last_run
+        return run.visible_at if run is not None and run.state == "pending" else None
 
     @property
     def open_deadline(self) -> int | None:
@@ -200,5 +217,13 @@ def record_from_definition(
         expires=from_iso(definition["expires"]),
         dependencies=tuple(definition["dependencies"]),
         requires=definition["requires"],
+        not_before=from_iso(definition["notBefore"]) if "notBefore" in definition else None,
+        retry_delay=(
+            RetryDelay.from_definition(definition["retryDelay"])
+            if "retryDelay" in definition
+            else None
+        ),
+        retry_priority=definition.get("retryPriority"),
+        claim_timeout=definition["claimTimeout"] * 1000 if "claimTimeout" in definition else None,
         version=version,
     )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinator.domain import lifecycle
-from coordinator.domain.errors import Conflict, InputError, NotFound
+from coordinator.domain import definitions, lifecycle
+from coordinator.domain.errors import Conflict, NotFound
 from coordinator.domain.lifecycle import Outcome
 from coordinator.domain.records import TaskRecord
 from coordinator.service.transitions import Transitions
@@ -31,15 +31,7 @@ class Dependencies:
 
         :raises InputError: naming the dependencies that do not.
         """
-        found = await self._store.get_many(record.dependencies)
-        missing = [dep for dep in record.dependencies if dep not in found]
-        if missing:
-            raise InputError(f"dependencies do not exist: {', '.join(missing)}")
-        early = [dep for dep, rec in found.items() if rec.expires < record.deadline]
-        if early:
-            raise InputError(
-                "dependencies expire before this task's deadline: " + ", ".join(sorted(early))
-            )
+        definitions.check_dependencies(record, await self._store.get_many(record.dependencies))
 
     async def schedule_if_satisfied(self, record: TaskRecord) -> Outcome:
         """Schedule an unscheduled task whose dependencies are satisfied.

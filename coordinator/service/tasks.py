@@ -9,11 +9,13 @@ and the resolvers' scans included. Failures are domain errors
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator.domain import definitions, lifecycle
-from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
 from coordinator.domain.lifecycle import Outcome, Timing
 from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition
@@ -23,6 +25,20 @@ from coordinator.service.dependencies import Dependencies
 from coordinator.service.hints import HintPublisher, HintSink
 from coordinator.service.transitions import Transition, Transitions, log_changes
 from coordinator.store.base import Store
+
+BATCH_EFFECTS_AT_ONCE = 64
+"""How many of a createTasks batch's hint puts are in flight at once."""
+
+
+async def _bounded(work: Iterable[Awaitable[None]]) -> None:
+    """Await every item, at most :data:`BATCH_EFFECTS_AT_ONCE` at a time."""
+    gate = asyncio.Semaphore(BATCH_EFFECTS_AT_ONCE)
+
+    async def one(item: Awaitable[None]) -> None:
+        async with gate:
+            await item
+
+    await asyncio.gather(*(one(item) for item in work))
 
 
 class TaskService:
@@ -98,7 +114,7 @@ class TaskService:
         return await self._store.dependents(task_id, limit=limit, after=after)
 
     async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
-        return await self._store.run_counts(provisioner_id, worker_type)
+        return await self._store.run_counts(provisioner_id, worker_type, now=self.clock())
 
     # --- producers ------------------------------------------------------------------------
 
@@ -137,6 +153,90 @@ class TaskService:
             scheduled = await self.dependencies.schedule_if_satisfied(stored)
             return scheduled.record
         return stored
+
+    async def create_tasks(
+        self, items: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> list[TaskRecord | DomainError]:
+        """createTasks: each item as :meth:`create_task` would, all new records written in one
+        store transaction, their hints put concurrently.
+
+        :param items: ``(taskId, body)`` pairs; a taskId may repeat with the same definition.
+        :returns: per item, in order, the task's record or why it was refused (an
+            :class:`InputError`, or a :class:`Conflict` with an existing different task).
+        :raises InputError: the batch repeats a taskId with different definitions; nothing
+            is written.
+        """
+        now = self.clock()
+        results: list[TaskRecord | DomainError | None] = [None] * len(items)
+        slots: dict[str, list[int]] = {}
+        records: dict[str, TaskRecord] = {}
+        for index, (task_id, body) in enumerate(items):
+            try:
+                definition = definitions.normalise(
+                    task_id, body, now=now, max_deadline=self.max_deadline
+                )
+            except InputError as error:
+                results[index] = error
+                continue
+            if task_id in records:
+                if not definitions.definitions_match(records[task_id].definition, definition):
+                    raise InputError(
+                        f"tasks[{index}]: taskId {task_id} appears earlier in the batch with "
+                        "a different definition"
+                    )
+                slots[task_id].append(index)
+                continue
+            records[task_id] = record_from_definition(task_id, definition)
+            slots[task_id] = [index]
+        outcomes = await self._insert_batch(records, now=now)
+        for task_id, outcome in outcomes.items():
+            for index in slots[task_id]:
+                results[index] = outcome
+        return [result for result in results if result is not None]
+
+    async def _insert_batch(
+        self, records: dict[str, TaskRecord], *, now: int
+    ) -> dict[str, TaskRecord | DomainError]:
+        """Check dependencies, write the new records in one transaction and carry out their
+        effects; what each taskId of ``records`` ends as."""
+        done: dict[str, TaskRecord | DomainError] = {}
+        outside = {dep for r in records.values() for dep in r.dependencies if dep not in records}
+        known = {**await self._store.get_many(sorted(outside)), **records}
+        for task_id, record in list(records.items()):
+            try:
+                definitions.check_dependencies(record, known)
+            except InputError as error:
+                done[task_id] = error
+                del records[task_id]
+        created = {task_id: lifecycle.create(r, now=now) for task_id, r in records.items()}
+        inserted = await self._store.insert_many([o.record for o in created.values()])
+        existing = await self._store.get_many([t for t in created if t not in inserted])
+        for task_id in created.keys() - inserted:
+            found = existing.get(task_id)
+            if found is not None and definitions.definitions_match(
+                found.definition, records[task_id].definition
+            ):
+                done[task_id] = found
+            else:
+                done[task_id] = Conflict(
+                    f"task {task_id} already exists with a different definition; taskIds "
+                    "must be unique: generate a new slugid"
+                )
+        stored = {
+            task_id: dataclasses.replace(
+                created[task_id], record=created[task_id].record.replace(version=1)
+            )
+            for task_id in inserted
+        }
+        for outcome in stored.values():
+            log_changes("created", None, outcome.record)
+        await _bounded(self.transitions.effects(outcome) for outcome in stored.values())
+        for task_id, outcome in stored.items():
+            record = outcome.record
+            if record.dependencies:
+                record = (await self.dependencies.schedule_if_satisfied(record)).record
+            done[task_id] = record
+        return done
 
     async def _from_read(
         self, record: TaskRecord, step: Callable[..., Outcome], action: str

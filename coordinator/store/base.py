@@ -58,6 +58,14 @@ class Store(abc.ABC):
         """The current record, or ``None``."""
 
     @abc.abstractmethod
+    async def insert_many(self, records: Sequence[TaskRecord]) -> set[str]:
+        """Insert new records (as :meth:`insert` does) and their edges in one transaction.
+
+        :param records: distinct task ids.
+        :returns: the ids inserted; an id that exists already is left as it is.
+        """
+
+    @abc.abstractmethod
     async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
         """The records that exist among ``task_ids`` (missing ids are simply absent)."""
 
@@ -124,5 +132,5 @@ class Store(abc.ABC):
         """Tasks that list ``task_id`` among their dependencies, ordered by task id."""
 
     @abc.abstractmethod
-    async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
-        """Exact pending and running counts for one task queue."""
+    async def run_counts(self, provisioner_id: str, worker_type: str, *, now: int) -> RunCounts:
+        """Exact pending, delayed (not visible at ``now``) and running counts of one queue."""

@@ -153,6 +153,20 @@ class PostgresStore(SQLStore):
         )
         return record.replace(version=1) if inserted else None
 
+    async def insert_many(self, records: Sequence[TaskRecord]) -> set[str]:
+        if not records:
+            return set()
+        rows = [insert_columns(record) for record in records]
+        values = {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
+        edges = [(dep, record.task_id) for record in records for dep in record.dependencies]
+        inserted = await self._fetch(
+            "insert_tasks",
+            **values,
+            required_task_ids=[required for required, _ in edges],
+            dependent_task_ids=[dependent for _, dependent in edges],
+        )
+        return {row["task_id"] for row in inserted}
+
     async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
         rows = await self._fetch("get_many", task_ids=list(task_ids)) if task_ids else []
         return {row["task_id"]: record_from_row(row) for row in rows}

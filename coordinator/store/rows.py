@@ -24,6 +24,7 @@ def status_columns(record: TaskRecord) -> dict[str, Any]:
         "taken_until": record.taken_until,
         "open_deadline": record.open_deadline,
         "hint_due": record.hint_due,
+        "visible_at": record.visible_at,
         "notify_dependents": record.notify_dependents,
     }
 

@@ -51,8 +51,9 @@ class SQLStore(Store, abc.ABC):
         rows = await self._fetch("dependents", task_id=task_id, after=after or "", limit=limit + 1)
         return page_from_rows(rows, limit)
 
-    async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
+    async def run_counts(self, provisioner_id: str, worker_type: str, *, now: int) -> RunCounts:
         rows = await self._fetch(
-            "run_counts", provisioner_id=provisioner_id, worker_type=worker_type
+            "run_counts", provisioner_id=provisioner_id, worker_type=worker_type, now=now
         )
-        return RunCounts(pending=rows[0]["pending"], running=rows[0]["running"])
+        row = rows[0]
+        return RunCounts(pending=row["pending"], delayed=row["delayed"], running=row["running"])

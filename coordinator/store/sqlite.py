@@ -128,6 +128,27 @@ class SQLiteStore(SQLStore):
             return None
         return record.replace(version=1)
 
+    async def insert_many(self, records: Sequence[TaskRecord]) -> set[str]:
+        rows = [insert_columns(record) for record in records]
+
+        def insert(conn: sqlite3.Connection) -> set[str]:
+            inserted = set()
+            with _transaction(conn):
+                for record, columns in zip(records, rows, strict=True):
+                    if conn.execute(_Q["insert_task"], columns).rowcount == 0:
+                        continue
+                    inserted.add(record.task_id)
+                    conn.executemany(
+                        _Q["insert_dependency"],
+                        [
+                            {"required_task_id": dep, "dependent_task_id": record.task_id}
+                            for dep in record.dependencies
+                        ],
+                    )
+            return inserted
+
+        return await self._run(insert)
+
     async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
         rows = await self._select_in("get_many", task_ids)
         return {row["task_id"]: record_from_row(row) for row in rows}

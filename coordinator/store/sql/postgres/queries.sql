@@ -26,10 +26,10 @@ VALUES (:version, :name, CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BI
 WITH task AS (
     INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
                        expires, definition, retries_left, runs, state, taken_until,
-                       open_deadline, hint_due, notify_dependents, version)
+                       open_deadline, hint_due, visible_at, notify_dependents, version)
     VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
             :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
-            :notify_dependents, 1)
+            :visible_at, :notify_dependents, 1)
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
 ), edges AS (
@@ -38,6 +38,34 @@ WITH task AS (
     FROM task, unnest(CAST(:dependencies AS TEXT[])) AS required (task_id)
 )
 SELECT count(*) FROM task
+
+-- name: insert_tasks
+-- createTasks: every new task and its edges in one statement, so one round trip and one
+-- transaction; edges only for the tasks actually inserted. Returns the inserted ids.
+WITH task AS (
+    INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
+                       expires, definition, retries_left, runs, state, taken_until,
+                       open_deadline, hint_due, visible_at, notify_dependents, version)
+    SELECT *, 1 FROM unnest(
+        CAST(:task_id_values AS TEXT[]), CAST(:task_group_id_values AS TEXT[]),
+        CAST(:scheduler_id_values AS TEXT[]), CAST(:provisioner_id_values AS TEXT[]),
+        CAST(:worker_type_values AS TEXT[]), CAST(:expires_values AS BIGINT[]),
+        CAST(:definition_values AS TEXT[]), CAST(:retries_left_values AS INTEGER[]),
+        CAST(:runs_values AS TEXT[]), CAST(:state_values AS TEXT[]),
+        CAST(:taken_until_values AS BIGINT[]), CAST(:open_deadline_values AS BIGINT[]),
+        CAST(:hint_due_values AS BIGINT[]),
+        CAST(:visible_at_values AS BIGINT[]), CAST(:notify_dependents_values AS BOOLEAN[])
+    )
+    ON CONFLICT (task_id) DO NOTHING
+    RETURNING task_id
+), edges AS (
+    INSERT INTO task_dependencies (required_task_id, dependent_task_id)
+    SELECT edge.required, edge.dependent
+    FROM unnest(CAST(:required_task_ids AS TEXT[]), CAST(:dependent_task_ids AS TEXT[]))
+         AS edge (required, dependent)
+    JOIN task ON task.task_id = edge.dependent
+)
+SELECT task_id FROM task
 
 -- name: get_task
 SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
@@ -55,7 +83,7 @@ SELECT task_id, state FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
 -- any costs no dependency pass; a dependent created later checks the states itself.
 UPDATE tasks
 SET retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
-    open_deadline = :open_deadline, hint_due = :hint_due,
+    open_deadline = :open_deadline, hint_due = :hint_due, visible_at = :visible_at,
     notify_dependents = :notify_dependents AND EXISTS (
         SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
     ),
@@ -124,7 +152,8 @@ ORDER BY d.dependent_task_id LIMIT :limit
 
 -- name: run_counts
 SELECT
-    count(*) FILTER (WHERE state = 'pending') AS pending,
+    count(*) FILTER (WHERE state = 'pending' AND coalesce(visible_at, 0) <= :now) AS pending,
+    count(*) FILTER (WHERE state = 'pending' AND visible_at > :now) AS delayed,
     count(*) FILTER (WHERE state = 'running') AS running
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type

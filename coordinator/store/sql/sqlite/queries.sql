@@ -1,10 +1,10 @@
 -- name: insert_task
 INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
                    definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
-                   notify_dependents, version)
+                   visible_at, notify_dependents, version)
 VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
         :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
-        :notify_dependents, 1)
+        :visible_at, :notify_dependents, 1)
 ON CONFLICT (task_id) DO NOTHING
 
 -- name: insert_dependency
@@ -27,7 +27,7 @@ SELECT task_id, state FROM tasks WHERE task_id IN ({ids})
 -- any costs no dependency pass; a dependent created later checks the states itself.
 UPDATE tasks
 SET retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
-    open_deadline = :open_deadline, hint_due = :hint_due,
+    open_deadline = :open_deadline, hint_due = :hint_due, visible_at = :visible_at,
     notify_dependents = :notify_dependents AND EXISTS (
         SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
     ),
@@ -82,7 +82,8 @@ ORDER BY d.dependent_task_id LIMIT :limit
 
 -- name: run_counts
 SELECT
-    coalesce(sum(state = 'pending'), 0) AS pending,
+    coalesce(sum(state = 'pending' AND coalesce(visible_at, 0) <= :now), 0) AS pending,
+    coalesce(sum(state = 'pending' AND visible_at > :now), 0) AS delayed,
     coalesce(sum(state = 'running'), 0) AS running
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
