@@ -2,8 +2,6 @@
 # - .venv with the project installed editable, with the test and bench extras;
 #   reinstalled whenever pyproject.toml changes.
 # - node_modules from package-lock.json (Azurite), via npm ci when the lock changes.
-# - .venv-tc3 with the taskcluster 3.0.2 client, the last with pollTaskUrls, for the tests
-#   that drive the coordinator with it (tests/tc3_driver.py); reinstalled when the pins change.
 # Needs python3 (3.11+) with venv, and node/npm (Node 20); installs them with apt if missing.
 
 set -euo pipefail
@@ -36,17 +34,4 @@ if [ ! -f "$lock_stamp" ]; then
     echo "setup: installing Azurite (npm ci)"
     npm ci --no-audit --no-fund --loglevel=error
     touch "$lock_stamp"
-fi
-
-# taskcluster 3.0.2 and the direct requirements it declares, pinned to versions that run on
-# Python 3.11 (its own bounds allow mohawk 0.3.x, slugid 1.x, aiohttp 2..3, async-timeout 2..3).
-tc3_requirements="taskcluster==3.0.2 mohawk==0.3.4 slugid==1.0.7 six==1.17.0 requests==2.34.2 aiohttp==3.14.5 async-timeout==3.0.1"
-tc3_stamp=.venv-tc3/.installed-$(echo "$tc3_requirements" | sha256sum | cut -c1-16)
-if [ ! -f "$tc3_stamp" ]; then
-    echo "setup: installing taskcluster 3.0.2 into .venv-tc3"
-    [ -x .venv-tc3/bin/python ] || python3 -m venv .venv-tc3
-    # shellcheck disable=SC2086  # the pins are separate words on purpose
-    .venv-tc3/bin/python -m pip install -q $tc3_requirements
-    rm -f .venv-tc3/.installed-*
-    touch "$tc3_stamp"
 fi
