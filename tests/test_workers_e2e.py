@@ -102,6 +102,7 @@ class E2E:
         priority: str = "lowest",
         worker_type: str = WORKER_TYPE,
         retries: int = 5,
+        claim_timeout: int | None = None,
         **payload: Any,
     ) -> str:
         task_id: str = slugid.nice()
@@ -112,6 +113,8 @@ class E2E:
             retries=retries,
             payload=payload,
         )
+        if claim_timeout is not None:
+            definition["claimTimeout"] = claim_timeout
         await self.queue.createTask(task_id, definition)
         return task_id
 
@@ -496,6 +499,27 @@ async def test_a_sigkilled_worker_s_run_expires_and_another_worker_completes_the
     assert s.events("cancelled") == [], "the killed handler had no chance to see anything"
     rescuer.signal(signal.SIGTERM)
     assert await rescuer.exited() == 0
+
+
+async def test_a_tasks_short_claim_timeout_retries_it_soon_after_its_worker_is_killed(
+    e2e: MakeE2E,
+) -> None:
+    s = await e2e(claim_work=False)  # the coordinator's claim timeout: 20 minutes
+    task_id = await s.create(sleep=[60, 0.1], claim_timeout=30)
+    doomed = await s.start_worker("doomed")
+    await s.journaled("start", task_id)
+    doomed.signal(signal.SIGKILL)
+    assert await doomed.exited() == -signal.SIGKILL
+    await s.start_worker("rescuer")
+
+    await s.journaled("end", task_id, run_id=1, within=60)
+    assert await s.runs(task_id) == [
+        ("exception", "scheduled", "claim-expired", "doomed"),
+        ("completed", "retry", "completed", "rescuer"),
+    ]
+    expired = (await s.status(task_id))["runs"][0]
+    held = iso(expired["resolved"]) - iso(expired["started"])
+    assert 30 <= held.total_seconds() < 40, held
 
 
 @pytest.mark.parametrize("claim_work", MODES)
