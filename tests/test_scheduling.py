@@ -5,7 +5,9 @@ is about it; Azure's own time is real."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from coordinator.azure.hint_codec import decode_hint
 from coordinator.domain.records import from_iso, to_iso
 from devharness.api import call as signed_call
 from devharness.azurite import AzuriteProcess
+from devharness.processes import child_env, spawn
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import (
     FakeClock,
@@ -306,3 +309,21 @@ async def test_a_thousand_tasks_in_one_request_each_get_a_hint(flow: Flow) -> No
     assert await flow.count() == 1000
     await coord.parts.service.drain()
     assert not await coord.parts.service.hints_due(int(time.time() * 1000) + 60_000, 10)
+
+
+async def test_the_scheduling_example_creates_its_batch(
+    start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    c = await start_coordinator(run_resolvers=False)
+    env = child_env(
+        TASKCLUSTER_ROOT_URL=c.url,
+        TASKCLUSTER_CLIENT_ID="examples",
+        TASKCLUSTER_ACCESS_TOKEN="not checked: auth is off",
+    )
+    log = tmp_path / "example.log"
+    process = await spawn([sys.executable, "-m", "examples.scheduling"], env=env, log=log)
+    assert await asyncio.wait_for(process.wait(), 60) == 0, log.read_text()
+    states = [json.loads(line.split(" ", 1)[1]) for line in log.read_text().splitlines()]
+    assert states == ["pending", "pending", "pending", "unscheduled"]
+    response = await c.call("GET", "/task-queues/examples%2Fscheduling/counts")
+    assert (response.body["pending"], response.body["delayed"]) == (2, 1)
