@@ -22,6 +22,10 @@ ROWS = [
     "coord-postgres",
     "rq",
     "rq-simple",
+    "create-single",
+    "create-batch",
+    "isolation-none",
+    "isolation-process",
 ]
 
 
@@ -46,6 +50,7 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "--depth=50",
         "--lifecycle-tasks=40",
         "--rq-jobs=20",
+        "--create-batch=50",
         f"--workdir={tmp_path / 'work'}",
         f"--json={result_file}",
         timeout=160,
@@ -59,5 +64,11 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         assert row["rate"] > 0, row
         assert row["cpu_ms"], row
         assert f"| {row['title']} | " in done.stdout
-    for ratio in ("e2e-sqlite / raw-rest", "e2e-postgres / raw-rest", "e2e-sqlite / rq-simple"):
+    for ratio in (
+        "e2e-sqlite / raw-rest",
+        "e2e-postgres / raw-rest",
+        "e2e-sqlite / rq-simple",
+        "create-batch / create-single",
+        "isolation-process / isolation-none",
+    ):
         assert ratio in done.stdout

@@ -1,12 +1,16 @@
 """``scripts/bench``: run every row on this machine with the same settings, print one table.
 
     scripts/bench [--duration S] [--warmup S] [--workers K] [--batch N] [--producers P]
-                  [--depth D] [--rows raw-rest,e2e-sqlite,...] [--auth] [--profile]
+                  [--depth D] [--create-batch N] [--create-requests R]
+                  [--rows raw-rest,e2e-sqlite,...] [--auth] [--profile]
                   [--json FILE] [--markdown FILE]
 
 Rows: raw-rest, raw-sdk (row 1), e2e-sqlite, e2e-postgres (row 2), coord-sqlite,
 coord-postgres (row 3), rq (RQ's default forking worker), rq-simple (its SimpleWorker, no fork)
-(row 4); the ratios (row 5) are computed from whichever ran.
+(row 4); create-single (createTask) and create-batch (createTasks), SQLite with Azurite hints
+(row 6); isolation (e2e-sqlite with queue-worker --isolation none, then process: rows
+isolation-none and isolation-process) (row 7). The ratios (row 5) are computed from whichever
+ran.
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
 """
 
@@ -22,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import coordinator_only, e2e, raw, rq_peer
-from benchlib.common import Row, Settings, machine_description
+from benchlib import coordinator_only, create, e2e, isolation, raw, rq_peer
+from benchlib.common import TIMES, Row, Settings, machine_description
 from benchlib.coordproc import StoreKind
 from devharness.azurite import AzuriteProcess
 
@@ -36,7 +40,24 @@ ALL_ROWS = (
     "coord-postgres",
     "rq",
     "rq-simple",
+    "create-single",
+    "create-batch",
+    "isolation",
 )
+
+RATIOS = (
+    ("e2e-sqlite", "raw-rest", "{:.0%}"),
+    ("e2e-postgres", "raw-rest", "{:.0%}"),
+    ("e2e-sqlite", "raw-sdk", "{:.0%}"),
+    ("e2e-postgres", "raw-sdk", "{:.0%}"),
+    ("e2e-sqlite", "rq", "{:.0%}"),
+    ("e2e-postgres", "rq", "{:.0%}"),
+    ("e2e-sqlite", "rq-simple", "{:.0%}"),
+    ("e2e-postgres", "rq-simple", "{:.0%}"),
+    ("create-batch", "create-single", "{:.1f}" + TIMES),
+    ("isolation-process", "isolation-none", "{:.0%}"),
+)
+"""The ratio lines: top row key, bottom row key, how the quotient is written."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,6 +84,18 @@ def _parser() -> argparse.ArgumentParser:
         help="tasks pre-created for the coordinator-alone rows",
     )
     parser.add_argument("--rq-jobs", type=int, help="default: as many as e2e-sqlite completed")
+    parser.add_argument(
+        "--create-batch",
+        type=int,
+        default=defaults.create_batch,
+        help="tasks per createTasks request (create-batch row, at most 1000)",
+    )
+    parser.add_argument(
+        "--create-requests",
+        type=int,
+        default=defaults.create_requests,
+        help="concurrent createTasks requests (create-batch row)",
+    )
     parser.add_argument("--auth", action="store_true", help="Hawk auth on (generated clients)")
     parser.add_argument(
         "--worker-log-level", default=defaults.worker_log_level, help="queue-worker --log-level"
@@ -134,21 +167,11 @@ def render(rows: list[Row], settings: Settings, started: float, elapsed: float) 
         "",
         "Ratios (measured rate; CPU ceiling):",
     ]
-    ratios = [
-        ("e2e-sqlite", "raw-rest"),
-        ("e2e-postgres", "raw-rest"),
-        ("e2e-sqlite", "raw-sdk"),
-        ("e2e-postgres", "raw-sdk"),
-        ("e2e-sqlite", "rq"),
-        ("e2e-postgres", "rq"),
-        ("e2e-sqlite", "rq-simple"),
-        ("e2e-postgres", "rq-simple"),
-    ]
-    for top, bottom in ratios:
+    for top, bottom, form in RATIOS:
         a, b = by_key.get(top), by_key.get(bottom)
         if a and b and a.rate and b.rate:
-            ceilings = f"{a.ceiling / b.ceiling:.0%}" if a.ceiling and b.ceiling else "-"
-            lines.append(f"- {top} / {bottom}: {a.rate / b.rate:.0%}; {ceilings}")
+            ceilings = form.format(a.ceiling / b.ceiling) if a.ceiling and b.ceiling else "-"
+            lines.append(f"- {top} / {bottom}: {form.format(a.rate / b.rate)}; {ceilings}")
     notes = [f"- {row.key}: {note}" for row in rows for note in row.notes]
     if notes:
         lines += ["", "Notes:", *notes]
@@ -168,6 +191,12 @@ async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | Non
         return await coordinator_only.run(
             settings, "sqlite" if key == "coord-sqlite" else "postgres"
         )
+    if key in ("create-single", "create-batch"):
+        mode: create.Mode = "single" if key == "create-single" else "batch"
+        async with AzuriteProcess() as azurite:
+            return [await create.run(settings, azurite, mode)]
+    if key == "isolation":
+        return await isolation.run(settings)
     previous = next((r for r in rows if r.key == "e2e-sqlite" and r.count), None)
     jobs = rq_jobs or (previous.count if previous else 3000)
     return [await rq_peer.run(settings, jobs, simple=key == "rq-simple")]
@@ -217,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         postgres_dsn=args.postgres,
         redis_url=args.redis,
         lifecycle_tasks=args.lifecycle_tasks,
+        create_batch=args.create_batch,
+        create_requests=args.create_requests,
         profile=args.profile,
         workdir=workdir,
     )

@@ -22,6 +22,10 @@ from devharness.processes import REPO
 
 PYTHON = sys.executable
 
+TIMES = "\N{MULTIPLICATION SIGN}"
+"""The sign after a ratio written as a factor ("3.2 times"), spelled by its name: ruff's
+RUF001 takes the character itself for an x."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
@@ -35,6 +39,8 @@ class Settings:
     :param depth: queue depth the producer keeps (messages in the Azure queue, jobs in the
         Redis list).
     :param drain: seconds a row may take after the window to finish what was created in it.
+    :param create_batch: tasks per createTasks request (the create-batch row).
+    :param create_requests: concurrent createTasks requests (the create-batch row).
     """
 
     duration: float = 15.0
@@ -51,6 +57,8 @@ class Settings:
     postgres_dsn: str = ADMIN_DSN
     redis_url: str = "redis://127.0.0.1:6379/0"
     lifecycle_tasks: int = 3000
+    create_batch: int = 500
+    create_requests: int = 4
     profile: bool = False
     workdir: Path = Path("/tmp/qc-bench")
 
@@ -220,16 +228,22 @@ def own_process() -> list[psutil.Process]:
 
 
 def pids(
-    *children: asyncio.subprocess.Process | None,
+    *children: asyncio.subprocess.Process | None, descendants: bool = False
 ) -> Callable[[], list[psutil.Process]]:
-    """A CPU group of child processes started with :func:`devharness.processes.spawn`."""
+    """A CPU group of child processes started with :func:`devharness.processes.spawn`; with
+    ``descendants``, the processes they started too (a ``queue-worker --isolation process``'s
+    fork server, whose own figures include the handler processes it has reaped, and the
+    handler processes still running)."""
 
     def group() -> list[psutil.Process]:
         found = []
         for child in children:
             if child is not None:
                 with contextlib.suppress(psutil.Error):
-                    found.append(psutil.Process(child.pid))
+                    process = psutil.Process(child.pid)
+                    found.append(process)
+                    if descendants:
+                        found += process.children(recursive=True)
         return found
 
     return group
@@ -248,6 +262,17 @@ def azurite_group(port: int) -> Callable[[], list[psutil.Process]]:
         return found
 
     return group
+
+
+async def metered_window(meter: CpuMeter, start: float, stop: float) -> tuple[float, float]:
+    """Wait until monotonic ``start``, meter the CPU until monotonic ``stop``; the window's
+    ends as epoch seconds (what the coordinator's stored times compare with)."""
+    await asyncio.sleep(max(0.0, start - time.monotonic()))
+    meter.start()
+    start_wall = time.time()
+    await asyncio.sleep(max(0.0, stop - time.monotonic()))
+    meter.stop()
+    return start_wall, time.time()
 
 
 # --- pacing the producer --------------------------------------------------------------------

@@ -134,7 +134,8 @@ def render_profile(session: Path) -> None:
 
 
 class TaskClient:
-    """createTask, listTaskGroup and the exact counts, Hawk-signed when there are credentials."""
+    """createTask, createTasks, listTaskGroup and the exact counts, Hawk-signed when there are
+    credentials."""
 
     def __init__(self, session: aiohttp.ClientSession, coordinator: Coordinator) -> None:
         self._session = session
@@ -173,6 +174,13 @@ class TaskClient:
 
     async def create(self, task_id: str, body: dict[str, Any]) -> None:
         await self._request("PUT", f"/task/{task_id}", body)
+
+    async def create_many(self, items: Sequence[tuple[str, dict[str, Any]]]) -> int:
+        """createTasks (``PUT /tasks``) with ``(taskId, definition)`` items; how many of them
+        the coordinator created (the others came back with a per-item error)."""
+        body = {"tasks": [{"taskId": task_id, "task": task} for task_id, task in items]}
+        answer = await self._request("PUT", "/tasks", body)
+        return sum(1 for result in answer["tasks"] if "status" in result)
 
     async def counts(self, worker_type: str) -> tuple[int, int]:
         """(pending, running) runs of the worker type, from the store."""

@@ -2,7 +2,8 @@
 
 A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for hints) and
 ``workers`` separate ``queue-worker`` processes (capacity ``batch``, no-op handler
-:func:`benchlib.noop.handle`). The harness creates tasks with ``producers`` concurrent
+:func:`benchlib.noop.handle`, run in the worker unless :func:`measure` is asked for
+``--isolation process``). The harness creates tasks with ``producers`` concurrent
 createTask calls, keeping the hint queue ``depth`` deep (read from Azurite every 0.1 s).
 Latency is createTask sent -> the run's ``resolved`` time as the coordinator stored it;
 throughput counts runs resolved inside the window.
@@ -26,6 +27,7 @@ from benchlib.common import (
     Settings,
     azurite_group,
     latency_fields,
+    metered_window,
     own_process,
     pids,
     postgres_backends,
@@ -45,6 +47,7 @@ from coordinator.service.clock import wall_clock
 from devharness.azurite import AzuriteProcess
 from devharness.processes import child_env, end_processes, spawn
 from devharness.waiting import WaitTimeout, wait_until
+from worker_sdk.worker import Isolation
 
 
 async def run(settings: Settings, azurite: AzuriteProcess, store: StoreKind) -> Row:
@@ -54,6 +57,19 @@ async def run(settings: Settings, azurite: AzuriteProcess, store: StoreKind) -> 
         title=f"end to end, {label} store: create -> SDK poll/claim/delete -> completed",
         unit="tasks/s",
     )
+    return await measure(settings, azurite, store, row)
+
+
+async def measure(
+    settings: Settings,
+    azurite: AzuriteProcess,
+    store: StoreKind,
+    row: Row,
+    *,
+    isolation: Isolation = "none",
+) -> Row:
+    """Fill ``row`` (its key names the work directory) with one end-to-end run whose workers
+    run their handlers with ``queue-worker --isolation``."""
     workdir = settings.workdir / row.key
     profile = workdir / "coordinator.pyisession" if settings.profile else None
     async with coordinator(
@@ -63,14 +79,19 @@ async def run(settings: Settings, azurite: AzuriteProcess, store: StoreKind) -> 
         azure_connection_string=azurite.connection_string,
         profile=profile,
     ) as running:
-        await _measure(settings, azurite, running, store, row)
+        await _measure(settings, azurite, running, store, row, isolation)
     if settings.profile:
         row.notes.append(f"profiled under pyinstrument (slower): {workdir}/*.txt")
     return row
 
 
 def _worker_command(
-    settings: Settings, coordinator: Coordinator, worker_type: str, i: int, workdir: Path
+    settings: Settings,
+    coordinator: Coordinator,
+    worker_type: str,
+    i: int,
+    workdir: Path,
+    isolation: Isolation,
 ) -> list[str]:
     command = [PYTHON]
     if settings.profile and i == 0:
@@ -85,6 +106,7 @@ def _worker_command(
         "--worker-group=bench",
         f"--worker-id=worker-{i}",
         f"--capacity={settings.batch}",
+        f"--isolation={isolation}",
         "--grace-period=5",
         f"--log-level={settings.worker_log_level}",
         "benchlib.noop:handle",
@@ -97,6 +119,7 @@ async def _measure(
     running: Coordinator,
     store: StoreKind,
     row: Row,
+    isolation: Isolation,
 ) -> None:
     workdir = settings.workdir / row.key
     worker_type = f"wt-{uuid.uuid4().hex[:8]}"
@@ -109,7 +132,7 @@ async def _measure(
         env["TASKCLUSTER_ACCESS_TOKEN"] = running.credentials.access_token
     workers = [
         await spawn(
-            _worker_command(settings, running, worker_type, i, workdir),
+            _worker_command(settings, running, worker_type, i, workdir, isolation),
             env=env,
             log=workdir / f"worker-{i}.log",
         )
@@ -118,7 +141,7 @@ async def _measure(
     groups = {
         "azurite": azurite_group(azurite.port),
         "coordinator": pids(running.process),
-        "workers": pids(*workers),
+        "workers": pids(*workers, descendants=True),
         "producer": own_process,
     }
     if store == "postgres":
@@ -161,16 +184,8 @@ async def _measure(
                     finally:
                         pacer.release()
 
-            async def window() -> tuple[float, float]:
-                await asyncio.sleep(max(0.0, window_start - time.monotonic()))
-                meter.start()
-                start_wall = time.time()
-                await asyncio.sleep(max(0.0, stop_at - time.monotonic()))
-                meter.stop()
-                return start_wall, time.time()
-
             gauge = asyncio.create_task(pacer.run(stop_at))
-            measured = asyncio.create_task(window())
+            measured = asyncio.create_task(metered_window(meter, window_start, stop_at))
             await asyncio.gather(*(producer() for _ in range(settings.producers)))
             wall_start, wall_end = await measured
             await gauge
