@@ -54,6 +54,9 @@ class Coordinator:
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 
+ROOT_ENDPOINTS = frozenset({"heartbeat", "lbheartbeat", "version"})
+"""Served at the service root as well, where load balancers and deployment checks look."""
+
 
 def _actors(config: Config, service: TaskService, queues: QueueService | None) -> list[Actor]:
     seconds = config.resolver_interval / 1000
@@ -194,8 +197,11 @@ def build_app(
         route = API_PREFIX + endpoint.route
         if endpoint.name == "openapi":
             app.router.add_route(endpoint.method, route, serve_openapi)
-        else:
-            max_body = config.max_batch_body_bytes if endpoint.batch else config.max_body_bytes
-            app.router.add_route(endpoint.method, route, route_handler(endpoint, max_body=max_body))
+            continue
+        max_body = config.max_batch_body_bytes if endpoint.batch else config.max_body_bytes
+        handler = route_handler(endpoint, max_body=max_body)
+        app.router.add_route(endpoint.method, route, handler)
+        if endpoint.name in ROOT_ENDPOINTS:
+            app.router.add_route(endpoint.method, endpoint.route, handler)
     validation.preload()
     return app

@@ -124,6 +124,7 @@ async def test_openapi_document_lists_every_route(start_coordinator: StartCoordi
 
 DEFAULTS = {
     "schedulerId": "-",
+    "projectId": "none",
     "dependencies": [],
     "requires": "all-completed",
     "routes": [],
@@ -169,7 +170,9 @@ async def test_create_task_fills_defaults_and_normalises_times(
         "workerType",
         "taskQueueId",
         "schedulerId",
+        "projectId",
         "taskGroupId",
+        "priority",
         "deadline",
         "expires",
         "retriesLeft",
@@ -775,14 +778,15 @@ async def test_list_task_group_pages(start_coordinator: StartCoordinator) -> Non
     assert entry["task"] == (await c.call("GET", f"/task/{entry['status']['taskId']}")).body
 
 
-async def test_list_task_group_of_an_unknown_group_is_empty(
+async def test_list_task_group_of_an_unknown_group_is_404_as_in_taskcluster(
     start_coordinator: StartCoordinator,
 ) -> None:
     c = await start_coordinator()
     group = slugid.nice()
     response = await c.call("GET", f"/task-group/{group}/list")
-    assert response.status == 200
-    assert response.body == {"taskGroupId": group, "tasks": []}
+    assert response.status == 404, response.body
+    assert response.body["code"] == "ResourceNotFound"
+    assert group in response.body["message"]
 
 
 async def test_list_dependent_tasks_pages(start_coordinator: StartCoordinator) -> None:

@@ -126,6 +126,7 @@ def build_app(authorizer: Authorizer) -> web.Application:
                 provisioner_id=body["provisionerId"],
                 worker_type=body["workerType"],
                 scheduler_id=body.get("schedulerId", "-"),
+                project_id=body.get("projectId", "none"),
                 routes=body.get("routes", []),
                 scopes=body.get("scopes", []),
             ),

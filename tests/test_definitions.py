@@ -62,6 +62,7 @@ def test_minimal_body_gets_every_default() -> None:
         "workerType": "wt",
         "taskQueueId": "proj/wt",
         "schedulerId": "-",
+        "projectId": "none",
         "taskGroupId": TASK_ID,
         "dependencies": [],
         "requires": "all-completed",

@@ -249,6 +249,7 @@ async def test_create_tasks_needs_every_items_scopes(
                         "scopes": [
                             "queue:create-task:lowest:test-prov/test-wt",
                             "queue:scheduler-id:-",
+                            "queue:create-task:project:none",
                         ],
                     },
                 ],

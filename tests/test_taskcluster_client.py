@@ -183,6 +183,7 @@ async def test_every_queue_method_through_the_official_client(
             "producer": [
                 f"queue:create-task:lowest:{pool}",
                 "queue:scheduler-id:-",
+                "queue:create-task:project:none",
                 "secrets:get:project/*",
                 "queue:schedule-task:-/*",
                 "queue:rerun-task:-/*",

@@ -51,6 +51,16 @@ TASKCLUSTER_METHODS = {
     "pendingTasks",
     "taskQueueCounts",
     "openapi",
+    "tasks",
+    "statuses",
+    "getTaskGroup",
+    "sealTaskGroup",
+    "cancelTaskGroup",
+    "changeTaskPriority",
+    "changeTaskGroupPriority",
+    "heartbeat",
+    "lbheartbeat",
+    "version",
 }
 OUR_METHODS = {"createTasks"}
 """Methods beyond Taskcluster's."""
@@ -429,7 +439,13 @@ def test_real_records_match_the_response_schemas() -> None:
     entry = {"task": definition, "status": status}
     validate_response(
         "list-task-group-response",
-        {"taskGroupId": TASK_ID, "tasks": [entry], "continuationToken": "next"},
+        {
+            "taskGroupId": TASK_ID,
+            "schedulerId": "-",
+            "expires": "2027-05-01T12:00:00.000Z",
+            "tasks": [entry],
+            "continuationToken": "next",
+        },
     )
     validate_response("list-dependent-tasks-response", {"taskId": DEP_A, "tasks": [entry]})
 

@@ -9,8 +9,9 @@ work around it, so every request and response body is validated against ``schema
 from __future__ import annotations
 
 import base64
-import binascii
+import importlib.metadata
 import logging
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -21,7 +22,7 @@ from aiohttp import web
 from coordinator.api import validation
 from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import Endpoint, task_queue
-from coordinator.api.errors import InputValidationError, as_api_error
+from coordinator.api.errors import InputValidationError, ServiceUnavailable, as_api_error
 from coordinator.api.http import ENDPOINT, json_response, read_json
 from coordinator.api.scopes import Expression, create_task_requirement
 from coordinator.domain import definitions
@@ -62,7 +63,7 @@ def _continuation(request: web.Request) -> str | None:
         return None
     try:
         after = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # not base64 (binascii.Error), not ASCII, or not UTF-8 underneath
         after = ""
     if not _TOKEN.fullmatch(after):
         raise InputValidationError(f"continuationToken {token!r} is not one this API issued")
@@ -97,6 +98,7 @@ def _create_requirement(body: Body) -> Expression:
         provisioner_id=provisioner_id,
         worker_type=worker_type,
         scheduler_id=body.get("schedulerId", "-"),
+        project_id=body.get("projectId", definitions.DEFAULT_PROJECT_ID),
         routes=body.get("routes", []),
         scopes=body.get("scopes", []),
     )
@@ -106,6 +108,16 @@ def _item_error(error: InputValidationError | DomainError) -> Body:
     """A batch item's error, as createTask would have answered it."""
     api_error = error if isinstance(error, InputValidationError) else as_api_error(error)
     return {"code": api_error.code, "message": str(api_error)}
+
+
+VERSION: Body = {
+    "source": os.environ.get("COORDINATOR_SOURCE", "queue-coordinator"),
+    "version": importlib.metadata.version("queue-coordinator"),
+    "commit": os.environ.get("COORDINATOR_COMMIT", "unknown"),
+    "build": os.environ.get("COORDINATOR_BUILD", "unknown"),
+}
+"""``__version__``: the installed distribution; a deployment may name its source, commit and
+build (``COORDINATOR_SOURCE``, ``COORDINATOR_COMMIT``, ``COORDINATOR_BUILD``)."""
 
 
 def _status(record: TaskRecord) -> Body:
@@ -124,16 +136,19 @@ class Handlers:
     async def _require(self, request: web.Request, expression: Expression) -> None:
         await self.auth.require(request, expression)
 
-    async def _task_scopes(self, request: web.Request, template: str) -> TaskRecord:
-        """Load the task of the path and require ``template`` formatted with its ids."""
+    async def _task_scopes(self, request: web.Request, action: str) -> TaskRecord:
+        """Load the task of the path and require Taskcluster's scopes for ``action``
+        (``schedule-task``, ``rerun-task``, ``cancel-task``): the task's own scope, or the
+        one for its whole project."""
         record = await self.service.get(_task_id(request))
         await self._require(
             request,
-            template.format(
-                schedulerId=record.scheduler_id,
-                taskGroupId=record.task_group_id,
-                taskId=record.task_id,
-            ),
+            {
+                "AnyOf": [
+                    f"queue:{action}:{record.scheduler_id}/{record.task_group_id}/{record.task_id}",
+                    f"queue:{action}-in-project:{record.project_id}",
+                ]
+            },
         )
         return record
 
@@ -149,11 +164,43 @@ class Handlers:
         return _status(await self.service.get(_task_id(request)))
 
     async def listTaskGroup(self, request: web.Request, body: Any) -> Body:
-        group = _task_id(request, "taskGroupId")
-        page = await self.service.task_group(
-            group, limit=_limit(request), after=_continuation(request)
-        )
-        return _page_body(page, "taskGroupId", group)
+        limit, after = _limit(request), _continuation(request)
+        group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
+        page = await self.service.task_group(group.task_group_id, limit=limit, after=after)
+        return {**group.to_api(), **_page_body(page, "taskGroupId", group.task_group_id)}
+
+    async def tasks(self, request: web.Request, body: Any) -> Body:
+        found = await self.service.get_many(body["taskIds"])
+        return {
+            "tasks": [
+                {"taskId": task_id, "task": dict(found[task_id].definition)}
+                for task_id in dict.fromkeys(body["taskIds"])
+                if task_id in found
+            ]
+        }
+
+    async def statuses(self, request: web.Request, body: Any) -> Body:
+        found = await self.service.get_many(body["taskIds"])
+        return {
+            "statuses": [
+                {"taskId": task_id, "status": found[task_id].status()}
+                for task_id in dict.fromkeys(body["taskIds"])
+                if task_id in found
+            ]
+        }
+
+    async def heartbeat(self, request: web.Request, body: Any) -> Body:
+        try:
+            await self.service.check_store()
+        except Exception as error:  # whatever the driver raises, the answer is the same
+            raise ServiceUnavailable(f"the store does not answer: {error!r}") from error
+        return {}
+
+    async def lbheartbeat(self, request: web.Request, body: Any) -> Body:
+        return {}
+
+    async def version(self, request: web.Request, body: Any) -> Body:
+        return VERSION
 
     async def listDependentTasks(self, request: web.Request, body: Any) -> Body:
         task_id = _task_id(request)
@@ -214,22 +261,72 @@ class Handlers:
         return {"tasks": results}
 
     async def scheduleTask(self, request: web.Request, body: Any) -> Body:
-        record = await self._task_scopes(
-            request, "queue:schedule-task:{schedulerId}/{taskGroupId}/{taskId}"
-        )
+        record = await self._task_scopes(request, "schedule-task")
         return _status(await self.service.schedule(record))
 
     async def rerunTask(self, request: web.Request, body: Any) -> Body:
-        record = await self._task_scopes(
-            request, "queue:rerun-task:{schedulerId}/{taskGroupId}/{taskId}"
-        )
+        record = await self._task_scopes(request, "rerun-task")
         return _status(await self.service.rerun(record))
 
     async def cancelTask(self, request: web.Request, body: Any) -> Body:
-        record = await self._task_scopes(
-            request, "queue:cancel-task:{schedulerId}/{taskGroupId}/{taskId}"
-        )
+        record = await self._task_scopes(request, "cancel-task")
         return _status(await self.service.cancel(record))
+
+    async def changeTaskPriority(self, request: web.Request, body: Any) -> Body:
+        record = await self.service.get(_task_id(request))
+        await self._require(
+            request,
+            {
+                "AnyOf": [
+                    f"queue:change-task-priority:{record.task_id}",
+                    f"queue:change-task-priority-in-queue:{record.task_queue_id}",
+                ]
+            },
+        )
+        return _status(await self.service.change_priority(record, body["newPriority"]))
+
+    # --- task groups ----------------------------------------------------------------------
+
+    async def getTaskGroup(self, request: web.Request, body: Any) -> Body:
+        group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
+        return group.to_api()
+
+    async def sealTaskGroup(self, request: web.Request, body: Any) -> Body:
+        group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
+        await self._require(
+            request, f"queue:seal-task-group:{group.scheduler_id}/{group.task_group_id}"
+        )
+        return (await self.service.seal_task_group(group.task_group_id)).to_api()
+
+    async def cancelTaskGroup(self, request: web.Request, body: Any) -> Body:
+        group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
+        if group.sealed is not None:
+            # Taskcluster refuses an unsealed group before it checks scopes; so do we
+            await self._require(
+                request, f"queue:cancel-task-group:{group.scheduler_id}/{group.task_group_id}"
+            )
+        cancelled = await self.service.cancel_task_group(group)
+        return {
+            "taskGroupId": group.task_group_id,
+            "taskGroupSize": await self.service.task_group_size(group.task_group_id),
+            "cancelledCount": len(cancelled),
+            "taskIds": cancelled,
+        }
+
+    async def changeTaskGroupPriority(self, request: web.Request, body: Any) -> Body:
+        group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
+        await self._require(
+            request,
+            f"queue:change-task-group-priority:{group.scheduler_id}/{group.task_group_id}",
+        )
+        changed = await self.service.change_task_group_priority(group, body["newPriority"])
+        return {
+            "taskGroupId": group.task_group_id,
+            "schedulerId": group.scheduler_id,
+            "newPriority": body["newPriority"],
+            "tasksAffected": len(changed),
+            "taskIds": changed,
+        }
 
     # --- workers --------------------------------------------------------------------------
 

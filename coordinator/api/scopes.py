@@ -115,16 +115,19 @@ def create_task_requirement(
     provisioner_id: str,
     worker_type: str,
     scheduler_id: str,
+    project_id: str,
     routes: Sequence[str],
     scopes: Sequence[str],
 ) -> Expression:
     """Everything Taskcluster's ``createTask`` requires of the caller.
 
     The task's own ``scopes`` (a caller can only delegate what it holds), ``queue:route:<r>``
-    for each route, ``queue:scheduler-id:<schedulerId>`` and the priority ladder.
+    for each route, ``queue:create-task:project:<projectId>``,
+    ``queue:scheduler-id:<schedulerId>`` and the priority ladder.
     """
     required: list[Expression] = [*scopes]
     required.extend(f"queue:route:{route}" for route in routes)
+    required.append(f"queue:create-task:project:{project_id}")
     required.append(f"queue:scheduler-id:{scheduler_id}")
     required.append(create_task_expression(priority, provisioner_id, worker_type))
     return {"AllOf": required}

@@ -19,6 +19,9 @@ from coordinator.domain.errors import InputError
 from coordinator.domain.records import TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue, canonical_priority
 
+DEFAULT_PROJECT_ID = "none"
+"""The projectId of a task that names none, as in Taskcluster."""
+
 CREATED_TOLERANCE = 15 * 60 * 1000
 """How far ``created`` may be from the server's clock, either way (ms)."""
 
@@ -66,6 +69,7 @@ def normalise(
         "workerType": worker_type,
         "taskQueueId": str(TaskQueue(provisioner_id, worker_type)),
         "schedulerId": body.get("schedulerId", "-"),
+        "projectId": body.get("projectId", DEFAULT_PROJECT_ID),
         "taskGroupId": body.get("taskGroupId", task_id),
         "dependencies": dependencies,
         "requires": body.get("requires", "all-completed"),

@@ -282,6 +282,26 @@ def cancel(record: TaskRecord, *, now: int) -> Outcome:
     return _resolve(record, state="exception", reason="canceled", now=now)
 
 
+def change_priority(record: TaskRecord, *, priority: str, now: int) -> Outcome:
+    """changeTaskPriority: the task's priority from now on, for its definition, its scopes and
+    its runs' queues. A pending run's hint is put again on the new priority's queue (the old
+    one goes stale, which is harmless); a running run keeps its claim."""
+    _require_before_deadline(record, now, "reprioritized")
+    if record.is_resolved:
+        raise Conflict(f"task {record.task_id} is already resolved and cannot be reprioritized")
+    if priority == record.priority:
+        return unchanged(record)
+    new = record.replace(
+        priority=priority,
+        definition={**record.definition, "priority": priority},
+        definition_changed=True,
+    )
+    if record.state != "pending" or hint_for(new).priority == hint_for(record).priority:
+        return Outcome(record=new)
+    new = new.replace(hint_needed=True)
+    return Outcome(record=new, hint=hint_for(new))
+
+
 # --- worker actions ------------------------------------------------------------------------
 
 

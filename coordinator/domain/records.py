@@ -108,6 +108,8 @@ class TaskRecord:
     :param retry_priority: the priority automatic retries are queued at (``retryPriority``).
     :param claim_timeout: how long this task's claims last (``claimTimeout``, in ms), else the
         coordinator's.
+    :param definition_changed: a transition changed ``definition`` (its priority), so the
+        next compare-and-set writes it too; false in every record read from the store.
     :param version: compare-and-set token; 0 for a record not yet stored.
     """
 
@@ -130,6 +132,7 @@ class TaskRecord:
     runs: tuple[Run, ...] = ()
     hint_needed: bool = False
     notify_dependents: bool = False
+    definition_changed: bool = False
     version: int = 0
 
     @property
@@ -139,6 +142,12 @@ class TaskRecord:
     @property
     def last_run(self) -> Run | None:
         return self.runs[-1] if self.runs else None
+
+    @property
+    def project_id(self) -> str:
+        # definitions stored before projectId existed have none
+        project_id: str = self.definition.get("projectId", "none")
+        return project_id
 
     @property
     def task_queue_id(self) -> str:
@@ -182,7 +191,9 @@ class TaskRecord:
             "workerType": self.worker_type,
             "taskQueueId": self.task_queue_id,
             "schedulerId": self.scheduler_id,
+            "projectId": self.project_id,
             "taskGroupId": self.task_group_id,
+            "priority": self.priority,
             "deadline": to_iso(self.deadline),
             "expires": to_iso(self.expires),
             "retriesLeft": self.retries_left,

@@ -18,13 +18,17 @@ from coordinator.domain import definitions, lifecycle
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
 from coordinator.domain.lifecycle import Outcome, Timing
 from coordinator.domain.listings import Page, RunCounts
-from coordinator.domain.records import TaskRecord, record_from_definition
+from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
+from coordinator.domain.task_groups import TaskGroup
 from coordinator.service.background import Background
 from coordinator.service.clock import Clock, wall_clock
 from coordinator.service.dependencies import Dependencies
 from coordinator.service.hints import HintPublisher, HintSink
 from coordinator.service.transitions import Transition, Transitions, log_changes
 from coordinator.store.base import Store
+
+GROUP_PAGE = 200
+"""How many of a group's tasks cancelTaskGroup and changeTaskGroupPriority read at a time."""
 
 BATCH_EFFECTS_AT_ONCE = 64
 """How many of a createTasks batch's hint puts are in flight at once."""
@@ -113,6 +117,21 @@ class TaskService:
         await self.get(task_id)
         return await self._store.dependents(task_id, limit=limit, after=after)
 
+    async def check_store(self) -> None:
+        """Raise whatever the store raises unless it answers a read."""
+        await self._store.get("-")
+
+    async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
+        """The tasks that exist among ``task_ids``."""
+        return await self._store.get_many(task_ids)
+
+    async def get_task_group(self, task_group_id: str) -> TaskGroup:
+        """:raises NotFound: no task ever joined the group (or all expired)."""
+        group = await self._store.get_task_group(task_group_id)
+        if group is None:
+            raise NotFound(f"task group {task_group_id} does not exist")
+        return group
+
     async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
         return await self._store.run_counts(provisioner_id, worker_type, now=self.clock())
 
@@ -135,15 +154,10 @@ class TaskService:
         outcome = lifecycle.create(record, now=now)
         stored = await self._store.insert(outcome.record)
         if stored is None:
-            existing = await self._store.get(task_id)
-            if existing is not None and definitions.definitions_match(
-                existing.definition, definition
-            ):
-                return existing
-            raise Conflict(
-                f"task {task_id} already exists with a different definition; "
-                "taskIds must be unique: generate a new slugid"
-            )
+            result = await self._not_inserted(record, await self._store.get(task_id))
+            if isinstance(result, Conflict):
+                raise result
+            return result
         log_changes("created", None, stored)
         await self.transitions.effects(outcome)
         if stored.dependencies:
@@ -194,6 +208,33 @@ class TaskService:
                 results[index] = outcome
         return [result for result in results if result is not None]
 
+    async def _not_inserted(
+        self, record: TaskRecord, existing: TaskRecord | None
+    ) -> TaskRecord | Conflict:
+        """Why the store did not insert ``record``: the same task exists (createTask's
+        idempotent answer), or a conflict: another definition under its id, or a group that
+        refuses it."""
+        if existing is not None:
+            if definitions.definitions_match(existing.definition, record.definition):
+                return existing
+            return Conflict(
+                f"task {record.task_id} already exists with a different definition; taskIds "
+                "must be unique: generate a new slugid"
+            )
+        group = await self._store.get_task_group(record.task_group_id)
+        if group is not None and group.sealed is not None:
+            return Conflict(
+                f"task group {group.task_group_id} is sealed since {to_iso(group.sealed)}: "
+                "no task may join it"
+            )
+        if group is not None and group.scheduler_id != record.scheduler_id:
+            return Conflict(
+                f"task group {group.task_group_id} belongs to schedulerId {group.scheduler_id}, "
+                f"not {record.scheduler_id}"
+            )
+        # the group changed again in between (a task of it expired and the group with it)
+        return Conflict(f"task {record.task_id} could not be created; try again")
+
     async def _insert_batch(
         self, records: dict[str, TaskRecord], *, now: int
     ) -> dict[str, TaskRecord | DomainError]:
@@ -212,16 +253,7 @@ class TaskService:
         inserted = await self._store.insert_many([o.record for o in created.values()])
         existing = await self._store.get_many([t for t in created if t not in inserted])
         for task_id in created.keys() - inserted:
-            found = existing.get(task_id)
-            if found is not None and definitions.definitions_match(
-                found.definition, records[task_id].definition
-            ):
-                done[task_id] = found
-            else:
-                done[task_id] = Conflict(
-                    f"task {task_id} already exists with a different definition; taskIds "
-                    "must be unique: generate a new slugid"
-                )
+            done[task_id] = await self._not_inserted(records[task_id], existing.get(task_id))
         stored = {
             task_id: dataclasses.replace(
                 created[task_id], record=created[task_id].record.replace(version=1)
@@ -258,6 +290,76 @@ class TaskService:
     async def cancel(self, record: TaskRecord) -> TaskRecord:
         """cancelTask."""
         return await self._from_read(record, lifecycle.cancel, "canceled")
+
+    async def change_priority(self, record: TaskRecord, priority: str) -> TaskRecord:
+        """changeTaskPriority."""
+        outcome = await self.apply(
+            record.task_id,
+            lambda r, now: lifecycle.change_priority(r, priority=priority, now=now),
+            action="priority-changed",
+            read=record,
+        )
+        return outcome.record
+
+    # --- task groups ----------------------------------------------------------------------
+
+    async def seal_task_group(self, task_group_id: str) -> TaskGroup:
+        """sealTaskGroup: from now on no task may join the group (idempotent).
+
+        :raises NotFound: no such group.
+        """
+        group = await self._store.seal_task_group(task_group_id, now=self.clock())
+        if group is None:
+            raise NotFound(f"task group {task_group_id} does not exist")
+        return group
+
+    async def cancel_task_group(self, group: TaskGroup) -> list[str]:
+        """cancelTaskGroup: cancel every unresolved task of a sealed group; the ids this call
+        cancelled. Tasks past their deadline are left to the deadline resolver.
+
+        :raises Conflict: the group is not sealed (so tasks could still join it).
+        """
+        if group.sealed is None:
+            raise Conflict(
+                f"task group {group.task_group_id} is not sealed: seal it first, so that no "
+                "task joins it while it is being cancelled"
+            )
+        return await self._each_unresolved(
+            group.task_group_id, lambda r, now: lifecycle.cancel(r, now=now), "canceled"
+        )
+
+    async def change_task_group_priority(self, group: TaskGroup, priority: str) -> list[str]:
+        """changeTaskGroupPriority: every unresolved task of the group; the ids changed."""
+        return await self._each_unresolved(
+            group.task_group_id,
+            lambda r, now: lifecycle.change_priority(r, priority=priority, now=now),
+            "priority-changed",
+        )
+
+    async def task_group_size(self, task_group_id: str) -> int:
+        return await self._store.task_group_size(task_group_id)
+
+    async def _each_unresolved(
+        self, task_group_id: str, transition: Transition, action: str
+    ) -> list[str]:
+        """Apply ``transition`` to the group's unresolved tasks, a page at a time (each one
+        its own compare-and-set, so concurrent claims and replicas are safe); the ids it
+        changed. A task that refuses (past its deadline, resolved meanwhile) is skipped."""
+        changed: list[str] = []
+        after: str | None = None
+        while True:
+            page = await self._store.unresolved_in_group(
+                task_group_id, limit=GROUP_PAGE, after=after
+            )
+            for task_id in page:
+                try:
+                    if (await self.apply(task_id, transition, action=action)).changed:
+                        changed.append(task_id)
+                except (NotFound, Conflict):
+                    continue
+            if len(page) < GROUP_PAGE:
+                return changed
+            after = page[-1]
 
     # --- workers --------------------------------------------------------------------------
 

@@ -26,6 +26,19 @@ from collections.abc import Sequence
 
 from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.task_groups import TaskGroup
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.workers import (
+    Key,
+    KeyedPage,
+    ProvisionerRecord,
+    QuarantineNote,
+    TaskQueueRecord,
+    TaskQueueSighting,
+    WorkerKey,
+    WorkerRecord,
+    WorkerSighting,
+)
 
 
 class Store(abc.ABC):
@@ -47,10 +60,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def insert(self, record: TaskRecord) -> TaskRecord | None:
-        """Store a new task and its dependency edges atomically.
+        """Store a new task, its dependency edges and its group (created, or its expiry
+        raised) atomically.
 
         :returns: the stored record (``version`` 1), or ``None`` if the task id already exists
-            (nothing is written then).
+            or its group refuses it: sealed, or of another schedulerId (nothing is written).
         """
 
     @abc.abstractmethod
@@ -118,8 +132,29 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def delete_expired(self, now: int, limit: int) -> int:
-        """Delete up to ``limit`` tasks with ``expires <= now`` (and their dependency edges);
-        return how many were deleted."""
+        """Delete up to ``limit`` tasks with ``expires <= now`` (and their dependency edges)
+        and up to ``limit`` expired task groups; return how many tasks were deleted."""
+
+    # --- task groups ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_task_group(self, task_group_id: str) -> TaskGroup | None:
+        """The group, created by the insert of its first task; ``None`` if unknown."""
+
+    @abc.abstractmethod
+    async def seal_task_group(self, task_group_id: str, *, now: int) -> TaskGroup | None:
+        """Seal the group at ``now`` unless sealed already; the group as now stored, ``None``
+        if unknown. From then on :meth:`insert` refuses tasks of the group."""
+
+    @abc.abstractmethod
+    async def task_group_size(self, task_group_id: str) -> int:
+        """How many tasks the group has."""
+
+    @abc.abstractmethod
+    async def unresolved_in_group(
+        self, task_group_id: str, *, limit: int, after: str | None
+    ) -> list[str]:
+        """Ids of up to ``limit`` unresolved tasks of the group after ``after``, in id order."""
 
     # --- listings and counts --------------------------------------------------------------
 
@@ -134,3 +169,95 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def run_counts(self, provisioner_id: str, worker_type: str, *, now: int) -> RunCounts:
         """Exact pending, delayed (not visible at ``now``) and running counts of one queue."""
+
+    # --- task queues and workers ----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def record_sightings(
+        self, queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
+    ) -> None:
+        """Create or refresh the task queues and workers seen, in one transaction.
+
+        Each queue and worker appears at most once. A new record starts at its sighting
+        (``lastDateActive``; a worker's ``firstClaim`` too, and a ``quarantineUntil``
+        :data:`~coordinator.domain.workers.NEVER_QUARANTINED` before it); an existing one
+        keeps the later ``lastDateActive`` and ``expires`` of the two, and a worker appends the
+        sighting's recent tasks to its own, keeping the last
+        :data:`~coordinator.domain.workers.RECENT_TASKS`.
+        """
+
+    @abc.abstractmethod
+    async def task_queue(self, queue: TaskQueue, *, now: int) -> TaskQueueRecord | None:
+        """The task queue, or ``None`` if unknown or expired (``expires <= now``)."""
+
+    @abc.abstractmethod
+    async def task_queues(
+        self, *, now: int, limit: int, after: Key | None, provisioner_id: str | None = None
+    ) -> KeyedPage[TaskQueueRecord]:
+        """Unexpired task queues (of one provisioner, if given), by the key
+        ``(provisionerId, workerType)``."""
+
+    @abc.abstractmethod
+    async def provisioner(self, provisioner_id: str, *, now: int) -> ProvisionerRecord | None:
+        """The provisioner of the unexpired task queues of ``provisioner_id``, or ``None``."""
+
+    @abc.abstractmethod
+    async def provisioners(
+        self, *, now: int, limit: int, after: Key | None
+    ) -> KeyedPage[ProvisionerRecord]:
+        """Provisioners of the unexpired task queues, by the key ``(provisionerId,)``."""
+
+    @abc.abstractmethod
+    async def worker(self, key: WorkerKey) -> WorkerRecord | None:
+        """The worker, expired or not; ``None`` if unknown."""
+
+    @abc.abstractmethod
+    async def workers(
+        self,
+        queue: TaskQueue,
+        *,
+        now: int,
+        quarantined: bool | None,
+        limit: int,
+        after: Key | None,
+    ) -> KeyedPage[WorkerRecord]:
+        """The task queue's listed workers (unexpired or quarantined), only the quarantined
+        or only the others when ``quarantined`` says, by the key ``(workerGroup, workerId)``."""
+
+    @abc.abstractmethod
+    async def quarantine_worker(
+        self, key: WorkerKey, *, note: QuarantineNote, expires: int
+    ) -> WorkerRecord | None:
+        """Quarantine the worker until ``note.quarantine_until`` (a past time lifts it),
+        append ``note`` to its details and keep it listed until at least ``expires``; the
+        worker as now stored, or ``None`` if unknown (nothing is created)."""
+
+    @abc.abstractmethod
+    async def quarantined_workers(self, now: int) -> dict[WorkerKey, int]:
+        """``quarantineUntil`` of every worker quarantined at ``now``."""
+
+    @abc.abstractmethod
+    async def pending_runs(
+        self, queue: TaskQueue, *, limit: int, after: Key | None
+    ) -> KeyedPage[TaskRecord]:
+        """Tasks of the queue whose last run is pending, by the key ``(visibleAt, taskId)``:
+        the oldest claimable first."""
+
+    @abc.abstractmethod
+    async def claimed_runs(
+        self, queue: TaskQueue, *, limit: int, after: Key | None
+    ) -> KeyedPage[TaskRecord]:
+        """Tasks of the queue whose last run is running, by the key ``(started, taskId)``:
+        the oldest claim first."""
+
+    @abc.abstractmethod
+    async def run_counts_of(
+        self, queues: Sequence[TaskQueue], *, now: int
+    ) -> dict[TaskQueue, RunCounts]:
+        """:meth:`run_counts` of distinct queues in one query; a queue with neither pending
+        nor running runs may be absent."""
+
+    @abc.abstractmethod
+    async def delete_expired_workers(self, now: int, limit: int) -> int:
+        """Delete up to ``limit`` workers expired and not quarantined at ``now``, and up to
+        ``limit`` expired task queues; return how many records were deleted."""

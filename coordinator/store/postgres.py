@@ -191,4 +191,6 @@ class PostgresStore(SQLStore):
         )
 
     async def delete_expired(self, now: int, limit: int) -> int:
-        return cast(int, await self._fetchval("delete_expired", now=now, limit=limit))
+        deleted = cast(int, await self._fetchval("delete_expired", now=now, limit=limit))
+        await self._fetch("delete_expired_groups", now=now, limit=limit)
+        return deleted

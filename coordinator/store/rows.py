@@ -18,6 +18,8 @@ def status_columns(record: TaskRecord) -> dict[str, Any]:
     """Everything compare-and-set writes, keyed by column name."""
     return {
         "task_id": record.task_id,
+        # written only when changed (a new priority); insert_columns always writes it
+        "definition": _compact(record.definition) if record.definition_changed else None,
         "retries_left": record.retries_left,
         "runs": _compact(record.stored_runs()),
         "state": record.state,
@@ -72,4 +74,4 @@ def page_from_rows(rows: Sequence[Row], limit: int) -> Page:
 def stored_after_cas(record: TaskRecord, row: Row) -> TaskRecord:
     """The record as a successful compare-and-set stored it, from its ``RETURNING version,
     notify_dependents`` row (the store keeps the flag only for a task with dependents)."""
-    return record.replace(version=row[0], notify_dependents=bool(row[1]))
+    return record.replace(version=row[0], notify_dependents=bool(row[1]), definition_changed=False)

@@ -45,6 +45,23 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
+def _insert_one(conn: sqlite3.Connection, record: TaskRecord, columns: dict[str, Any]) -> bool:
+    """Insert a record, its group and its edges in the caller's transaction; false when the
+    id exists or the group refuses the task (sealed, or another schedulerId's)."""
+    if conn.execute(_Q["upsert_task_group"], columns).fetchone() is None:
+        return False
+    if conn.execute(_Q["insert_task"], columns).rowcount == 0:
+        return False
+    conn.executemany(
+        _Q["insert_dependency"],
+        [
+            {"required_task_id": dep, "dependent_task_id": record.task_id}
+            for dep in record.dependencies
+        ],
+    )
+    return True
+
+
 class SQLiteStore(SQLStore):
     """Store on one SQLite file.
 
@@ -113,16 +130,7 @@ class SQLiteStore(SQLStore):
 
         def insert(conn: sqlite3.Connection) -> bool:
             with _transaction(conn):
-                if conn.execute(_Q["insert_task"], columns).rowcount == 0:
-                    return False
-                conn.executemany(
-                    _Q["insert_dependency"],
-                    [
-                        {"required_task_id": dep, "dependent_task_id": record.task_id}
-                        for dep in record.dependencies
-                    ],
-                )
-                return True
+                return _insert_one(conn, record, columns)
 
         if not await self._run(insert):
             return None
@@ -132,20 +140,12 @@ class SQLiteStore(SQLStore):
         rows = [insert_columns(record) for record in records]
 
         def insert(conn: sqlite3.Connection) -> set[str]:
-            inserted = set()
             with _transaction(conn):
-                for record, columns in zip(records, rows, strict=True):
-                    if conn.execute(_Q["insert_task"], columns).rowcount == 0:
-                        continue
-                    inserted.add(record.task_id)
-                    conn.executemany(
-                        _Q["insert_dependency"],
-                        [
-                            {"required_task_id": dep, "dependent_task_id": record.task_id}
-                            for dep in record.dependencies
-                        ],
-                    )
-            return inserted
+                return {
+                    record.task_id
+                    for record, columns in zip(records, rows, strict=True)
+                    if _insert_one(conn, record, columns)
+                }
 
         return await self._run(insert)
 
@@ -190,6 +190,7 @@ class SQLiteStore(SQLStore):
                     marks = ",".join("?" * len(ids))
                     conn.execute(_Q["delete_tasks"].format(ids=marks), ids)
                     conn.execute(_Q["delete_dependencies"].format(ids=marks), ids + ids)
+                conn.execute(_Q["delete_expired_groups"], params)
                 return len(ids)
 
         return await self._run(delete)

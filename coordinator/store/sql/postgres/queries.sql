@@ -21,15 +21,25 @@ INSERT INTO schema_migrations (version, name, applied)
 VALUES (:version, :name, CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT))
 
 -- name: insert_task
--- One statement, so the task and its edges are written atomically in one round trip; the
--- edges are inserted only if the task row was. Returns 1 if inserted, 0 if the id existed.
-WITH task AS (
+-- One statement, so the group, the task and its edges are written atomically in one round
+-- trip. The group row is upserted first and locked: a sealed group, or one of another
+-- schedulerId, returns no row, and then no task is inserted. Returns 1 if inserted, 0 if the
+-- id existed or the group refused the task.
+WITH grp AS (
+    INSERT INTO task_groups (task_group_id, scheduler_id, expires)
+    VALUES (:task_group_id, :scheduler_id, :expires)
+    ON CONFLICT (task_group_id) DO UPDATE
+        SET expires = greatest(task_groups.expires, excluded.expires)
+        WHERE task_groups.sealed IS NULL AND task_groups.scheduler_id = excluded.scheduler_id
+    RETURNING task_group_id
+), task AS (
     INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
                        expires, definition, retries_left, runs, state, taken_until,
                        open_deadline, hint_due, visible_at, notify_dependents, version)
-    VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
-            :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
-            :visible_at, :notify_dependents, 1)
+    SELECT :task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
+           :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
+           :visible_at, :notify_dependents, 1
+    FROM grp
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
 ), edges AS (
@@ -40,13 +50,12 @@ WITH task AS (
 SELECT count(*) FROM task
 
 -- name: insert_tasks
--- createTasks: every new task and its edges in one statement, so one round trip and one
--- transaction; edges only for the tasks actually inserted. Returns the inserted ids.
-WITH task AS (
-    INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
-                       expires, definition, retries_left, runs, state, taken_until,
-                       open_deadline, hint_due, visible_at, notify_dependents, version)
-    SELECT *, 1 FROM unnest(
+-- createTasks: every new task, its group and its edges in one statement, so one round trip
+-- and one transaction. Groups are upserted (and locked) once each, as insert_task does; tasks
+-- whose group refused them are not inserted, edges only for tasks that were. Returns the
+-- inserted ids.
+WITH new AS (
+    SELECT * FROM unnest(
         CAST(:task_id_values AS TEXT[]), CAST(:task_group_id_values AS TEXT[]),
         CAST(:scheduler_id_values AS TEXT[]), CAST(:provisioner_id_values AS TEXT[]),
         CAST(:worker_type_values AS TEXT[]), CAST(:expires_values AS BIGINT[]),
@@ -55,7 +64,23 @@ WITH task AS (
         CAST(:taken_until_values AS BIGINT[]), CAST(:open_deadline_values AS BIGINT[]),
         CAST(:hint_due_values AS BIGINT[]),
         CAST(:visible_at_values AS BIGINT[]), CAST(:notify_dependents_values AS BOOLEAN[])
-    )
+    ) AS n (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
+            definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
+            visible_at, notify_dependents)
+), grp AS (
+    INSERT INTO task_groups (task_group_id, scheduler_id, expires)
+    -- one row per group: a batch naming one group with two schedulerIds gets the first
+    SELECT DISTINCT ON (task_group_id) task_group_id, scheduler_id, max(expires)
+    FROM new GROUP BY task_group_id, scheduler_id ORDER BY task_group_id, scheduler_id
+    ON CONFLICT (task_group_id) DO UPDATE
+        SET expires = greatest(task_groups.expires, excluded.expires)
+        WHERE task_groups.sealed IS NULL AND task_groups.scheduler_id = excluded.scheduler_id
+    RETURNING task_group_id, scheduler_id
+), task AS (
+    INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
+                       expires, definition, retries_left, runs, state, taken_until,
+                       open_deadline, hint_due, visible_at, notify_dependents, version)
+    SELECT new.*, 1 FROM new JOIN grp USING (task_group_id, scheduler_id)
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
 ), edges AS (
@@ -80,9 +105,10 @@ SELECT task_id, state FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
 
 -- name: compare_and_set
 -- notify_dependents is kept only for a task that has dependents, so resolving one without
--- any costs no dependency pass; a dependent created later checks the states itself.
+-- any costs no dependency pass; a dependent created later checks the states itself. The
+-- definition is written only when a transition changed it (a new priority), else NULL.
 UPDATE tasks
-SET retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
+SET definition = coalesce(:definition, definition), retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
     open_deadline = :open_deadline, hint_due = :hint_due, visible_at = :visible_at,
     notify_dependents = :notify_dependents AND EXISTS (
         SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
@@ -158,3 +184,27 @@ SELECT
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND state IN ('pending', 'running')
+
+-- name: get_task_group
+SELECT task_group_id, scheduler_id, expires, sealed
+FROM task_groups WHERE task_group_id = :task_group_id
+
+-- name: seal_task_group
+-- Idempotent: a sealed group keeps the time it was first sealed.
+UPDATE task_groups SET sealed = coalesce(sealed, :now)
+WHERE task_group_id = :task_group_id
+RETURNING task_group_id, scheduler_id, expires, sealed
+
+-- name: task_group_size
+SELECT count(*) FROM tasks WHERE task_group_id = :task_group_id
+
+-- name: unresolved_in_group
+SELECT task_id FROM tasks
+WHERE task_group_id = :task_group_id AND open_deadline IS NOT NULL AND task_id > :after
+ORDER BY task_id LIMIT :limit
+
+-- name: delete_expired_groups
+-- A group expires with the last of its tasks (its expires is their latest).
+DELETE FROM task_groups WHERE task_group_id IN (
+    SELECT task_group_id FROM task_groups WHERE expires <= :now ORDER BY expires LIMIT :limit
+)

@@ -7,6 +7,16 @@ VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, 
         :visible_at, :notify_dependents, 1)
 ON CONFLICT (task_id) DO NOTHING
 
+-- name: upsert_task_group
+-- Run in the insert's transaction: no row back means a sealed group, or one of another
+-- schedulerId, and the task is then not inserted.
+INSERT INTO task_groups (task_group_id, scheduler_id, expires)
+VALUES (:task_group_id, :scheduler_id, :expires)
+ON CONFLICT (task_group_id) DO UPDATE
+    SET expires = max(task_groups.expires, excluded.expires)
+    WHERE task_groups.sealed IS NULL AND task_groups.scheduler_id = excluded.scheduler_id
+RETURNING task_group_id
+
 -- name: insert_dependency
 INSERT INTO task_dependencies (required_task_id, dependent_task_id)
 VALUES (:required_task_id, :dependent_task_id)
@@ -24,9 +34,10 @@ SELECT task_id, state FROM tasks WHERE task_id IN ({ids})
 
 -- name: compare_and_set
 -- notify_dependents is kept only for a task that has dependents, so resolving one without
--- any costs no dependency pass; a dependent created later checks the states itself.
+-- any costs no dependency pass; a dependent created later checks the states itself. The
+-- definition is written only when a transition changed it (a new priority), else NULL.
 UPDATE tasks
-SET retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
+SET definition = coalesce(:definition, definition), retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
     open_deadline = :open_deadline, hint_due = :hint_due, visible_at = :visible_at,
     notify_dependents = :notify_dependents AND EXISTS (
         SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
@@ -88,3 +99,27 @@ SELECT
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND state IN ('pending', 'running')
+
+-- name: get_task_group
+SELECT task_group_id, scheduler_id, expires, sealed
+FROM task_groups WHERE task_group_id = :task_group_id
+
+-- name: seal_task_group
+-- Idempotent: a sealed group keeps the time it was first sealed.
+UPDATE task_groups SET sealed = coalesce(sealed, :now)
+WHERE task_group_id = :task_group_id
+RETURNING task_group_id, scheduler_id, expires, sealed
+
+-- name: task_group_size
+SELECT count(*) FROM tasks WHERE task_group_id = :task_group_id
+
+-- name: unresolved_in_group
+SELECT task_id FROM tasks
+WHERE task_group_id = :task_group_id AND open_deadline IS NOT NULL AND task_id > :after
+ORDER BY task_id LIMIT :limit
+
+-- name: delete_expired_groups
+-- A group expires with the last of its tasks (its expires is their latest).
+DELETE FROM task_groups WHERE task_group_id IN (
+    SELECT task_group_id FROM task_groups WHERE expires <= :now ORDER BY expires LIMIT :limit
+)
