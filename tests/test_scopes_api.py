@@ -157,7 +157,10 @@ async def test_credentials_that_do_not_verify_are_401_and_change_nothing(
     )
     cases: dict[str, Credentials | None] = {
         "signature does not match": {**root, "accessToken": "wrong-" + root["accessToken"]},
-        "Client ID nobody does not exist": {"clientId": "nobody", "accessToken": "x" * 44},
+        "does not match for clientId nobody: unknown clientId or wrong accessToken": {
+            "clientId": "nobody",
+            "accessToken": "x" * 44,
+        },
         "the credentials expired": expired,
         f"queue:create-task:lowest:{POOL}": None,  # no Authorization header at all
     }

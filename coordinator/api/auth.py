@@ -89,6 +89,25 @@ class Rejected:
 
 RequestAuth = Auth | Anonymous | Rejected
 
+
+class _UnknownClient(AuthenticationFailed):
+    """No such clientId (or certificate issuer): answered exactly like a wrong accessToken."""
+
+
+class _NoMatch(AuthenticationFailed):
+    """The one 401 for an unknown clientId and a wrong accessToken alike, so that a caller
+    cannot probe which clientIds exist; :attr:`reason` tells the log which it was."""
+
+    def __init__(self, client_id: str, origins: Sequence[str], *, reason: str) -> None:
+        super().__init__(
+            f"Hawk signature does not match for clientId {client_id}: unknown clientId or "
+            f"wrong accessToken, or the request was signed for another host or port than "
+            f"{' or '.join(origins)} (behind a proxy, set COORDINATOR_PUBLIC_URL to the URL "
+            "clients use)"
+        )
+        self.reason = reason
+
+
 ANONYMOUS = Anonymous()
 
 UNRESTRICTED = Auth(client_id="auth-disabled", scopes=("*",))
@@ -179,7 +198,7 @@ class Authenticator:
                 "authentication failed method=%s path=%s reason=%r",
                 request.method,
                 request.path,
-                str(error),
+                error.reason if isinstance(error, _NoMatch) else str(error),
             )
             return Rejected(message=str(error))
         return auth
@@ -209,7 +228,10 @@ class Authenticator:
             raise AuthenticationFailed(f"Hawk Authorization header lacks {', '.join(absent)}")
         client_id = attributes["id"]
         ext = _parse_ext(attributes.get("ext"))
-        key, scopes = self._credentials(client_id, ext)
+        try:
+            key, scopes = self._credentials(client_id, ext)
+        except _UnknownClient as error:
+            raise _NoMatch(client_id, origins, reason=str(error)) from None
         now = self._clock()
         for origin in origins:
             try:
@@ -243,11 +265,7 @@ class Authenticator:
             except (mohawk.exc.HawkFail, ValueError) as error:
                 raise AuthenticationFailed(f"Hawk verification failed: {error}") from None
             return Auth(client_id=client_id, scopes=scopes)
-        raise AuthenticationFailed(
-            f"Hawk signature does not match for clientId {client_id}: wrong accessToken, or "
-            f"the request was signed for another host or port than {' or '.join(origins)} "
-            "(behind a proxy, set COORDINATOR_PUBLIC_URL to the URL clients use)"
-        )
+        raise _NoMatch(client_id, origins, reason="wrong accessToken or origin")
 
     def _credentials(self, client_id: str, ext: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
         """The MAC key and effective scopes for ``client_id`` with ``ext`` applied."""
@@ -263,7 +281,7 @@ class Authenticator:
                 )
         client = self._clients.lookup(issuer_id)
         if client is None:
-            raise AuthenticationFailed(f"Client ID {issuer_id} does not exist")
+            raise _UnknownClient(f"Client ID {issuer_id} does not exist")
         key, scopes = client.access_token, client.scopes
         if certificate is not None:
             key, scopes = self._apply_certificate(
