@@ -13,12 +13,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from coordinator.api import openapi, validation
 from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import API_PREFIX, ENDPOINTS
 from coordinator.api.handlers import HANDLERS, Handlers, route_handler
 from coordinator.api.http import error_middleware, json_response
+from coordinator.api.metrics import HttpMetrics, metrics_handler, metrics_middleware
 from coordinator.azure.queues import QueueService, QueueSettings
 from coordinator.config import Config, ConfigurationError
 from coordinator.domain.lifecycle import Timing
@@ -28,12 +30,19 @@ from coordinator.resolvers import (
     dependency_resolver,
     expiry_sweeper,
     hint_keeper,
+    quarantine_refresher,
+    queue_gauges,
     queue_sweeper,
+    reconciler,
+    sightings_flusher,
+    worker_sweeper,
 )
 from coordinator.resolvers.runner import Actor, Runner
 from coordinator.service.clock import wall_clock
+from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.tasks import TaskService
 from coordinator.service.work_queues import NO_AZURE, WorkQueues
+from coordinator.service.workers import WorkerService
 from coordinator.store.base import Store
 from coordinator.store.factory import open_store
 
@@ -50,6 +59,7 @@ class Coordinator:
     queues: QueueService | None
     work: WorkQueues
     runner: Runner
+    workers: WorkerService
 
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
@@ -91,12 +101,42 @@ def _actors(config: Config, service: TaskService, queues: QueueService | None) -
     if queues is not None:
         actors.append(
             Actor(
+                name="reconciler",
+                run_once=lambda: reconciler.run_once(service, queues),
+                interval=config.reconcile_interval / 1000,
+                busy_at=500,
+            )
+        )
+        actors.append(
+            Actor(
                 name="queue-sweeper",
                 run_once=lambda: queue_sweeper.run_once(queues, now=service.clock()),
                 interval=3600.0,
             )
         )
     return actors
+
+
+def _worker_actors(config: Config, workers: WorkerService) -> list[Actor]:
+    seconds = config.resolver_interval / 1000
+    return [
+        Actor(
+            name="sightings-flusher",
+            run_once=lambda: sightings_flusher.run_once(workers),
+            interval=seconds,
+        ),
+        Actor(
+            name="quarantine-refresher",
+            run_once=lambda: quarantine_refresher.run_once(workers),
+            interval=seconds,
+        ),
+        Actor(
+            name="worker-sweeper",
+            run_once=lambda: worker_sweeper.run_once(workers),
+            interval=max(seconds, 60.0),
+            busy_at=1000,
+        ),
+    ]
 
 
 def _queue_service(config: Config) -> QueueService | None:
@@ -134,8 +174,10 @@ def build_app(
     :param run_resolvers: start the background actors (tests of a single pass turn them off
         and call ``run_once`` themselves).
     """
+    registry = CollectorRegistry()  # per app: tests run several in one process
+    service_metrics = ServiceMetrics(registry)
     app = web.Application(
-        middlewares=[error_middleware],
+        middlewares=[metrics_middleware(HttpMetrics(registry)), error_middleware],
         client_max_size=max(config.max_body_bytes, config.max_batch_body_bytes),
     )
     # Verify credentials on the clock their certificates are issued on (the runs').
@@ -152,11 +194,31 @@ def build_app(
             ),
             max_deadline=config.max_deadline,
             clock=clock,
+            metrics=service_metrics,
         )
+        workers = WorkerService(store=store, clock=clock)
+        # Before the first request: a quarantined worker must not claim in the first second.
+        await workers.refresh_quarantines()
         work = WorkQueues(
-            service=service, queues=queues, claim_work_timeout=config.claim_work_timeout / 1000
+            service=service,
+            queues=queues,
+            workers=workers,
+            claim_work_timeout=config.claim_work_timeout / 1000,
         )
-        runner = Runner(_actors(config, service, queues) if run_resolvers else [])
+        runner = Runner(
+            [
+                *_actors(config, service, queues),
+                *_worker_actors(config, workers),
+                Actor(
+                    name="queue-gauges",
+                    run_once=lambda: queue_gauges.run_once(workers, service_metrics),
+                    interval=queue_gauges.INTERVAL,
+                ),
+            ]
+            if run_resolvers
+            else [],
+            on_pass=service_metrics.resolver_acted,
+        )
         coordinator = Coordinator(
             config=config,
             store=store,
@@ -164,9 +226,10 @@ def build_app(
             queues=queues,
             work=work,
             runner=runner,
+            workers=workers,
         )
         app[COORDINATOR] = coordinator
-        app[HANDLERS] = Handlers(service=service, work=work, authorizer=authorizer)
+        app[HANDLERS] = Handlers(service=service, work=work, workers=workers, authorizer=authorizer)
         runner.start()
         log.info(
             "coordinator started url=%s store=%s azure=%s auth=%s",
@@ -182,6 +245,10 @@ def build_app(
         finally:
             await runner.stop()
             await service.drain()
+            try:
+                await workers.flush()  # the sightings of the last second
+            except Exception as error:
+                log.warning("sightings not written at shutdown error=%r", error)
             if queues is not None:
                 await queues.close()
             await store.close()
@@ -196,12 +263,13 @@ def build_app(
     for endpoint in ENDPOINTS:
         route = API_PREFIX + endpoint.route
         if endpoint.name == "openapi":
-            app.router.add_route(endpoint.method, route, serve_openapi)
+            app.router.add_route(endpoint.method, route, serve_openapi, name="openapi")
             continue
         max_body = config.max_batch_body_bytes if endpoint.batch else config.max_body_bytes
         handler = route_handler(endpoint, max_body=max_body)
         app.router.add_route(endpoint.method, route, handler)
         if endpoint.name in ROOT_ENDPOINTS:
             app.router.add_route(endpoint.method, endpoint.route, handler)
+    app.router.add_get("/metrics", metrics_handler(registry), name="metrics")
     validation.preload()
     return app

@@ -55,6 +55,8 @@ class Config:
     :param poll_visibility: how long a hint a worker fetched through its signed poll URL stays
         hidden from other workers (ms; the ``visibilitytimeout`` of the URL).
     :param pending_cache: how long a pendingTasks count from Azure is reused (ms).
+    :param reconcile_interval: how often the reconciler compares the store's pending runs with
+        Azure's message counts and puts lost hints again (ms).
     """
 
     host: str = "127.0.0.1"
@@ -72,6 +74,7 @@ class Config:
     deadline_delay: int = 10_000
     resolver_interval: int = 1_000
     hint_grace: int = 30_000
+    reconcile_interval: int = 30_000
     claim_work_timeout: int = 20_000
     poll_visibility: int = 300_000
     pending_cache: int = 20_000
@@ -105,6 +108,7 @@ class Config:
             deadline_delay=_seconds(env, "COORDINATOR_DEADLINE_DELAY", 10),
             resolver_interval=_seconds(env, "COORDINATOR_RESOLVER_INTERVAL", 1),
             hint_grace=_seconds(env, "COORDINATOR_HINT_GRACE", 30),
+            reconcile_interval=_seconds(env, "COORDINATOR_RECONCILE_INTERVAL", 30),
             claim_work_timeout=_seconds(env, "COORDINATOR_CLAIM_WORK_TIMEOUT", 20),
             poll_visibility=_seconds(env, "COORDINATOR_POLL_VISIBILITY", 300),
             pending_cache=_seconds(env, "COORDINATOR_PENDING_CACHE", 20),

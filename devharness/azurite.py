@@ -184,15 +184,16 @@ class AzuriteProcess:
             raise AzuriteError("Azurite was never started")
         return await self._process.wait()
 
-    async def stop(self, *, grace: float = 5.0) -> None:
-        """Terminate Azurite, killing it if it has not exited after ``grace`` seconds.
+    async def stop(self, *, grace: float = 5.0, signum: int = signal.SIGTERM) -> None:
+        """End Azurite with ``signum`` (SIGKILL: as a crash, before it persists anything),
+        killing it if it has not exited after ``grace`` seconds.
 
         Safe to call when it is not running.
         """
         process, reader = self._process, self._reader
         if process is None:
             return
-        await end_processes([process], wait=grace)
+        await end_processes([process], signum=signum, wait=grace)
         if reader is not None:
             # The pipe closes when the process exits; the reader then ends by itself.
             await reader

@@ -14,7 +14,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"domain", "store", "config"},
     "azure": {"domain", "azure"},
     "service": {"domain", "store", "azure", "service"},
-    "resolvers": {"service", "domain", "resolvers", "azure.queues"},
+    "resolvers": {"service", "domain", "resolvers", "azure.queues", "azure.errors"},
     "api": {"service", "domain", "config", "api", "azure.errors", "schemas"},
 }
 """Layer -> what its modules may import from ``coordinator`` (a layer, or one module)."""

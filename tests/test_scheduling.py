@@ -328,3 +328,17 @@ async def test_the_scheduling_example_creates_its_batch(
     assert states == ["pending", "pending", "pending", "unscheduled"]
     response = await c.call("GET", "/task-queues/examples%2Fscheduling/counts")
     assert (response.body["pending"], response.body["delayed"]) == (2, 1)
+
+
+async def test_a_retry_hint_appears_when_the_tasks_policy_says(flow: Flow) -> None:
+    coord = await flow.coordinator(hint_grace=60_000)
+    task_id = await flow.create(coord, retries=2, retryDelay={"schedule": [2]})
+    await flow.wait_for_hint(task_id, 0)
+    assert await flow.claim(coord, task_id, 0) == 200
+    reported = time.monotonic()
+    await flow.report(coord, task_id, 0, "exception", "intermittent-task")
+    assert await flow.count() == 2  # run 0's hint was never deleted here; run 1's is invisible
+    assert (task_id, 1) not in await flow.peek()
+    await flow.wait_for_hint(task_id, 1)
+    assert time.monotonic() - reported >= 1.5
+    assert await flow.claim(coord, task_id, 1) == 200

@@ -16,12 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import slugid
 import taskcluster.aio
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.api.clients import ensure_root_client
 from devharness.azurite import AzuriteProcess
+from devharness.ports import free_port
 from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import StartCoordinator, task_definition
@@ -295,3 +298,47 @@ async def test_shutdown_hands_unfinished_runs_back_for_a_retry(
         ("exception", "worker-shutdown", "scheduled"),
         ("pending", None, "retry"),
     ]
+
+
+async def test_worker_metrics_on_its_metrics_port(setup: Callable[..., Awaitable[Setup]]) -> None:
+    s = await setup()
+    for do in ("ok", "boom", "malformed"):
+        await s.create(payload={"do": do})
+
+    async def handle(run: TaskRun) -> None:
+        if run.payload["do"] == "boom":
+            raise RuntimeError("boom")
+        if run.payload["do"] == "malformed":
+            raise MalformedPayload("bad payload")
+
+    port = free_port()
+    samples: dict[str, float] = {}
+
+    async def three_reported() -> bool:
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"http://127.0.0.1:{port}/metrics") as response,
+            ):
+                text = await response.text()
+        except aiohttp.ClientConnectionError:  # the worker has not started serving yet
+            return False
+        samples.clear()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                samples[f"{sample.name}{{{labels}}}"] = sample.value
+        # counted after each report is accepted, so after the duration
+        return sum(v for k, v in samples.items() if k.startswith("worker_tasks_total")) == 3
+
+    async def done() -> None:
+        await wait_until(three_reported, what="three runs in the worker's metrics")
+
+    await run_until(s.worker(handle, capacity=3, metrics_port=port), done)
+    assert samples["worker_tasks_total{outcome=completed}"] == 1
+    assert samples["worker_tasks_total{outcome=failed}"] == 1
+    assert samples["worker_tasks_total{outcome=exception}"] == 1
+    assert samples["worker_task_duration_seconds_count{}"] == 3
+    assert samples["worker_running_tasks{}"] == 0
+    assert samples["worker_hint_dequeue_warnings_total{}"] == 0
+    assert samples["worker_hint_delete_failures_total{}"] == 0

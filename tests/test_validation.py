@@ -61,6 +61,19 @@ TASKCLUSTER_METHODS = {
     "heartbeat",
     "lbheartbeat",
     "version",
+    "listTaskQueues",
+    "getTaskQueue",
+    "listPendingTasks",
+    "listClaimedTasks",
+    "taskQueueCountsBatch",
+    "listProvisioners",
+    "getProvisioner",
+    "listWorkerTypes",
+    "getWorkerType",
+    "listWorkers",
+    "getWorker",
+    "quarantineWorker",
+    "declareWorker",
 }
 OUR_METHODS = {"createTasks"}
 """Methods beyond Taskcluster's."""

@@ -4,7 +4,8 @@
         [--polling strict|weighted [--weight PRIORITY=W ...]] \\
         [--worker-group G] [--worker-id ID] [--capacity N] [--claim-work] \\
         [--grace-period SECONDS] [--dequeue-warning N] [--retry-failures] \\
-        [--isolation none|process] [--processes N] package.module:function
+        [--isolation none|process] [--processes N] [--metrics-port PORT] \\
+        package.module:function
 
 Like the official Taskcluster tools it reads ``TASKCLUSTER_ROOT_URL`` (when ``--root-url`` is
 not given), ``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN`` and, for temporary
@@ -70,6 +71,7 @@ class Options:
     retry_failures: bool
     isolation: Isolation
     processes: int
+    metrics_port: int | None
     handler: str
     log_level: str
 
@@ -172,6 +174,11 @@ def _parser() -> argparse.ArgumentParser:
         default=1,
         help="run this many worker processes under a supervisor (default: 1)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=_positive_int,
+        help="serve Prometheus metrics on this port (with --processes N, child i on port+i)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
     parser.add_argument("handler", help="the handler, as package.module:function")
     return parser
@@ -222,6 +229,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         retry_failures=args.retry_failures,
         isolation=args.isolation,
         processes=args.processes,
+        metrics_port=args.metrics_port,
         handler=args.handler,
         log_level=args.log_level,
     )
@@ -255,7 +263,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"queue-worker: cannot load handler {options.handler}: {error}", file=sys.stderr)
         return 2
     if options.processes > 1:
-        supervisor = Supervisor(argv=argv, processes=options.processes, worker_id=options.worker_id)
+        supervisor = Supervisor(
+            argv=argv,
+            processes=options.processes,
+            worker_id=options.worker_id,
+            metrics_port=options.metrics_port,
+        )
         return asyncio.run(supervisor.run())
     worker = Worker(
         root_url=options.root_url,
@@ -272,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dequeue_warning=options.dequeue_warning,
         retry_failures=options.retry_failures,
         isolation=options.isolation,
+        metrics_port=options.metrics_port,
     )
     supervisor_pid = os.environ.get(SUPERVISOR_ENV)
     try:

@@ -29,6 +29,7 @@ import aiohttp
 from worker_sdk import azure
 from worker_sdk.client import Claim, CoordinatorClient, PollUrls, SignedQueue
 from worker_sdk.errors import RequestFailed, missing_scopes
+from worker_sdk.metrics import WorkerMetrics
 from worker_sdk.priorities import PollOrder, TaskQueue, priority_at
 from worker_sdk.timing import Backoff, jittered
 
@@ -189,9 +190,16 @@ class _AzureQueue:
 class AzurePoller(_Polling):
     """Polls the Azure queues of the worker's task queues and claims their hints."""
 
-    def __init__(self, *, session: aiohttp.ClientSession, **parts: Unpack[PollerParts]) -> None:
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        metrics: WorkerMetrics,
+        **parts: Unpack[PollerParts],
+    ) -> None:
         super().__init__(**parts)
         self._session = session
+        self._metrics = metrics
         self._urls: dict[TaskQueue, PollUrls] = {}
         self._coordinator_lost = False
         """Claims got no answer: take no more hints until the coordinator answers again."""
@@ -308,6 +316,7 @@ class AzurePoller(_Polling):
             await self._delete(queue, message, task_id="-", run_id="-")
             return None
         if message.dequeue_count > self._settings.dequeue_warning:
+            self._metrics.dequeue_warnings.inc()
             log.warning(DEQUEUE_WARNING, hint.task_id, hint.run_id, name, message.dequeue_count)
         if self._stopping.is_set():
             # Claiming now would only lead to reporting worker-shutdown, which spends one of
@@ -413,6 +422,7 @@ class AzurePoller(_Polling):
         except RequestFailed as error:
             # Not retried: the message reappears after its visibility timeout, and the claim
             # it leads to then fails and deletes it.
+            self._metrics.delete_failures.inc()
             log.warning(
                 "hint delete failed taskId=%s runId=%s queue=%s messageId=%s error=%s",
                 task_id,

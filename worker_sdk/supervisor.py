@@ -56,9 +56,11 @@ class Supervisor:
         argv: Sequence[str],
         processes: int,
         worker_id: str,
+        metrics_port: int | None = None,
         backoff: Backoff = Backoff(),  # noqa: B008 (frozen, so sharing the default is safe)
     ) -> None:
         self._argv = list(argv)
+        self._metrics_port = metrics_port
         self._processes = processes
         self._worker_id = worker_id
         self._backoff = backoff
@@ -112,6 +114,12 @@ class Supervisor:
                 "1",
                 "--worker-id",
                 worker_id,
+                # children cannot share one port: slot i serves on port + i
+                *(
+                    ("--metrics-port", str(self._metrics_port + slot))
+                    if self._metrics_port is not None
+                    else ()
+                ),
                 env={**os.environ, SUPERVISOR_ENV: str(os.getpid())},
             )
             self._children[slot] = process

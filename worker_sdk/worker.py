@@ -31,6 +31,7 @@ from worker_sdk import timing
 from worker_sdk.client import Claim, CoordinatorClient, Credentials
 from worker_sdk.errors import RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import ProcessIsolation
+from worker_sdk.metrics import WorkerMetrics
 from worker_sdk.poller import (
     MAX_BATCH,
     AzurePoller,
@@ -133,7 +134,8 @@ class Worker:
     child process of its own (see :mod:`worker_sdk.isolation`): a handler that crashes its
     process fails only its run, reported ``exception/internal-error``.
     ``handle_signals`` makes :meth:`run` stop gracefully on SIGTERM and SIGINT (which needs
-    the main thread); without it, call :meth:`stop`.
+    the main thread); without it, call :meth:`stop`. ``metrics_port`` serves the worker's
+    Prometheus metrics (:mod:`worker_sdk.metrics`) there while :meth:`run` runs.
     """
 
     def __init__(
@@ -158,6 +160,7 @@ class Worker:
         retry_failures: bool = False,
         isolation: Isolation = "none",
         handle_signals: bool = True,
+        metrics_port: int | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
@@ -197,6 +200,8 @@ class Worker:
         self._grace_period = grace_period
         self._retry_failures = retry_failures
         self._handle_signals = handle_signals
+        self._metrics_port = metrics_port
+        self.metrics = WorkerMetrics()
         self._rng = random.Random()
         self._stopping = asyncio.Event()
         # Set whenever a run finishes or a stop is requested: the poll loop's reasons to look
@@ -243,6 +248,8 @@ class Worker:
                 session = await stack.enter_async_context(aiohttp.ClientSession())
                 if self._isolation is not None:
                     stack.enter_context(self._isolation.logging_to_parent())
+                if self._metrics_port is not None:
+                    stack.callback(self.metrics.serve(self._metrics_port))
                 client = CoordinatorClient(
                     session=session, root_url=self._root_url, credentials=self._credentials
                 )
@@ -291,7 +298,7 @@ class Worker:
         )
         if self._claim_work:
             return ClaimWorkPoller(**parts)
-        return AzurePoller(session=session, **parts)
+        return AzurePoller(session=session, metrics=self.metrics, **parts)
 
     async def _poll(self, poller: Poller, client: CoordinatorClient) -> None:
         while not self._stopping.is_set():
@@ -355,9 +362,13 @@ class Worker:
         self._leases.add(lease)
         keeper = asyncio.create_task(self._keep_claimed(client, run, lease))
         log.info("run started taskId=%s runId=%s", run.task_id, run.run_id)
+        self.metrics.running.inc()
+        started = time.monotonic()
         try:
             await asyncio.wait({lease.handler})
         finally:
+            self.metrics.running.dec()
+            self.metrics.task_duration.observe(time.monotonic() - started)
             self._leases.discard(lease)
             keeper.cancel()
             # asyncio.wait, unlike awaiting the task, never swallows our own cancellation.
@@ -475,6 +486,7 @@ class Worker:
                 error,
             )
             return
+        self.metrics.tasks.labels(outcome.kind).inc()
         log.info(
             "run resolved taskId=%s runId=%s outcome=%s reason=%s",
             run.task_id,

@@ -11,7 +11,10 @@ modern clients send). Each form is its own :class:`Endpoint`, and the two share 
 one handler serves both) while their ``variant`` keeps OpenAPI operation ids unique. The
 segment counts differ, so aiohttp cannot confuse them; it matches ``proj%2Fwt`` as one segment
 and hands the handler the decoded ``proj/wt``. Handlers call :func:`task_queue` to get
-``(provisionerId, workerType)`` from either form's match info.
+``(provisionerId, workerType)`` from either form's match info. ``getTaskQueue``,
+``listPendingTasks`` and ``listClaimedTasks`` (newer than client 3.x) have only the one-segment
+form: a route ``/task-queues/{provisionerId}/{workerType}`` would also match
+``/task-queues/proj%2Fwt/pending``, with ``pending`` as the workerType.
 """
 
 from __future__ import annotations
@@ -101,6 +104,13 @@ PARAMETERS: Mapping[str, Parameter] = {
             name="continuationToken",
             schema="continuation-token-parameter",
             description="The `continuationToken` of the previous page.",
+        ),
+        Parameter(name="workerGroup", schema="identifier", description="The worker group."),
+        Parameter(name="workerId", schema="identifier", description="The worker."),
+        Parameter(
+            name="quarantined",
+            schema="quarantined-parameter",
+            description="`true` lists only quarantined workers, `false` only the others.",
         ),
     )
 }
@@ -458,6 +468,157 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         output=None,
         title="OpenAPI Document",
         description="This API described as an OpenAPI 3.1 document.",
+    ),
+    # --- task queues and workers, as records kept from claims
+    Endpoint(
+        name="listTaskQueues",
+        method="GET",
+        route="/task-queues",
+        input=None,
+        output="list-task-queues-response",
+        title="List Task Queues",
+        description="One page of the task queues seen (a task created in it, a worker polling "
+        "or claiming, declareWorker) and not expired, by taskQueueId.",
+        query=_PAGED,
+    ),
+    Endpoint(
+        name="getTaskQueue",
+        method="GET",
+        route="/task-queues/{taskQueueId}",
+        input=None,
+        output="task-queue-response",
+        title="Get Task Queue",
+        description="The task queue; 404 when never seen or expired.",
+    ),
+    Endpoint(
+        name="listPendingTasks",
+        method="GET",
+        route="/task-queues/{taskQueueId}/pending",
+        input=None,
+        output="list-pending-tasks-response",
+        title="List Pending Tasks",
+        description="One page of the task queue's pending runs with their tasks, the oldest "
+        "claimable first (runs delayed by notBefore or a retry delay by when they become "
+        "claimable). An unknown queue has none.",
+        stability="experimental",
+        query=_PAGED,
+    ),
+    Endpoint(
+        name="listClaimedTasks",
+        method="GET",
+        route="/task-queues/{taskQueueId}/claimed",
+        input=None,
+        output="list-claimed-tasks-response",
+        title="List Claimed Tasks",
+        description="One page of the task queue's running runs with their workers and tasks, "
+        "the oldest claim first. An unknown queue has none.",
+        stability="experimental",
+        query=_PAGED,
+    ),
+    Endpoint(
+        name="taskQueueCountsBatch",
+        method="POST",
+        route="/task-queues/counts",
+        input="task-queue-counts-request",
+        output="task-queue-counts-list-response",
+        title="Count Pending and Running Runs of Many Task Queues",
+        description="taskQueueCounts of up to 1,000 distinct task queues in one store query, "
+        "in request order; an unknown queue counts zeros.",
+        stability="experimental",
+    ),
+    Endpoint(
+        name="listProvisioners",
+        method="GET",
+        route="/provisioners",
+        input=None,
+        output="list-provisioners-response",
+        title="List Provisioners",
+        description="One page of the provisionerIds of the unexpired task queues, by "
+        "provisionerId. Use listTaskQueues.",
+        stability="deprecated",
+        query=_PAGED,
+    ),
+    Endpoint(
+        name="getProvisioner",
+        method="GET",
+        route="/provisioners/{provisionerId}",
+        input=None,
+        output="provisioner-response",
+        title="Get Provisioner",
+        description="The provisioner, derived from its unexpired task queues; 404 without any.",
+        stability="deprecated",
+    ),
+    Endpoint(
+        name="listWorkerTypes",
+        method="GET",
+        route="/provisioners/{provisionerId}/worker-types",
+        input=None,
+        output="list-worker-types-response",
+        title="List Worker Types",
+        description="One page of the provisioner's unexpired task queues, as worker types, by "
+        "workerType. Use listTaskQueues.",
+        stability="deprecated",
+        query=_PAGED,
+    ),
+    Endpoint(
+        name="getWorkerType",
+        method="GET",
+        route="/provisioners/{provisionerId}/worker-types/{workerType}",
+        input=None,
+        output="worker-type-response",
+        title="Get Worker Type",
+        description="The task queue `<provisionerId>/<workerType>` as a worker type; 404 when "
+        "never seen or expired. Use getTaskQueue.",
+        stability="deprecated",
+    ),
+    Endpoint(
+        name="listWorkers",
+        method="GET",
+        route="/provisioners/{provisionerId}/worker-types/{workerType}/workers",
+        input=None,
+        output="list-workers-response",
+        title="List Workers",
+        description="One page of the task queue's workers that are unexpired or quarantined, by "
+        "workerGroup and workerId; `quarantined=true|false` keeps only those that are, or are "
+        "not, quarantined.",
+        stability="deprecated",
+        query=(*_PAGED, "quarantined"),
+    ),
+    Endpoint(
+        name="getWorker",
+        method="GET",
+        route="/provisioners/{provisionerId}/worker-types/{workerType}/workers/{workerGroup}/"
+        "{workerId}",
+        input=None,
+        output="worker-response",
+        title="Get Worker",
+        description="The worker, with its 20 latest claims and its quarantine history; 404 when "
+        "never seen, or expired and not quarantined.",
+        stability="deprecated",
+    ),
+    Endpoint(
+        name="quarantineWorker",
+        method="PUT",
+        route="/provisioners/{provisionerId}/worker-types/{workerType}/workers/{workerGroup}/"
+        "{workerId}",
+        input="quarantine-worker-request",
+        output="worker-response",
+        title="Quarantine a Worker",
+        description="Until `quarantineUntil` (a past time lifts it) the worker claims nothing: "
+        "claimWork answers no tasks at the end of its poll and claimTask 409. Every replica "
+        "applies it within about a second. 404 for a worker never seen or declared.",
+        stability="experimental",
+    ),
+    Endpoint(
+        name="declareWorker",
+        method="PUT",
+        route="/provisioners/{provisionerId}/worker-types/{workerType}/{workerGroup}/{workerId}",
+        input="update-worker-request",
+        output="worker-response",
+        title="Declare a Worker",
+        description="Record the worker (and its task queue) as seen now, listed until at least "
+        "`expires` (a day from now without it); expiry never moves back.",
+        stability="experimental",
     ),
 )
 

@@ -19,19 +19,21 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinator.api import validation
-from coordinator.api.auth import Authorizer
+from coordinator.api import keyset, validation
+from coordinator.api.auth import Auth, Authorizer
 from coordinator.api.endpoints import Endpoint, task_queue
 from coordinator.api.errors import InputValidationError, ServiceUnavailable, as_api_error
 from coordinator.api.http import ENDPOINT, json_response, read_json
 from coordinator.api.scopes import Expression, create_task_requirement
 from coordinator.domain import definitions
 from coordinator.domain.errors import DomainError
-from coordinator.domain.listings import Page
-from coordinator.domain.records import TaskRecord, to_iso
+from coordinator.domain.listings import Page, RunCounts
+from coordinator.domain.records import TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.workers import WorkerKey, task_queue_fields
 from coordinator.service.tasks import TaskService
 from coordinator.service.work_queues import WorkQueues
+from coordinator.service.workers import WorkerService
 
 LIST_LIMIT = 1000
 """Largest page a listing returns, whatever ``limit`` asks for (Taskcluster's cap)."""
@@ -82,11 +84,16 @@ def _page_body(page: Page, key: str, value: str) -> Body:
     return body
 
 
-def _queue_fields(queue: TaskQueue) -> Body:
+def _counts_body(queue: TaskQueue, counts: RunCounts) -> Body:
+    """The exact counts of a task queue, as taskQueueCounts and taskQueueCountsBatch answer."""
     return {
-        "provisionerId": queue.provisioner_id,
-        "workerType": queue.worker_type,
-        "taskQueueId": str(queue),
+        **task_queue_fields(queue),
+        "pending": counts.pending,
+        "delayed": counts.delayed,
+        "running": counts.running,
+        # the names the current Taskcluster client's taskQueueCounts reads
+        "pendingTasks": counts.pending,
+        "claimedTasks": counts.running,
     }
 
 
@@ -127,9 +134,17 @@ def _status(record: TaskRecord) -> Body:
 class Handlers:
     """The endpoint methods, sharing the services and the authorizer."""
 
-    def __init__(self, *, service: TaskService, work: WorkQueues, authorizer: Authorizer) -> None:
+    def __init__(
+        self,
+        *,
+        service: TaskService,
+        work: WorkQueues,
+        workers: WorkerService,
+        authorizer: Authorizer,
+    ) -> None:
         self.service = service
         self.work = work
+        self.workers = workers
         self.auth = authorizer
         self.started = time.monotonic()
 
@@ -211,27 +226,21 @@ class Handlers:
 
     async def pendingTasks(self, request: web.Request, body: Any) -> Body:
         queue = task_queue(request.match_info)
-        return {**_queue_fields(queue), "pendingTasks": await self.work.pending_count(queue)}
+        return {**task_queue_fields(queue), "pendingTasks": await self.work.pending_count(queue)}
 
     async def taskQueueCounts(self, request: web.Request, body: Any) -> Body:
         queue = task_queue(request.match_info)
         counts = await self.service.run_counts(queue.provisioner_id, queue.worker_type)
-        return {
-            **_queue_fields(queue),
-            "pending": counts.pending,
-            "delayed": counts.delayed,
-            "running": counts.running,
-            # the names the current Taskcluster client's taskQueueCounts reads
-            "pendingTasks": counts.pending,
-            "claimedTasks": counts.running,
-        }
+        return _counts_body(queue, counts)
 
     # --- producers ------------------------------------------------------------------------
 
     async def createTask(self, request: web.Request, body: Any) -> Body:
         task_id = _task_id(request)
         await self._require(request, _create_requirement(body))
-        return _status(await self.service.create_task(task_id, body))
+        record = await self.service.create_task(task_id, body)
+        self.workers.task_created(record)
+        return _status(record)
 
     async def createTasks(self, request: web.Request, body: Any) -> Body:
         items: list[Body] = body["tasks"]
@@ -257,6 +266,7 @@ class Handlers:
             if isinstance(outcome, DomainError):
                 results[index]["error"] = _item_error(outcome)
             else:
+                self.workers.task_created(outcome)
                 results[index]["status"] = outcome.status()
         return {"tasks": results}
 
@@ -375,6 +385,13 @@ class Handlers:
                 f"queue:claim-task:{record.provisioner_id}/{record.worker_type}", body
             ),
         )
+        self.workers.refuse_quarantined(
+            WorkerKey(
+                queue=TaskQueue(record.provisioner_id, record.worker_type),
+                worker_group=body["workerGroup"],
+                worker_id=body["workerId"],
+            )
+        )
         claimed = await self.service.claim(
             task_id,
             run_id,
@@ -382,6 +399,7 @@ class Handlers:
             worker_id=body["workerId"],
             read=record,
         )
+        self.workers.run_held(claimed, run_id, claimed=True)
         return self.claim_body(claimed)
 
     async def claimWork(self, request: web.Request, body: Any) -> Body:
@@ -399,7 +417,9 @@ class Handlers:
     async def reclaimTask(self, request: web.Request, body: Any) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)
         await self._require(request, f"queue:reclaim-task:{task_id}/{run_id}")
-        return self._held_run(await self.service.reclaim(task_id, run_id), run_id)
+        record = await self.service.reclaim(task_id, run_id)
+        self.workers.run_held(record, run_id, claimed=False)
+        return self._held_run(record, run_id)
 
     async def _report(self, request: web.Request, state: str, reason: str) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)
@@ -414,6 +434,134 @@ class Handlers:
 
     async def reportException(self, request: web.Request, body: Any) -> Body:
         return await self._report(request, "exception", body["reason"])
+
+    # --- task queues and workers ----------------------------------------------------------
+    # Reads need no credentials, as every read of this API; declareWorker and
+    # quarantineWorker require Taskcluster's scopes.
+
+    @staticmethod
+    def _worker(request: web.Request) -> WorkerKey:
+        return WorkerKey(
+            queue=task_queue(request.match_info),
+            worker_group=request.match_info["workerGroup"],
+            worker_id=request.match_info["workerId"],
+        )
+
+    async def listTaskQueues(self, request: web.Request, body: Any) -> Body:
+        page = await self.workers.task_queues(
+            limit=_limit(request), after=keyset.after(request, (str, str))
+        )
+        return keyset.page_body("taskQueues", page, lambda found: found.to_api())
+
+    async def getTaskQueue(self, request: web.Request, body: Any) -> Body:
+        return (await self.workers.task_queue(task_queue(request.match_info))).to_api()
+
+    async def listPendingTasks(self, request: web.Request, body: Any) -> Body:
+        page = await self.workers.pending_runs(
+            task_queue(request.match_info),
+            limit=_limit(request),
+            after=keyset.after(request, (int, str)),
+        )
+        return keyset.page_body(
+            "tasks",
+            page,
+            lambda record: {
+                "taskId": record.task_id,
+                "runId": len(record.runs) - 1,
+                "task": dict(record.definition),
+                "inserted": to_iso(record.runs[-1].scheduled),
+            },
+        )
+
+    async def listClaimedTasks(self, request: web.Request, body: Any) -> Body:
+        page = await self.workers.claimed_runs(
+            task_queue(request.match_info),
+            limit=_limit(request),
+            after=keyset.after(request, (int, str)),
+        )
+
+        def claimed(record: TaskRecord) -> Body:
+            run = record.runs[-1].to_api()
+            return {
+                "taskId": record.task_id,
+                "runId": run["runId"],
+                "workerGroup": run["workerGroup"],
+                "workerId": run["workerId"],
+                "claimed": run["started"],
+                "task": dict(record.definition),
+            }
+
+        return keyset.page_body("tasks", page, claimed)
+
+    async def taskQueueCountsBatch(self, request: web.Request, body: Any) -> Body:
+        queues = [TaskQueue.parse(task_queue_id) for task_queue_id in body["taskQueueIds"]]
+        counts = await self.workers.run_counts(queues)
+        return {
+            "taskQueueCounts": [
+                _counts_body(queue, found) for queue, found in zip(queues, counts, strict=True)
+            ]
+        }
+
+    async def listProvisioners(self, request: web.Request, body: Any) -> Body:
+        page = await self.workers.provisioners(
+            limit=_limit(request), after=keyset.after(request, (str,))
+        )
+        return keyset.page_body("provisioners", page, lambda found: found.to_api())
+
+    async def getProvisioner(self, request: web.Request, body: Any) -> Body:
+        found = await self.workers.provisioner(request.match_info["provisionerId"])
+        return {**found.to_api(), "actions": []}
+
+    async def listWorkerTypes(self, request: web.Request, body: Any) -> Body:
+        page = await self.workers.task_queues(
+            limit=_limit(request),
+            after=keyset.after(request, (str, str)),
+            provisioner_id=request.match_info["provisionerId"],
+        )
+        return keyset.page_body("workerTypes", page, lambda found: found.worker_type_to_api())
+
+    async def getWorkerType(self, request: web.Request, body: Any) -> Body:
+        found = await self.workers.task_queue(task_queue(request.match_info))
+        return {**found.worker_type_to_api(), "actions": []}
+
+    async def listWorkers(self, request: web.Request, body: Any) -> Body:
+        quarantined = request.query.get("quarantined")
+        page = await self.workers.workers(
+            task_queue(request.match_info),
+            quarantined=None if quarantined is None else quarantined == "true",
+            limit=_limit(request),
+            after=keyset.after(request, (str, str)),
+        )
+        now = self.workers.clock()
+        return keyset.page_body("workers", page, lambda found: found.list_item(now))
+
+    async def getWorker(self, request: web.Request, body: Any) -> Body:
+        return (await self.workers.worker(self._worker(request))).to_api()
+
+    async def declareWorker(self, request: web.Request, body: Any) -> Body:
+        worker = self._worker(request)
+        pool = f"{worker.queue}/{worker.worker_group}/{worker.worker_id}"
+        # one scope per property given: an empty body needs none (as in Taskcluster)
+        await self._require(
+            request, {"AllOf": [f"queue:declare-worker:{pool}#{name}" for name in body]}
+        )
+        expires = from_iso(body["expires"]) if "expires" in body else None
+        return (await self.workers.declare(worker, expires=expires)).to_api()
+
+    async def quarantineWorker(self, request: web.Request, body: Any) -> Body:
+        worker = self._worker(request)
+        auth = await self.auth.require(
+            request,
+            f"queue:quarantine-worker:{worker.queue}/{worker.worker_group}/{worker.worker_id}",
+        )
+        assert isinstance(auth, Auth)  # a scope was required, so the caller is a client
+        quarantined = await self.workers.quarantine(
+            worker,
+            until=from_iso(body["quarantineUntil"]),
+            info=body.get("quarantineInfo"),
+            client_id=auth.client_id,
+        )
+        return quarantined.to_api()
 
 
 HANDLERS = web.AppKey("handlers", Handlers)

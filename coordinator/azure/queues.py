@@ -376,6 +376,12 @@ class QueueService:
         self._pending[key] = (time.monotonic() + self.settings.pending_cache_s, total)
         return total
 
+    async def hint_count(self, provisioner_id: str, worker_type: str, priority: str) -> int:
+        """Azure's approximate number of messages in one queue, uncached: visible, invisible
+        (delayed, or taken by a worker and not yet deleted) and stale ones alike; 0 for a
+        queue that does not exist."""
+        return await self._message_count(self.name(provisioner_id, worker_type, priority))
+
     async def _message_count(self, name: str) -> int:
         try:
             async with self._azure("count messages", name):

@@ -39,8 +39,6 @@ RETRYING_REASONS: Mapping[str, str] = {
 }
 """Reasons that add a retry run while retries remain, mapped to the new run's reasonCreated."""
 
-AUTOMATIC_RETRIES = frozenset(RETRYING_REASONS.values())
-"""The reasonCreated of runs the coordinator added on its own (queued at ``retryPriority``)."""
 
 EARLY_CLAIM_TOLERANCE = 1_000
 """How long (ms) before a run becomes visible a claim is already accepted. A hint never
@@ -107,15 +105,12 @@ def unchanged(record: TaskRecord) -> Outcome:
 def hint_for(record: TaskRecord) -> Hint:
     """The hint for a record whose last run is pending."""
     run = record.runs[-1]
-    priority = record.priority
-    if run.reason_created in AUTOMATIC_RETRIES and record.retry_priority is not None:
-        priority = record.retry_priority
     return Hint(
         task_id=record.task_id,
         run_id=run.run_id,
         provisioner_id=record.provisioner_id,
         worker_type=record.worker_type,
-        priority=priority,
+        priority=record.run_priority(run),
         deadline=record.deadline,
         visible_at=run.visible_at,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.domain.records import TaskRecord
+from coordinator.domain.task_queues import TaskQueue
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -17,6 +18,15 @@ class Page:
 
     records: list[TaskRecord]
     next_after: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PendingCount:
+    """How many pending runs (visible or delayed) one task queue has: as many hints should be
+    in its Azure queues."""
+
+    queue: TaskQueue
+    pending: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -21,6 +21,8 @@ RunState = Literal["pending", "running", "completed", "failed", "exception"]
 TaskState = Literal["unscheduled", "pending", "running", "completed", "failed", "exception"]
 
 RESOLVED_STATES: frozenset[str] = frozenset({"completed", "failed", "exception"})
+AUTOMATIC_RETRIES: frozenset[str] = frozenset({"retry", "task-retry"})
+"""The reasonCreated of runs the coordinator added on its own (queued at ``retryPriority``)."""
 MAX_RUNS = 50
 
 
@@ -177,6 +179,13 @@ class TaskRecord:
         compare with now to tell pending from delayed)."""
         run = self.last_run
         return run.visible_at if run is not None and run.state == "pending" else None
+
+    def run_priority(self, run: Run) -> str:
+        """The priority whose queue ``run``'s hint goes to: ``retryPriority`` for automatic
+        retries when the task has one, else the task's priority."""
+        if run.reason_created in AUTOMATIC_RETRIES and self.retry_priority is not None:
+            return self.retry_priority
+        return self.priority
 
     @property
     def open_deadline(self) -> int | None:

@@ -32,13 +32,18 @@ class Actor:
     busy_at: int = 100
 
 
-async def run_forever(actor: Actor, stop: asyncio.Event) -> None:
+PassObserver = Callable[[str, int], None]
+"""Told ``(actor name, count)`` after every pass (the resolver-actions counter)."""
+
+
+async def run_forever(actor: Actor, stop: asyncio.Event, on_pass: PassObserver) -> None:
     while not stop.is_set():
         try:
             count = await actor.run_once()
         except Exception:
             log.exception("background pass failed actor=%s", actor.name)
             count = 0
+        on_pass(actor.name, count)
         if count:
             log.info("background pass actor=%s acted=%d", actor.name, count)
         if count >= actor.busy_at:
@@ -50,14 +55,15 @@ async def run_forever(actor: Actor, stop: asyncio.Event) -> None:
 class Runner:
     """Starts actors as tasks and stops them together."""
 
-    def __init__(self, actors: list[Actor]) -> None:
+    def __init__(self, actors: list[Actor], *, on_pass: PassObserver) -> None:
         self._actors = actors
+        self._on_pass = on_pass
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
         self._tasks = [
-            asyncio.get_running_loop().create_task(run_forever(actor, self._stop))
+            asyncio.get_running_loop().create_task(run_forever(actor, self._stop, self._on_pass))
             for actor in self._actors
         ]
 

@@ -64,24 +64,31 @@ class ClaimWork:
         worker_id: str,
         count: int,
         disconnected: Callable[[], bool],
+        quarantined: Callable[[], bool],
     ) -> list[TaskRecord]:
         """Claim up to ``count`` runs; an empty list after ``timeout`` without work.
 
         :param disconnected: true once the client went away; the poll then stops.
+        :param quarantined: true while the worker is quarantined: it then gets nothing, at the
+            end of the poll as Taskcluster answers (an answer at once would have it ask again
+            at once, in a loop), unless the quarantine ends during the poll.
         """
         give_up = time.monotonic() + self.timeout
         wakeup = self._wakeups[(provisioner_id, worker_type)]
         while True:
             wakeup.clear()
-            hints = await self.queues.receive(
-                provisioner_id,
-                worker_type,
-                max_messages=count,
-                visibility_timeout=self.visibility_timeout,
-            )
-            claimed = await self._claim_hints(hints, worker_group=worker_group, worker_id=worker_id)
-            if claimed:
-                return claimed
+            if not quarantined():
+                hints = await self.queues.receive(
+                    provisioner_id,
+                    worker_type,
+                    max_messages=count,
+                    visibility_timeout=self.visibility_timeout,
+                )
+                claimed = await self._claim_hints(
+                    hints, worker_group=worker_group, worker_id=worker_id
+                )
+                if claimed:
+                    return claimed
             remaining = give_up - time.monotonic()
             if remaining <= 0 or disconnected():
                 return []

@@ -17,6 +17,7 @@ from typing import Protocol
 from coordinator.domain.lifecycle import Hint
 from coordinator.service.background import Background
 from coordinator.service.clock import Clock
+from coordinator.service.metrics import ServiceMetrics
 from coordinator.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,19 @@ class HintPublisher:
 
     :param sink: where hints are put; ``None`` when the coordinator runs without Azure (the
         hints then stay unconfirmed until one is configured).
+    :param metrics: counts puts and failed puts.
     """
 
     def __init__(
-        self, *, store: Store, sink: HintSink | None, clock: Clock, background: Background
+        self,
+        *,
+        store: Store,
+        sink: HintSink | None,
+        clock: Clock,
+        background: Background,
+        metrics: ServiceMetrics,
     ) -> None:
+        self._metrics = metrics
         self._store = store
         self.sink = sink
         self._clock = clock
@@ -61,6 +70,7 @@ class HintPublisher:
         try:
             put = await self.sink.put_hint(hint, now=self._clock())
         except Exception as error:
+            self._metrics.hint_put_failed()
             log.warning(
                 "hint not put, hint keeper will retry taskId=%s runId=%s error=%r",
                 hint.task_id,
@@ -71,6 +81,7 @@ class HintPublisher:
         # Not put means past the deadline: no hint will ever be needed, so settle it too.
         await self._confirm(hint.task_id, hint.run_id)
         if put:
+            self._metrics.hint_put()
             for listener in self.listeners:
                 listener(hint)
         return put

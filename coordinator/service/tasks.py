@@ -17,13 +17,15 @@ from typing import Any
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
 from coordinator.domain.lifecycle import Outcome, Timing
-from coordinator.domain.listings import Page, RunCounts
+from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_groups import TaskGroup
+from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.background import Background
 from coordinator.service.clock import Clock, wall_clock
 from coordinator.service.dependencies import Dependencies
 from coordinator.service.hints import HintPublisher, HintSink
+from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.transitions import Transition, Transitions, log_changes
 from coordinator.store.base import Store
 
@@ -53,6 +55,7 @@ class TaskService:
     :param timing: claim timeout and retry delay for the transitions.
     :param max_deadline: how far in the future a deadline may be (ms).
     :param clock: epoch-milliseconds clock; tests inject their own.
+    :param metrics: the observer of runs resolved and hints put (the app's registry).
     """
 
     def __init__(
@@ -63,14 +66,20 @@ class TaskService:
         timing: Timing,
         max_deadline: int,
         clock: Clock = wall_clock,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self._store = store
+        self.metrics = metrics if metrics is not None else ServiceMetrics()
         self.timing = timing
         self.max_deadline = max_deadline
         self.clock = clock
         self._background = Background()
         self.hints = HintPublisher(
-            store=store, sink=hints, clock=clock, background=self._background
+            store=store,
+            sink=hints,
+            clock=clock,
+            background=self._background,
+            metrics=self.metrics,
         )
         self.transitions = Transitions(
             store=store,
@@ -78,6 +87,7 @@ class TaskService:
             clock=clock,
             background=self._background,
             on_resolved=lambda task_id: self.dependencies.resolve_dependents(task_id),
+            metrics=self.metrics,
         )
         self.dependencies = Dependencies(store=store, transitions=self.transitions)
 
@@ -425,6 +435,15 @@ class TaskService:
     async def hints_due(self, before: int, limit: int) -> list[str]:
         """Tasks whose last run's hint was due before ``before`` and is still unconfirmed."""
         return await self._store.hints_due(before, limit)
+
+    async def pending_by_task_queue(self) -> list[PendingCount]:
+        """How many pending runs each task queue has (as many hints should be in Azure)."""
+        return await self._store.pending_by_task_queue()
+
+    async def oldest_pending(self, queue: TaskQueue, *, limit: int) -> list[TaskRecord]:
+        """Up to ``limit`` tasks of the queue whose last run is pending, the earliest
+        claimable first."""
+        return (await self._store.pending_runs(queue, limit=limit, after=None)).items
 
     async def delete_expired(self, limit: int) -> int:
         """Delete tasks past ``expires`` (with their dependency edges); how many."""

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from coordinator.domain.errors import Conflict, NotFound
 from coordinator.domain.lifecycle import Outcome
-from coordinator.domain.records import TaskRecord
+from coordinator.domain.records import Run, TaskRecord
 from coordinator.service.background import Background
 from coordinator.service.clock import Clock
 from coordinator.service.hints import HintPublisher
+from coordinator.service.metrics import ServiceMetrics
 from coordinator.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -32,14 +33,19 @@ Transition = Callable[[TaskRecord, int], Outcome]
 MAX_CAS_ATTEMPTS = 25
 
 
-def log_changes(action: str, before: TaskRecord | None, after: TaskRecord) -> None:
-    """The INFO lines operators grep: one per run whose state changed, with taskId and runId
-    (a reclaim changes no state and logs nothing)."""
+def changed_runs(before: TaskRecord | None, after: TaskRecord) -> Iterator[Run]:
+    """The runs of ``after`` that are new or whose state differs from ``before``."""
     old_runs = before.runs if before is not None else ()
     for run in after.runs[len(old_runs) - 1 if old_runs else 0 :]:
         old = old_runs[run.run_id] if run.run_id < len(old_runs) else None
-        if old is not None and old.state == run.state:
-            continue
+        if old is None or old.state != run.state:
+            yield run
+
+
+def log_changes(action: str, before: TaskRecord | None, after: TaskRecord) -> None:
+    """The INFO lines operators grep: one per run whose state changed, with taskId and runId
+    (a reclaim changes no state and logs nothing)."""
+    for run in changed_runs(before, after):
         log.info(
             "task %s taskId=%s runId=%d state=%s reason=%s",
             action,
@@ -55,6 +61,7 @@ class Transitions:
 
     :param on_resolved: re-examines the dependents of a task that just resolved (started in
         the background; the dependency resolver finishes it after a crash).
+    :param metrics: counts the runs each write resolves.
     """
 
     def __init__(
@@ -65,7 +72,9 @@ class Transitions:
         clock: Clock,
         background: Background,
         on_resolved: Callable[[str], Coroutine[Any, Any, object]],
+        metrics: ServiceMetrics,
     ) -> None:
+        self._metrics = metrics
         self._store = store
         self._hints = hints
         self._clock = clock
@@ -101,6 +110,7 @@ class Transitions:
             if stored is not None:
                 outcome = dataclasses.replace(outcome, record=stored)
                 log_changes(action, record, stored)
+                self._metrics.runs_resolved(changed_runs(record, stored))
                 await self.effects(outcome)
                 return outcome
         raise Conflict(

@@ -15,8 +15,10 @@ from coordinator.azure.queues import PollUrls, QueueService
 from coordinator.domain.errors import NotFound
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.workers import WorkerKey
 from coordinator.service.claim_work import ClaimWork
 from coordinator.service.tasks import TaskService
+from coordinator.service.workers import WorkerService
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +33,21 @@ class WorkQueues:
     """The Azure side of task queues, for the API.
 
     :param queues: ``None`` when the coordinator runs without Azure.
+    :param workers: sees the workers that poll and claim, and knows the quarantined ones.
     :param claim_work_timeout: how long one claimWork call waits for work (seconds).
     """
 
     def __init__(
-        self, *, service: TaskService, queues: QueueService | None, claim_work_timeout: float
+        self,
+        *,
+        service: TaskService,
+        queues: QueueService | None,
+        workers: WorkerService,
+        claim_work_timeout: float,
     ) -> None:
         self._service = service
         self._queues = queues
+        self._workers = workers
         self._claim_work: ClaimWork | None = None
         if queues is not None:
             claim_work = ClaimWork(service=service, queues=queues, timeout=claim_work_timeout)
@@ -71,17 +80,24 @@ class WorkQueues:
         count: int,
         disconnected: Callable[[], bool],
     ) -> list[TaskRecord]:
-        """claimWork's long poll; :raises NotFound: the coordinator runs without Azure."""
+        """claimWork's long poll (nothing for a quarantined worker); :raises NotFound: the
+        coordinator runs without Azure."""
         self._require_queues()
         assert self._claim_work is not None
-        return await self._claim_work.claim(
+        worker = WorkerKey(queue=queue, worker_group=worker_group, worker_id=worker_id)
+        self._workers.worker_seen(worker)
+        claimed = await self._claim_work.claim(
             queue.provisioner_id,
             queue.worker_type,
             worker_group=worker_group,
             worker_id=worker_id,
             count=count,
             disconnected=disconnected,
+            quarantined=lambda: self._workers.quarantined_until(worker) is not None,
         )
+        for record in claimed:
+            self._workers.run_held(record, len(record.runs) - 1, claimed=True)
+        return claimed
 
     async def pending_count(self, queue: TaskQueue) -> int:
         """Azure's approximate count (an upper bound, cached), or the store's exact count

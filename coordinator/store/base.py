@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
-from coordinator.domain.listings import Page, RunCounts
+from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
@@ -134,6 +134,11 @@ class Store(abc.ABC):
     async def delete_expired(self, now: int, limit: int) -> int:
         """Delete up to ``limit`` tasks with ``expires <= now`` (and their dependency edges)
         and up to ``limit`` expired task groups; return how many tasks were deleted."""
+
+    @abc.abstractmethod
+    async def pending_by_task_queue(self) -> list[PendingCount]:
+        """How many pending runs (visible or delayed) each task queue has; queues without
+        pending runs are left out."""
 
     # --- task groups ----------------------------------------------------------------------
 

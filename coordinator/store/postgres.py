@@ -28,6 +28,7 @@ settings, e.g. ``postgresql://host/db?search_path=coordinator`` keeps the tables
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,10 @@ from typing import Any, cast
 
 import asyncpg
 
+from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -44,6 +48,11 @@ from coordinator.store.rows import (
 )
 from coordinator.store.sql_store import SQLStore
 from coordinator.store.sqlfiles import migrations, queries
+from coordinator.store.worker_rows import (
+    counts_from_rows,
+    queue_sighting_columns,
+    worker_sighting_columns,
+)
 
 # ``:name`` but not the second colon of a ``::type`` cast; queries.sql keeps ``:word`` out of
 # its string literals and comments, which this does not parse
@@ -194,3 +203,31 @@ class PostgresStore(SQLStore):
         deleted = cast(int, await self._fetchval("delete_expired", now=now, limit=limit))
         await self._fetch("delete_expired_groups", now=now, limit=limit)
         return deleted
+
+    # --- task queues and workers ----------------------------------------------------------
+
+    async def record_sightings(
+        self, queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
+    ) -> None:
+        if queues or workers:
+            # One statement (one round trip, one transaction); each side as a JSON array of
+            # rows, which the statement unpacks with json_to_recordset.
+            await self._fetch(
+                "record_sightings",
+                queues=json.dumps([queue_sighting_columns(s) for s in queues]),
+                workers=json.dumps([worker_sighting_columns(s) for s in workers]),
+                keep=RECENT_TASKS,
+            )
+
+    async def run_counts_of(
+        self, queues: Sequence[TaskQueue], *, now: int
+    ) -> dict[TaskQueue, RunCounts]:
+        if not queues:
+            return {}
+        rows = await self._fetch(
+            "run_counts_of",
+            provisioner_ids=[queue.provisioner_id for queue in queues],
+            worker_types=[queue.worker_type for queue in queues],
+            now=now,
+        )
+        return counts_from_rows(rows)

@@ -11,11 +11,33 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.domain.listings import Page, RunCounts
+from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_groups import TaskGroup
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.workers import (
+    Key,
+    KeyedPage,
+    ProvisionerRecord,
+    QuarantineNote,
+    TaskQueueRecord,
+    WorkerKey,
+    WorkerRecord,
+    keyed_page,
+)
 from coordinator.store.base import Store
 from coordinator.store.rows import Row, page_from_rows, record_from_row
+from coordinator.store.worker_rows import (
+    after_names,
+    after_time,
+    note_json,
+    provisioner_from_row,
+    queue_columns,
+    task_queue_from_row,
+    worker_columns,
+    worker_from_row,
+    worker_key_from_row,
+)
 
 
 class SQLStore(Store, abc.ABC):
@@ -52,6 +74,14 @@ class SQLStore(Store, abc.ABC):
         rows = await self._fetch("dependents", task_id=task_id, after=after or "", limit=limit + 1)
         return page_from_rows(rows, limit)
 
+    async def pending_by_task_queue(self) -> list[PendingCount]:
+        return [
+            PendingCount(
+                queue=TaskQueue(row["provisioner_id"], row["worker_type"]), pending=row["pending"]
+            )
+            for row in await self._fetch("pending_by_task_queue")
+        ]
+
     async def get_task_group(self, task_group_id: str) -> TaskGroup | None:
         rows = await self._fetch("get_task_group", task_group_id=task_group_id)
         return _task_group(rows[0]) if rows else None
@@ -79,6 +109,111 @@ class SQLStore(Store, abc.ABC):
         row = rows[0]
         return RunCounts(pending=row["pending"], delayed=row["delayed"], running=row["running"])
 
+    # --- task queues and workers ----------------------------------------------------------
+
+    async def task_queue(self, queue: TaskQueue, *, now: int) -> TaskQueueRecord | None:
+        rows = await self._fetch("task_queue", **queue_columns(queue), now=now)
+        return task_queue_from_row(rows[0]) if rows else None
+
+    async def task_queues(
+        self, *, now: int, limit: int, after: Key | None, provisioner_id: str | None = None
+    ) -> KeyedPage[TaskQueueRecord]:
+        rows = await self._fetch(
+            "task_queues" if provisioner_id is None else "worker_types",
+            provisioner_id=provisioner_id,
+            now=now,
+            limit=limit + 1,
+            **after_names(after, "provisioner_id", "worker_type"),
+        )
+        return keyed_page(
+            [task_queue_from_row(row) for row in rows],
+            limit,
+            lambda found: (found.queue.provisioner_id, found.queue.worker_type),
+        )
+
+    async def provisioner(self, provisioner_id: str, *, now: int) -> ProvisionerRecord | None:
+        rows = await self._fetch("provisioner", provisioner_id=provisioner_id, now=now)
+        return provisioner_from_row(rows[0]) if rows else None
+
+    async def provisioners(
+        self, *, now: int, limit: int, after: Key | None
+    ) -> KeyedPage[ProvisionerRecord]:
+        rows = await self._fetch(
+            "provisioners", now=now, limit=limit + 1, **after_names(after, "provisioner_id")
+        )
+        return keyed_page(
+            [provisioner_from_row(row) for row in rows],
+            limit,
+            lambda found: (found.provisioner_id,),
+        )
+
+    async def worker(self, key: WorkerKey) -> WorkerRecord | None:
+        rows = await self._fetch("worker", **worker_columns(key))
+        return worker_from_row(rows[0]) if rows else None
+
+    async def workers(
+        self,
+        queue: TaskQueue,
+        *,
+        now: int,
+        quarantined: bool | None,
+        limit: int,
+        after: Key | None,
+    ) -> KeyedPage[WorkerRecord]:
+        rows = await self._fetch(
+            "workers",
+            **queue_columns(queue),
+            now=now,
+            quarantined=quarantined,
+            limit=limit + 1,
+            **after_names(after, "worker_group", "worker_id"),
+        )
+        return keyed_page(
+            [worker_from_row(row) for row in rows],
+            limit,
+            lambda found: (found.key.worker_group, found.key.worker_id),
+        )
+
+    async def quarantine_worker(
+        self, key: WorkerKey, *, note: QuarantineNote, expires: int
+    ) -> WorkerRecord | None:
+        rows = await self._fetch(
+            "quarantine_worker",
+            **worker_columns(key),
+            quarantine_until=note.quarantine_until,
+            expires=expires,
+            note=note_json(note),
+        )
+        return worker_from_row(rows[0]) if rows else None
+
+    async def quarantined_workers(self, now: int) -> dict[WorkerKey, int]:
+        rows = await self._fetch("quarantined_workers", now=now)
+        return {worker_key_from_row(row): row["quarantine_until"] for row in rows}
+
+    async def pending_runs(
+        self, queue: TaskQueue, *, limit: int, after: Key | None
+    ) -> KeyedPage[TaskRecord]:
+        rows = await self._fetch(
+            "pending_runs",
+            **queue_columns(queue),
+            limit=limit + 1,
+            **after_time(after, "visible_at"),
+        )
+        return keyed_page([record_from_row(row) for row in rows], limit, _pending_key)
+
+    async def claimed_runs(
+        self, queue: TaskQueue, *, limit: int, after: Key | None
+    ) -> KeyedPage[TaskRecord]:
+        rows = await self._fetch(
+            "claimed_runs", **queue_columns(queue), limit=limit + 1, **after_time(after, "started")
+        )
+        return keyed_page([record_from_row(row) for row in rows], limit, _claimed_key)
+
+    async def delete_expired_workers(self, now: int, limit: int) -> int:
+        workers = await self._fetch("delete_expired_workers", now=now, limit=limit)
+        queues = await self._fetch("delete_expired_task_queues", now=now, limit=limit)
+        return len(workers) + len(queues)
+
 
 def _task_group(row: Row) -> TaskGroup:
     return TaskGroup(
@@ -87,3 +222,14 @@ def _task_group(row: Row) -> TaskGroup:
         expires=row["expires"],
         sealed=row["sealed"],
     )
+
+
+def _pending_key(record: TaskRecord) -> Key:
+    assert record.visible_at is not None  # pending_runs lists pending last runs only
+    return (record.visible_at, record.task_id)
+
+
+def _claimed_key(record: TaskRecord) -> Key:
+    run = record.last_run
+    assert run is not None and run.started is not None  # claimed_runs: running last runs only
+    return (run.started, record.task_id)

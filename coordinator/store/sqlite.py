@@ -19,7 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -28,6 +31,13 @@ from coordinator.store.rows import (
 )
 from coordinator.store.sql_store import SQLStore
 from coordinator.store.sqlfiles import migrations, queries
+from coordinator.store.worker_rows import (
+    counts_from_rows,
+    queue_sighting_columns,
+    recent_from_json,
+    worker_columns,
+    worker_sighting_columns,
+)
 
 T = TypeVar("T")
 _Q = queries("sqlite")
@@ -194,3 +204,42 @@ class SQLiteStore(SQLStore):
                 return len(ids)
 
         return await self._run(delete)
+
+    # --- task queues and workers ----------------------------------------------------------
+
+    async def record_sightings(
+        self, queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
+    ) -> None:
+        def record(conn: sqlite3.Connection) -> None:
+            with _transaction(conn):
+                conn.executemany(
+                    _Q["upsert_task_queue"], [queue_sighting_columns(s) for s in queues]
+                )
+                # The recent tasks are merged here, in the transaction that writes them back:
+                # one process owns the file, so nothing can write in between.
+                upserts = []
+                for sighting in workers:
+                    row = conn.execute(
+                        _Q["worker_recent_tasks"], worker_columns(sighting.key)
+                    ).fetchone()
+                    stored = recent_from_json(row[0]) if row is not None else ()
+                    merged = recent_tasks(stored, sighting.recent_tasks)
+                    upserts.append(worker_sighting_columns(sighting, merged))
+                conn.executemany(_Q["upsert_worker"], upserts)
+
+        if queues or workers:
+            await self._run(record)
+
+    async def run_counts_of(
+        self, queues: Sequence[TaskQueue], *, now: int
+    ) -> dict[TaskQueue, RunCounts]:
+        if not queues:
+            return {}
+        params: dict[str, Any] = {"now": now}
+        for index, queue in enumerate(queues):
+            params[f"p{index}"], params[f"w{index}"] = queue.provisioner_id, queue.worker_type
+        statement = _Q["run_counts_of"].format(
+            queues=",".join(f"(:p{index}, :w{index})" for index in range(len(queues)))
+        )
+        rows = await self._run(lambda conn: conn.execute(statement, params).fetchall())
+        return counts_from_rows(rows)

@@ -185,6 +185,12 @@ FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND state IN ('pending', 'running')
 
+-- name: pending_by_task_queue
+-- The reconciler's pass: pending runs per task queue, from the index on queue and state.
+SELECT provisioner_id, worker_type, count(*) AS pending
+FROM tasks WHERE state = 'pending'
+GROUP BY provisioner_id, worker_type
+
 -- name: get_task_group
 SELECT task_group_id, scheduler_id, expires, sealed
 FROM task_groups WHERE task_group_id = :task_group_id
@@ -208,3 +214,157 @@ ORDER BY task_id LIMIT :limit
 DELETE FROM task_groups WHERE task_group_id IN (
     SELECT task_group_id FROM task_groups WHERE expires <= :now ORDER BY expires LIMIT :limit
 )
+
+-- name: record_sightings
+-- One statement, one transaction: the task queues and the workers seen, each side a JSON
+-- array of rows. A worker's recent tasks become its stored ones followed by the sighting's,
+-- of which the last `keep` are kept.
+WITH queues AS (
+    INSERT INTO task_queues (provisioner_id, worker_type, expires, last_date_active)
+    SELECT provisioner_id, worker_type, expires, seen
+    FROM json_to_recordset(CAST(:queues AS JSON))
+         AS s (provisioner_id TEXT, worker_type TEXT, seen BIGINT, expires BIGINT)
+    ON CONFLICT (provisioner_id, worker_type) DO UPDATE
+    SET expires = greatest(task_queues.expires, EXCLUDED.expires),
+        last_date_active = greatest(task_queues.last_date_active, EXCLUDED.last_date_active)
+)
+INSERT INTO workers AS w (provisioner_id, worker_type, worker_group, worker_id, first_claim,
+                          last_date_active, expires, quarantine_until, quarantine_details,
+                          recent_tasks)
+SELECT provisioner_id, worker_type, worker_group, worker_id, seen, seen, expires,
+       quarantine_until, '[]', recent_tasks
+FROM json_to_recordset(CAST(:workers AS JSON))
+     AS s (provisioner_id TEXT, worker_type TEXT, worker_group TEXT, worker_id TEXT,
+           seen BIGINT, expires BIGINT, quarantine_until BIGINT, recent_tasks TEXT)
+ON CONFLICT (provisioner_id, worker_type, worker_group, worker_id) DO UPDATE
+SET last_date_active = greatest(w.last_date_active, EXCLUDED.last_date_active),
+    expires = greatest(w.expires, EXCLUDED.expires),
+    recent_tasks = (
+        SELECT CAST(coalesce(jsonb_agg(kept.task ORDER BY kept.ord), '[]') AS TEXT)
+        FROM (
+            SELECT task, ord
+            FROM jsonb_array_elements(
+                     CAST(w.recent_tasks AS JSONB) || CAST(EXCLUDED.recent_tasks AS JSONB)
+                 ) WITH ORDINALITY AS every_task (task, ord)
+            ORDER BY ord DESC LIMIT :keep
+        ) AS kept
+    )
+
+-- name: task_queue
+SELECT provisioner_id, worker_type, expires, last_date_active, description, stability
+FROM task_queues
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND expires > :now
+
+-- name: task_queues
+SELECT provisioner_id, worker_type, expires, last_date_active, description, stability
+FROM task_queues
+WHERE (provisioner_id, worker_type) > (:after_provisioner_id, :after_worker_type)
+  AND expires > :now
+ORDER BY provisioner_id, worker_type LIMIT :limit
+
+-- name: worker_types
+SELECT provisioner_id, worker_type, expires, last_date_active, description, stability
+FROM task_queues
+WHERE provisioner_id = :provisioner_id
+  AND (provisioner_id, worker_type) > (:after_provisioner_id, :after_worker_type)
+  AND expires > :now
+ORDER BY provisioner_id, worker_type LIMIT :limit
+
+-- name: provisioner
+SELECT provisioner_id, max(expires) AS expires, max(last_date_active) AS last_date_active
+FROM task_queues
+WHERE provisioner_id = :provisioner_id AND expires > :now
+GROUP BY provisioner_id
+
+-- name: provisioners
+SELECT provisioner_id, max(expires) AS expires, max(last_date_active) AS last_date_active
+FROM task_queues
+WHERE provisioner_id > :after_provisioner_id AND expires > :now
+GROUP BY provisioner_id ORDER BY provisioner_id LIMIT :limit
+
+-- name: worker
+SELECT provisioner_id, worker_type, worker_group, worker_id, first_claim, last_date_active,
+       expires, quarantine_until, quarantine_details, recent_tasks
+FROM workers
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND worker_group = :worker_group AND worker_id = :worker_id
+
+-- name: workers
+-- Listed: unexpired or quarantined. A NULL `quarantined` lists both kinds.
+SELECT provisioner_id, worker_type, worker_group, worker_id, first_claim, last_date_active,
+       expires, quarantine_until, quarantine_details, recent_tasks
+FROM workers
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND (worker_group, worker_id) > (:after_worker_group, :after_worker_id)
+  AND (expires > :now OR quarantine_until > :now)
+  AND (CAST(:quarantined AS BOOLEAN) IS NULL
+       OR CAST(:quarantined AS BOOLEAN) = (quarantine_until > :now))
+ORDER BY worker_group, worker_id LIMIT :limit
+
+-- name: quarantine_worker
+UPDATE workers
+SET quarantine_until = :quarantine_until, expires = greatest(expires, :expires),
+    quarantine_details = CAST(
+        CAST(quarantine_details AS JSONB) || jsonb_build_array(CAST(:note AS JSONB)) AS TEXT
+    )
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND worker_group = :worker_group AND worker_id = :worker_id
+RETURNING provisioner_id, worker_type, worker_group, worker_id, first_claim, last_date_active,
+          expires, quarantine_until, quarantine_details, recent_tasks
+
+-- name: quarantined_workers
+SELECT provisioner_id, worker_type, worker_group, worker_id, quarantine_until
+FROM workers WHERE quarantine_until > :now
+
+-- name: pending_runs
+-- Sorted for each page from the queue's pending rows (a top-N sort: one page in memory;
+-- visible_at is set exactly while the last run is pending). An index in this order would cost
+-- every create and claim one more index write, measured as a few percent of the claim path,
+-- for a monitoring read.
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND state = 'pending'
+  AND (visible_at, task_id) > (:after_visible_at, :after_task_id)
+ORDER BY visible_at, task_id LIMIT :limit
+
+-- name: claimed_runs
+-- Running runs are as many as the queue's busy workers: sorting them by the time in the
+-- runs JSON costs less than an index every claim would have to maintain.
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM (
+    SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+           CAST(CAST(runs AS JSON) -> -1 ->> 'started' AS BIGINT) AS started
+    FROM tasks
+    WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND state = 'running'
+) AS running
+WHERE (started, task_id) > (:after_started, :after_task_id)
+ORDER BY started, task_id LIMIT :limit
+
+-- name: run_counts_of
+SELECT q.provisioner_id, q.worker_type,
+    count(*) FILTER (WHERE t.state = 'pending' AND coalesce(t.visible_at, 0) <= :now) AS pending,
+    count(*) FILTER (WHERE t.state = 'pending' AND t.visible_at > :now) AS delayed,
+    count(*) FILTER (WHERE t.state = 'running') AS running
+FROM unnest(CAST(:provisioner_ids AS TEXT[]), CAST(:worker_types AS TEXT[]))
+     AS q (provisioner_id, worker_type)
+JOIN tasks t ON t.provisioner_id = q.provisioner_id AND t.worker_type = q.worker_type
+WHERE t.state IN ('pending', 'running')
+GROUP BY q.provisioner_id, q.worker_type
+
+-- name: delete_expired_workers
+-- A quarantined worker stays until its quarantine ends, expired or not (as in Taskcluster).
+DELETE FROM workers
+WHERE (provisioner_id, worker_type, worker_group, worker_id) IN (
+    SELECT provisioner_id, worker_type, worker_group, worker_id FROM workers
+    WHERE expires <= :now AND quarantine_until <= :now
+    ORDER BY expires LIMIT :limit
+)
+RETURNING worker_id
+
+-- name: delete_expired_task_queues
+DELETE FROM task_queues
+WHERE (provisioner_id, worker_type) IN (
+    SELECT provisioner_id, worker_type FROM task_queues
+    WHERE expires <= :now ORDER BY expires LIMIT :limit
+)
+RETURNING worker_type

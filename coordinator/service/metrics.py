@@ -1,0 +1,108 @@
+"""The coordinator's domain metrics, on one per-app Prometheus registry.
+
+:class:`ServiceMetrics` is the observer the service layer calls when something worth counting
+happens: a run resolved (``queue_completed_tasks_total``, ``queue_failed_tasks_total``,
+``queue_exception_tasks_total{reasonResolved}``), a hint put or not
+(``queue_hints_put_total``, ``queue_hint_put_failures_total``), a background pass that acted
+(``queue_resolver_actions_total{resolver}``). It also holds the per-task-queue gauges
+(``queue_pending_tasks``, ``queue_claimed_tasks``) that the queue-gauges actor
+(:mod:`coordinator.resolvers.queue_gauges`) refreshes from exact store counts, so a scrape
+never queries the store. Names follow Taskcluster's queue monitor where it has one.
+
+Each app has its own :class:`~prometheus_client.CollectorRegistry` (tests run several apps in
+one process); the api layer adds its request metrics to the same registry and serves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from coordinator.domain.listings import RunCounts
+from coordinator.domain.records import Run
+from coordinator.domain.task_queues import TaskQueue
+
+_QUEUE_LABELS = ("provisionerId", "workerType")
+
+
+class ServiceMetrics:
+    """Counters and gauges of the task lifecycle. Every method is an increment or a set, cheap
+    enough for the request path.
+
+    :param registry: where the metrics are registered; a private one by default (a service
+        built without an app, in tests, counts into a registry nobody scrapes).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        reg = self.registry
+        self._completed = Counter(
+            "queue_completed_tasks", "Runs resolved as completed.", registry=reg
+        )
+        self._failed = Counter("queue_failed_tasks", "Runs resolved as failed.", registry=reg)
+        self._exception = Counter(
+            "queue_exception_tasks",
+            "Runs resolved as exception, by reasonResolved.",
+            ["reasonResolved"],
+            registry=reg,
+        )
+        self._hints_put = Counter(
+            "queue_hints_put", "Hint messages put into Azure queues.", registry=reg
+        )
+        self._hint_failures = Counter(
+            "queue_hint_put_failures",
+            "Hint puts that failed (the hint keeper puts them again).",
+            registry=reg,
+        )
+        self._resolver_actions = Counter(
+            "queue_resolver_actions",
+            "Tasks a background actor acted on, by actor.",
+            ["resolver"],
+            registry=reg,
+        )
+        self._pending = Gauge(
+            "queue_pending_tasks",
+            "Claimable pending runs per task queue (exact, refreshed every few seconds).",
+            _QUEUE_LABELS,
+            registry=reg,
+        )
+        self._claimed = Gauge(
+            "queue_claimed_tasks",
+            "Running runs per task queue (exact, refreshed every few seconds).",
+            _QUEUE_LABELS,
+            registry=reg,
+        )
+        self._gauged: set[TaskQueue] = set()
+
+    def runs_resolved(self, runs: Iterable[Run]) -> None:
+        """Count runs that just became completed, failed or exception."""
+        for run in runs:
+            if run.state == "completed":
+                self._completed.inc()
+            elif run.state == "failed":
+                self._failed.inc()
+            elif run.state == "exception":
+                self._exception.labels(run.reason_resolved or "unknown").inc()
+
+    def hint_put(self) -> None:
+        self._hints_put.inc()
+
+    def hint_put_failed(self) -> None:
+        self._hint_failures.inc()
+
+    def resolver_acted(self, resolver: str, count: int) -> None:
+        if count:
+            self._resolver_actions.labels(resolver).inc(count)
+
+    def set_queue_counts(self, counts: Mapping[TaskQueue, RunCounts]) -> None:
+        """Set the gauges of every task queue in ``counts``; a queue gauged before but absent
+        now (expired, or no longer listed) reads 0 rather than vanishing, so a graph shows it
+        drain."""
+        none = RunCounts(pending=0, delayed=0, running=0)
+        self._gauged |= counts.keys()
+        for queue in self._gauged:
+            found = counts.get(queue, none)
+            labels = (queue.provisioner_id, queue.worker_type)
+            self._pending.labels(*labels).set(found.pending)
+            self._claimed.labels(*labels).set(found.running)

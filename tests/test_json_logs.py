@@ -1,0 +1,42 @@
+"""``COORDINATOR_LOG_FORMAT=json``: a lifecycle log line is one JSON object carrying taskId and
+runId as fields."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+from coordinator.domain import definitions, lifecycle
+from coordinator.domain.records import record_from_definition
+from coordinator.logs import JsonFormatter
+from coordinator.service.clock import wall_clock
+from coordinator.service.transitions import log_changes
+from tests.fixtures.coordinator import task_definition
+
+TASK_ID = "fN1LcKYkTkC7C3Fh6NtB2A"
+
+
+def test_a_json_log_line_parses_and_carries_task_and_run_ids() -> None:
+
+    now = wall_clock()
+    definition = definitions.normalise(
+        TASK_ID, task_definition(now), now=now, max_deadline=86_400_000
+    )
+    created = lifecycle.create(record_from_definition(TASK_ID, definition), now=now)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("coordinator.service.transitions")
+    logger.addHandler(handler)
+    try:
+        log_changes("created", None, created.record)
+    finally:
+        logger.removeHandler(handler)
+    line = json.loads(stream.getvalue().splitlines()[0])
+    assert line["taskId"] == TASK_ID
+    assert line["runId"] == "0"
+    assert line["state"] == "pending"
+    assert line["msg"] == "task created"
+    assert line["level"] == "INFO"
+    assert line["logger"] == "coordinator.service.transitions"
