@@ -29,7 +29,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestServer
 from aiohttp.typedefs import Handler
 
-from coordinator.api.auth import Auth, Authorizer, Rejected, RequestAuth
+from coordinator.api.auth import Auth, Authorizer, NonceCache, Rejected, RequestAuth
 from coordinator.api.clients import (
     ISSUER_CLIENT_ID,
     ROOT_CLIENT_ID,
@@ -359,6 +359,39 @@ async def test_tampered_body_is_401_and_unhashed_body_is_accepted(clients_file: 
             headers["Authorization"] = unhashed.request_header
             async with session.put(url, data=sent, headers=headers) as response:
                 assert response.status == 200
+
+
+async def test_a_replayed_request_is_401(clients_file: Path) -> None:
+    async with serve(authorizer_for(clients_file)) as root_url:
+        url = f"{root_url}/api/queue/v1/task/{TASK_ID}"
+        body = json.dumps(DEFINITION).encode()
+        header = hawk_header(
+            credentials=ROOT, method="PUT", url=url, body=body, content_type="application/json"
+        )
+        headers = {"Authorization": header, "Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as session:
+            async with session.put(url, data=body, headers=headers) as response:
+                assert response.status == 200
+            async with session.put(url, data=body, headers=headers) as response:
+                assert response.status == 401
+                assert "already used" in (await response.json())["message"]
+            # a request signed afresh, as every client does for each attempt, is fine
+            headers["Authorization"] = hawk_header(
+                credentials=ROOT, method="PUT", url=url, body=body, content_type="application/json"
+            )
+            async with session.put(url, data=body, headers=headers) as response:
+                assert response.status == 200
+
+
+def test_the_nonce_cache_forgets_timestamps_out_of_the_window_and_stays_bounded() -> None:
+    cache = NonceCache(window_s=900, max_entries=3)
+    assert not cache.seen("c", "n1", "1000", now=1000)
+    assert cache.seen("c", "n1", "1000", now=1500)
+    assert not cache.seen("other", "n1", "1000", now=1500)
+    assert not cache.seen("c", "n1", "1000", now=1901)  # out of the window: forgotten
+    for n in range(10):
+        cache.seen("c", f"m{n}", "2000", now=2000)
+    assert len(cache) == 3
 
 
 async def test_timestamp_skew_of_15_minutes(clients_file: Path) -> None:

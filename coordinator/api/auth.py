@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import hmac
 import json
 import logging
@@ -145,6 +146,42 @@ def require(auth: RequestAuth, expression: Expression) -> None:
     )
 
 
+class NonceCache:
+    """The Hawk nonces this process accepted within the clock-skew window: a request replayed
+    to this process is refused. Another replica does not know them (it has its own), so
+    with several replicas a replay is refused by the replica that saw the original only.
+
+    Entries are 64-bit salted hashes of ``(clientId, nonce, ts)`` kept until ``ts`` is out
+    of the window; past ``max_entries`` the oldest are forgotten first, so memory stays
+    bounded (about 100 bytes an entry) however many requests arrive.
+    """
+
+    def __init__(self, *, window_s: float, max_entries: int = 500_000) -> None:
+        self._window_s = window_s
+        self._max_entries = max_entries
+        self._expiries: collections.OrderedDict[int, float] = collections.OrderedDict()
+        """Hash -> when its timestamp leaves the window; the oldest entries first."""
+
+    def __len__(self) -> int:
+        return len(self._expiries)
+
+    def seen(self, client_id: str, nonce: str, ts: str, *, now: float) -> bool:
+        """Whether this nonce was accepted before; remembers it otherwise."""
+        while self._expiries:
+            expiry = next(iter(self._expiries.values()))
+            if expiry > now and len(self._expiries) < self._max_entries:
+                break
+            self._expiries.popitem(last=False)
+        key = hash((client_id, nonce, ts))
+        if key in self._expiries:
+            return True
+        try:
+            self._expiries[key] = float(ts) + self._window_s
+        except ValueError:  # not a number: mohawk refuses the timestamp right after
+            return False
+        return False
+
+
 class Authenticator:
     """Verifies Hawk requests against a :class:`ClientRegistry`.
 
@@ -163,6 +200,7 @@ class Authenticator:
     ) -> None:
         self._clients = clients
         self._clock = clock
+        self._nonces = NonceCache(window_s=CLOCK_SKEW_SECONDS)
         self._public_origin: str | None = None
         if public_url is not None:
             parts = urlsplit(public_url)
@@ -242,9 +280,10 @@ class Authenticator:
                     method,
                     content=content,
                     content_type=content_type,
-                    # Accept every nonce, as Taskcluster does; passing a function also keeps
-                    # mohawk from logging a replay warning on every request.
-                    seen_nonce=lambda _id, _nonce, _ts: False,
+                    # Checked only once the MAC matched: a forger cannot burn others' nonces.
+                    seen_nonce=lambda _id, nonce, ts: self._nonces.seen(
+                        client_id, nonce, ts, now=now
+                    ),
                     # Clients that did not hash the payload are accepted, as in Taskcluster.
                     accept_untrusted_content=True,
                     timestamp_skew_in_seconds=CLOCK_SKEW_SECONDS,
@@ -256,6 +295,12 @@ class Authenticator:
                 raise AuthenticationFailed(
                     "The payload hash in the Authorization header does not match the request "
                     "body and Content-Type: the body was altered or signed differently"
+                ) from None
+            except mohawk.exc.AlreadyProcessed:
+                raise AuthenticationFailed(
+                    f"Hawk nonce {attributes['nonce']} was already used with timestamp "
+                    f"{attributes['ts']}: a request is signed afresh for every attempt, so "
+                    "this one was replayed"
                 ) from None
             except mohawk.exc.TokenExpired:
                 raise AuthenticationFailed(
