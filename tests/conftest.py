@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.azurite",
     "tests.fixtures.stores",
     "tests.fixtures.coordinator",
+    "tests.fixtures.flow",
 ]

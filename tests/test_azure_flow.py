@@ -16,179 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.parse
-import xml.etree.ElementTree as ET
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import slugid
-from azure.core.exceptions import ResourceNotFoundError
-from azure.storage.queue.aio import QueueClient
 
 from coordinator.azure.hint_codec import decode_hint, encode_hint
-from coordinator.azure.names import queue_name
 from coordinator.domain.task_queues import PRIORITIES
 from coordinator.resolvers import hint_keeper
 from devharness.azurite import AzuriteProcess
 from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import FakeClock, RunningCoordinator, task_definition
-
-Start = Callable[..., Awaitable[RunningCoordinator]]
-WORKER = {"workerGroup": "wg", "workerId": "w1"}
-WT = "wt"
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-class Flow:
-    """One test's coordinator(s) on one Azurite, in the test's own provisionerId and queue
-    prefix, and the worker-side and Azure-side helpers."""
-
-    def __init__(
-        self,
-        start: Start,
-        connection_string: str,
-        ns: AzureNamespace,
-        http: aiohttp.ClientSession,
-    ) -> None:
-        self._start = start
-        self.connection_string = connection_string
-        self.prefix = ns.queue_prefix
-        self.prov = ns.provisioner_id
-        self.http = http
-
-    async def coordinator(self, **overrides: Any) -> RunningCoordinator:
-        settings: dict[str, Any] = {
-            "azure_connection_string": self.connection_string,
-            "queue_prefix": self.prefix,
-            "resolver_interval": 100,
-            "hint_grace": 200,
-            "claim_work_timeout": 1_000,
-            **overrides,
-        }
-        return await self._start(**settings)
-
-    # --- the API --------------------------------------------------------------------------
-
-    async def create(
-        self, coord: RunningCoordinator, *, now: int | None = None, **fields: Any
-    ) -> str:
-        task_id: str = slugid.nice()
-        body = task_definition(now, provisionerId=self.prov, workerType=WT, **fields)
-        response = await coord.call("PUT", f"/task/{task_id}", body)
-        assert response.status == 200, response.body
-        return task_id
-
-    @staticmethod
-    async def status(coord: RunningCoordinator, task_id: str) -> dict[str, Any]:
-        response = await coord.call("GET", f"/task/{task_id}/status")
-        assert response.status == 200, response.body
-        status: dict[str, Any] = response.body["status"]
-        return status
-
-    @staticmethod
-    async def claim(
-        coord: RunningCoordinator, task_id: str, run_id: int, worker_id: str = "w1"
-    ) -> int:
-        body = {"workerGroup": "wg", "workerId": worker_id}
-        return (await coord.call("POST", f"/task/{task_id}/runs/{run_id}/claim", body)).status
-
-    @staticmethod
-    async def report(
-        coord: RunningCoordinator, task_id: str, run_id: int, what: str, reason: str = ""
-    ) -> dict[str, Any]:
-        body = {"reason": reason} if what == "exception" else None
-        response = await coord.call("POST", f"/task/{task_id}/runs/{run_id}/{what}", body)
-        assert response.status == 200, response.body
-        status: dict[str, Any] = response.body["status"]
-        return status
-
-    async def claim_work(
-        self, coord: RunningCoordinator, *, tasks: int = 32, worker_id: str = "w1"
-    ) -> list[dict[str, Any]]:
-        body = {"workerGroup": "wg", "workerId": worker_id, "tasks": tasks}
-        response = await coord.call("POST", f"/claim-work/{self.prov}/{WT}", body)
-        assert response.status == 200, response.body
-        claims: list[dict[str, Any]] = response.body["tasks"]
-        return claims
-
-    async def poll_urls(self, coord: RunningCoordinator) -> list[dict[str, str]]:
-        response = await coord.call("GET", f"/poll-task-url/{self.prov}/{WT}")
-        assert response.status == 200, response.body
-        queues: list[dict[str, str]] = response.body["queues"]
-        return queues
-
-    # --- a worker on Azure ----------------------------------------------------------------
-
-    async def get(self, signed_poll_url: str, count: int = 32) -> list[dict[str, str]]:
-        async with self.http.get(f"{signed_poll_url}&numofmessages={count}") as response:
-            text = await response.text()
-            assert response.status == 200, text
-        root = ET.fromstring(text)
-        assert root.tag == "QueueMessagesList", text
-        return [{field.tag: field.text or "" for field in message} for message in root]
-
-    async def delete(self, signed_delete_url: str, message: dict[str, str]) -> int:
-        url = signed_delete_url.replace(
-            "{{messageId}}", urllib.parse.quote(message["MessageId"], safe="")
-        ).replace("{{popReceipt}}", urllib.parse.quote(message["PopReceipt"], safe=""))
-        async with self.http.delete(url) as response:
-            return response.status
-
-    # --- Azure with the account key -------------------------------------------------------
-
-    def queue(self, priority: str = "lowest") -> QueueClient:
-        name = queue_name(self.prefix, self.prov, WT, priority)
-        return QueueClient.from_connection_string(self.connection_string, name)
-
-    async def peek(self, priority: str = "lowest") -> list[tuple[str, int] | None]:
-        """The visible hints of a queue, decoded (``None`` for junk), without touching them."""
-        async with self.queue(priority) as client:
-            try:
-                messages = await client.peek_messages(max_messages=32)
-            except ResourceNotFoundError:
-                return []
-        return [decode_hint(m.content) for m in messages]
-
-    async def count(self, priority: str = "lowest") -> int:
-        """Every message of a queue, visible or not (Azure's approximate count)."""
-        async with self.queue(priority) as client:
-            try:
-                properties = await client.get_queue_properties()
-            except ResourceNotFoundError:
-                return 0
-        return properties.approximate_message_count or 0
-
-    async def send(self, text: str, priority: str = "lowest") -> None:
-        """A message put behind the coordinator's back (duplicates, junk)."""
-        async with self.queue(priority) as client:
-            await client.send_message(text)
-
-    async def wait_for_hint(
-        self, task_id: str, run_id: int, priority: str = "lowest", within: float = 10.0
-    ) -> None:
-        async def present() -> bool:
-            return (task_id, run_id) in await self.peek(priority)
-
-        await wait_until(present, within=within, what=f"a hint for {task_id}/{run_id}")
-
-
-@pytest.fixture
-def flow(
-    start_coordinator: Start,
-    azurite: AzuriteProcess,
-    azure_namespace: AzureNamespace,
-    http: aiohttp.ClientSession,
-) -> Flow:
-    return Flow(start_coordinator, azurite.connection_string, azure_namespace, http)
+from tests.fixtures.coordinator import FakeClock, RunningCoordinator
+from tests.fixtures.flow import WORKER, WT, Flow, Start
 
 
 def hint_text(task_id: str, run_id: int) -> str:

@@ -9,27 +9,23 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import slugid
 
 from coordinator.azure.hint_codec import decode_hint
 from coordinator.domain.records import from_iso, to_iso
 from devharness.api import call as signed_call
-from devharness.azurite import AzuriteProcess
 from devharness.processes import child_env, spawn
-from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import (
     FakeClock,
     RunningCoordinator,
     StartCoordinator,
     task_definition,
 )
-from tests.test_azure_flow import Flow
+from tests.fixtures.flow import Flow
 from worker_sdk.client import Credentials
 
 WORKER = {"workerGroup": "wg", "workerId": "w1"}
@@ -275,14 +271,6 @@ async def test_create_tasks_needs_every_items_scopes(
 
 
 # --- against Azurite ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def flow(
-    start_coordinator: StartCoordinator, azurite: AzuriteProcess, azure_namespace: AzureNamespace
-) -> AsyncIterator[Flow]:
-    async with aiohttp.ClientSession() as http:
-        yield Flow(start_coordinator, azurite.connection_string, azure_namespace, http)
 
 
 async def test_a_delayed_task_stays_invisible_then_is_claimed(flow: Flow) -> None:

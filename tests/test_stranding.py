@@ -19,7 +19,7 @@ from devharness.azurite import AzuriteProcess
 from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
-from tests.test_azure_flow import WT, Flow
+from tests.fixtures.flow import WT, Flow
 
 
 @pytest.fixture
@@ -29,13 +29,14 @@ async def persistent(tmp_path: Path) -> AsyncIterator[AzuriteProcess]:
 
 
 @pytest.fixture
-async def flow(
+def flow(
     start_coordinator: StartCoordinator,
     persistent: AzuriteProcess,
     azure_namespace: AzureNamespace,
-) -> AsyncIterator[Flow]:
-    async with aiohttp.ClientSession() as http:
-        yield Flow(start_coordinator, persistent.connection_string, azure_namespace, http)
+    http: aiohttp.ClientSession,
+) -> Flow:
+    """The flow on this module's persistent Azurite, not the session's in-memory one."""
+    return Flow(start_coordinator, persistent.connection_string, azure_namespace, http)
 
 
 async def create_many(flow: Flow, coord: RunningCoordinator, count: int) -> set[str]:

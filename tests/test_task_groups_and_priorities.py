@@ -5,7 +5,6 @@ Hints are read from a real Azurite where a priority change must move one."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +12,8 @@ import aiohttp
 import pytest
 import slugid
 
-from devharness.azurite import AzuriteProcess
-from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
-from tests.test_azure_flow import Flow
+from tests.fixtures.flow import Flow
 from tests.test_taskcluster_client import Queue, rejected, start_secured
 
 KINDS = ["sync", "aio"]
@@ -167,14 +164,6 @@ async def test_heartbeats_and_version(start_coordinator: StartCoordinator, kind:
 
 
 # --- priority changes move hints -------------------------------------------------------------
-
-
-@pytest.fixture
-async def flow(
-    start_coordinator: StartCoordinator, azurite: AzuriteProcess, azure_namespace: AzureNamespace
-) -> AsyncIterator[Flow]:
-    async with aiohttp.ClientSession() as http:
-        yield Flow(start_coordinator, azurite.connection_string, azure_namespace, http)
 
 
 async def test_change_task_priority_moves_a_pending_runs_hint(flow: Flow, kind: str) -> None:
