@@ -1,4 +1,4 @@
-"""Does listing a huge task group keep the coordinator's memory flat? (SPEC §10: listings
+"""Does listing a huge task group keep the coordinator's memory flat? (docs/protocol.md: listings
 stream, one page at a time.)
 
 For each store asked for (PostgreSQL, SQLite or both) this script:

@@ -1,4 +1,4 @@
-"""The whole hint flow against a real Azurite and a real coordinator over HTTP (SPEC §6-§8).
+"""The whole hint flow against a real Azurite and a real coordinator over HTTP (docs/protocol.md).
 
 Workers are played by plain aiohttp: they get signed URLs from ``pollTaskUrls``, GET and
 DELETE messages on Azurite directly, and claim through the API. Other checks read the queues

@@ -1,5 +1,5 @@
 """Crash safety: a real ``queue-coordinator serve`` process on a SQLite file is SIGKILLed and
-started again on the same data directory (SPEC §6, §10).
+started again on the same data directory (docs/protocol.md).
 
 Every committed transition must survive the kill exactly as the API served it, and work that
 fell due while no coordinator ran (expired claims) must be finished by the resolvers of the

@@ -1,4 +1,4 @@
-"""Races through the real HTTP server and real SQLite (SPEC §6: every transition is a
+"""Races through the real HTTP server and real SQLite (docs/protocol.md: every transition is a
 compare-and-set, so any number of callers, resolver loops and replicas may race and exactly
 one wins).
 

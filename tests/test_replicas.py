@@ -1,5 +1,5 @@
 """Two ``queue-coordinator serve`` processes sharing one PostgreSQL schema, one Azurite queue
-prefix and one clients file: the deployment SPEC §10 promises works (replicas behind a load
+prefix and one clients file: the deployment docs/replicas.md promises works (replicas behind a load
 balancer, resolvers running in every replica).
 
 Workers are plain aiohttp and deliberately spread every step over both replicas: poll URLs
@@ -173,7 +173,7 @@ async def handle(
     status, claim = await cluster.call(
         claim_on, "POST", f"/task/{task_id}/runs/{run_id}/claim", claim_body
     )
-    # SPEC §8: delete after a successful claim or any 4xx (call() fails the test on a 5xx)
+    # the worker protocol: delete after a successful claim or a 4xx (call() fails on a 5xx)
     delete_url = signed_delete_url.replace(
         "{{messageId}}", urllib.parse.quote(message["MessageId"], safe="")
     ).replace("{{popReceipt}}", urllib.parse.quote(message["PopReceipt"], safe=""))

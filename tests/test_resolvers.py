@@ -1,4 +1,4 @@
-"""The background actors of SPEC §6 against a real coordinator (real HTTP, real SQLite).
+"""The background actors of docs/protocol.md against a real coordinator (real HTTP, real SQLite).
 
 Each test starts an in-process coordinator with its background runner off and a
 :class:`FakeClock`, sets tasks up through the REST API, moves the clock and calls one

@@ -1,4 +1,4 @@
-"""Authentication and scopes through the coordinator's real endpoints (SPEC §9).
+"""Authentication and scopes through the coordinator's real endpoints (docs/protocol.md).
 
 The official ``taskcluster`` client (113.x, ``taskcluster.aio``; 3.0.2 for pollTaskUrls)
 against a coordinator with authentication on and a clients file of narrowly scoped clients:

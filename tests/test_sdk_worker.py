@@ -1,5 +1,5 @@
-"""The Worker against the coordinator test double (see tests/coordinator_double.py): the SPEC §8
-protocol over real HTTP on 127.0.0.1, with the failures only a double produces on cue and
+"""The Worker against the coordinator test double (see tests/coordinator_double.py): the
+worker protocol over real HTTP on 127.0.0.1, with the failures only a double produces on cue and
 the requests only a double can count. tests/test_sdk_real.py runs the main paths against
 the real coordinator and Azurite.
 """

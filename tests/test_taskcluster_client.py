@@ -1,4 +1,4 @@
-"""The official Python ``taskcluster`` clients against a real coordinator (SPEC §1, §5, §8, §9).
+"""The official Python ``taskcluster`` clients against a real coordinator (docs/protocol.md).
 
 Unmodified clients with ``rootUrl`` = the coordinator's URL and credentials from its clients
 file, authentication on, Azure on a real Azurite: the newest client (113.x), sync

@@ -1,4 +1,4 @@
-"""worker_sdk: the library workers embed to take tasks from a queue coordinator (SPEC §8).
+"""worker_sdk: the library workers embed to take tasks from a queue coordinator (docs/protocol.md).
 
 It speaks only HTTP: to the coordinator's Taskcluster-queue-v1 routes and to Azure Storage
 Queues through the signed URLs the coordinator hands out. Usage::

@@ -1,4 +1,5 @@
-"""Where claims come from: Azure hints (SPEC §8 steps 1-6) or the coordinator's claimWork.
+"""Where claims come from: Azure hints (docs/protocol.md, worker protocol steps 1-6) or the
+coordinator's claimWork.
 
 Both pollers answer one question, :meth:`Poller.claims`: "give me up to N runs to work on",
 waiting as long as it takes, and answering ``[]`` only once the worker is stopping. They

@@ -21,7 +21,7 @@ RECLAIM_FRACTION = 2 / 3
 """Reclaim after this share of the remaining claim time, leaving a third for retries."""
 
 REFRESH_MARGIN = 300.0
-"""Refresh signed URLs with at least this many seconds left (SPEC §8: five minutes)."""
+"""Refresh signed URLs with at least this many seconds left (docs/protocol.md: five minutes)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,10 @@
 """The Worker: runs a handler for each claimed run, keeps claims alive, reports outcomes.
 
 It holds at most ``capacity`` runs at once and asks its poller for exactly as many more as it
-has room for. Each run gets a reclaim loop on the monotonic clock (SPEC §8 step 7) and one
-report at the end (step 8). On :meth:`Worker.stop` (or SIGTERM/SIGINT) it stops polling, lets
-running handlers finish within the grace period, then cancels the rest and reports
-``worker-shutdown`` so the coordinator retries them (step 9).
+has room for. Each run gets a reclaim loop on the monotonic clock (docs/protocol.md, worker
+protocol step 7) and one report at the end (step 8). On :meth:`Worker.stop` (or
+SIGTERM/SIGINT) it stops polling, lets running handlers finish within the grace period, then
+cancels the rest and reports ``worker-shutdown`` so the coordinator retries them (step 9).
 """
 
 from __future__ import annotations

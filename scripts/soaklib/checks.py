@@ -29,8 +29,8 @@ Pure functions over plain data, so every rule can be read (and tested) on its ow
     (every run then is resolved, so: any visible message, garbage included). Invisible
     messages are not counted: they are hints a worker fetched (Azure hides them for the poll
     visibility timeout, 300 s) and did not delete because its claim failed with a network
-    error or 5xx (the coordinator was down; SPEC §8 says keep them) or because it was killed
-    in between. Nobody can read or remove them before they reappear; when they do, the
+    error or 5xx (the coordinator was down; the worker protocol says keep them) or because it
+    was killed in between. Nobody can read or remove them before they reappear; when they do, the
     claim is refused and the worker deletes them. Their number is reported as ``in flight``.
 ``worker-crash``
     a worker process exited without being told to.

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POLL_VISIBILITY = 300.0
-"""The coordinator's default poll visibility timeout (SPEC §12): a hint a worker fetched but
-neither claimed nor deleted (it was killed in between) stays invisible this long."""
+"""The coordinator's default poll visibility timeout (docs/protocol.md, Defaults): a hint a
+worker fetched but neither claimed nor deleted (it was killed in between) stays invisible this
+long."""
 
 
 @dataclass(frozen=True, kw_only=True)

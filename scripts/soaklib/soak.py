@@ -458,7 +458,8 @@ _KEPT = re.compile(r"claim failed, hint kept taskId=(\S+) runId=(\d+)")
 
 def kept_hints(workdir: Path) -> set[tuple[str, int]]:
     """(taskId, runId) of every hint a worker fetched and kept because its claim failed
-    with a network error or 5xx (SPEC §8 step 5): invisible for the poll visibility timeout."""
+    with a network error or 5xx (docs/protocol.md, worker protocol step 5): invisible for the
+    poll visibility timeout."""
     kept: set[tuple[str, int]] = set()
     for path in sorted((workdir / "workers").glob("*.log")):
         with contextlib.suppress(OSError):
