@@ -242,7 +242,7 @@ async def test_too_many_and_duplicate_dependencies_say_why(
     assert_error(response, 400, "InputValidationError", "has non-unique elements", twice)
 
 
-# --- createTask bodies that break the rules of SPEC §3 -----------------------------------------
+# --- createTask bodies that break the rules of docs/protocol.md ----------------------------
 
 RULE_CASES: list[tuple[str, Overrides, str]] = [
     (
@@ -422,6 +422,27 @@ async def test_bad_path_or_query_parameter(
         body = task_definition()
     response = await c.call(method, path, body)
     assert_error(response, 400, "InputValidationError", fragment)
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [
+        f"/task-group/{TASK}/list",
+        f"/task/{TASK}/dependents",
+        "/task-queues",
+        "/task-queues/prov%2Fwt/pending",
+        "/task-queues/prov%2Fwt/claimed",
+        "/provisioners",
+        "/provisioners/prov/worker-types",
+        "/provisioners/prov/worker-types/wt/workers",
+    ],
+)
+async def test_non_ascii_continuation_token_is_a_400(
+    start_coordinator: StartCoordinator, listing: str
+) -> None:
+    c = await start_coordinator()
+    response = await c.call("GET", f"{listing}?continuationToken=%C3%A9")
+    assert_error(response, 400, "InputValidationError", "continuationToken: 'é' does not match")
 
 
 async def test_run_beyond_the_runs_is_not_found(start_coordinator: StartCoordinator) -> None:
