@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from coordinator.api.clients import add_client
+from coordinator.api.server import AppRunner
 from coordinator.app import build_app
 from coordinator.config import Config, ConfigurationError
 from coordinator.logs import configure_logging
@@ -92,18 +93,23 @@ def _add_client(config: Config, args: argparse.Namespace) -> None:
     print(f"export TASKCLUSTER_ACCESS_TOKEN={credentials.access_token}")
 
 
+async def _serve_until_signalled(config: Config) -> None:
+    """Serve until SIGTERM or SIGINT (which the runner turns into ``GracefulExit``)."""
+    runner = AppRunner(build_app(config), access_log=None, handle_signals=True, shutdown_timeout=5)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, config.host, config.port).start()
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
 def _serve(config: Config) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    app = build_app(config)
     try:
-        web.run_app(
-            app,
-            host=config.host,
-            port=config.port,
-            print=None,
-            access_log=None,
-            shutdown_timeout=5,
-        )
+        asyncio.run(_serve_until_signalled(config))
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass  # SIGTERM or SIGINT: the runner has shut down cleanly
     except OSError as error:
         raise ConfigurationError(
             f"cannot listen on {config.host}:{config.port}: {error.strerror or error}; "

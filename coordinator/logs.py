@@ -10,8 +10,6 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from aiohttp.http_exceptions import HttpProcessingError
-
 from coordinator.config import ConfigurationError
 
 KEY_VALUE_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
@@ -38,22 +36,6 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
-class UnparseableRequestFilter(logging.Filter):
-    """aiohttp logs a request it cannot parse (a request line or header over 8 KiB, a NUL in a
-    header) at ERROR with a traceback, before any of our code sees it, and answers it 400
-    itself. That is the client's mistake, not ours: keep one WARNING line saying what was
-    wrong, so the log's tracebacks stay the coordinator's own bugs."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError) and error.code < 500:
-            record.msg = "unparseable request answered %s error=%s"
-            record.args = (error.code, " ".join(str(error.message).split()))
-            record.exc_info = record.exc_text = None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
-
-
 def configure_logging(*, level: str, env: Mapping[str, str]) -> None:
     """Set up the root logger from ``--log-level`` and ``COORDINATOR_LOG_FORMAT``.
 
@@ -72,6 +54,3 @@ def configure_logging(*, level: str, env: Mapping[str, str]) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # The Azure SDK logs every HTTP request at INFO; our own lines already say what matters.
     logging.getLogger("azure").setLevel(logging.WARNING)
-    server_logger = logging.getLogger("aiohttp.server")
-    if not any(isinstance(f, UnparseableRequestFilter) for f in server_logger.filters):
-        server_logger.addFilter(UnparseableRequestFilter())

@@ -7,9 +7,11 @@ Each test starts its own in-process coordinator (SQLite, no Azure, auth disabled
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import pytest
 import slugid
 
@@ -584,3 +586,27 @@ async def test_wrong_method_is_a_json_405(start_coordinator: StartCoordinator) -
     assert_error(response, 405, "MethodNotAllowed", "DELETE is not allowed", "allowed: GET, PUT")
     response = await c.call("GET", f"/task/{TASK}/runs/0/claim")
     assert_error(response, 405, "MethodNotAllowed", "allowed: POST")
+
+
+@pytest.mark.parametrize(
+    ("what", "path", "headers"),
+    [
+        ("request line", "/api/queue/v1/ping?junk=" + "x" * 9000, {}),
+        ("header", "/api/queue/v1/ping", {"X-Junk": "x" * 9000}),
+    ],
+)
+async def test_an_oversized_request_line_or_header_is_a_json_400_without_a_traceback(
+    start_coordinator: StartCoordinator,
+    caplog: pytest.LogCaptureFixture,
+    what: str,
+    path: str,
+    headers: dict[str, str],
+) -> None:
+    c = await start_coordinator()
+    async with aiohttp.ClientSession() as session, session.get(c.url + path, headers=headers) as r:
+        assert r.status == 400, what
+        assert r.content_type == "application/json"
+        body = await r.json()
+    assert body["code"] == "InputError" and "could not be parsed" in body["message"]
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert not [record for record in caplog.records if record.exc_info]

@@ -144,17 +144,30 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _error_body(request: web.Request, code: str, message: str) -> dict[str, Any]:
+def error_body(
+    code: str, message: str, *, method: str, params: dict[str, str], payload: Any
+) -> dict[str, Any]:
+    """Taskcluster's error body: ``{code, message, requestInfo}``."""
     return {
         "code": code,
         "message": message,
         "requestInfo": {
-            "method": request.get(ENDPOINT, request.method),
-            "params": dict(request.match_info),
-            "payload": request.get(PAYLOAD, {}),
+            "method": method,
+            "params": params,
+            "payload": payload,
             "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         },
     }
+
+
+def _error_body(request: web.Request, code: str, message: str) -> dict[str, Any]:
+    return error_body(
+        code,
+        message,
+        method=request.get(ENDPOINT, request.method),
+        params=dict(request.match_info),
+        payload=request.get(PAYLOAD, {}),
+    )
 
 
 def error_response(request: web.Request, error: ApiError) -> web.Response:
