@@ -219,7 +219,8 @@ async def test_a_supervisor_restarts_a_killed_worker_process_and_drains_on_sigte
 async def test_a_worker_whose_claims_get_403_leaves_the_hints_and_exits_non_zero(
     e2e: MakeE2E,
 ) -> None:
-    s = await e2e(claim_work=False)
+    # a short poll visibility: the hints the refused worker took come back in seconds
+    s = await e2e(claim_work=False, poll_visibility=3)
     credentials = worker_client(s, "e2e-no-claims", (WORKER_TYPE,), may_claim=False)
     task_ids = [await s.create(priority="high") for _ in range(2)]
     worker = await s.start_worker("refused", capacity=2, credentials=credentials)
@@ -231,6 +232,11 @@ async def test_a_worker_whose_claims_get_403_leaves_the_hints_and_exits_non_zero
     assert "worker giving up" in log
     assert await s.message_count("high") == 2, "both hints stay for a worker that may claim"
     assert [(await s.status(t))["state"] for t in task_ids] == ["pending", "pending"]
+    # a worker that may claim completes them once the hints the refused worker took are
+    # visible again: within the poll visibility timeout
+    await s.start_worker("rescuer", capacity=2)
+    await s.resolved(*task_ids, within=60)
+    assert [(await s.status(t))["state"] for t in task_ids] == ["completed", "completed"]
 
 
 async def test_no_hints_are_taken_while_the_coordinator_does_not_answer(

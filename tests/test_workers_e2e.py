@@ -303,12 +303,15 @@ async def e2e(
     azure_namespace: AzureNamespace,
     tmp_path: Path,
 ) -> AsyncIterator[MakeE2E]:
-    """``await e2e(claim_work=..., claim_timeout=seconds)``: a coordinator process with auth
-    on; worker processes started through it are killed at the end of the test."""
+    """``await e2e(claim_work=..., claim_timeout=seconds, poll_visibility=seconds)``: a
+    coordinator process with auth on; worker processes started through it are killed at the
+    end of the test."""
     made: list[E2E] = []
     sessions = []
 
-    async def make(*, claim_work: bool, claim_timeout: float = 1200) -> E2E:
+    async def make(
+        *, claim_work: bool, claim_timeout: float = 1200, poll_visibility: float = 300
+    ) -> E2E:
         clients_file = tmp_path / "clients.json"
         root = ensure_root_client(clients_file)
         worker_credentials = worker_client(clients_file, azure_namespace.provisioner_id)
@@ -318,6 +321,7 @@ async def e2e(
             auth_enabled=True,
             clients_file=clients_file,
             claim_timeout=int(claim_timeout * 1000),
+            poll_visibility=int(poll_visibility * 1000),
             resolver_interval=200,
         )
         coordinator = await process.start()
