@@ -3,21 +3,30 @@
 One ``sqlite3`` connection lives on one dedicated thread; every store call runs there as a
 single synchronous function, so a multi-statement transaction can never interleave with
 another coroutine's statements, and the event loop never blocks on the file. The database is
-in WAL mode with ``synchronous=NORMAL``: a committed write survives the process being killed
-(only an operating-system crash can lose the last commits). Several processes must not share
-one file; use the PostgreSQL store for replicas.
+in WAL mode with ``synchronous=FULL``: every commit is fsynced before its caller hears of it,
+so a write that returned (a 200 from createTask) survives a power cut, not only the process
+being killed.
+
+An fsync per call would cost throughput (docs/performance.md), so calls are group-committed:
+when several are waiting for the store thread, they run in one transaction, each in its own
+SAVEPOINT (a call that raises rolls back only itself and gets its own error), and every
+caller gets its result once the one COMMIT has returned. A call that finds nothing else
+waiting runs alone, as it would without batching. Several processes must not share one file;
+use the PostgreSQL store for replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import dataclasses
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
@@ -42,10 +51,20 @@ from coordinator.store.worker_rows import (
 T = TypeVar("T")
 _Q = queries("sqlite")
 
+# A group commit holds its callers until the COMMIT, so it stops taking more calls at either
+# bound; what is left waits for the next transaction, right after.
+GROUP_MAX_CALLS = 256
+GROUP_MAX_SECONDS = 0.005
+
 
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE (take the write lock up front, so no upgrade deadlock) ... COMMIT."""
+    """Make the body atomic: BEGIN IMMEDIATE (take the write lock up front, so no upgrade
+    deadlock) ... COMMIT when run alone, a SAVEPOINT inside a group commit's transaction."""
+    if conn.in_transaction:
+        with _savepoint(conn, "body"):
+            yield
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
@@ -53,6 +72,53 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+@contextlib.contextmanager
+def _savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
+    """SAVEPOINT ... RELEASE, undoing the body's writes if it raises. An error that ended the
+    whole transaction (SQLite rolls back on some, e.g. a full disk) leaves nothing to undo."""
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+        raise
+    conn.execute(f"RELEASE {name}")
+
+
+@dataclasses.dataclass
+class _Call(Generic[T]):
+    """One store call waiting for the store thread, and the future its caller awaits."""
+
+    fn: Callable[[sqlite3.Connection], T]
+    future: asyncio.Future[T]
+    loop: asyncio.AbstractEventLoop
+    outcome: tuple[T | None, BaseException | None] = (None, None)
+
+    def run(self, conn: sqlite3.Connection, *, in_savepoint: bool) -> None:
+        """Run the call and keep its outcome, result or error; in a savepoint, an error also
+        undoes the call's writes."""
+        try:
+            with _savepoint(conn, "call") if in_savepoint else contextlib.nullcontext():
+                self.outcome = (self.fn(conn), None)
+        except Exception as error:  # handed to the caller, who raises it
+            self.outcome = (None, error)
+
+    def settle(self) -> None:
+        """Hand the outcome to the caller (from the store thread)."""
+        self.loop.call_soon_threadsafe(self._set)
+
+    def _set(self) -> None:
+        if self.future.done():  # the caller was cancelled
+            return
+        result, error = self.outcome
+        if error is not None:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(cast(T, result))
 
 
 def _insert_one(conn: sqlite3.Connection, record: TaskRecord, columns: dict[str, Any]) -> bool:
@@ -82,12 +148,79 @@ class SQLiteStore(SQLStore):
         self._path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         self._conn: sqlite3.Connection | None = None
+        # Appended on the event loop, taken on the store thread (deque ends are thread-safe).
+        self._waiting: collections.deque[_Call[Any]] = collections.deque()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the store thread, group-committed with whatever else is waiting."""
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError("SQLiteStore used before open() or after close()")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        call = _Call(fn, future, loop)
+        self._waiting.append(call)
+        # One drain per call, submitted after the call is queued: a drain that runs finds it,
+        # unless an earlier drain already took it (and then finds nothing, at no cost).
+        self._executor.submit(self._drain, conn)
+        return await future
+
+    async def _run_alone(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the store thread outside any group commit: for what must not run in
+        a transaction (``executescript``, which commits first; closing)."""
         conn = self._conn
         if conn is None:
             raise RuntimeError("SQLiteStore used before open() or after close()")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+
+    def _drain(self, conn: sqlite3.Connection) -> None:
+        """Run the calls waiting now (on the store thread): alone if there is one, otherwise
+        as group commits of at most :data:`GROUP_MAX_CALLS`."""
+        calls: list[_Call[Any]] = []
+        while self._waiting and len(calls) < GROUP_MAX_CALLS:
+            call = self._waiting.popleft()
+            if not call.future.done():  # a cancelled caller's call is not run
+                calls.append(call)
+        if len(calls) == 1:
+            calls[0].run(conn, in_savepoint=False)
+            calls[0].settle()
+            return
+        while calls:
+            calls = self._group_commit(conn, calls)
+
+    def _group_commit(self, conn: sqlite3.Connection, calls: list[_Call[Any]]) -> list[_Call[Any]]:
+        """Run calls in one transaction and settle those it committed (or the one that failed);
+        return the rest, to run in the next one. The first call is always settled."""
+        started = time.monotonic()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            for call in calls:
+                call.outcome = (None, error)
+                call.settle()
+            return []
+        done: list[_Call[Any]] = []
+        for index, call in enumerate(calls):
+            call.run(conn, in_savepoint=True)
+            if not conn.in_transaction:
+                # Its error rolled back the whole transaction: it alone failed; the calls
+                # before it lost their writes and run again in the next transaction.
+                call.settle()
+                return done + calls[index + 1 :]
+            done.append(call)
+            if time.monotonic() - started > GROUP_MAX_SECONDS:
+                break
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as error:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # the callers get the COMMIT's error
+                    conn.execute("ROLLBACK")
+            for call in done:
+                call.outcome = (None, error)
+        for call in done:
+            call.settle()
+        return calls[len(done) :]
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +229,9 @@ class SQLiteStore(SQLStore):
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            # FULL: WAL commits are fsynced before the call returns, so a 200 survives a power
+            # cut (NORMAL only survives the process dying); group commit pays for the fsyncs.
+            conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA busy_timeout=10000")
             return conn
 
@@ -106,7 +241,7 @@ class SQLiteStore(SQLStore):
 
     async def close(self) -> None:
         if self._conn is not None:
-            await self._run(lambda conn: conn.close())
+            await self._run_alone(lambda conn: conn.close())
             self._conn = None
         self._executor.shutdown(wait=True)
 
@@ -131,7 +266,7 @@ class SQLiteStore(SQLStore):
                 applied.append(migration.version)
             return applied
 
-        return await self._run(apply)
+        return await self._run_alone(apply)
 
     # --- single records -------------------------------------------------------------------
 

@@ -1,0 +1,177 @@
+"""Group commit in the SQLite store: calls waiting together share one transaction and one
+fsync, each in its own savepoint, and no caller hears of a write before it is committed.
+
+The store thread is held (a job that waits on an event, queued on its executor) while calls
+pile up, so that they are waiting together when it is let go; the connection's statements are
+recorded with a trace callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.store import sqlite as sqlite_module
+from coordinator.store.sqlite import SQLiteStore
+from tests.test_store_contract import get, new_record
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = SQLiteStore(tmp_path / "store.db")
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def record_statements(store: SQLiteStore, *, commit_delay: float = 0) -> list[str]:
+    """The statements the store runs from now on; each COMMIT first sleeps ``commit_delay``,
+    which widens the window in which a result handed out early would show."""
+    statements: list[str] = []
+
+    def trace(statement: str) -> None:
+        statements.append(statement)
+        if statement == "COMMIT":
+            time.sleep(commit_delay)
+
+    assert store._conn is not None
+    store._conn.set_trace_callback(trace)
+    return statements
+
+
+async def together(store: SQLiteStore, *calls: Awaitable[Any]) -> list[Any]:
+    """Run the calls so that all of them wait for the store thread at once; their outcomes,
+    errors included, in order."""
+    gate = threading.Event()
+    store._executor.submit(gate.wait)
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    await asyncio.sleep(0)  # each task runs up to its store call, which queues it
+    assert len(store._waiting) == len(tasks)
+    gate.set()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_calls_waiting_together_share_one_commit_and_each_get_their_own_result(
+    store: SQLiteStore,
+) -> None:
+    existing = await store.insert(new_record("old"))
+    assert existing is not None
+    statements = record_statements(store)
+
+    results = await together(
+        store,
+        *(store.insert(new_record(f"t{i}")) for i in range(5)),
+        store.insert(new_record("old")),
+        store.get("old"),
+        store.compare_and_set(existing.replace(version=7)),
+        store.states(["t0", "missing"]),
+    )
+
+    assert [result.task_id for result in results[:5]] == [f"t{i}" for i in range(5)]
+    assert results[5:] == [None, existing, None, {"t0": "pending"}]
+    assert statements.count("BEGIN IMMEDIATE") == 1
+    assert statements.count("COMMIT") == 1
+    assert statements.count("SAVEPOINT call") == 9
+
+
+async def test_a_failing_call_rolls_back_only_itself_and_gets_its_own_error(
+    store: SQLiteStore,
+) -> None:
+    statements = record_statements(store)
+
+    def write_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE scratch (x)")
+        raise ValueError("after a write")
+
+    # a repeated dependency violates the edge table's key after the task row is written
+    results = await together(
+        store,
+        store.insert(new_record("a")),
+        store.insert(new_record("bad", dependencies=("dep", "dep"))),
+        store._run(write_then_fail),
+        store.insert(new_record("b")),
+    )
+
+    assert isinstance(results[1], sqlite3.IntegrityError)
+    assert isinstance(results[2], ValueError)
+    assert [result.task_id for result in (results[0], results[3])] == ["a", "b"]
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        await store._run(lambda conn: conn.execute("SELECT * FROM scratch").fetchall())
+    assert (await get(store, "a")).task_id == "a"
+    assert (await get(store, "b")).task_id == "b"
+    assert await store.get("bad") is None
+    assert (await store.dependents("dep", limit=10, after=None)).records == []
+    assert statements.count("COMMIT") == 1
+
+
+async def test_a_call_whose_error_ends_the_transaction_leaves_the_others_to_commit(
+    store: SQLiteStore,
+) -> None:
+    # SQLite rolls the whole transaction back on some errors (a full disk, an I/O error)
+    def fail_like_a_full_disk(conn: sqlite3.Connection) -> None:
+        conn.execute("ROLLBACK")
+        raise sqlite3.OperationalError("database or disk is full")
+
+    results = await together(
+        store,
+        store.insert(new_record("a")),
+        store._run(fail_like_a_full_disk),
+        store.insert(new_record("b")),
+    )
+
+    assert isinstance(results[1], sqlite3.OperationalError)
+    assert (await get(store, "a")).task_id == "a"
+    assert (await get(store, "b")).task_id == "b"
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "batched"])
+async def test_a_caller_hears_of_its_write_only_once_it_is_committed(
+    store: SQLiteStore, tmp_path: Path, batched: bool
+) -> None:
+    record_statements(store, commit_delay=0.05)
+    reader = sqlite3.connect(tmp_path / "store.db")
+
+    async def insert_then_look(task_id: str) -> bool:
+        assert await store.insert(new_record(task_id)) is not None
+        query = "SELECT 1 FROM tasks WHERE task_id = ?"
+        return reader.execute(query, (task_id,)).fetchone() is not None
+
+    try:
+        if batched:
+            seen = await together(store, *(insert_then_look(f"t{i}") for i in range(5)))
+        else:
+            seen = [await insert_then_look("t")]
+    finally:
+        reader.close()
+
+    assert seen == [True] * len(seen)
+
+
+async def test_a_lone_call_runs_as_without_group_commit(store: SQLiteStore) -> None:
+    statements = record_statements(store)
+
+    await store.insert(new_record("t"))
+
+    assert "SAVEPOINT call" not in statements
+    assert statements.count("COMMIT") == 1
+
+
+async def test_a_group_commit_is_bounded(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "GROUP_MAX_CALLS", 4)
+    statements = record_statements(store)
+
+    results = await together(store, *(store.insert(new_record(f"t{i}")) for i in range(10)))
+
+    assert [result.task_id for result in results] == [f"t{i}" for i in range(10)]
+    assert statements.count("COMMIT") == 3
