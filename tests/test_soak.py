@@ -1,12 +1,13 @@
 """The soak test (``scripts/soak``, issue 7): its checks catch what they claim to catch, and a
-60-second soak with worker kills, two coordinator restarts and an Azurite restart ends with
-zero violations.
+60-second soak with worker kills, two coordinator restarts, a graceful Azurite restart and an
+Azurite SIGKILL ends with zero violations.
 
 The 60-second soak takes 70-80 s when no hint gets stranded. Workers retry a claim that
 fails while the coordinator is down for up to a minute, so restarts strand nothing; a worker
 SIGKILLed between fetching a hint and claiming it leaves that hint invisible for the poll
 visibility timeout, set to 30 s here (300 s by default), and the soak waits for every task
-to resolve rather than excuse any.
+to resolve rather than excuse any. Hints the SIGKILLed Azurite lost (it saves every 5 s) come
+back through the coordinator's reconciler, every 5 s in the soak.
 """
 
 from __future__ import annotations
@@ -101,14 +102,24 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
     def kinds(found: Any) -> set[str]:
         return {violation.kind for violation in found.violations}
 
-    # Lost, unresolved, and a claim-expired run not retried although retries remained.
+    # Lost, unresolved (a run whose hint was lost stays pending), completed twice, and a
+    # claim-expired run not retried although retries remained.
     stuck = {
-        "T2": _status("T2", [_run(0, "running", reasonCreated="scheduled")], 5),
+        "T2": _status("T2", [_run(0, "pending", reasonCreated="scheduled")], 5),
         "T3": _status("T3", [_run(0, "exception", **expired)], 5),
+        "T5": _status(
+            "T5",
+            [
+                _run(0, "completed", reasonCreated="scheduled", reasonResolved="completed"),
+                _run(1, "completed", reasonCreated="rerun", reasonResolved="completed"),
+            ],
+            5,
+        ),
     }
-    assert kinds(checks.check_tasks(["T1x", "T2", "T3"], stuck, retries=5)) == {
+    assert kinds(checks.check_tasks(["T1x", "T2", "T3", "T5"], stuck, retries=5)) == {
         "lost",
         "unresolved",
+        "completed-twice",
         "no-retry",
     }
     # The same run on two workers; a run the store gave to someone else; a killed worker's
@@ -158,6 +169,7 @@ def test_sixty_second_soak_has_no_violations(tmp_path: Path) -> None:
     assert counts["tasks created"] >= 60, output
     assert counts.get("worker sigkill", 0) + counts.get("worker sigterm", 0) >= 2, output
     assert counts.get("coordinator sigkill", 0) + counts.get("coordinator sigterm", 0) == 2
-    assert counts.get("azurite restarts", 0) == 1, output
+    assert counts.get("azurite sigterm", 0) == 1, output
+    assert counts.get("azurite sigkill", 0) >= 1, output
     assert counts.get("resolved claim-expired", 0) >= 1, output
     assert counts.get("state completed", 0) == counts["tasks created"], output

@@ -2,9 +2,10 @@
 
 A coordinator process, a persistent Azurite and K ``queue-worker`` processes run for a
 bounded time while tasks are created; workers are SIGKILLed (and sometimes SIGTERMed) and
-restarted at random, the coordinator is restarted twice and Azurite once, and duplicate and
-garbage hints are dropped into the queues. At the end the invariants are checked from three
-independent sources: the store (task statuses), the workers' journals (what each handler
+restarted at random, the coordinator is restarted twice and Azurite once gracefully and once
+by SIGKILL (a crash that loses its last seconds of changes), and duplicate and garbage hints
+are dropped into the queues. At the end the invariants are checked from three independent
+sources: the store (task statuses), the workers' journals (what each handler
 really ran, written by :mod:`soaklib.handler`) and the Azure queues themselves.
 
 Modules: :mod:`soaklib.settings` (knobs and flags), :mod:`soaklib.handler` (the workers'

@@ -5,7 +5,11 @@ Pure functions over plain data, so every rule can be read (and tested) on its ow
 ``lost``
     a task whose createTask was answered 200 is unknown to the coordinator.
 ``unresolved``
-    a task is not ``completed``, ``failed`` or ``exception`` after the drain.
+    a task is not ``completed``, ``failed`` or ``exception`` after the drain. This is also
+    what a hint lost by a SIGKILLed Azurite and never put again would show as: its run stays
+    ``pending`` (the coordinator's reconciler must put it again; the drain waits for it).
+``completed-twice``
+    a task has more than one ``completed`` run: each task ends completed exactly once.
 ``double-run``
     one run (taskId, runId) was executed by two worker incarnations, or twice by one: a run
     is held by exactly one worker, and a killed worker's run is retried as a *new* run.
@@ -32,6 +36,9 @@ Pure functions over plain data, so every rule can be read (and tested) on its ow
     error or 5xx (the coordinator was down; the worker protocol says keep them) or because it
     was killed in between. Nobody can read or remove them before they reappear; when they do, the
     claim is refused and the worker deletes them. Their number is reported as ``in flight``.
+    Hints a SIGKILLed Azurite lost are in no queue at all, so they are neither left nor in
+    flight; deletions it lost bring hints of claimed runs back, which the workers fetch,
+    fail to claim and delete during the settle like any other stale hint.
 ``worker-crash``
     a worker process exited without being told to.
 """
@@ -76,7 +83,8 @@ class Findings:
 def check_tasks(
     created: Iterable[str], statuses: Mapping[str, dict[str, Any] | None], *, retries: int
 ) -> Findings:
-    """``lost``, ``unresolved`` and ``no-retry``; counts runs, states and reasons."""
+    """``lost``, ``unresolved``, ``completed-twice`` and ``no-retry``; counts runs, states
+    and reasons."""
     found = Findings()
     for task_id in created:
         status = statuses.get(task_id)
@@ -89,6 +97,9 @@ def check_tasks(
             found.add("unresolved", f"task {task_id} is {state} after the drain")
         runs: list[dict[str, Any]] = status["runs"]
         found.count("runs", len(runs))
+        completed = [index for index, run in enumerate(runs) if run.get("state") == "completed"]
+        if len(completed) > 1:
+            found.add("completed-twice", f"task {task_id} runs {completed} are all completed")
         _check_retries(found, task_id, runs, status.get("retriesLeft"), retries)
     return found
 

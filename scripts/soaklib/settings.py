@@ -27,14 +27,23 @@ class Settings:
     :param kill_interval: mean seconds between two worker kills.
     :param term_share: share of worker kills that are SIGTERM (graceful, reported
         ``worker-shutdown``) instead of SIGKILL.
-    :param coordinator_restarts / azurite_restarts: how often each is restarted.
+    :param coordinator_restarts / azurite_restarts: how often each is restarted (the
+        coordinator by SIGKILL and SIGTERM in turn, Azurite gracefully by SIGTERM).
+    :param azurite_kills: how often Azurite is SIGKILLed and restarted on its data
+        directory, as a crash: it persists its queues on a 5-second timer, so hints put and
+        deletions made since its last save are lost (the reconciler puts lost hints again;
+        the workers delete resurrected ones).
     :param noise_interval: mean seconds between two injected duplicate hints (a garbage
         hint every third time); 0 turns the noise off.
     :param poll_visibility: ``COORDINATOR_POLL_VISIBILITY`` (seconds).
+    :param reconcile_interval: ``COORDINATOR_RECONCILE_INTERVAL`` (seconds): how soon the
+        coordinator puts again a hint Azurite lost.
     :param drain: the longest the soak waits after the chaos phase for every task to
         resolve. A hint fetched by a worker that was killed before claiming stays invisible
-        for ``poll_visibility``, so this must exceed it for the soak to tell "late" from
-        "lost"; ``None`` means ``poll_visibility + 60``.
+        for ``poll_visibility``, and while it does it counts in Azure's message count, which
+        can hide a hint Azurite lost from the reconciler until it reappears and is deleted;
+        so this must exceed both for the soak to tell "late" from "lost"; ``None`` means
+        ``poll_visibility + 2 * reconcile_interval + 60``.
     :param settle: the longest the soak waits, once everything is resolved, for the still
         running workers to fetch and delete the stale hints that are visible.
     """
@@ -49,8 +58,10 @@ class Settings:
     term_share: float = 0.25
     coordinator_restarts: int = 2
     azurite_restarts: int = 1
+    azurite_kills: int = 1
     noise_interval: float = 5.0
     poll_visibility: float = POLL_VISIBILITY
+    reconcile_interval: float = 5.0
     drain: float | None = None
     settle: float = 30.0
     seed: int | None = None
@@ -64,7 +75,9 @@ class Settings:
 
     @property
     def drain_limit(self) -> float:
-        return self.drain if self.drain is not None else self.poll_visibility + 60.0
+        if self.drain is not None:
+            return self.drain
+        return self.poll_visibility + 2 * self.reconcile_interval + 60.0
 
 
 def parse_args(argv: Sequence[str]) -> Settings:
@@ -100,7 +113,24 @@ def parse_args(argv: Sequence[str]) -> Settings:
         help="seconds a fetched hint stays hidden (COORDINATOR_POLL_VISIBILITY)",
     )
     parser.add_argument("--coordinator-restarts", type=int, default=defaults.coordinator_restarts)
-    parser.add_argument("--azurite-restarts", type=int, default=defaults.azurite_restarts)
+    parser.add_argument(
+        "--azurite-restarts",
+        type=int,
+        default=defaults.azurite_restarts,
+        help="graceful Azurite restarts (SIGTERM)",
+    )
+    parser.add_argument(
+        "--azurite-kills",
+        type=int,
+        default=defaults.azurite_kills,
+        help="Azurite crashes (SIGKILL, then restart on the same data directory)",
+    )
+    parser.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=defaults.reconcile_interval,
+        help="seconds between reconciler passes (COORDINATOR_RECONCILE_INTERVAL)",
+    )
     parser.add_argument(
         "--noise-interval",
         type=float,
@@ -138,6 +168,8 @@ def parse_args(argv: Sequence[str]) -> Settings:
         parser.error("the soak must last more than 0 seconds")
     if args.workers < 1 or args.capacity < 1:
         parser.error("--workers and --capacity must be at least 1")
+    if args.reconcile_interval <= 0:
+        parser.error("--reconcile-interval must be more than 0")
     if not 0 <= args.retries <= 49:
         parser.error("--retries must be 0..49")
     return Settings(
@@ -152,6 +184,8 @@ def parse_args(argv: Sequence[str]) -> Settings:
         term_share=args.term_share,
         coordinator_restarts=args.coordinator_restarts,
         azurite_restarts=args.azurite_restarts,
+        azurite_kills=args.azurite_kills,
+        reconcile_interval=args.reconcile_interval,
         noise_interval=args.noise_interval,
         drain=args.drain,
         settle=args.settle,

@@ -6,11 +6,14 @@ Phases, each bounded:
    is running a handler) is SIGKILLed (or SIGTERMed) every ``kill_interval`` on average and
    restarted as a new incarnation; the coordinator is restarted ``coordinator_restarts``
    times (SIGKILL first, then SIGTERM, alternating; down for up to a claim timeout and a bit
-   so running claims expire) and Azurite ``azurite_restarts`` times (graceful stop, same
-   port, persistent ``--location``); duplicate hints of live runs and garbage messages are
-   put into the queues.
+   so running claims expire), Azurite is restarted ``azurite_restarts`` times (graceful
+   stop, same port, persistent ``--location``) and SIGKILLed ``azurite_kills`` times (a
+   crash: what it changed since its last save, every 5 s, is lost; restarted on the same
+   port and ``--location``); duplicate hints of live runs and garbage messages are put into
+   the queues.
 2. **drain** (at most ``drain``): no more chaos; the workers go on until every task is
-   resolved.
+   resolved. A hint Azurite lost comes back through the coordinator's reconciler (every
+   ``reconcile_interval``), so the drain waits long enough for it.
 3. **settle** (at most ``settle``): the workers go on until no soak queue has a visible
    message (stale duplicates are fetched, refused and deleted by the workers).
 4. **check**: workers are stopped, the final statuses, the journals and every message left
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import random
 import re
@@ -87,6 +91,8 @@ class Soak:
         self.background: set[asyncio.Task[None]] = set()
         self.coordinator_down = False
         """Set while the service loop has the coordinator stopped on purpose."""
+        self.azurite_killed: list[float] = []
+        """Epoch times of the Azurite SIGKILLs."""
 
     # --- bookkeeping ---------------------------------------------------------------------
 
@@ -135,6 +141,7 @@ class Soak:
             COORDINATOR_POLL_VISIBILITY=str(settings.poll_visibility),
             COORDINATOR_HINT_GRACE="5",
             COORDINATOR_RESOLVER_INTERVAL="0.5",
+            COORDINATOR_RECONCILE_INTERVAL=str(settings.reconcile_interval),
             COORDINATOR_LOG_LEVEL="INFO",
         )
         (self.workdir / "coordinator").mkdir(parents=True, exist_ok=True)
@@ -213,6 +220,9 @@ class Soak:
         findings.count("hints in flight", max(0, census.approximate - len(census.visible)))
         for name, value in scan_logs(self.workdir).items():
             findings.count(name, value)
+        findings.count(
+            "pending at azurite sigkill", len(pending_at(self.workdir, self.azurite_killed))
+        )
         return Result(
             settings=settings,
             seed=self.seed,
@@ -304,9 +314,15 @@ class Soak:
         kinds = [
             ((index + 0.5) / settings.coordinator_restarts, "coordinator")
             for index in range(settings.coordinator_restarts)
-        ] + [
+        ]
+        kinds += [
             ((index + 0.5) / settings.azurite_restarts, "azurite")
             for index in range(settings.azurite_restarts)
+        ]
+        # A little later than the graceful restarts' spots, so the two kinds interleave.
+        kinds += [
+            ((index + 0.6) / settings.azurite_kills, "azurite-kill")
+            for index in range(settings.azurite_kills)
         ]
         kinds.sort()
         # Spread over the middle 80 % of the chaos phase, each jittered a little.
@@ -339,10 +355,14 @@ class Soak:
                 self.coordinator_down = False
                 self.event("coordinator started")
             else:
-                await self.azurite.stop()
+                kill = kind == "azurite-kill"
+                how = "sigkill" if kill else "sigterm"
+                if kill:
+                    self.azurite_killed.append(time.time())
+                await self.azurite.stop(signum=signal.SIGKILL if kill else signal.SIGTERM)
                 down = self.rng.uniform(0.5, 3.0)
-                self.event(f"azurite stopped, down {down:.1f} s")
-                self.count("azurite restarts")
+                self.event(f"azurite {how}, down {down:.1f} s")
+                self.count(f"azurite {how}")
                 await asyncio.sleep(down)
                 await self.azurite.start()
                 self.event("azurite started")
@@ -424,7 +444,8 @@ class Soak:
                 self.event(
                     f"waiting for {len(unresolved)} tasks ({', '.join(states)}); {waiting} of "
                     "them have a hint a worker kept after a failed claim (visible again "
-                    f"{self.settings.poll_visibility:.0f} s after it was fetched)"
+                    f"{self.settings.poll_visibility:.0f} s after it was fetched); "
+                    f"{reconciled(self.workdir)} hints put again by the reconciler so far"
                 )
             await asyncio.sleep(1.0)
 
@@ -468,12 +489,64 @@ def kept_hints(workdir: Path) -> set[tuple[str, int]]:
     return kept
 
 
+_RECONCILED = re.compile(r"hints missing, putting them again .*?pending=(\d+) inAzure=(\d+)")
+
+
+def reconciled(workdir: Path) -> int:
+    """How many hints the coordinator's reconciler found missing in Azure (and put again),
+    from its log: the sum of ``pending - inAzure`` over its passes."""
+    missing = 0
+    with contextlib.suppress(OSError):
+        text = (workdir / "coordinator.log").read_text(errors="replace")
+        missing = sum(int(match[1]) - int(match[2]) for match in _RECONCILED.finditer(text))
+    return missing
+
+
+_TRANSITION = re.compile(r"transitions .*?taskId=(\S+) runId=(\d+) state=(pending|running)")
+_NOT_PUT = re.compile(r"hint not put, .*?taskId=(\S+) runId=(\d+)")
+
+
+def _log_time(line: str) -> float | None:
+    try:
+        when = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    except ValueError:
+        return None
+    return when.timestamp()
+
+
+def pending_at(workdir: Path, moments: list[float]) -> set[tuple[str, int]]:
+    """(taskId, runId) of the runs that were pending, their hint put, at one of ``moments``
+    (the Azurite SIGKILLs), from the coordinator's log: the runs whose hint the crash could
+    lose (a hint put within Azurite's last 5 s is lost; an older one survives)."""
+    became: dict[tuple[str, int], float] = {}
+    claimed: dict[tuple[str, int], float] = {}
+    not_put: set[tuple[str, int]] = set()
+    with contextlib.suppress(OSError), (workdir / "coordinator.log").open(errors="replace") as log:
+        for line in log:
+            if match := _TRANSITION.search(line):
+                when = _log_time(line)
+                if when is not None:
+                    seen = became if match[3] == "pending" else claimed
+                    seen.setdefault((match[1], int(match[2])), when)
+            elif match := _NOT_PUT.search(line):
+                not_put.add((match[1], int(match[2])))
+    return {
+        run
+        for run, when in became.items()
+        if run not in not_put
+        and any(when < moment < claimed.get(run, float("inf")) for moment in moments)
+    }
+
+
 _LOG_PATTERNS: dict[str, Callable[[str], bool]] = {
     "log hints kept": lambda line: "claim failed, hint kept" in line,
     "log duplicate claims ignored": lambda line: "duplicate claim ignored" in line,
+    "log stale hints refused": lambda line: "hint not claimable" in line,
     "log dequeue warnings": lambda line: "hint dequeued too often" in line,
     "log report not accepted": lambda line: "report not accepted" in line,
     "log claim lost": lambda line: "claim lost taskId" in line,
+    "log hints not put": lambda line: "hint not put, hint keeper will retry" in line,
+    "log reconciler passes": lambda line: "hints missing, putting them again" in line,
     "log 500 incidents": lambda line: bool(re.search(r"incidentId=", line)),
     "log tracebacks": lambda line: line.startswith("Traceback"),
 }
@@ -489,6 +562,7 @@ def scan_logs(workdir: Path) -> dict[str, int]:
                 for name, matches in _LOG_PATTERNS.items():
                     if matches(line):
                         counts[name] = counts.get(name, 0) + 1
+    counts["log reconciler hints missing"] = reconciled(workdir)
     return counts
 
 
