@@ -21,6 +21,7 @@ from coordinator.api.endpoints import API_PREFIX, ENDPOINTS
 from coordinator.api.handlers import HANDLERS, Handlers, route_handler
 from coordinator.api.http import error_middleware, json_response
 from coordinator.api.metrics import HttpMetrics, metrics_handler, metrics_middleware
+from coordinator.api.ui import add_ui_routes
 from coordinator.azure.queues import QueueService, QueueSettings
 from coordinator.config import Config, ConfigurationError
 from coordinator.domain.lifecycle import Timing
@@ -271,5 +272,6 @@ def build_app(
         if endpoint.name in ROOT_ENDPOINTS:
             app.router.add_route(endpoint.method, endpoint.route, handler)
     app.router.add_get("/metrics", metrics_handler(registry), name="metrics")
+    add_ui_routes(app)
     validation.preload()
     return app

@@ -1,7 +1,9 @@
 # Sourced by scripts/dev and scripts/test: makes the checkout ready to run, idempotently.
 # - .venv with the project installed editable, with the test and bench extras;
 #   reinstalled whenever pyproject.toml changes.
-# - node_modules from package-lock.json (Azurite), via npm ci when the lock changes.
+# - node_modules from package-lock.json (Azurite; taskcluster-client-web and esbuild for the
+#   dashboard), via npm ci when the lock changes; then the dashboard's client bundle
+#   (coordinator/ui/vendor, committed so the wheel has it) is rebuilt from the new lock.
 # Needs python3 (3.11+) with venv, and node/npm (Node 20); installs them with apt if missing.
 
 set -euo pipefail
@@ -24,14 +26,18 @@ if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     # setuptools warns on every editable install that a folder named like the package could
     # shadow it; that is this checkout itself, so the warning only buries real problems.
-    PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e '.[test,bench]'
+    # Playwright (test extra) drives Debian's chromium; it must never download browsers.
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PYTHONWARNINGS=ignore \
+        .venv/bin/python -m pip install -q -e '.[test,bench]'
     rm -f .venv/.installed-*
     touch "$stamp"
 fi
 
 lock_stamp=node_modules/.installed-$(sha256sum package-lock.json | cut -c1-16)
 if [ ! -f "$lock_stamp" ]; then
-    echo "setup: installing Azurite (npm ci)"
+    echo "setup: installing Azurite and the dashboard's client (npm ci)"
     npm ci --no-audit --no-fund --loglevel=error
+    echo "setup: bundling taskcluster-client-web into coordinator/ui/vendor"
+    node coordinator/ui/build.mjs
     touch "$lock_stamp"
 fi

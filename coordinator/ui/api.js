@@ -1,0 +1,56 @@
+// The REST API through the official browser client, with this browser session's credentials.
+import { Queue } from './vendor/taskcluster-client.js';
+
+const KEY = 'queue-dashboard-credentials';
+
+export function credentials() {
+  try {
+    return JSON.parse(sessionStorage.getItem(KEY));
+  } catch {
+    return null;
+  }
+}
+
+export function signIn(clientId, accessToken) {
+  sessionStorage.setItem(KEY, JSON.stringify({ clientId, accessToken }));
+}
+
+export function signOut() {
+  sessionStorage.removeItem(KEY);
+}
+
+export function queue() {
+  const creds = credentials();
+  return new Queue({
+    rootUrl: window.location.origin,
+    retries: 0,
+    ...(creds ? { credentials: creds } : {}),
+  });
+}
+
+// Every page of a paginated list method, up to `max` items.
+export async function all(call, key, max = 1000) {
+  const items = [];
+  let continuationToken;
+  do {
+    const query = { limit: 200, ...(continuationToken ? { continuationToken } : {}) };
+    const page = await call(query);
+    items.push(...page[key]);
+    continuationToken = page.continuationToken;
+  } while (continuationToken && items.length < max);
+  return items;
+}
+
+// taskQueueCountsBatch is this coordinator's addition: the client has no method for it, so it
+// goes through the client's generic request; a single taskQueueCounts per queue otherwise.
+const BATCH = { method: 'post', route: '/task-queues/counts', args: [], query: [], input: true };
+
+export async function countsOf(taskQueueIds) {
+  const q = queue();
+  if (!taskQueueIds.length) return [];
+  try {
+    return (await q.request(BATCH, [{ taskQueueIds }])).taskQueueCounts;
+  } catch {
+    return Promise.all(taskQueueIds.map(id => q.taskQueueCounts(id)));
+  }
+}

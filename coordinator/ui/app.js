@@ -1,0 +1,53 @@
+// The dashboard's router (location.hash) and the credentials form.
+import { credentials, signIn, signOut } from './api.js';
+import { groupPage } from './group.js';
+import { queuesPage } from './queues.js';
+import { taskPage } from './task.js';
+import { tasksPage } from './tasks.js';
+
+const main = document.getElementById('app');
+let timers = [];
+
+function route() {
+  timers.forEach(clearInterval);
+  timers = [];
+  const every = (fn, ms) => timers.push(setInterval(fn, ms));
+  main.replaceChildren();
+  const [path, search] = location.hash.replace(/^#/, '').split('?');
+  const params = new URLSearchParams(search);
+  const [, page, id] = (path || '/').split('/');
+  if (page === 'task' && id) taskPage(main, id, route);
+  else if (page === 'group' && id) groupPage(main, id);
+  else if (page === 'tasks') tasksPage(main, params);
+  else queuesPage(main, every);
+}
+
+function showCredentials() {
+  const form = document.getElementById('credentials');
+  const creds = credentials();
+  form.classList.toggle('signed-in', Boolean(creds));
+  document.getElementById('who').textContent = creds ? `Signed in as ${creds.clientId}` : '';
+}
+
+document.getElementById('credentials').addEventListener('submit', event => {
+  event.preventDefault();
+  const { clientId, accessToken } = event.target.elements;
+  if (!clientId.value || !accessToken.value) return;
+  signIn(clientId.value, accessToken.value);
+  event.target.reset();
+  showCredentials();
+  route();
+});
+document.getElementById('sign-out').addEventListener('click', () => {
+  signOut();
+  showCredentials();
+  route();
+});
+document.getElementById('lookup').addEventListener('submit', event => {
+  event.preventDefault();
+  const id = event.target.elements.id.value.trim();
+  if (id) location.hash = `#/${event.submitter.value}/${id}`;
+});
+window.addEventListener('hashchange', route);
+showCredentials();
+route();

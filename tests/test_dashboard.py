@@ -1,0 +1,159 @@
+"""The dashboard at ``/ui/``, used as a person would: headless Chromium (Debian's binary,
+driven by Playwright) against a coordinator with authentication on and tasks in several states.
+
+Set ``QC_SCREENSHOT=1`` to write ``docs/dashboard.png`` from the queue page.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import slugid
+import taskcluster.aio
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from tests.fixtures.coordinator import RunningCoordinator, task_definition
+from tests.test_taskcluster_client import StartCoordinator, start_secured
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "dashboard.png"
+WAIT_MS = 30_000
+"""Every wait in the browser is bounded by this (the machine may be busy with a soak)."""
+
+pytestmark = [
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (scripts/test)"),
+    pytest.mark.timeout(180),
+]
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox"], timeout=WAIT_MS
+        )
+        yield browser
+        await browser.close()
+
+
+class Seed:
+    """Creates tasks in one group with the root client (the official Python client)."""
+
+    def __init__(self, coordinator: RunningCoordinator, root: dict[str, str]) -> None:
+        self.queue = taskcluster.aio.Queue(
+            {"rootUrl": coordinator.url, "credentials": dict(root), "maxRetries": 0},
+            session=coordinator.session,
+        )
+        self.group = slugid.nice()
+        self.ids: dict[str, str] = {}
+
+    async def create(self, name: str, worker_type: str = "builder", **fields: Any) -> str:
+        task_id: str = slugid.nice()
+        fields = {"taskGroupId": self.group, **fields}
+        body = task_definition(provisionerId="dash", workerType=worker_type, **fields)
+        body["metadata"]["name"] = name
+        await self.queue.createTask(task_id, body)
+        self.ids[name] = task_id
+        return task_id
+
+    async def claim(self, task_id: str) -> None:
+        await self.queue.claimTask(task_id, "0", {"workerGroup": "dash", "workerId": "w1"})
+
+    async def populate(self) -> None:
+        """Two queues: completed, failed, running, pending and unscheduled tasks."""
+        for name in ("build-a", "build-b"):
+            await self.claim(await self.create(name))
+        await self.queue.reportCompleted(self.ids["build-a"], "0")
+        await self.queue.reportFailed(self.ids["build-b"], "0")
+        await self.claim(await self.create("test-running"))
+        for n in range(3):
+            await self.create(f"lint-{n}", worker_type="linter")
+        await self.create("deploy", dependencies=[self.ids["lint-0"]])
+
+
+async def sign_in(page: Page, root: dict[str, str]) -> None:
+    await page.fill("input[name=clientId]", root["clientId"])
+    await page.fill("input[name=accessToken]", root["accessToken"])
+    await page.click("#sign-in")
+    await expect(page.locator("#who")).to_have_text("Signed in as root", timeout=WAIT_MS)
+
+
+async def test_dashboard_as_a_person_uses_it(
+    start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    coordinator, creds = await start_secured(start_coordinator, tmp_path / "clients.json", {})
+    seed = Seed(coordinator, creds["root"])
+    await seed.populate()
+    ids = seed.ids
+    page = await browser.new_page(viewport={"width": 1200, "height": 800})
+    page.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    # The queue page: each queue's pending, delayed and running counts, and the depth chart.
+    await page.goto(f"{coordinator.url}/ui/", timeout=WAIT_MS)
+    builder = page.locator('tr[data-queue="dash/builder"]')
+    linter = page.locator('tr[data-queue="dash/linter"]')
+    await expect(builder.locator("td.pending")).to_have_text("0", timeout=WAIT_MS)
+    await expect(builder.locator("td.running")).to_have_text("1", timeout=WAIT_MS)
+    await expect(linter.locator("td.pending")).to_have_text("3", timeout=WAIT_MS)
+    await expect(linter.locator("td.delayed")).to_have_text("0", timeout=WAIT_MS)
+    await expect(page.locator("svg.chart polyline.pending")).to_have_count(1, timeout=WAIT_MS)
+    if os.environ.get("QC_SCREENSHOT") == "1":
+        for n in range(6):  # some movement on the chart, in another queue
+            await page.wait_for_timeout(3_000)
+            if n < 4:
+                other = {"worker_type": "prober", "taskGroupId": slugid.nice()}
+                await seed.claim(await seed.create(f"probe-{n}", **other))
+                await seed.create(f"probe-{n}-next", **other)
+        await page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    # The group's task list, narrowed by the state filter.
+    await page.goto(f"{coordinator.url}/ui/#/tasks?group={seed.group}", timeout=WAIT_MS)
+    rows = page.locator("#tasks tbody tr")
+    await expect(rows).to_have_count(7, timeout=WAIT_MS)
+    await page.select_option("#state-filter", "pending")
+    await expect(rows).to_have_count(3, timeout=WAIT_MS)
+    await expect(page.locator('#tasks tr[data-task="' + ids["lint-1"] + '"]')).to_be_visible()
+    await page.select_option("#state-filter", "unscheduled")
+    await expect(rows).to_have_count(1, timeout=WAIT_MS)
+
+    # A queue's list: its pending and running tasks.
+    await page.goto(f"{coordinator.url}/ui/#/tasks?queue=dash%2Fbuilder", timeout=WAIT_MS)
+    await expect(rows).to_have_count(1, timeout=WAIT_MS)
+    await expect(rows.first).to_have_attribute("data-state", "running", timeout=WAIT_MS)
+
+    # The group page's progress bar.
+    await page.goto(f"{coordinator.url}/ui/#/group/{seed.group}", timeout=WAIT_MS)
+    await expect(page.locator("#progress .segment")).to_have_count(5, timeout=WAIT_MS)
+
+    # A task page shows its runs; without credentials cancel is disabled and says why.
+    await page.goto(f"{coordinator.url}/ui/#/task/{ids['build-b']}", timeout=WAIT_MS)
+    await expect(page.locator('#runs li[data-run="0"]')).to_have_attribute(
+        "data-state", "failed", timeout=WAIT_MS
+    )
+    await page.goto(f"{coordinator.url}/ui/#/task/{ids['lint-2']}", timeout=WAIT_MS)
+    cancel = page.locator("button.action.cancel")
+    await expect(cancel).to_be_disabled(timeout=WAIT_MS)
+    await expect(cancel).to_have_attribute("title", re.compile("Sign in"), timeout=WAIT_MS)
+    await expect(page.locator("#why-disabled")).to_contain_text("Sign in", timeout=WAIT_MS)
+
+    # With the root client's credentials, kept for this browser session, cancel works.
+    await sign_in(page, creds["root"])
+    await expect(cancel).to_be_enabled(timeout=WAIT_MS)
+    await cancel.click()
+    await expect(page.locator('#runs li[data-run="0"]')).to_have_attribute(
+        "data-state", "exception", timeout=WAIT_MS
+    )
+    status = await coordinator.call("GET", f"/task/{ids['lint-2']}/status")
+    assert status.body["status"]["state"] == "exception"
+    assert await page.evaluate("Object.keys(sessionStorage)") == ["queue-dashboard-credentials"]
+    assert not errors, errors
+    print(f"dashboard test took {time.monotonic() - started:.1f} s")
