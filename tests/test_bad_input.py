@@ -610,3 +610,19 @@ async def test_an_oversized_request_line_or_header_is_a_json_400_without_a_trace
     assert body["code"] == "InputError" and "could not be parsed" in body["message"]
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
     assert not [record for record in caplog.records if record.exc_info]
+
+
+@pytest.mark.parametrize(
+    ("path", "unknown"),
+    [
+        (f"/task-group/{TASK}/list?state=failed", "state"),
+        ("/ping?verbose=1", "verbose"),
+        (f"/task/{TASK}/status?limit=10&x=1", "limit, x"),
+    ],
+)
+async def test_unknown_query_parameters_are_a_400(
+    start_coordinator: StartCoordinator, path: str, unknown: str
+) -> None:
+    c = await start_coordinator()
+    response = await c.call("GET", path)
+    assert_error(response, 400, "InputValidationError", f"unknown query parameters {unknown}")

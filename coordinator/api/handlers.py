@@ -579,6 +579,13 @@ def route_handler(
     async def handle(request: web.Request) -> web.Response:
         request[ENDPOINT] = endpoint.name
         validation.validate_params(request.match_info)
+        unknown = sorted(set(request.query) - set(endpoint.query))
+        if unknown:
+            # A silently ignored filter (listTaskGroup?state=failed) looks as if it worked.
+            accepted = ", ".join(endpoint.query) or "none"
+            raise InputValidationError(
+                f"unknown query parameters {', '.join(unknown)}: {endpoint.name} accepts {accepted}"
+            )
         validation.validate_params(request.query)
         body: Any = None
         if endpoint.input is not None:

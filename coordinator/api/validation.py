@@ -280,8 +280,8 @@ def validate_response(schema_name: str, instance: object) -> None:
 def validate_params(params: Mapping[str, str]) -> None:
     """Check decoded path and query parameters against their schemas in ``common.json``.
 
-    Names not in :data:`~coordinator.api.endpoints.PARAMETERS` are ignored, like
-    Taskcluster ignores unknown query parameters.
+    Names not in :data:`~coordinator.api.endpoints.PARAMETERS` are not checked here (the
+    route handler refuses query parameters its endpoint does not take).
 
     :raises InputValidationError: naming every bad parameter.
     """
