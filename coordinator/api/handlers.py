@@ -8,11 +8,9 @@ work around it, so every request and response body is validated against ``schema
 
 from __future__ import annotations
 
-import base64
 import importlib.metadata
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -40,9 +38,6 @@ LIST_LIMIT = 1000
 
 log = logging.getLogger(__name__)
 
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{22}")
-"""What a continuationToken decodes to: the task id a page ended on."""
-
 Body = dict[str, Any]
 Method = Callable[[web.Request, Any], Awaitable[Body]]
 
@@ -60,16 +55,9 @@ def _limit(request: web.Request) -> int:
 
 
 def _continuation(request: web.Request) -> str | None:
-    token = request.query.get("continuationToken")
-    if not token:
-        return None
-    try:
-        after = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode("ascii")
-    except ValueError:  # not base64 (binascii.Error), not ASCII, or not UTF-8 underneath
-        after = ""
-    if not _TOKEN.fullmatch(after):
-        raise InputValidationError(f"continuationToken {token!r} is not one this API issued")
-    return after
+    """The task id the request's continuationToken names (listings keyed by task id)."""
+    key = keyset.after(request, (str,))
+    return None if key is None else str(key[0])
 
 
 def _page_body(page: Page, key: str, value: str) -> Body:
@@ -78,9 +66,7 @@ def _page_body(page: Page, key: str, value: str) -> Body:
         "tasks": [{"status": r.status(), "task": dict(r.definition)} for r in page.records],
     }
     if page.next_after is not None:
-        body["continuationToken"] = (
-            base64.urlsafe_b64encode(page.next_after.encode()).decode().rstrip("=")
-        )
+        body["continuationToken"] = keyset.token((page.next_after,))
     return body
 
 

@@ -1,6 +1,7 @@
-"""Pages of the listings sorted by a key (task queues, provisioners, worker types, workers, a
-task queue's pending and claimed runs) and their continuationTokens: base64url of the JSON array
-of the sort key of the last item a page returned, like Taskcluster's index-based tokens."""
+"""The continuationTokens of every listing (a task group's tasks and a task's dependents by task
+id; task queues, provisioners, worker types, workers, a task queue's pending and claimed runs
+by their sort keys): base64url of the JSON array of the sort key of the last item a page
+returned, like Taskcluster's index-based tokens."""
 
 from __future__ import annotations
 
