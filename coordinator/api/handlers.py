@@ -26,7 +26,7 @@ from coordinator.api.scopes import Expression, create_task_requirement
 from coordinator.domain import definitions
 from coordinator.domain.errors import DomainError
 from coordinator.domain.listings import Page, RunCounts
-from coordinator.domain.records import TaskRecord, from_iso, to_iso
+from coordinator.domain.records import DEFAULT_PROJECT_ID, TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey, task_queue_fields
 from coordinator.service.tasks import TaskService
@@ -91,7 +91,7 @@ def _create_requirement(body: Body) -> Expression:
         provisioner_id=provisioner_id,
         worker_type=worker_type,
         scheduler_id=body.get("schedulerId", "-"),
-        project_id=body.get("projectId", definitions.DEFAULT_PROJECT_ID),
+        project_id=body.get("projectId", DEFAULT_PROJECT_ID),
         routes=body.get("routes", []),
         scopes=body.get("scopes", []),
     )
@@ -171,24 +171,17 @@ class Handlers:
         return {**group.to_api(), **_page_body(page, "taskGroupId", group.task_group_id)}
 
     async def tasks(self, request: web.Request, body: Any) -> Body:
-        found = await self.service.get_many(body["taskIds"])
-        return {
-            "tasks": [
-                {"taskId": task_id, "task": dict(found[task_id].definition)}
-                for task_id in dict.fromkeys(body["taskIds"])
-                if task_id in found
-            ]
-        }
+        found = await self._existing(body["taskIds"])
+        return {"tasks": [{"taskId": r.task_id, "task": dict(r.definition)} for r in found]}
 
     async def statuses(self, request: web.Request, body: Any) -> Body:
-        found = await self.service.get_many(body["taskIds"])
-        return {
-            "statuses": [
-                {"taskId": task_id, "status": found[task_id].status()}
-                for task_id in dict.fromkeys(body["taskIds"])
-                if task_id in found
-            ]
-        }
+        found = await self._existing(body["taskIds"])
+        return {"statuses": [{"taskId": r.task_id, "status": r.status()} for r in found]}
+
+    async def _existing(self, task_ids: list[str]) -> list[TaskRecord]:
+        """The tasks that exist among ``task_ids``, in their order, each once."""
+        found = await self.service.get_many(task_ids)
+        return [found[task_id] for task_id in dict.fromkeys(task_ids) if task_id in found]
 
     async def heartbeat(self, request: web.Request, body: Any) -> Body:
         try:

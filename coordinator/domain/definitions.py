@@ -16,11 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coordinator.domain.errors import InputError
-from coordinator.domain.records import TaskRecord, from_iso, to_iso
+from coordinator.domain.records import DEFAULT_PROJECT_ID, TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue, canonical_priority
-
-DEFAULT_PROJECT_ID = "none"
-"""The projectId of a task that names none, as in Taskcluster."""
 
 CREATED_TOLERANCE = 15 * 60 * 1000
 """How far ``created`` may be from the server's clock, either way (ms)."""

@@ -20,6 +20,9 @@ from coordinator.domain.task_queues import TaskQueue
 RunState = Literal["pending", "running", "completed", "failed", "exception"]
 TaskState = Literal["unscheduled", "pending", "running", "completed", "failed", "exception"]
 
+DEFAULT_PROJECT_ID = "none"
+"""The projectId of a task that names none, as in Taskcluster."""
+
 RESOLVED_STATES: frozenset[str] = frozenset({"completed", "failed", "exception"})
 AUTOMATIC_RETRIES: frozenset[str] = frozenset({"retry", "task-retry"})
 """The reasonCreated of runs the coordinator added on its own (queued at ``retryPriority``)."""
@@ -148,7 +151,7 @@ class TaskRecord:
     @property
     def project_id(self) -> str:
         # definitions stored before projectId existed have none
-        project_id: str = self.definition.get("projectId", "none")
+        project_id: str = self.definition.get("projectId", DEFAULT_PROJECT_ID)
         return project_id
 
     @property
