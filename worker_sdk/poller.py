@@ -201,7 +201,8 @@ class AzurePoller(_Polling):
         super().__init__(**parts)
         self._session = session
         self._metrics = metrics
-        self._urls: dict[TaskQueue, PollUrls] = {}
+        self._urls: dict[TaskQueue, tuple[PollUrls, list[_AzureQueue]]] = {}
+        """Each task queue's signed URLs and the Azure queues they sign, built once per refresh."""
         self._coordinator_lost = False
         """Claims got no answer: take no more hints until the coordinator answers again."""
 
@@ -213,14 +214,9 @@ class AzurePoller(_Polling):
             # URL's SAS cannot release it: taking hints no claim can follow strands them.
             await self._coordinator_answers()
         queues = [
-            _AzureQueue(
-                task_queue=task_queue,
-                priority=priority_at(index),
-                urls=urls,
-                name=azure.queue_name_of_url(urls.poll_url),
-            )
+            queue
             for task_queue in self._identity.task_queues
-            for index, urls in enumerate((await self._signed_urls(task_queue)).queues)
+            for queue in await self._signed_queues(task_queue)
         ]
         for queue in self._settings.order.arrange(queues, lambda q: q.priority, self._rng):
             if self._stopping.is_set():
@@ -254,9 +250,9 @@ class AzurePoller(_Polling):
         self._coordinator_lost = False
         log.info("coordinator answers again, polling resumed")
 
-    async def _signed_urls(self, task_queue: TaskQueue) -> PollUrls:
-        urls = self._urls.get(task_queue)
-        if urls is None or time.monotonic() >= urls.refresh_at:
+    async def _signed_queues(self, task_queue: TaskQueue) -> list[_AzureQueue]:
+        cached = self._urls.get(task_queue)
+        if cached is None or time.monotonic() >= cached[0].refresh_at:
             try:
                 urls = await self._client.poll_task_urls(
                     task_queue.provisioner_id, task_queue.worker_type
@@ -265,14 +261,23 @@ class AzurePoller(_Polling):
                 if error.transient:
                     raise _Transient() from error
                 raise
-            self._urls[task_queue] = urls
+            queues = [
+                _AzureQueue(
+                    task_queue=task_queue,
+                    priority=priority_at(index),
+                    urls=signed,
+                    name=azure.queue_name_of_url(signed.poll_url),
+                )
+                for index, signed in enumerate(urls.queues)
+            ]
+            cached = self._urls[task_queue] = (urls, queues)
             log.info(
                 "poll urls refreshed taskQueue=%s queues=%d expires=%s",
                 task_queue,
                 len(urls.queues),
                 urls.expires.isoformat(),
             )
-        return urls
+        return cached[1]
 
     async def _take_all(
         self, queue: _AzureQueue, messages: list[azure.QueueMessage]
