@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from coordinator.api import openapi, validation
+from coordinator.api import keyset, openapi, validation
 from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import API_PREFIX, ENDPOINTS
 from coordinator.api.handlers import HANDLERS, Handlers, route_handler
@@ -40,6 +40,7 @@ from coordinator.resolvers import (
 )
 from coordinator.resolvers.runner import Actor, Runner
 from coordinator.service.clock import wall_clock
+from coordinator.service.management import OutcomeTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.tasks import TaskService
 from coordinator.service.work_queues import NO_AZURE, WorkQueues
@@ -58,6 +59,7 @@ class Coordinator:
     store: Store
     service: TaskService
     queues: QueueService | None
+    management: TaskManagement
     work: WorkQueues
     runner: Runner
     workers: WorkerService
@@ -69,7 +71,12 @@ ROOT_ENDPOINTS = frozenset({"heartbeat", "lbheartbeat", "version"})
 """Served at the service root as well, where load balancers and deployment checks look."""
 
 
-def _actors(config: Config, service: TaskService, queues: QueueService | None) -> list[Actor]:
+def _actors(
+    config: Config,
+    service: TaskService,
+    management: TaskManagement,
+    queues: QueueService | None,
+) -> list[Actor]:
     seconds = config.resolver_interval / 1000
     actors = [
         Actor(
@@ -94,8 +101,8 @@ def _actors(config: Config, service: TaskService, queues: QueueService | None) -
         ),
         Actor(
             name="expiry-sweeper",
-            run_once=lambda: expiry_sweeper.run_once(service),
-            interval=max(seconds, 60.0),
+            run_once=lambda: expiry_sweeper.run_once(service, management),
+            interval=seconds,
             busy_at=1000,
         ),
     ]
@@ -197,6 +204,12 @@ def build_app(
             clock=clock,
             metrics=service_metrics,
         )
+        management = TaskManagement(
+            service=service,
+            store=store,
+            ttls=OutcomeTTLs(completed=config.completed_ttl, failed=config.failed_ttl),
+        )
+        app[keyset.TOKEN_KEY] = await management.token_key()
         workers = WorkerService(store=store, clock=clock)
         # Before the first request: a quarantined worker must not claim in the first second.
         await workers.refresh_quarantines()
@@ -208,7 +221,7 @@ def build_app(
         )
         runner = Runner(
             [
-                *_actors(config, service, queues),
+                *_actors(config, service, management, queues),
                 *_worker_actors(config, workers),
                 Actor(
                     name="queue-gauges",
@@ -225,12 +238,19 @@ def build_app(
             store=store,
             service=service,
             queues=queues,
+            management=management,
             work=work,
             runner=runner,
             workers=workers,
         )
         app[COORDINATOR] = coordinator
-        app[HANDLERS] = Handlers(service=service, work=work, workers=workers, authorizer=authorizer)
+        app[HANDLERS] = Handlers(
+            service=service,
+            management=management,
+            work=work,
+            workers=workers,
+            authorizer=authorizer,
+        )
         runner.start()
         log.info(
             "coordinator started url=%s store=%s azure=%s auth=%s",

@@ -30,6 +30,11 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> int:
     return int(value * 1000)
 
 
+def _optional_seconds(env: Mapping[str, str], name: str) -> int | None:
+    """:func:`_seconds` of a setting that is off unless set."""
+    return _seconds(env, name, 0) if env.get(name) else None
+
+
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -55,6 +60,9 @@ class Config:
     :param poll_visibility: how long a hint a worker fetched through its signed poll URL stays
         hidden from other workers (ms; the ``visibilitytimeout`` of the URL).
     :param pending_cache: how long a pendingTasks count from Azure is reused (ms).
+    :param completed_ttl: how long a completed task is kept after it resolved (ms; ``None``:
+        until its ``expires``).
+    :param failed_ttl: the same for failed and exception tasks.
     :param reconcile_interval: how often the reconciler compares the store's pending runs with
         Azure's message counts and puts lost hints again (ms).
     """
@@ -80,6 +88,8 @@ class Config:
     pending_cache: int = 20_000
     max_body_bytes: int = 1_048_576
     max_batch_body_bytes: int = 16 * 1_048_576
+    completed_ttl: int | None = None
+    failed_ttl: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -112,4 +122,6 @@ class Config:
             claim_work_timeout=_seconds(env, "COORDINATOR_CLAIM_WORK_TIMEOUT", 20),
             poll_visibility=_seconds(env, "COORDINATOR_POLL_VISIBILITY", 300),
             pending_cache=_seconds(env, "COORDINATOR_PENDING_CACHE", 20),
+            completed_ttl=_optional_seconds(env, "COORDINATOR_COMPLETED_TTL"),
+            failed_ttl=_optional_seconds(env, "COORDINATOR_FAILED_TTL"),
         )

@@ -392,14 +392,14 @@ async def test_the_expiry_sweeper_deletes_expired_tasks_and_leaves_the_others(
     dependent = await create(c, clock, dependencies=[short_lived[0]])
 
     clock.now = expires - 1
-    assert await expiry_sweeper.run_once(service) == 0
+    assert await expiry_sweeper.run_once(service, c.parts.management) == 0
     for task_id in short_lived:
         assert (await c.call("GET", f"/task/{task_id}/status")).status == 200
 
     clock.now = expires
-    assert await expiry_sweeper.run_once(service, limit=2) == 2
-    assert await expiry_sweeper.run_once(service) == 1
-    assert await expiry_sweeper.run_once(service) == 0
+    assert await expiry_sweeper.run_once(service, c.parts.management, limit=2) == 2
+    assert await expiry_sweeper.run_once(service, c.parts.management) == 1
+    assert await expiry_sweeper.run_once(service, c.parts.management) == 0
     for task_id in short_lived:
         for path in (f"/task/{task_id}", f"/task/{task_id}/status"):
             gone = await c.call("GET", path)

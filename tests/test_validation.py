@@ -75,7 +75,14 @@ TASKCLUSTER_METHODS = {
     "quarantineWorker",
     "declareWorker",
 }
-OUR_METHODS = {"createTasks"}
+OUR_METHODS = {
+    "createTasks",
+    "listTasks",
+    "listTaskSummaries",
+    "countTasks",
+    "cancelTasks",
+    "deleteTasks",
+}
 """Methods beyond Taskcluster's."""
 
 

@@ -28,7 +28,7 @@ from coordinator.domain.task_queues import TaskQueue
 
 API_PREFIX = "/api/queue/v1"
 
-Method = Literal["GET", "POST", "PUT"]
+Method = Literal["GET", "POST", "PUT", "DELETE"]
 Stability = Literal["stable", "experimental", "deprecated"]
 
 
@@ -107,6 +107,41 @@ PARAMETERS: Mapping[str, Parameter] = {
         ),
         Parameter(name="workerGroup", schema="identifier", description="The worker group."),
         Parameter(name="workerId", schema="identifier", description="The worker."),
+        Parameter(name="schedulerId", schema="identifier", description="The schedulerId."),
+        Parameter(name="projectId", schema="project-id", description="The projectId."),
+        Parameter(
+            name="state",
+            schema="task-filter-state",
+            description="A state (repeatable: any of them): `unscheduled`, `pending` (claimable "
+            "now), `delayed` (pending, not claimable yet), `running`, `completed`, `failed`, "
+            "`exception`.",
+        ),
+        Parameter(
+            name="tag",
+            schema="tag-filter",
+            description="`<key>:<value>`: the task's `tags` hold that key with that value "
+            "(repeatable: all of them). The key is everything before the first colon.",
+        ),
+        Parameter(
+            name="createdAfter",
+            schema="date-time",
+            description="`created` at or after this date-time.",
+        ),
+        Parameter(
+            name="createdBefore",
+            schema="date-time",
+            description="`created` before this date-time.",
+        ),
+        Parameter(
+            name="resolvedAfter",
+            schema="date-time",
+            description="Resolved (the last run's `resolved`) at or after this date-time.",
+        ),
+        Parameter(
+            name="resolvedBefore",
+            schema="date-time",
+            description="Resolved before this date-time.",
+        ),
         Parameter(
             name="quarantined",
             schema="quarantined-parameter",
@@ -117,6 +152,30 @@ PARAMETERS: Mapping[str, Parameter] = {
 """Every path and query parameter any endpoint uses, by name."""
 
 _PAGED = ("limit", "continuationToken")
+
+TASK_FILTERS = (
+    "taskQueueId",
+    "state",
+    "schedulerId",
+    "taskGroupId",
+    "projectId",
+    "tag",
+    "createdAfter",
+    "createdBefore",
+    "resolvedAfter",
+    "resolvedBefore",
+)
+"""The query parameters that select tasks in the management API, combined with AND."""
+
+_MANAGEMENT = (
+    "Filters, all optional and combined with AND: "
+    + ", ".join(f"`{name}`" for name in TASK_FILTERS)
+    + " (`state` and `tag` repeatable). Not a Taskcluster method."
+)
+_STREAMING = (
+    " With `Accept: application/x-ndjson` the answer is every match, one JSON object per "
+    "line, streamed (no `continuationToken`)."
+)
 
 _CLAIM_WORK_DESCRIPTION = (
     "Long-poll (about 20 s) for up to `tasks` pending runs of the worker pool and claim them. "
@@ -459,6 +518,69 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description=_COUNTS_DESCRIPTION,
         stability="experimental",
         variant="ByTaskQueueId",
+    ),
+    Endpoint(
+        name="listTasks",
+        method="GET",
+        route="/tasks",
+        input=None,
+        output="list-tasks-response",
+        title="List Tasks",
+        description="One page of the tasks that match the filters, by taskId, with their "
+        "statuses. " + _MANAGEMENT + _STREAMING,
+        stability="experimental",
+        query=(*TASK_FILTERS, *_PAGED),
+    ),
+    Endpoint(
+        name="listTaskSummaries",
+        method="GET",
+        route="/tasks/summary",
+        input=None,
+        output="list-task-summaries-response",
+        title="List Task Summaries",
+        description="As listTasks, without each task's `payload` and `extra`. "
+        + _MANAGEMENT
+        + _STREAMING,
+        stability="experimental",
+        query=(*TASK_FILTERS, *_PAGED),
+    ),
+    Endpoint(
+        name="countTasks",
+        method="GET",
+        route="/tasks/count",
+        input=None,
+        output="count-tasks-response",
+        title="Count Tasks",
+        description="How many tasks match the filters, by state (`delayed`: pending, not "
+        "claimable yet; the states are disjoint and add up to `total`). " + _MANAGEMENT,
+        stability="experimental",
+        query=TASK_FILTERS,
+    ),
+    Endpoint(
+        name="cancelTasks",
+        method="POST",
+        route="/tasks/cancel",
+        input=None,
+        output="cancel-tasks-response",
+        title="Cancel Tasks",
+        description="cancelTask for every unresolved task that matches the filters, in bounded "
+        "batches; `cancelled` counts the tasks this call resolved. Needs "
+        "`queue:manage:cancel-tasks`; an empty filter is a 400. " + _MANAGEMENT,
+        stability="experimental",
+        query=TASK_FILTERS,
+    ),
+    Endpoint(
+        name="deleteTasks",
+        method="DELETE",
+        route="/tasks",
+        input=None,
+        output="delete-tasks-response",
+        title="Delete Tasks",
+        description="Remove the tasks that match the filters, in bounded batches; their hints "
+        "become stale, and a worker holding one of their runs gets 404 when it reports. Needs "
+        "`queue:manage:delete-tasks`; an empty filter is a 400. " + _MANAGEMENT,
+        stability="experimental",
+        query=TASK_FILTERS,
     ),
     Endpoint(
         name="openapi",

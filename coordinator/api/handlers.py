@@ -17,10 +17,11 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinator.api import keyset, validation
+from coordinator.api import keyset, management, validation
 from coordinator.api.auth import Auth, Authorizer
 from coordinator.api.endpoints import Endpoint, task_queue
 from coordinator.api.errors import InputValidationError, ServiceUnavailable, as_api_error
+from coordinator.api.filters import task_filter
 from coordinator.api.http import ENDPOINT, json_response, read_json
 from coordinator.api.scopes import Expression, create_task_requirement
 from coordinator.domain import definitions
@@ -29,6 +30,7 @@ from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import DEFAULT_PROJECT_ID, TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey, task_queue_fields
+from coordinator.service.management import TaskManagement
 from coordinator.service.tasks import TaskService
 from coordinator.service.work_queues import WorkQueues
 from coordinator.service.workers import WorkerService
@@ -39,7 +41,7 @@ LIST_LIMIT = 1000
 log = logging.getLogger(__name__)
 
 Body = dict[str, Any]
-Method = Callable[[web.Request, Any], Awaitable[Body]]
+Method = Callable[[web.Request, Any], Awaitable[Body | web.StreamResponse]]
 
 
 def _task_id(request: web.Request, name: str = "taskId") -> str:
@@ -60,13 +62,13 @@ def _continuation(request: web.Request) -> str | None:
     return None if key is None else str(key[0])
 
 
-def _page_body(page: Page, key: str, value: str) -> Body:
+def _page_body(request: web.Request, page: Page, key: str, value: str) -> Body:
     body: Body = {
         key: value,
         "tasks": [{"status": r.status(), "task": dict(r.definition)} for r in page.records],
     }
     if page.next_after is not None:
-        body["continuationToken"] = keyset.token((page.next_after,))
+        body["continuationToken"] = keyset.token(request, (page.next_after,))
     return body
 
 
@@ -124,11 +126,13 @@ class Handlers:
         self,
         *,
         service: TaskService,
+        management: TaskManagement,
         work: WorkQueues,
         workers: WorkerService,
         authorizer: Authorizer,
     ) -> None:
         self.service = service
+        self.management = management
         self.work = work
         self.workers = workers
         self.auth = authorizer
@@ -168,7 +172,7 @@ class Handlers:
         limit, after = _limit(request), _continuation(request)
         group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
         page = await self.service.task_group(group.task_group_id, limit=limit, after=after)
-        return {**group.to_api(), **_page_body(page, "taskGroupId", group.task_group_id)}
+        return {**group.to_api(), **_page_body(request, page, "taskGroupId", group.task_group_id)}
 
     async def tasks(self, request: web.Request, body: Any) -> Body:
         found = await self._existing(body["taskIds"])
@@ -201,7 +205,7 @@ class Handlers:
         page = await self.service.dependents(
             task_id, limit=_limit(request), after=_continuation(request)
         )
-        return _page_body(page, "taskId", task_id)
+        return _page_body(request, page, "taskId", task_id)
 
     async def pendingTasks(self, request: web.Request, body: Any) -> Body:
         queue = task_queue(request.match_info)
@@ -430,7 +434,7 @@ class Handlers:
         page = await self.workers.task_queues(
             limit=_limit(request), after=keyset.after(request, (str, str))
         )
-        return keyset.page_body("taskQueues", page, lambda found: found.to_api())
+        return keyset.page_body(request, "taskQueues", page, lambda found: found.to_api())
 
     async def getTaskQueue(self, request: web.Request, body: Any) -> Body:
         return (await self.workers.task_queue(task_queue(request.match_info))).to_api()
@@ -442,6 +446,7 @@ class Handlers:
             after=keyset.after(request, (int, str)),
         )
         return keyset.page_body(
+            request,
             "tasks",
             page,
             lambda record: {
@@ -470,7 +475,7 @@ class Handlers:
                 "task": dict(record.definition),
             }
 
-        return keyset.page_body("tasks", page, claimed)
+        return keyset.page_body(request, "tasks", page, claimed)
 
     async def taskQueueCountsBatch(self, request: web.Request, body: Any) -> Body:
         queues = [TaskQueue.parse(task_queue_id) for task_queue_id in body["taskQueueIds"]]
@@ -485,7 +490,7 @@ class Handlers:
         page = await self.workers.provisioners(
             limit=_limit(request), after=keyset.after(request, (str,))
         )
-        return keyset.page_body("provisioners", page, lambda found: found.to_api())
+        return keyset.page_body(request, "provisioners", page, lambda found: found.to_api())
 
     async def getProvisioner(self, request: web.Request, body: Any) -> Body:
         found = await self.workers.provisioner(request.match_info["provisionerId"])
@@ -497,7 +502,9 @@ class Handlers:
             after=keyset.after(request, (str, str)),
             provisioner_id=request.match_info["provisionerId"],
         )
-        return keyset.page_body("workerTypes", page, lambda found: found.worker_type_to_api())
+        return keyset.page_body(
+            request, "workerTypes", page, lambda found: found.worker_type_to_api()
+        )
 
     async def getWorkerType(self, request: web.Request, body: Any) -> Body:
         found = await self.workers.task_queue(task_queue(request.match_info))
@@ -512,7 +519,7 @@ class Handlers:
             after=keyset.after(request, (str, str)),
         )
         now = self.workers.clock()
-        return keyset.page_body("workers", page, lambda found: found.list_item(now))
+        return keyset.page_body(request, "workers", page, lambda found: found.list_item(now))
 
     async def getWorker(self, request: web.Request, body: Any) -> Body:
         return (await self.workers.worker(self._worker(request))).to_api()
@@ -542,20 +549,41 @@ class Handlers:
         )
         return quarantined.to_api()
 
+    # --- the management API ---------------------------------------------------------------
+
+    async def listTasks(self, request: web.Request, body: Any) -> Body | web.StreamResponse:
+        return await management.list_tasks(request, self.management, summary=False)
+
+    async def listTaskSummaries(self, request: web.Request, body: Any) -> Body | web.StreamResponse:
+        return await management.list_tasks(request, self.management, summary=True)
+
+    async def countTasks(self, request: web.Request, body: Any) -> Body:
+        return (await self.management.count_tasks(task_filter(request.query))).to_api()
+
+    async def cancelTasks(self, request: web.Request, body: Any) -> Body:
+        matching = task_filter(request.query)
+        await self._require(request, "queue:manage:cancel-tasks")
+        return {"cancelled": await self.management.cancel_tasks(matching)}
+
+    async def deleteTasks(self, request: web.Request, body: Any) -> Body:
+        matching = task_filter(request.query)
+        await self._require(request, "queue:manage:delete-tasks")
+        return {"deleted": await self.management.delete_tasks(matching)}
+
 
 HANDLERS = web.AppKey("handlers", Handlers)
 
 
 def route_handler(
     endpoint: Endpoint, *, max_body: int
-) -> Callable[[web.Request], Awaitable[web.Response]]:
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The aiohttp handler of an endpoint: parse and validate the body, call the method of
     the same name on the app's :class:`Handlers`, validate the response.
 
     :param max_body: the largest request body (bytes) the endpoint accepts.
     """
 
-    async def handle(request: web.Request) -> web.Response:
+    async def handle(request: web.Request) -> web.StreamResponse:
         request[ENDPOINT] = endpoint.name
         validation.validate_params(request.match_info)
         unknown = sorted(set(request.query) - set(endpoint.query))
@@ -572,6 +600,8 @@ def route_handler(
             validation.validate(endpoint.input, body)
         method: Method = getattr(request.app[HANDLERS], endpoint.name)
         result = await method(request, body)
+        if isinstance(result, web.StreamResponse):  # streamed, and so already sent
+            return result
         if endpoint.output is not None:
             validation.validate_response(endpoint.output, result)
         return json_response(result)

@@ -155,6 +155,22 @@ class TaskRecord:
         return project_id
 
     @property
+    def created(self) -> int:
+        """``created`` of the definition (parsed on each call: only inserts need it)."""
+        return from_iso(self.definition["created"])
+
+    @property
+    def resolved(self) -> int | None:
+        """When the task resolved (its last run's ``resolved``), else ``None``."""
+        run = self.last_run
+        return run.resolved if run is not None and self.is_resolved else None
+
+    @property
+    def tags(self) -> list[tuple[str, str]]:
+        """The definition's ``tags`` as ``(key, value)`` pairs."""
+        return list(self.definition.get("tags", {}).items())
+
+    @property
     def task_queue_id(self) -> str:
         return str(TaskQueue(self.provisioner_id, self.worker_type))
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.task_filters import TaskCounts, TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
@@ -136,6 +137,12 @@ class Store(abc.ABC):
         and up to ``limit`` expired task groups; return how many tasks were deleted."""
 
     @abc.abstractmethod
+    async def delete_matching(self, matching: TaskFilter, *, now: int, limit: int) -> int:
+        """Delete up to ``limit`` tasks that ``matching`` matches at ``now`` (with their edges
+        and tags) in one transaction; return how many were deleted. A row that a concurrent
+        compare-and-set holds is waited for, so fewer than ``limit`` means none is left."""
+
+    @abc.abstractmethod
     async def pending_by_task_queue(self) -> list[PendingCount]:
         """How many pending runs (visible or delayed) each task queue has; queues without
         pending runs are left out."""
@@ -174,6 +181,29 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def run_counts(self, provisioner_id: str, worker_type: str, *, now: int) -> RunCounts:
         """Exact pending, delayed (not visible at ``now``) and running counts of one queue."""
+
+    # --- the management API ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def list_tasks(
+        self, matching: TaskFilter, *, now: int, limit: int, after: str | None
+    ) -> Page:
+        """Tasks ``matching`` matches at ``now``, ordered by task id, after ``after``."""
+
+    @abc.abstractmethod
+    async def matching_task_ids(
+        self, matching: TaskFilter, *, now: int, limit: int, after: str | None
+    ) -> list[str]:
+        """Ids of :meth:`list_tasks`, without reading the records."""
+
+    @abc.abstractmethod
+    async def count_tasks(self, matching: TaskFilter, *, now: int) -> TaskCounts:
+        """How many tasks ``matching`` matches at ``now``, by state."""
+
+    @abc.abstractmethod
+    async def shared_secret(self, name: str, *, new: str) -> str:
+        """The secret named ``name`` that every replica on this store shares; ``new`` becomes
+        it if there is none yet (the first caller's wins)."""
 
     # --- task queues and workers ----------------------------------------------------------
 

@@ -28,6 +28,7 @@ settings, e.g. ``postgresql://host/db?search_path=coordinator`` keeps the tables
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,7 @@ import asyncpg
 
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.rows import (
@@ -45,9 +47,11 @@ from coordinator.store.rows import (
     record_from_row,
     status_columns,
     stored_after_cas,
+    tag_rows,
 )
 from coordinator.store.sql_store import SQLStore
 from coordinator.store.sqlfiles import migrations, queries
+from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
     counts_from_rows,
     queue_sighting_columns,
@@ -89,6 +93,12 @@ def _positional(sql: str) -> _Statement:
 
 
 _Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
+
+
+@functools.lru_cache(maxsize=512)
+def _filtered(name: str, filters: str) -> _Statement:
+    """The named statement with ``{filters}`` filled in; cached, as filters repeat."""
+    return _positional(queries("postgres")[name].format(filters=filters))
 
 
 class PostgresStore(SQLStore):
@@ -150,6 +160,25 @@ class PostgresStore(SQLStore):
             await self._connections.fetch(statement.sql, *statement.args(params)),
         )
 
+    async def _fetch_filtered(
+        self, name: str, matching: TaskFilter, **params: Any
+    ) -> list[asyncpg.Record]:
+        clause = filter_clause(matching)
+        statement = _filtered(name, clause.sql)
+        return cast(
+            "list[asyncpg.Record]",
+            await self._connections.fetch(
+                statement.sql, *statement.args({**params, **clause.params})
+            ),
+        )
+
+    async def delete_matching(self, matching: TaskFilter, *, now: int, limit: int) -> int:
+        rows = await self._fetch_filtered("delete_matching", matching, now=now, limit=limit)
+        return int(rows[0][0])
+
+    async def shared_secret(self, name: str, *, new: str) -> str:
+        return cast(str, await self._fetchval("shared_secret", secret_name=name, secret=new))
+
     async def _fetchval(self, name: str, **params: Any) -> Any:
         statement = _Q[name]
         return await self._connections.fetchval(statement.sql, *statement.args(params))
@@ -157,8 +186,13 @@ class PostgresStore(SQLStore):
     # --- single records -------------------------------------------------------------------
 
     async def insert(self, record: TaskRecord) -> TaskRecord | None:
+        tags = record.tags
         inserted = await self._fetchval(
-            "insert_task", **insert_columns(record), dependencies=list(record.dependencies)
+            "insert_task",
+            **insert_columns(record),
+            dependencies=list(record.dependencies),
+            tag_keys=[key for key, _ in tags],
+            tag_values=[value for _, value in tags],
         )
         return record.replace(version=1) if inserted else None
 
@@ -168,11 +202,15 @@ class PostgresStore(SQLStore):
         rows = [insert_columns(record) for record in records]
         values = {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
         edges = [(dep, record.task_id) for record in records for dep in record.dependencies]
+        tags = tag_rows(records)
         inserted = await self._fetch(
             "insert_tasks",
             **values,
             required_task_ids=[required for required, _ in edges],
             dependent_task_ids=[dependent for _, dependent in edges],
+            tag_task_ids=[tag["task_id"] for tag in tags],
+            tag_keys=[tag["tag_key"] for tag in tags],
+            tag_values=[tag["tag_value"] for tag in tags],
         )
         return {row["task_id"] for row in inserted}
 

@@ -28,6 +28,7 @@ def status_columns(record: TaskRecord) -> dict[str, Any]:
         "hint_due": record.hint_due,
         "visible_at": record.visible_at,
         "notify_dependents": record.notify_dependents,
+        "resolved": record.resolved,
     }
 
 
@@ -41,7 +42,18 @@ def insert_columns(record: TaskRecord) -> dict[str, Any]:
         "worker_type": record.worker_type,
         "expires": record.expires,
         "definition": _compact(record.definition),
+        "project_id": record.project_id,
+        "created": record.created,
     }
+
+
+def tag_rows(records: Sequence[TaskRecord]) -> list[dict[str, str]]:
+    """The ``task_tags`` rows of new records: one per tag."""
+    return [
+        {"task_id": record.task_id, "tag_key": key, "tag_value": value}
+        for record in records
+        for key, value in record.tags
+    ]
 
 
 class Row(Protocol):

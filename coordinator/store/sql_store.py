@@ -13,6 +13,7 @@ from typing import Any
 
 from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord
+from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
@@ -46,6 +47,12 @@ class SQLStore(Store, abc.ABC):
     @abc.abstractmethod
     async def _fetch(self, name: str, **params: Any) -> Sequence[Row]:
         """All rows of the named statement."""
+
+    @abc.abstractmethod
+    async def _fetch_filtered(
+        self, name: str, matching: TaskFilter, **params: Any
+    ) -> Sequence[Row]:
+        """All rows of the named statement with its ``{filters}`` the clause of ``matching``."""
 
     async def get(self, task_id: str) -> TaskRecord | None:
         rows = await self._fetch("get_task", task_id=task_id)
@@ -108,6 +115,29 @@ class SQLStore(Store, abc.ABC):
         )
         row = rows[0]
         return RunCounts(pending=row["pending"], delayed=row["delayed"], running=row["running"])
+
+    # --- the management API ---------------------------------------------------------------
+
+    async def list_tasks(
+        self, matching: TaskFilter, *, now: int, limit: int, after: str | None
+    ) -> Page:
+        rows = await self._fetch_filtered(
+            "list_tasks", matching, now=now, after=after or "", limit=limit + 1
+        )
+        return page_from_rows(rows, limit)
+
+    async def matching_task_ids(
+        self, matching: TaskFilter, *, now: int, limit: int, after: str | None
+    ) -> list[str]:
+        rows = await self._fetch_filtered(
+            "matching_task_ids", matching, now=now, after=after or "", limit=limit
+        )
+        return [row[0] for row in rows]
+
+    async def count_tasks(self, matching: TaskFilter, *, now: int) -> TaskCounts:
+        rows = await self._fetch_filtered("count_tasks", matching, now=now)
+        states: dict[FilterState, int] = {row["filter_state"]: row["tasks"] for row in rows}
+        return TaskCounts(states=states)
 
     # --- task queues and workers ----------------------------------------------------------
 

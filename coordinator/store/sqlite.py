@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.rows import (
@@ -37,9 +38,11 @@ from coordinator.store.rows import (
     record_from_row,
     status_columns,
     stored_after_cas,
+    tag_rows,
 )
 from coordinator.store.sql_store import SQLStore
 from coordinator.store.sqlfiles import migrations, queries
+from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
     counts_from_rows,
     queue_sighting_columns,
@@ -135,7 +138,18 @@ def _insert_one(conn: sqlite3.Connection, record: TaskRecord, columns: dict[str,
             for dep in record.dependencies
         ],
     )
+    conn.executemany(_Q["insert_tag"], tag_rows([record]))
     return True
+
+
+def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
+    """Delete these tasks, their dependency edges both ways and their tags, in the caller's
+    transaction."""
+    if ids:
+        marks = ",".join("?" * len(ids))
+        conn.execute(_Q["delete_tasks"].format(ids=marks), ids)
+        conn.execute(_Q["delete_dependencies"].format(ids=marks), ids + ids)
+        conn.execute(_Q["delete_tags"].format(ids=marks), ids)
 
 
 class SQLiteStore(SQLStore):
@@ -326,15 +340,41 @@ class SQLiteStore(SQLStore):
     async def _fetch(self, name: str, **params: Any) -> list[sqlite3.Row]:
         return await self._run(lambda conn: conn.execute(_Q[name], params).fetchall())
 
+    async def _fetch_filtered(
+        self, name: str, matching: TaskFilter, **params: Any
+    ) -> list[sqlite3.Row]:
+        clause = filter_clause(matching)
+        sql, values = _Q[name].format(filters=clause.sql), {**params, **clause.params}
+        return await self._run(lambda conn: conn.execute(sql, values).fetchall())
+
+    async def delete_matching(self, matching: TaskFilter, *, now: int, limit: int) -> int:
+        clause = filter_clause(matching)
+        sql = _Q["matching_task_ids"].format(filters=clause.sql)
+        values = {**clause.params, "now": now, "after": "", "limit": limit}
+
+        def delete(conn: sqlite3.Connection) -> int:
+            with _transaction(conn):
+                ids = [row[0] for row in conn.execute(sql, values)]
+                _delete_ids(conn, ids)
+                return len(ids)
+
+        return await self._run(delete)
+
+    async def shared_secret(self, name: str, *, new: str) -> str:
+        def get(conn: sqlite3.Connection) -> str:
+            with _transaction(conn):
+                conn.execute(_Q["insert_shared_secret"], {"secret_name": name, "secret": new})
+                secret: str = conn.execute(_Q["shared_secret"], {"secret_name": name}).fetchone()[0]
+                return secret
+
+        return await self._run(get)
+
     async def delete_expired(self, now: int, limit: int) -> int:
         def delete(conn: sqlite3.Connection) -> int:
             with _transaction(conn):
                 params = {"now": now, "limit": limit}
                 ids = [row[0] for row in conn.execute(_Q["expired_task_ids"], params)]
-                if ids:
-                    marks = ",".join("?" * len(ids))
-                    conn.execute(_Q["delete_tasks"].format(ids=marks), ids)
-                    conn.execute(_Q["delete_dependencies"].format(ids=marks), ids + ids)
+                _delete_ids(conn, ids)
                 conn.execute(_Q["delete_expired_groups"], params)
                 return len(ids)
 

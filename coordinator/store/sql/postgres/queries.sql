@@ -35,10 +35,11 @@ WITH grp AS (
 ), task AS (
     INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
                        expires, definition, retries_left, runs, state, taken_until,
-                       open_deadline, hint_due, visible_at, notify_dependents, version)
+                       open_deadline, hint_due, visible_at, notify_dependents, project_id,
+                       created, resolved, version)
     SELECT :task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
            :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
-           :visible_at, :notify_dependents, 1
+           :visible_at, :notify_dependents, :project_id, :created, :resolved, 1
     FROM grp
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
@@ -46,6 +47,11 @@ WITH grp AS (
     INSERT INTO task_dependencies (required_task_id, dependent_task_id)
     SELECT required.task_id, task.task_id
     FROM task, unnest(CAST(:dependencies AS TEXT[])) AS required (task_id)
+), tags AS (
+    INSERT INTO task_tags (task_id, tag_key, tag_value)
+    SELECT task.task_id, tag.tag_key, tag.tag_value
+    FROM task, unnest(CAST(:tag_keys AS TEXT[]), CAST(:tag_values AS TEXT[]))
+         AS tag (tag_key, tag_value)
 )
 SELECT count(*) FROM task
 
@@ -63,10 +69,12 @@ WITH new AS (
         CAST(:runs_values AS TEXT[]), CAST(:state_values AS TEXT[]),
         CAST(:taken_until_values AS BIGINT[]), CAST(:open_deadline_values AS BIGINT[]),
         CAST(:hint_due_values AS BIGINT[]),
-        CAST(:visible_at_values AS BIGINT[]), CAST(:notify_dependents_values AS BOOLEAN[])
+        CAST(:visible_at_values AS BIGINT[]), CAST(:notify_dependents_values AS BOOLEAN[]),
+        CAST(:project_id_values AS TEXT[]), CAST(:created_values AS BIGINT[]),
+        CAST(:resolved_values AS BIGINT[])
     ) AS n (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
             definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
-            visible_at, notify_dependents)
+            visible_at, notify_dependents, project_id, created, resolved)
 ), grp AS (
     INSERT INTO task_groups (task_group_id, scheduler_id, expires)
     -- one row per group: a batch naming one group with two schedulerIds gets the first
@@ -79,7 +87,8 @@ WITH new AS (
 ), task AS (
     INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
                        expires, definition, retries_left, runs, state, taken_until,
-                       open_deadline, hint_due, visible_at, notify_dependents, version)
+                       open_deadline, hint_due, visible_at, notify_dependents, project_id,
+                       created, resolved, version)
     SELECT new.*, 1 FROM new JOIN grp USING (task_group_id, scheduler_id)
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
@@ -89,6 +98,12 @@ WITH new AS (
     FROM unnest(CAST(:required_task_ids AS TEXT[]), CAST(:dependent_task_ids AS TEXT[]))
          AS edge (required, dependent)
     JOIN task ON task.task_id = edge.dependent
+), tags AS (
+    INSERT INTO task_tags (task_id, tag_key, tag_value)
+    SELECT tag.task_id, tag.tag_key, tag.tag_value
+    FROM unnest(CAST(:tag_task_ids AS TEXT[]), CAST(:tag_keys AS TEXT[]),
+                CAST(:tag_values AS TEXT[])) AS tag (task_id, tag_key, tag_value)
+    JOIN task ON task.task_id = tag.task_id
 )
 SELECT task_id FROM task
 
@@ -110,7 +125,7 @@ SELECT task_id, state FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
 UPDATE tasks
 SET definition = coalesce(:definition, definition), retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
     open_deadline = :open_deadline, hint_due = :hint_due, visible_at = :visible_at,
-    notify_dependents = :notify_dependents AND EXISTS (
+    resolved = :resolved, notify_dependents = :notify_dependents AND EXISTS (
         SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
     ),
     version = version + 1
@@ -161,6 +176,8 @@ WITH doomed AS (
 ), edges_as_required AS (
     DELETE FROM task_dependencies USING deleted
     WHERE task_dependencies.required_task_id = deleted.task_id
+), tags AS (
+    DELETE FROM task_tags USING deleted WHERE task_tags.task_id = deleted.task_id
 )
 SELECT count(*) FROM deleted
 
@@ -368,3 +385,59 @@ WHERE (provisioner_id, worker_type) IN (
     WHERE expires <= :now ORDER BY expires LIMIT :limit
 )
 RETURNING worker_type
+
+-- name: list_tasks
+-- The management API: {filters} is the WHERE clause of a TaskFilter, written with its own
+-- parameters by coordinator/store/task_filters.py.
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE task_id > :after AND {filters}
+ORDER BY task_id LIMIT :limit
+
+-- name: matching_task_ids
+SELECT task_id FROM tasks
+WHERE task_id > :after AND {filters}
+ORDER BY task_id LIMIT :limit
+
+-- name: count_tasks
+-- One row per filter state that matches (delayed: pending, not claimable yet).
+SELECT CASE WHEN state = 'pending' AND visible_at > :now THEN 'delayed' ELSE state END
+       AS filter_state,
+       count(*) AS tasks
+FROM tasks WHERE {filters}
+GROUP BY 1
+
+-- name: delete_matching
+-- deleteTasks and the outcome-TTL sweep, one bounded batch per statement. FOR UPDATE without
+-- SKIP LOCKED: a row held by a compare-and-set is waited for (milliseconds), not skipped, so
+-- a batch smaller than the limit means nothing matches any more. The compare-and-set then
+-- finds no row and its caller answers 404.
+WITH doomed AS (
+    SELECT task_id FROM tasks WHERE {filters}
+    ORDER BY task_id LIMIT :limit
+    FOR UPDATE
+), deleted AS (
+    DELETE FROM tasks USING doomed WHERE tasks.task_id = doomed.task_id
+    RETURNING tasks.task_id
+), edges_as_dependent AS (
+    DELETE FROM task_dependencies USING deleted
+    WHERE task_dependencies.dependent_task_id = deleted.task_id
+), edges_as_required AS (
+    DELETE FROM task_dependencies USING deleted
+    WHERE task_dependencies.required_task_id = deleted.task_id
+), tags AS (
+    DELETE FROM task_tags USING deleted WHERE task_tags.task_id = deleted.task_id
+)
+SELECT count(*) FROM deleted
+
+-- name: shared_secret
+-- The first replica to ask makes the secret; every later ask, from any replica, reads it.
+WITH made AS (
+    INSERT INTO shared_secrets (name, secret) VALUES (:secret_name, :secret)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING secret
+)
+SELECT secret FROM made
+UNION ALL
+SELECT secret FROM shared_secrets WHERE name = :secret_name
+LIMIT 1

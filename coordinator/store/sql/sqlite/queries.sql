@@ -1,10 +1,10 @@
 -- name: insert_task
 INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
                    definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
-                   visible_at, notify_dependents, version)
+                   visible_at, notify_dependents, project_id, created, resolved, version)
 VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
         :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
-        :visible_at, :notify_dependents, 1)
+        :visible_at, :notify_dependents, :project_id, :created, :resolved, 1)
 ON CONFLICT (task_id) DO NOTHING
 
 -- name: upsert_task_group
@@ -20,6 +20,9 @@ RETURNING task_group_id
 -- name: insert_dependency
 INSERT INTO task_dependencies (required_task_id, dependent_task_id)
 VALUES (:required_task_id, :dependent_task_id)
+
+-- name: insert_tag
+INSERT INTO task_tags (task_id, tag_key, tag_value) VALUES (:task_id, :tag_key, :tag_value)
 
 -- name: get_task
 SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
@@ -39,7 +42,7 @@ SELECT task_id, state FROM tasks WHERE task_id IN ({ids})
 UPDATE tasks
 SET definition = coalesce(:definition, definition), retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
     open_deadline = :open_deadline, hint_due = :hint_due, visible_at = :visible_at,
-    notify_dependents = :notify_dependents AND EXISTS (
+    resolved = :resolved, notify_dependents = :notify_dependents AND EXISTS (
         SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
     ),
     version = version + 1
@@ -78,6 +81,9 @@ DELETE FROM tasks WHERE task_id IN ({ids})
 -- name: delete_dependencies
 DELETE FROM task_dependencies
 WHERE dependent_task_id IN ({ids}) OR required_task_id IN ({ids})
+
+-- name: delete_tags
+DELETE FROM task_tags WHERE task_id IN ({ids})
 
 -- name: task_group
 SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
@@ -270,3 +276,31 @@ WHERE (provisioner_id, worker_type) IN (
     WHERE expires <= :now ORDER BY expires LIMIT :limit
 )
 RETURNING worker_type
+
+-- name: list_tasks
+-- The management API: {filters} is the WHERE clause of a TaskFilter, written with its own
+-- parameters by coordinator/store/task_filters.py.
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE task_id > :after AND {filters}
+ORDER BY task_id LIMIT :limit
+
+-- name: matching_task_ids
+SELECT task_id FROM tasks
+WHERE task_id > :after AND {filters}
+ORDER BY task_id LIMIT :limit
+
+-- name: count_tasks
+-- One row per filter state that matches (delayed: pending, not claimable yet).
+SELECT CASE WHEN state = 'pending' AND visible_at > :now THEN 'delayed' ELSE state END
+       AS filter_state,
+       count(*) AS tasks
+FROM tasks WHERE {filters}
+GROUP BY 1
+
+-- name: insert_shared_secret
+INSERT INTO shared_secrets (name, secret) VALUES (:secret_name, :secret)
+ON CONFLICT (name) DO NOTHING
+
+-- name: shared_secret
+SELECT secret FROM shared_secrets WHERE name = :secret_name

@@ -1,0 +1,161 @@
+"""TaskManagement: what operators do to many tasks at once, selected by a
+:class:`~coordinator.domain.task_filters.TaskFilter`: list, stream, count, cancel and delete;
+and the outcome TTLs, which delete resolved tasks early.
+
+Every bulk operation works in bounded batches, each its own short transaction (or, for cancel,
+one compare-and-set per task), so a million matches neither holds a long transaction nor keeps
+other requests from the store. Streaming reads page by page with the same keyset the paged
+listing uses: memory stays at one page, and no database cursor or snapshot is held open while
+a slow client reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from coordinator.domain import lifecycle
+from coordinator.domain.errors import Conflict, InputError, NotFound
+from coordinator.domain.listings import Page
+from coordinator.domain.records import TaskRecord
+from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
+from coordinator.service.tasks import TaskService
+from coordinator.store.base import Store
+
+STREAM_PAGE = 500
+"""How many tasks a stream reads from the store at a time."""
+CANCEL_BATCH = 100
+"""How many matches cancelTasks reads at a time; their compare-and-sets run concurrently."""
+DELETE_BATCH = 500
+"""How many tasks one deleteTasks (or outcome-TTL) transaction deletes."""
+TOKEN_SECRET = "continuation-tokens"
+"""The name of the shared secret that signs continuation tokens."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutcomeTTLs:
+    """How long resolved tasks are kept after they resolved (ms); ``None``: until ``expires``.
+
+    :param completed: for completed tasks.
+    :param failed: for failed and exception tasks.
+    """
+
+    completed: int | None = None
+    failed: int | None = None
+
+
+class TaskManagement:
+    """The management API's operations.
+
+    :param service: the task service, whose transitions cancel tasks.
+    :param store: the task store.
+    :param ttls: the outcome TTLs the expiry sweeper applies.
+    """
+
+    def __init__(self, *, service: TaskService, store: Store, ttls: OutcomeTTLs) -> None:
+        self._service = service
+        self._store = store
+        self.ttls = ttls
+
+    async def token_key(self) -> bytes:
+        """The key continuation tokens are signed with, shared by every replica."""
+        secret = await self._store.shared_secret(TOKEN_SECRET, new=secrets.token_hex(32))
+        return bytes.fromhex(secret)
+
+    async def list_tasks(self, matching: TaskFilter, *, limit: int, after: str | None) -> Page:
+        return await self._store.list_tasks(
+            matching, now=self._service.clock(), limit=limit, after=after
+        )
+
+    async def stream_tasks(self, matching: TaskFilter) -> AsyncIterator[TaskRecord]:
+        """Every task ``matching`` matches, by task id, read :data:`STREAM_PAGE` at a time."""
+        after: str | None = None
+        while True:
+            page = await self.list_tasks(matching, limit=STREAM_PAGE, after=after)
+            for record in page.records:
+                yield record
+            if page.next_after is None:
+                return
+            after = page.next_after
+
+    async def count_tasks(self, matching: TaskFilter) -> TaskCounts:
+        return await self._store.count_tasks(matching, now=self._service.clock())
+
+    async def cancel_tasks(self, matching: TaskFilter) -> int:
+        """Cancel every unresolved task ``matching`` matches, as cancelTask does; how many
+        this call cancelled. Tasks past their deadline are left to the deadline resolver, and
+        a task another caller resolves meanwhile is skipped.
+
+        :raises InputError: ``matching`` is empty.
+        """
+        _refuse_empty(matching, "cancelTasks")
+        unresolved = matching.unresolved()
+        if unresolved is None:
+            return 0
+        cancelled = 0
+        after: str | None = None
+        while True:
+            batch = await self._store.matching_task_ids(
+                unresolved, now=self._service.clock(), limit=CANCEL_BATCH, after=after
+            )
+            outcomes = await asyncio.gather(*(self._cancel(task_id) for task_id in batch))
+            cancelled += sum(outcomes)
+            if len(batch) < CANCEL_BATCH:
+                return cancelled
+            after = batch[-1]
+
+    async def _cancel(self, task_id: str) -> bool:
+        try:
+            outcome = await self._service.apply(
+                task_id, lambda r, now: lifecycle.cancel(r, now=now), action="canceled"
+            )
+        except (NotFound, Conflict):  # deleted, or past its deadline, meanwhile
+            return False
+        return outcome.changed
+
+    async def delete_tasks(self, matching: TaskFilter) -> int:
+        """Delete every task ``matching`` matches; how many this call deleted. A worker
+        holding a run of a deleted task gets 404 when it reports.
+
+        :raises InputError: ``matching`` is empty.
+        """
+        _refuse_empty(matching, "deleteTasks")
+        return await self._delete(matching)
+
+    async def _delete(self, matching: TaskFilter, *, limit: int | None = None) -> int:
+        """Delete batches until none is full, or about ``limit`` tasks are gone."""
+        deleted = 0
+        while limit is None or deleted < limit:
+            batch = await self._store.delete_matching(
+                matching, now=self._service.clock(), limit=DELETE_BATCH
+            )
+            deleted += batch
+            if batch < DELETE_BATCH:
+                break
+            await asyncio.sleep(0)  # let waiting requests in between transactions
+        return deleted
+
+    async def expire_outcomes(self, limit: int) -> int:
+        """Delete resolved tasks past their outcome TTL (about ``limit`` of each outcome at
+        most); how many."""
+        now = self._service.clock()
+        deleted = 0
+        rules: tuple[tuple[int | None, tuple[FilterState, ...]], ...] = (
+            (self.ttls.completed, ("completed",)),
+            (self.ttls.failed, ("failed", "exception")),
+        )
+        for ttl, states in rules:
+            if ttl is not None:
+                matching = TaskFilter(states=states, resolved_before=now - ttl + 1)
+                deleted += await self._delete(matching, limit=limit)
+        return deleted
+
+
+def _refuse_empty(matching: TaskFilter, method: str) -> None:
+    if matching.is_empty:
+        raise InputError(
+            f"{method} needs at least one filter: it would act on every task (to really do "
+            "that, name every state with state=...)"
+        )
