@@ -478,6 +478,15 @@ class Worker:
                 retry_line="report failed taskId=%s runId=%s error=%s retryIn=%.2f",
             )
         except RequestFailed as error:
+            if error.status == 404:
+                # an operator deleted the task (deleteTasks, an outcome TTL): nobody wants it
+                log.warning(
+                    "task deleted while it ran, run forgotten taskId=%s runId=%s outcome=%s",
+                    run.task_id,
+                    run.run_id,
+                    outcome.kind,
+                )
+                return
             log.error(
                 "report not accepted taskId=%s runId=%s outcome=%s error=%s",
                 run.task_id,
