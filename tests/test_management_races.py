@@ -75,7 +75,7 @@ async def test_bulk_delete_and_cancel_racing_two_workers_leave_nothing_inconsist
         x = await manage("GET", "/tasks/count?tag=batch%3Ax")
         y = await manage("GET", "/tasks/count?tag=batch%3Ay")
         unresolved = sum(y["states"][state] for state in ("pending", "delayed", "running"))
-        return x["total"] == 0 and unresolved == 0
+        return bool(x["total"] == 0 and unresolved == 0)
 
     await s.eventually(settled, within=30, what="batch x gone and batch y resolved")
 
