@@ -1,7 +1,8 @@
 """The ``queue-coordinator`` command: ``serve`` runs the service, ``migrate`` applies store
-migrations, ``clients add`` adds a client to the clients file. Flags mirror the environment
-variables of :mod:`coordinator.config`. A configuration mistake is one line on stderr that
-names it and the way out, and exit status 2; never a traceback."""
+migrations, ``clients add`` adds a client to the clients file, ``tasks`` lists, counts,
+cancels and deletes tasks through the REST API (:mod:`coordinator.tasks_cli`). Flags mirror
+the environment variables of :mod:`coordinator.config`. A configuration mistake is one line on
+stderr that names it and the way out, and exit status 2; never a traceback."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from coordinator import tasks_cli
 from coordinator.api.clients import add_client
 from coordinator.api.server import AppRunner
 from coordinator.app import build_app
@@ -58,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--description", default="", help="what the client is for")
     add.add_argument("--clients-file", help="the file (COORDINATOR_CLIENTS_FILE)")
     add.add_argument("--data-dir", help="data directory (COORDINATOR_DATA_DIR)")
+    tasks_cli.configure(
+        commands.add_parser(
+            "tasks", help="list, count, cancel or delete tasks through a coordinator's API"
+        )
+    )
     return parser
 
 
@@ -119,6 +126,9 @@ def _serve(config: Config) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "tasks":
+        # A client of the REST API (TASKCLUSTER_* settings): no Config, no store.
+        return tasks_cli.run(args)
     try:
         config = _config(args)
         configure_logging(level=getattr(args, "log_level", "WARNING"), env=os.environ)

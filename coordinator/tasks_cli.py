@@ -1,0 +1,471 @@
+"""The ``queue-coordinator tasks`` commands: ``list``, ``summary``, ``count``, ``cancel`` and
+``delete`` the tasks that match a filter, through the coordinator's management REST API.
+
+This module owns the client side of those five calls: the filter flags and the query string
+they become, reading the address and credentials from the environment as the official
+``taskcluster`` clients do (``TASKCLUSTER_ROOT_URL``, ``TASKCLUSTER_CLIENT_ID``,
+``TASKCLUSTER_ACCESS_TOKEN``, ``TASKCLUSTER_CERTIFICATE``), Hawk-signing with the worker SDK's
+signing, streaming NDJSON listings, and printing tables or JSON. It speaks HTTP only and never
+opens the store, so it works against any coordinator, local or remote, and needs no
+``COORDINATOR_*`` settings.
+
+Exit statuses: 0 on success; 1 when the coordinator answered with an error (one line on stderr:
+``queue-coordinator: <code>: <message>``) or the answer broke off; 2 for a mistake in the
+environment or an unreachable coordinator (one line naming it and the way out); never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TextIO
+from urllib.parse import quote, urlencode
+
+import aiohttp
+from yarl import URL
+
+from coordinator.domain.task_filters import FILTER_STATES
+from worker_sdk.client import Credentials, authorization
+
+API_PATH = "/api/queue/v1"
+NDJSON = "application/x-ndjson"
+
+TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=300)
+"""No total: a listing streams for as long as it has tasks. A bulk cancel or delete may take
+the server a while before it answers, hence the generous read timeout."""
+
+EXIT_REFUSED = 1
+EXIT_CONFIGURATION = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""What a process killed by SIGPIPE reports (128 + 13), as ``yes | head`` leaves it."""
+
+ROW = "{task_id:<22}  {state:<11}  {queue:<32}  {created:<20}  {name}"
+"""Fixed widths, so each row can be printed as it streams in: a slugid is 22 characters, the
+longest state ``unscheduled`` 11, ``created`` to the second 20."""
+QUEUE_WIDTH = 32
+NAME_WIDTH = 60
+
+DESCRIPTION = """\
+List, count, cancel or delete the tasks matching a filter, through the coordinator's REST
+API. The coordinator's address comes from TASKCLUSTER_ROOT_URL (its API lies at
+<root>/api/queue/v1); TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN (and
+TASKCLUSTER_CERTIFICATE for temporary credentials) sign the requests. list, summary and count
+are open reads; cancel needs the scope queue:manage:cancel-tasks, delete
+queue:manage:delete-tasks. Filters combine with AND."""
+
+FILTER_EPILOG = """\
+Times are ISO 8601, e.g. 2026-11-23T10:00:00.000Z. The coordinator checks the values and
+answers 400 naming a bad one."""
+
+
+class CommandFailed(Exception):
+    """Ends the command with one line on stderr and ``exit_status``."""
+
+    def __init__(self, message: str, *, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``list``/``summary``/``count``/``cancel``/``delete`` commands to ``parser``
+    (the ``tasks`` command's own parser, made by :mod:`coordinator.cli`)."""
+    parser.description = DESCRIPTION
+    commands = parser.add_subparsers(dest="tasks_command", required=True)
+    helps = {
+        "list": "stream the matching tasks (status and definition)",
+        "summary": "stream the matching tasks without their payload and extra",
+        "count": "count the matching tasks by state",
+        "cancel": "cancel the unresolved matching tasks (scope queue:manage:cancel-tasks)",
+        "delete": "delete the matching tasks (scope queue:manage:delete-tasks)",
+    }
+    for name, help_text in helps.items():
+        command = commands.add_parser(name, help=help_text, epilog=FILTER_EPILOG)
+        _add_filters(command)
+        json_help = (
+            "print each task as one JSON object per line, as the coordinator sends them"
+            if name in ("list", "summary")
+            else "print the coordinator's JSON answer"
+        )
+        command.add_argument("--json", action="store_true", help=json_help)
+        if name in ("list", "summary"):
+            command.add_argument(
+                "--limit", type=_positive_int, metavar="N", help="stop after N tasks"
+            )
+
+
+def _add_filters(command: argparse.ArgumentParser) -> None:
+    filters = command.add_argument_group("filters")
+    filters.add_argument("--task-queue-id", metavar="PROV/WT", help="the task queue")
+    filters.add_argument(
+        "--state",
+        action="append",
+        choices=FILTER_STATES,
+        help="any of these states (repeatable)",
+    )
+    filters.add_argument("--scheduler-id")
+    filters.add_argument("--task-group-id")
+    filters.add_argument("--project-id")
+    filters.add_argument(
+        "--tag", action="append", metavar="KEY:VALUE", help="a tag the task has (repeatable)"
+    )
+    filters.add_argument("--created-after", metavar="TIME")
+    filters.add_argument("--created-before", metavar="TIME")
+    filters.add_argument("--resolved-after", metavar="TIME")
+    filters.add_argument("--resolved-before", metavar="TIME")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+_FILTER_PARAMETERS = (
+    ("task_queue_id", "taskQueueId"),
+    ("state", "state"),
+    ("scheduler_id", "schedulerId"),
+    ("task_group_id", "taskGroupId"),
+    ("project_id", "projectId"),
+    ("tag", "tag"),
+    ("created_after", "createdAfter"),
+    ("created_before", "createdBefore"),
+    ("resolved_after", "resolvedAfter"),
+    ("resolved_before", "resolvedBefore"),
+)
+"""Flag (argparse dest) -> query parameter; a list value repeats the parameter."""
+
+
+def filter_query(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The filter flags as query parameters, in a fixed order."""
+    query: list[tuple[str, str]] = []
+    for dest, parameter in _FILTER_PARAMETERS:
+        value: str | list[str] | None = getattr(args, dest, None)
+        if value is None:
+            continue
+        for item in [value] if isinstance(value, str) else value:
+            query.append((parameter, item))
+    return query
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Target:
+    """Where the API lies and what signs the requests (``None``: anonymous)."""
+
+    api: str
+    """``<root>/api/queue/v1``, without a trailing slash."""
+    credentials: Credentials | None
+
+
+def target_from_env(env: Mapping[str, str]) -> Target:
+    """Read the ``TASKCLUSTER_*`` variables as the official clients name them."""
+    root = env.get("TASKCLUSTER_ROOT_URL", "").strip()
+    if not root:
+        raise CommandFailed(
+            "TASKCLUSTER_ROOT_URL is not set; export the coordinator's root URL, e.g. "
+            "TASKCLUSTER_ROOT_URL=http://127.0.0.1:8080",
+            exit_status=EXIT_CONFIGURATION,
+        )
+    try:
+        parsed = URL(root)
+    except ValueError:
+        parsed = URL()
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise CommandFailed(
+            f"TASKCLUSTER_ROOT_URL={root!r} is not an http(s)://host[:port] URL; set it to "
+            "the coordinator's root URL, e.g. http://127.0.0.1:8080",
+            exit_status=EXIT_CONFIGURATION,
+        )
+    client_id = env.get("TASKCLUSTER_CLIENT_ID", "")
+    access_token = env.get("TASKCLUSTER_ACCESS_TOKEN", "")
+    if bool(client_id) != bool(access_token):
+        present, absent = (
+            ("TASKCLUSTER_CLIENT_ID", "TASKCLUSTER_ACCESS_TOKEN")
+            if client_id
+            else ("TASKCLUSTER_ACCESS_TOKEN", "TASKCLUSTER_CLIENT_ID")
+        )
+        raise CommandFailed(
+            f"{present} is set but {absent} is not; set both, or neither for anonymous reads",
+            exit_status=EXIT_CONFIGURATION,
+        )
+    credentials = None
+    if client_id:
+        certificate = env.get("TASKCLUSTER_CERTIFICATE") or None
+        if certificate is not None:
+            # Checked here: the signing parses it, and a bad one would surface as a traceback.
+            try:
+                json.loads(certificate)
+            except ValueError:
+                raise CommandFailed(
+                    "TASKCLUSTER_CERTIFICATE is not JSON; export the certificate of the "
+                    "temporary credentials as given, or unset it for permanent ones",
+                    exit_status=EXIT_CONFIGURATION,
+                ) from None
+        credentials = Credentials(
+            client_id=client_id, access_token=access_token, certificate=certificate
+        )
+    return Target(api=root.rstrip("/") + API_PATH, credentials=credentials)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: error messages are Markdown with fenced blocks and newlines."""
+    return " ".join(text.replace("```", " ").split())
+
+
+class Caller:
+    """Sends signed requests to one :class:`Target` and turns failures into
+    :class:`CommandFailed`."""
+
+    def __init__(self, session: aiohttp.ClientSession, target: Target) -> None:
+        self._session = session
+        self._target = target
+
+    @asynccontextmanager
+    async def open(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]],
+        *,
+        accept: str = "application/json",
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The answer to one bodiless request, once its status is a success; its body is
+        left to the caller to read (a listing streams)."""
+        # Signed exactly as sent: the coordinator checks the MAC against the raw path and
+        # query, so the URL is built encoded here and handed to aiohttp as is.
+        url = self._target.api + path
+        if query:
+            url += "?" + urlencode(query, quote_via=quote)
+        headers = {"Accept": accept}
+        if self._target.credentials is not None:
+            # The official client signs a bodiless request (GET, DELETE, and a POST without
+            # a body alike) over empty content with no Content-Type, and sends none.
+            headers["Authorization"] = authorization(
+                self._target.credentials, method=method, url=url, content="", content_type=""
+            )
+        try:
+            async with self._session.request(
+                method,
+                URL(url, encoded=True),
+                headers=headers,
+                skip_auto_headers=("Content-Type",),
+            ) as response:
+                if response.status >= 400:
+                    raise await self._refusal(response)
+                yield response
+        except aiohttp.ClientConnectorError as error:
+            raise self._unreachable(_describe(error)) from None
+        except aiohttp.ConnectionTimeoutError:
+            raise self._unreachable(f"no connection within {TIMEOUT.sock_connect:g} s") from None
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise CommandFailed(
+                f"the answer to {method} {self._target.api}{path} broke off: {_describe(error)}",
+                exit_status=EXIT_REFUSED,
+            ) from None
+
+    def _unreachable(self, reason: str) -> CommandFailed:
+        return CommandFailed(
+            f"cannot reach the coordinator at {self._target.api}: {reason}; check "
+            "TASKCLUSTER_ROOT_URL and that the coordinator is running",
+            exit_status=EXIT_CONFIGURATION,
+        )
+
+    async def _refusal(self, response: aiohttp.ClientResponse) -> CommandFailed:
+        text = await response.text(errors="replace")
+        try:
+            body: Any = json.loads(text)
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("code"), str):
+            message = f"{body['code']}: {one_line(str(body.get('message', '')))}"
+        else:
+            # Not the coordinator's error body (a proxy's page, say): its status and a start.
+            message = f"HTTP {response.status} {response.reason or ''}".rstrip()
+            if text.strip():
+                message += f": {one_line(text)[:200]}"
+        if response.status == 401 and self._target.credentials is None:
+            message += " (set TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN)"
+        return CommandFailed(message, exit_status=EXIT_REFUSED)
+
+
+def _describe(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def _fit(text: str, width: int) -> str:
+    text = one_line(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table_header() -> str:
+    return ROW.format(
+        task_id="TASK ID", state="STATE", queue="TASK QUEUE", created="CREATED", name="NAME"
+    )
+
+
+def table_row(item: Mapping[str, Any]) -> str:
+    """One listed ``{status, task}`` as a table row; missing fields print as ``-``."""
+    status = item.get("status") or {}
+    task = item.get("task") or {}
+    metadata = task.get("metadata") or {}
+    queue = status.get("taskQueueId") or task.get("taskQueueId") or "-"
+    created = str(task.get("created") or "-")
+    return ROW.format(
+        task_id=str(status.get("taskId") or "-"),
+        state=str(status.get("state") or "-"),
+        queue=_fit(str(queue), QUEUE_WIDTH),
+        # to the second, UTC: 2026-11-23T10:00:00.000Z -> 2026-11-23T10:00:00Z
+        created=created[:19] + "Z" if len(created) >= 19 else created,
+        name=_fit(str(metadata.get("name") or ""), NAME_WIDTH),
+    )
+
+
+async def _batches(response: aiohttp.ClientResponse) -> AsyncIterator[list[bytes]]:
+    """The NDJSON body's lines, batched as they arrive (the complete lines of each chunk);
+    memory holds one chunk and one partial line at most.
+
+    Not ``StreamReader.readline``: it refuses a line past its buffer limit, and a task's
+    definition may be larger.
+    """
+    partial: list[bytes] = []  # the pieces of a line not yet complete, joined once it is
+    async for chunk in response.content.iter_any():
+        if b"\n" not in chunk:
+            partial.append(chunk)
+            continue
+        first, *complete = chunk.split(b"\n")
+        complete.insert(0, b"".join([*partial, first]))
+        partial = [complete.pop()]
+        if lines := [line for line in complete if line.strip()]:
+            yield lines
+    if (rest := b"".join(partial)).strip():
+        yield [rest]
+
+
+async def _stream(caller: Caller, args: argparse.Namespace, path: str, out: TextIO) -> None:
+    limit: int | None = args.limit
+    printed = 0
+    async with caller.open("GET", path, filter_query(args), accept=NDJSON) as response:
+        if response.content_type != NDJSON:
+            raise CommandFailed(
+                f"the coordinator answered {path} with {response.content_type or 'no type'}, "
+                f"not {NDJSON}; it is older than this command",
+                exit_status=EXIT_REFUSED,
+            )
+        if not args.json:
+            out.write(table_header() + "\n")
+        async for batch in _batches(response):
+            for line in batch[: None if limit is None else limit - printed]:
+                out.write(_render(line, as_json=args.json) + "\n")
+                printed += 1
+            # Shown as they arrive even through a pipe, at one flush per chunk, not per line.
+            out.flush()
+            if printed == limit:
+                # Hang up rather than read (and have the server produce) the rest.
+                response.close()
+                break
+    if printed == 0 and not args.json:
+        print("no tasks match", file=sys.stderr)
+
+
+def _render(line: bytes, *, as_json: bool) -> str:
+    text = line.decode("utf-8", errors="replace")
+    if as_json:
+        return text
+    try:
+        item = json.loads(text)
+    except ValueError:
+        raise CommandFailed(
+            f"the coordinator sent a line that is not JSON: {text[:100]!r}",
+            exit_status=EXIT_REFUSED,
+        ) from None
+    return table_row(item if isinstance(item, dict) else {})
+
+
+async def _fetch_json(
+    caller: Caller, method: str, path: str, args: argparse.Namespace
+) -> tuple[str, Any]:
+    async with caller.open(method, path, filter_query(args)) as response:
+        text = await response.text()
+    try:
+        return text, json.loads(text)
+    except ValueError:
+        raise CommandFailed(
+            f"the coordinator answered {method} {path} with a body that is not JSON",
+            exit_status=EXIT_REFUSED,
+        ) from None
+
+
+def _count_table(body: Mapping[str, Any]) -> str:
+    states: Mapping[str, Any] = body.get("states") or {}
+    # The known states in their lifecycle order, then any the coordinator added since.
+    rows: list[tuple[str, Any]] = [(state, states.get(state, 0)) for state in FILTER_STATES]
+    rows += [(state, count) for state, count in states.items() if state not in FILTER_STATES]
+    rows.append(("total", body.get("total", "-")))
+    width = max(len("TASKS"), *(len(str(count)) for _, count in rows))
+    return "\n".join(
+        f"{state:<11}  {count!s:>{width}}" for state, count in [("STATE", "TASKS"), *rows]
+    )
+
+
+def _plural(count: Any) -> str:
+    return f"{count} task" if count == 1 else f"{count} tasks"
+
+
+async def _run(args: argparse.Namespace, target: Target, out: TextIO) -> None:
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+        caller = Caller(session, target)
+        command: str = args.tasks_command
+        if command in ("list", "summary"):
+            await _stream(caller, args, "/tasks" if command == "list" else "/tasks/summary", out)
+            return
+        method, path, key, verb = {
+            "count": ("GET", "/tasks/count", "total", ""),
+            "cancel": ("POST", "/tasks/cancel", "cancelled", "cancelled"),
+            "delete": ("DELETE", "/tasks", "deleted", "deleted"),
+        }[command]
+        text, body = await _fetch_json(caller, method, path, args)
+        if args.json:
+            out.write(text.rstrip("\n") + "\n")
+        elif not isinstance(body, dict) or key not in body:
+            raise CommandFailed(
+                f"the coordinator's answer to {method} {path} lacks {key!r}",
+                exit_status=EXIT_REFUSED,
+            )
+        elif command == "count":
+            out.write(_count_table(body) + "\n")
+        else:
+            out.write(f"{verb} {_plural(body[key])}\n")
+
+
+def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
+    """Run the ``tasks`` command ``args`` asked for; the exit status."""
+    try:
+        target = target_from_env(os.environ if env is None else env)
+        asyncio.run(_run(args, target, sys.stdout))
+    except CommandFailed as error:
+        print(f"queue-coordinator: {error}", file=sys.stderr)
+        return error.exit_status
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly. Python would report the failed
+        # flush of stdout at exit, so stdout now points at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return 0
