@@ -173,7 +173,9 @@ class PostgresStore(SQLStore):
         )
 
     async def delete_matching(self, matching: TaskFilter, *, now: int, limit: int) -> int:
-        rows = await self._fetch_filtered("delete_matching", matching, now=now, limit=limit)
+        rows = await self._fetch_filtered(
+            "delete_matching", matching, now=now, after="", limit=limit
+        )
         return int(rows[0][0])
 
     async def shared_secret(self, name: str, *, new: str) -> str:

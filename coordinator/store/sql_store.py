@@ -135,7 +135,7 @@ class SQLStore(Store, abc.ABC):
         return [row[0] for row in rows]
 
     async def count_tasks(self, matching: TaskFilter, *, now: int) -> TaskCounts:
-        rows = await self._fetch_filtered("count_tasks", matching, now=now)
+        rows = await self._fetch_filtered("count_tasks", matching, now=now, after="")
         states: dict[FilterState, int] = {row["filter_state"]: row["tasks"] for row in rows}
         return TaskCounts(states=states)
 
