@@ -1,6 +1,7 @@
 """Child processes: their environment, starting one with its output appended to a log file,
 ending them, and ``queue-coordinator serve`` as a restartable child (:class:`ServeProcess`)
-whose environment is built here and nowhere else."""
+whose environment is built here and nowhere else; :func:`serving` runs one on a given store
+for the measurement scripts."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 
+from coordinator.api.clients import ensure_root_client
 from devharness.api import API
 from devharness.ports import free_port
 from devharness.waiting import ProcessExited, WaitTimeout, wait_until_answers
@@ -159,3 +161,24 @@ class ServeProcess:
     async def stop(self, signum: int = signal.SIGTERM, *, wait: float = 10.0) -> None:
         """End the process (see :func:`end_processes`); nothing if it never started."""
         await end_processes([self.process], signum=signum, wait=wait)
+
+
+@contextlib.asynccontextmanager
+async def serving(store_url: str, directory: Path, **settings: str) -> AsyncIterator[ServeProcess]:
+    """``queue-coordinator serve`` on ``store_url``, answering, with its clients file (a root
+    client) and log in ``directory`` and no Azure; stopped on exit. ``settings`` are further
+    ``COORDINATOR_*`` variables."""
+    clients_file = directory / "clients.json"
+    ensure_root_client(clients_file)
+    serve = ServeProcess(
+        data_dir=directory,
+        store_url=store_url,
+        clients_file=clients_file,
+        log=directory / "coordinator.log",
+    )
+    serve.env.update(settings)
+    try:
+        await serve.start()
+        yield serve
+    finally:
+        await serve.stop()

@@ -1,26 +1,30 @@
-"""Does listing a huge task group keep the coordinator's memory flat? (docs/protocol.md: listings
-stream, one page at a time.)
+"""Do the listings that read every match keep the coordinator's memory flat? (docs/protocol.md:
+listings stream, one page at a time.)
 
 For each store asked for (PostgreSQL, SQLite or both) this script:
 
 1. makes an empty store: a new PostgreSQL database on the server of ``--admin-dsn`` (dropped
    at the end), or a SQLite file in a temporary directory (deleted at the end);
-2. fills it with ``--tasks`` tasks (default 100,000) in one task group. This is measurement
-   set-up, not API traffic: ``queue-coordinator migrate`` creates the schema, then the rows go
-   in with one bulk statement (PostgreSQL ``COPY``, SQLite ``executemany`` in one
-   transaction). Each row is what createTask would store, built by the coordinator's own code
-   (``definitions.normalise``, ``lifecycle.create``, ``rows.insert_columns``): a pending task
-   whose definition and runs are the same for every task, only the taskId differs;
-3. starts ``queue-coordinator serve`` on that store as a child process (no Azure: the listing
-   does not touch it; auth on, listings need no credentials);
-4. samples the process's RSS with psutil every ``--sample-ms`` while it lists the whole group
-   through the API (``listTaskGroup``, following ``continuationToken``
-   until there is none), checking every task comes back exactly once, in order;
-5. prints the baseline RSS (after start-up and a ping), RSS after the first page, the peak,
-   the growth (peak - baseline), tasks listed, pages and time taken.
+2. fills it with ``--tasks`` tasks (default 100,000) in one task group with
+   :func:`devharness.bulk_tasks.fill`: measurement set-up, not API traffic. The coordinator's
+   migrations create the schema, then the rows go in with one bulk statement per table and
+   chunk (PostgreSQL ``COPY``, SQLite ``executemany``, in one transaction), each row what the
+   coordinator would store for a task that went through its lifecycle (tasks of 20 queues,
+   every state, created over 30 days);
+3. starts ``queue-coordinator serve`` on that store as a child process (no Azure: listings do
+   not touch it; auth on, listings need no credentials);
+4. exports every task through the management API as NDJSON (``GET /tasks?createdAfter=...``
+   with ``Accept: application/x-ndjson``, a filter every task matches), reading the stream
+   line by line, while it samples the process's RSS with psutil every ``--sample-ms``;
+5. then pages through the whole group with ``listTaskGroup`` (``--page-limit`` a page,
+   following ``continuationToken`` until there is none), sampling alike;
+6. prints one line per listing: the RSS before it (baseline), after its first page or chunk,
+   the peak, the growth (peak - baseline), tasks listed, pages and time taken. Each listing
+   checks that every task arrives exactly once: ids strictly increasing, as many as were
+   written.
 
-Exit status: 0 if every store listed every task with growth below ``--limit-mb`` (default
-50), 1 otherwise, 2 if a run overran ``--timeout`` seconds.
+Exit status: 0 if every listing of every store listed every task with growth below
+``--limit-mb`` (default 50), 1 otherwise, 2 if a store's run overran ``--timeout`` seconds.
 
     .venv/bin/python scripts/measure_listing_rss.py                 # both stores
     .venv/bin/python scripts/measure_listing_rss.py --store sqlite --tasks 20000
@@ -31,47 +35,40 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import sqlite3
+import json
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import aiohttp
-import asyncpg
 import psutil
-import slugid
 
 # Run as a file, this script has scripts/ first on the path; devharness lies in the
 # repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# The rows are built with the coordinator's own code (definitions, lifecycle, rows) because
-# 100,000 createTask calls would take minutes and measure nothing this script is about.
-from coordinator.api.clients import ensure_root_client
-from coordinator.config import Config
-from coordinator.domain import definitions, lifecycle
-from coordinator.domain.records import record_from_definition, to_iso
-from coordinator.service.clock import wall_clock
-from coordinator.store.rows import insert_columns
 from devharness.api import call
+from devharness.bulk_tasks import fill
 from devharness.postgres import ADMIN_DSN, throwaway_database
-from devharness.processes import ServeProcess, child_env, log_tail, spawn
+from devharness.processes import serving
 
 MB = 1024 * 1024
+EVERYTHING = {"createdAfter": "2000-01-01T00:00:00.000Z"}
+"""A management filter every task matches: the NDJSON export reads them all."""
+NDJSON = "application/x-ndjson"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Result:
     store: str
+    listing: str
     tasks: int
     listed: int
     pages: int
-    insert_s: float
     list_s: float
     baseline: int
     after_first_page: int
@@ -83,144 +80,62 @@ class Result:
 
     def line(self) -> str:
         return (
-            f"store={self.store} tasks={self.tasks} listed={self.listed} pages={self.pages} "
+            f"store={self.store} listing={self.listing} tasks={self.tasks} "
+            f"listed={self.listed} pages={self.pages} "
             f"baseline_rss={self.baseline / MB:.1f}MB "
             f"after_first_page_rss={self.after_first_page / MB:.1f}MB "
             f"peak_rss={self.peak / MB:.1f}MB growth={self.growth / MB:.1f}MB "
-            f"list_time={self.list_s:.1f}s ({self.listed / max(self.list_s, 1e-9):.0f} tasks/s) "
-            f"setup_insert_time={self.insert_s:.1f}s"
+            f"list_time={self.list_s:.1f}s ({self.listed / max(self.list_s, 1e-9):.0f} tasks/s)"
         )
 
 
-# --- the rows ---------------------------------------------------------------------------------
+class Order:
+    """Checks that task ids arrive strictly increasing, hence each at most once."""
+
+    def __init__(self) -> None:
+        self.last = ""
+        self.count = 0
+
+    def see(self, task_id: str) -> None:
+        if task_id <= self.last:
+            raise RuntimeError(f"task {task_id} listed out of order or twice")
+        self.last = task_id
+        self.count += 1
 
 
-def rows(group: str, count: int) -> tuple[list[str], Iterator[tuple[Any, ...]]]:
-    """Column names and ``count`` rows of pending tasks in ``group``, as createTask stores
-    them."""
-    now = wall_clock()
-    body = {
-        "provisionerId": "measure",
-        "workerType": "listing",
-        "taskGroupId": group,
-        "created": to_iso(now),
-        "deadline": to_iso(now + 86_400_000),
-        "payload": {
-            "image": "ubuntu:24.04",
-            "command": ["/bin/bash", "-c", "make -j8 check"],
-            "env": {"BUILD": "release", "TARGET": "x86_64-linux"},
-            "maxRunTime": 3600,
-        },
-        "metadata": {
-            "name": "listing measurement",
-            "description": "created by scripts/measure_listing_rss.py",
-            "owner": "measure@example.com",
-            "source": "https://example.com/measure",
-        },
-        "tags": {"kind": "measurement"},
-    }
-    definition = definitions.normalise(
-        "measure0000000000000A", body, now=now, max_deadline=Config().max_deadline
-    )
-    template = insert_columns(
-        lifecycle.create(record_from_definition("x", definition), now=now).record
-    )
-    template["version"] = 1
-    columns = list(template)
-    values = [template[name] for name in columns]
-    position = columns.index("task_id")
+# --- the listings ---------------------------------------------------------------------------------
 
-    def generate() -> Iterator[tuple[Any, ...]]:
-        for _ in range(count):
-            values[position] = slugid.nice()
-            yield tuple(values)
-
-    return columns, generate()
+Listing = Callable[[aiohttp.ClientSession, str, Callable[[], None]], Awaitable[tuple[int, int]]]
+"""Lists every task through the API root given; calls its third argument after the first page
+(or chunk); returns (tasks, pages)."""
 
 
-# --- the stores ---------------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def sqlite_store() -> AsyncIterator[str]:
-    with tempfile.TemporaryDirectory(prefix="qc-measure-") as directory:
-        yield f"sqlite:///{Path(directory) / 'coordinator.db'}"
-
-
-async def migrate(url: str, directory: Path) -> None:
-    """Create the schema with ``queue-coordinator migrate``."""
-    log = directory / "migrate.log"
-    process = await spawn(
-        [sys.executable, "-m", "coordinator.cli", "migrate", "--store-url", url],
-        env=child_env(),
-        log=log,
-    )
-    if await process.wait() != 0:
-        raise RuntimeError(f"queue-coordinator migrate failed:\n{log_tail(log)}")
-
-
-async def fill(url: str, group: str, count: int) -> None:
-    columns, generated = rows(group, count)
-    if url.startswith("sqlite"):
-        path = "/" + urlsplit(url).path.lstrip("/")
-        await asyncio.to_thread(_fill_sqlite, path, columns, generated)
-        return
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.copy_records_to_table("tasks", records=generated, columns=columns)
-        await conn.execute("ANALYZE tasks")
-    finally:
-        await conn.close()
-
-
-def _fill_sqlite(path: str, columns: list[str], generated: Iterator[tuple[Any, ...]]) -> None:
-    conn = sqlite3.connect(path)
-    try:
-        with conn:
-            marks = ", ".join("?" for _ in columns)
-            conn.executemany(
-                f"INSERT INTO tasks ({', '.join(columns)}) VALUES ({marks})", generated
-            )
-        conn.execute("ANALYZE")
-    finally:
-        conn.close()
-
-
-# --- the coordinator ------------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def coordinator(url: str, directory: Path) -> AsyncIterator[tuple[str, psutil.Process]]:
-    """``queue-coordinator serve`` on the store; yields its API root and its process."""
-    clients_file = directory / "clients.json"
-    ensure_root_client(clients_file)
-    serve = ServeProcess(
-        data_dir=directory,
-        store_url=url,
-        clients_file=clients_file,
-        log=directory / "coordinator.log",
-        COORDINATOR_LOG_LEVEL="WARNING",
-    )
-    try:
-        await serve.start()
-        assert serve.process is not None
-        yield serve.api, psutil.Process(serve.process.pid)
-    finally:
-        await serve.stop()
-
-
-# --- the measurement ------------------------------------------------------------------------------
-
-
-async def list_group(
-    api: str, group: str, page_limit: int, after_first_page: list[int], process: psutil.Process
+async def ndjson_export(
+    http: aiohttp.ClientSession, api: str, first_page: Callable[[], None]
 ) -> tuple[int, int]:
-    """List the whole group; returns (tasks, pages). Fails on a duplicate or out-of-order id."""
-    listed = pages = 0
-    last = ""
-    token: str | None = None
-    timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
+    """listTasks as an NDJSON stream of every task (one "page": the stream)."""
+    order = Order()
+    url = f"{api}/tasks?{urlencode(EVERYTHING)}"
+    async with http.get(url, headers={"Accept": NDJSON}) as response:
+        if response.status != 200:
+            raise RuntimeError(f"listTasks answered {response.status}: {await response.text()}")
+        async for line in response.content:
+            if line.strip():
+                order.see(json.loads(line)["status"]["taskId"])
+                if order.count == 1:
+                    first_page()
+    return order.count, 1
+
+
+def task_group_pages(group: str, page_limit: int) -> Listing:
+    """listTaskGroup, page after page."""
+
+    async def listing(
+        http: aiohttp.ClientSession, api: str, first_page: Callable[[], None]
+    ) -> tuple[int, int]:
+        order = Order()
+        pages = 0
+        token: str | None = None
         while True:
             params = {"limit": str(page_limit)}
             if token:
@@ -228,19 +143,29 @@ async def list_group(
             response = await call(http, "GET", f"{api}/task-group/{group}/list?{urlencode(params)}")
             if response.status != 200:
                 raise RuntimeError(f"listTaskGroup answered {response.status}: {response.body}")
-            body = response.body
-            for entry in body["tasks"]:
-                task_id = entry["status"]["taskId"]
-                if task_id <= last:
-                    raise RuntimeError(f"task {task_id} listed out of order or twice")
-                last = task_id
-            listed += len(body["tasks"])
+            for entry in response.body["tasks"]:
+                order.see(entry["status"]["taskId"])
             pages += 1
             if pages == 1:
-                after_first_page.append(process.memory_info().rss)
-            token = body.get("continuationToken")
+                first_page()
+            token = response.body.get("continuationToken")
             if not token:
-                return listed, pages
+                return order.count, pages
+
+    return listing
+
+
+# --- the measurement ------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def empty_store(store: str, admin_dsn: str) -> AsyncIterator[str]:
+    if store == "postgres":
+        async with throwaway_database(admin_dsn, "qc_measure") as url:
+            yield url
+    else:
+        with tempfile.TemporaryDirectory(prefix="qc-measure-") as directory:
+            yield f"sqlite:///{Path(directory) / 'coordinator.db'}"
 
 
 async def sample(process: psutil.Process, every: float, peak: list[int]) -> None:
@@ -249,50 +174,72 @@ async def sample(process: psutil.Process, every: float, peak: list[int]) -> None
         await asyncio.sleep(every)
 
 
-async def measure(store: str, args: argparse.Namespace) -> Result:
-    group = slugid.nice()
-    store_context = (
-        throwaway_database(args.admin_dsn, "qc_measure") if store == "postgres" else sqlite_store()
-    )
-    async with store_context as url:
-        with tempfile.TemporaryDirectory(prefix="qc-measure-run-") as directory:
-            await migrate(url, Path(directory))
-            started = time.monotonic()
-            await fill(url, group, args.tasks)
-            insert_s = time.monotonic() - started
-            async with coordinator(url, Path(directory)) as (api, process):
-                baseline = process.memory_info().rss
-                peak = [baseline]
-                after_first_page: list[int] = []
-                sampler = asyncio.create_task(sample(process, args.sample_ms / 1000, peak))
-                started = time.monotonic()
-                try:
-                    listed, pages = await list_group(
-                        api, group, args.page_limit, after_first_page, process
-                    )
-                finally:
-                    list_s = time.monotonic() - started
-                    sampler.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await sampler
-                peak[0] = max(peak[0], process.memory_info().rss)
+async def measure_listing(
+    store: str,
+    name: str,
+    listing: Listing,
+    api: str,
+    process: psutil.Process,
+    args: argparse.Namespace,
+) -> Result:
+    baseline = process.memory_info().rss
+    peak = [baseline]
+    after_first_page: list[int] = []
+    sampler = asyncio.create_task(sample(process, args.sample_ms / 1000, peak))
+    started = time.monotonic()
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as http:
+            listed, pages = await listing(
+                http, api, lambda: after_first_page.append(process.memory_info().rss)
+            )
+    finally:
+        list_s = time.monotonic() - started
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
+    peak[0] = max(peak[0], process.memory_info().rss)
     return Result(
         store=store,
+        listing=name,
         tasks=args.tasks,
         listed=listed,
         pages=pages,
-        insert_s=insert_s,
         list_s=list_s,
         baseline=baseline,
-        after_first_page=after_first_page[0],
+        after_first_page=after_first_page[0] if after_first_page else peak[0],
         peak=peak[0],
     )
+
+
+async def measure(store: str, args: argparse.Namespace) -> list[Result]:
+    async with empty_store(store, args.admin_dsn) as url:
+        with tempfile.TemporaryDirectory(prefix="qc-measure-run-") as directory:
+            # one group of every task, so that listTaskGroup pages through all of them too
+            filled = await fill(url, args.tasks, seed=args.seed, group_size=args.tasks)
+            print(
+                f"store={store} setup: {filled.tasks} tasks, {filled.tags} tags written and "
+                f"analysed in {filled.seconds:.1f}s; states {dict(sorted(filled.states.items()))}",
+                flush=True,
+            )
+            (group,) = filled.task_group_ids
+            listings = {
+                "ndjson": ndjson_export,
+                "task-group-pages": task_group_pages(group, args.page_limit),
+            }
+            async with serving(url, Path(directory), COORDINATOR_LOG_LEVEL="WARNING") as serve:
+                assert serve.process is not None
+                process = psutil.Process(serve.process.pid)
+                return [
+                    await measure_listing(store, name, listing, serve.api, process, args)
+                    for name, listing in listings.items()
+                ]
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=["postgres", "sqlite", "both"], default="both")
     parser.add_argument("--tasks", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0, help="of the generated tasks")
     parser.add_argument("--page-limit", type=int, default=1000, help="limit= of each page")
     parser.add_argument("--limit-mb", type=float, default=50.0, help="largest growth that passes")
     parser.add_argument("--sample-ms", type=float, default=10.0)
@@ -311,18 +258,19 @@ async def main() -> int:
     status = 0
     for store in stores:
         try:
-            result = await asyncio.wait_for(measure(store, args), args.timeout)
+            results = await asyncio.wait_for(measure(store, args), args.timeout)
         except TimeoutError:
             print(f"store={store} FAILED: not done within {args.timeout:.0f} s", flush=True)
             return 2
-        verdict = "ok"
-        if result.listed != result.tasks:
-            verdict = f"FAILED: listed {result.listed} of {result.tasks}"
-        elif result.growth >= args.limit_mb * MB:
-            verdict = f"FAILED: growth reached {args.limit_mb:.0f} MB"
-        if verdict != "ok":
-            status = 1
-        print(f"{result.line()} {verdict}", flush=True)
+        for result in results:
+            verdict = "ok"
+            if result.listed != result.tasks:
+                verdict = f"FAILED: listed {result.listed} of {result.tasks}"
+            elif result.growth >= args.limit_mb * MB:
+                verdict = f"FAILED: growth reached {args.limit_mb:.0f} MB"
+            if verdict != "ok":
+                status = 1
+            print(f"{result.line()} {verdict}", flush=True)
     return status
 
 

@@ -30,7 +30,7 @@ def store_from_url(url: str) -> Store:
     if parts.scheme in ("postgresql", "postgres"):
         return PostgresStore(url)
     if parts.scheme == "sqlite":
-        return SQLiteStore(_sqlite_path(url))
+        return SQLiteStore(sqlite_path(url))
     # only the scheme: the rest of a database URL may hold a password
     raise ConfigurationError(
         f"unsupported store URL scheme {parts.scheme!r}: expected sqlite:///<path>, "
@@ -57,7 +57,7 @@ async def open_store(url: str) -> Store:
     return store
 
 
-def _sqlite_path(url: str) -> Path:
+def sqlite_path(url: str) -> Path:
     parts = urlsplit(url)
     if parts.netloc or parts.query or parts.fragment or not parts.path.strip("/"):
         raise ConfigurationError(

@@ -96,8 +96,9 @@ _Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
 
 
 @functools.lru_cache(maxsize=512)
-def _filtered(name: str, filters: str) -> _Statement:
-    """The named statement with ``{filters}`` filled in; cached, as filters repeat."""
+def filtered_statement(name: str, filters: str) -> _Statement:
+    """The named statement with ``{filters}`` filled in; cached, as filters repeat. Public
+    for the tools that explain and time the management statements (devharness)."""
     return _positional(queries("postgres")[name].format(filters=filters))
 
 
@@ -164,7 +165,7 @@ class PostgresStore(SQLStore):
         self, name: str, matching: TaskFilter, **params: Any
     ) -> list[asyncpg.Record]:
         clause = filter_clause(matching)
-        statement = _filtered(name, clause.sql)
+        statement = filtered_statement(name, clause.sql)
         return cast(
             "list[asyncpg.Record]",
             await self._connections.fetch(

@@ -27,7 +27,9 @@ SELECT tasks.task_id, tag.key, tag.value
 FROM tasks, json_each(tasks.definition, '$.tags') AS tag;
 
 DROP INDEX tasks_by_queue_state;
-CREATE INDEX tasks_by_queue_state ON tasks (provisioner_id, worker_type, state, task_id);
+-- visible_at rides along so a queue's counts (pending against delayed) read the index only
+CREATE INDEX tasks_by_queue_state
+    ON tasks (provisioner_id, worker_type, state, task_id, visible_at);
 CREATE INDEX tasks_by_scheduler ON tasks (scheduler_id, task_id);
 CREATE INDEX tasks_by_project ON tasks (project_id, task_id);
 CREATE INDEX tasks_by_created ON tasks (created);
