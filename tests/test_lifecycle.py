@@ -1875,3 +1875,11 @@ def test_claim_timeout_of_the_task_replaces_the_coordinators() -> None:
         ("exception", "scheduled"),
         ("pending", "retry"),
     ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["0732-01-23T01:09:09.611Z", "0001-01-01T00:00:00.000Z", "1969-12-31T23:59:59.999Z"],
+)
+def test_times_before_1000_and_1970_round_trip_as_rfc_3339(text: str) -> None:
+    assert to_iso(from_iso(text)) == text

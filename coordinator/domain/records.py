@@ -32,7 +32,11 @@ MAX_RUNS = 50
 def to_iso(ms: int) -> str:
     """Format epoch milliseconds as Taskcluster does: UTC, millisecond precision, ``Z``."""
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    # not strftime("%Y"): glibc writes year 732 as "732", which is no RFC 3339 date-time
+    return (
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
+        f"{dt.second:02d}.{ms % 1000:03d}Z"
+    )
 
 
 def from_iso(text: str) -> int:
