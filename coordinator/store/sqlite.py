@@ -143,13 +143,12 @@ def _insert_one(conn: sqlite3.Connection, record: TaskRecord, columns: dict[str,
 
 
 def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
-    """Delete these tasks, their dependency edges both ways and their tags, in the caller's
-    transaction."""
+    """Delete these tasks and their dependency edges both ways (their tags go by cascade), in
+    the caller's transaction."""
     if ids:
         marks = ",".join("?" * len(ids))
         conn.execute(_Q["delete_tasks"].format(ids=marks), ids)
         conn.execute(_Q["delete_dependencies"].format(ids=marks), ids + ids)
-        conn.execute(_Q["delete_tags"].format(ids=marks), ids)
 
 
 class SQLiteStore(SQLStore):
@@ -247,6 +246,8 @@ class SQLiteStore(SQLStore):
             # cut (NORMAL only survives the process dying); group commit pays for the fsyncs.
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA busy_timeout=10000")
+            # off by default in SQLite; task_tags rows go with their task (ON DELETE CASCADE)
+            conn.execute("PRAGMA foreign_keys=ON")
             return conn
 
         loop = asyncio.get_running_loop()

@@ -17,8 +17,10 @@ UPDATE tasks SET
 ALTER TABLE tasks ALTER COLUMN project_id SET NOT NULL;
 ALTER TABLE tasks ALTER COLUMN created SET NOT NULL;
 
+-- A task's tags go with it (ON DELETE CASCADE): every way of deleting tasks (expiry, the
+-- outcome TTLs, deleteTasks) deletes only from tasks.
 CREATE TABLE task_tags (
-    task_id   TEXT COLLATE "C" NOT NULL,
+    task_id   TEXT COLLATE "C" NOT NULL REFERENCES tasks (task_id) ON DELETE CASCADE,
     tag_key   TEXT NOT NULL,
     tag_value TEXT NOT NULL,
     PRIMARY KEY (tag_key, tag_value, task_id)

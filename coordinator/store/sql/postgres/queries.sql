@@ -176,8 +176,6 @@ WITH doomed AS (
 ), edges_as_required AS (
     DELETE FROM task_dependencies USING deleted
     WHERE task_dependencies.required_task_id = deleted.task_id
-), tags AS (
-    DELETE FROM task_tags USING deleted WHERE task_tags.task_id = deleted.task_id
 )
 SELECT count(*) FROM deleted
 
@@ -425,8 +423,6 @@ WITH doomed AS (
 ), edges_as_required AS (
     DELETE FROM task_dependencies USING deleted
     WHERE task_dependencies.required_task_id = deleted.task_id
-), tags AS (
-    DELETE FROM task_tags USING deleted WHERE task_tags.task_id = deleted.task_id
 )
 SELECT count(*) FROM deleted
 

@@ -15,8 +15,10 @@ UPDATE tasks SET
     resolved = CASE WHEN state IN ('completed', 'failed', 'exception')
                     THEN json_extract(runs, '$[#-1].resolved') END;
 
+-- A task's tags go with it (ON DELETE CASCADE): every way of deleting tasks (expiry, the
+-- outcome TTLs, deleteTasks) deletes only from tasks.
 CREATE TABLE task_tags (
-    task_id   TEXT NOT NULL,
+    task_id   TEXT NOT NULL REFERENCES tasks (task_id) ON DELETE CASCADE,
     tag_key   TEXT NOT NULL,
     tag_value TEXT NOT NULL,
     PRIMARY KEY (tag_key, tag_value, task_id)

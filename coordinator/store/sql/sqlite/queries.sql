@@ -82,9 +82,6 @@ DELETE FROM tasks WHERE task_id IN ({ids})
 DELETE FROM task_dependencies
 WHERE dependent_task_id IN ({ids}) OR required_task_id IN ({ids})
 
--- name: delete_tags
-DELETE FROM task_tags WHERE task_id IN ({ids})
-
 -- name: task_group
 SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
 FROM tasks
