@@ -35,9 +35,6 @@ from coordinator.service.tasks import TaskService
 from coordinator.service.work_queues import WorkQueues
 from coordinator.service.workers import WorkerService
 
-LIST_LIMIT = 1000
-"""Largest page a listing returns, whatever ``limit`` asks for (Taskcluster's cap)."""
-
 log = logging.getLogger(__name__)
 
 Body = dict[str, Any]
@@ -53,7 +50,9 @@ def _run_id(request: web.Request) -> int:
 
 
 def _limit(request: web.Request) -> int:
-    return min(int(request.query.get("limit", LIST_LIMIT)), LIST_LIMIT)
+    """``limit``, capped silently at :data:`~coordinator.api.keyset.LIST_LIMIT` as
+    Taskcluster's listings do."""
+    return min(int(request.query.get("limit", keyset.LIST_LIMIT)), keyset.LIST_LIMIT)
 
 
 def _continuation(request: web.Request) -> str | None:

@@ -33,6 +33,9 @@ T = TypeVar("T")
 TOKEN_KEY = web.AppKey("continuation_token_key", bytes)
 """The HMAC key of the tokens, set when the app starts."""
 
+LIST_LIMIT = 1000
+"""Largest page a listing returns (Taskcluster's cap)."""
+
 _UNBOUND = frozenset({"limit", "continuationToken"})
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,38}")

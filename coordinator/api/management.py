@@ -23,13 +23,11 @@ from coordinator.api import keyset
 from coordinator.api.errors import InputValidationError
 from coordinator.api.filters import task_filter
 from coordinator.domain.records import TaskRecord
+from coordinator.domain.task_filters import TaskFilter
 from coordinator.service.management import TaskManagement
 
 NDJSON = "application/x-ndjson"
 FLUSH_BYTES = 64 * 1024
-MAX_LIMIT = 1000
-"""Largest page listTasks returns; a larger ``limit`` is a 400 (these methods are ours, so
-they need not cap silently as Taskcluster's listings do)."""
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +42,11 @@ def _item(record: TaskRecord, *, summary: bool) -> dict[str, Any]:
 
 
 def _limit(request: web.Request) -> int:
-    limit = int(request.query.get("limit", MAX_LIMIT))
-    if limit > MAX_LIMIT:
-        raise InputValidationError(f"limit={limit} is out of range: 1 to {MAX_LIMIT}")
+    """``limit``; beyond :data:`~coordinator.api.keyset.LIST_LIMIT` a 400 (these methods are
+    ours, so they need not cap silently as Taskcluster's listings do)."""
+    limit = int(request.query.get("limit", keyset.LIST_LIMIT))
+    if limit > keyset.LIST_LIMIT:
+        raise InputValidationError(f"limit={limit} is out of range: 1 to {keyset.LIST_LIMIT}")
     return limit
 
 
@@ -68,7 +68,7 @@ async def list_tasks(
 
 
 async def _stream(
-    request: web.Request, management: TaskManagement, matching: Any, *, summary: bool
+    request: web.Request, management: TaskManagement, matching: TaskFilter, *, summary: bool
 ) -> web.StreamResponse:
     if "continuationToken" in request.query or "limit" in request.query:
         raise InputValidationError(

@@ -8,6 +8,7 @@ up to the total: ``pending`` means claimable now, and a task's status calls both
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
@@ -55,28 +56,7 @@ class TaskFilter:
             return None
         wanted = self.states or UNRESOLVED_FILTER_STATES
         states = tuple(state for state in wanted if state in UNRESOLVED_FILTER_STATES)
-        return _replace(self, states=states) if states else None
-
-    def canonical(self) -> list[Any]:
-        """The filter as plain JSON values in a fixed order: equal filters give equal values,
-        whatever order the query string named them in (continuation tokens are bound to it)."""
-        return [
-            None if self.task_queue is None else str(self.task_queue),
-            sorted(set(self.states)),
-            self.scheduler_id,
-            self.task_group_id,
-            self.project_id,
-            sorted(set(self.tags)),
-            self.created_after,
-            self.created_before,
-            self.resolved_after,
-            self.resolved_before,
-        ]
-
-
-def _replace(task_filter: TaskFilter, **changes: Any) -> TaskFilter:
-    values = {f.name: getattr(task_filter, f.name) for f in fields(task_filter)}
-    return TaskFilter(**{**values, **changes})
+        return dataclasses.replace(self, states=states) if states else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from coordinator.domain import lifecycle
-from coordinator.domain.errors import Conflict, InputError, NotFound
+from coordinator.domain.errors import InputError
+from coordinator.domain.lifecycle import Outcome
 from coordinator.domain.listings import Page
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
@@ -100,20 +101,17 @@ class TaskManagement:
             batch = await self._store.matching_task_ids(
                 unresolved, now=self._service.clock(), limit=CANCEL_BATCH, after=after
             )
-            outcomes = await asyncio.gather(*(self._cancel(task_id) for task_id in batch))
-            cancelled += sum(outcomes)
+            # concurrently, each with the skipping of a task that vanished or refuses
+            changed = await asyncio.gather(
+                *(
+                    self._service.apply_each([(task_id, _cancel)], action="canceled")
+                    for task_id in batch
+                )
+            )
+            cancelled += sum(changed)
             if len(batch) < CANCEL_BATCH:
                 return cancelled
             after = batch[-1]
-
-    async def _cancel(self, task_id: str) -> bool:
-        try:
-            outcome = await self._service.apply(
-                task_id, lambda r, now: lifecycle.cancel(r, now=now), action="canceled"
-            )
-        except (NotFound, Conflict):  # deleted, or past its deadline, meanwhile
-            return False
-        return outcome.changed
 
     async def delete_tasks(self, matching: TaskFilter) -> int:
         """Delete every task ``matching`` matches; how many this call deleted. A worker
@@ -151,6 +149,10 @@ class TaskManagement:
                 matching = TaskFilter(states=states, resolved_before=now - ttl + 1)
                 deleted += await self._delete(matching, limit=limit)
         return deleted
+
+
+def _cancel(record: TaskRecord, now: int) -> Outcome:
+    return lifecycle.cancel(record, now=now)
 
 
 def _refuse_empty(matching: TaskFilter, method: str) -> None:
