@@ -286,6 +286,45 @@ async def test_concurrent_compare_and_set_has_exactly_one_winner(store: Store) -
     assert await store.get("T") == winners[0]
 
 
+async def test_compare_and_set_many_writes_each_record_on_its_own_version(store: Store) -> None:
+    tasks = [await create(store, task_id) for task_id in ("A", "B", "C")]
+    await claim(store, "B", worker_id="first")  # B's read below is now stale
+    claims = [
+        lifecycle.claim(r, run_id=0, worker_group="wg", worker_id="w", now=NOW, timing=TIMING)
+        for r in tasks
+    ]
+    ghost = new_record("ghost").replace(version=1)
+
+    results = await store.compare_and_set_many([*(o.record for o in claims), ghost])
+
+    assert results[0] == claims[0].record.replace(version=2)
+    assert results[1] is None and results[3] is None
+    assert results[2] == claims[2].record.replace(version=2)
+    assert await store.get("A") == results[0] and await store.get("C") == results[2]
+    assert (await store.get("B")).runs[0].worker_id == "first"  # type: ignore[union-attr]
+    assert await store.compare_and_set_many([]) == []
+
+
+async def test_concurrent_compare_and_set_many_have_one_winner_per_task(store: Store) -> None:
+    tasks = [await create(store, f"T{i}") for i in range(8)]
+    batches = [
+        [
+            lifecycle.claim(
+                r, run_id=0, worker_group="wg", worker_id=f"w{w}", now=NOW, timing=TIMING
+            ).record
+            for r in (tasks[w % 8 :] + tasks[: w % 8])
+        ]
+        for w in range(6)
+    ]
+
+    results = await asyncio.gather(*(store.compare_and_set_many(b) for b in batches))
+
+    winners = [r for batch in results for r in batch if r is not None]
+    assert sorted(r.task_id for r in winners) == sorted(r.task_id for r in tasks)
+    for winner in winners:
+        assert await store.get(winner.task_id) == winner
+
+
 # --- confirm_hints --------------------------------------------------------------------------
 
 

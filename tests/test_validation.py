@@ -82,6 +82,9 @@ OUR_METHODS = {
     "countTasks",
     "cancelTasks",
     "deleteTasks",
+    "claimRuns",
+    "reclaimRuns",
+    "resolveRuns",
 }
 """Methods beyond Taskcluster's."""
 

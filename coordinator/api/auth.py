@@ -146,6 +146,12 @@ def require(auth: RequestAuth, expression: Expression) -> None:
     )
 
 
+def permits(auth: Auth, expression: Expression) -> bool:
+    """Whether ``auth``'s scopes satisfy ``expression`` (no exception, no log line: a batch
+    answers each item's refusal in its results)."""
+    return satisfies(auth.scopes, expression)
+
+
 class NonceCache:
     """The Hawk nonces this process accepted within the clock-skew window: a request replayed
     to this process is refused. Another replica does not know them (it has its own), so
@@ -489,6 +495,20 @@ class Authorizer:
         else:
             auth = await self._authenticator.authenticate(request)
         request[REQUEST_AUTH] = auth
+        return auth
+
+    async def authenticated(self, request: web.Request) -> Auth:
+        """The caller of ``request``, who must have presented valid credentials (with any
+        scopes; all of them when authentication is off), else 401 ``AuthenticationFailed``.
+
+        For the batch endpoints, whose scopes depend on each stored item and are checked per
+        item with :func:`permits`.
+        """
+        auth = await self.caller(request)
+        if isinstance(auth, Rejected):
+            raise AuthenticationFailed(auth.message)
+        if isinstance(auth, Anonymous):
+            raise AuthenticationFailed("This request requires Taskcluster credentials (Hawk)")
         return auth
 
     async def require(self, request: web.Request, expression: Expression) -> RequestAuth:

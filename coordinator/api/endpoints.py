@@ -478,6 +478,48 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "`worker-shutdown` and `intermittent-task` retry the task while retries remain.",
     ),
     Endpoint(
+        name="claimRuns",
+        method="POST",
+        route="/claim-runs",
+        input="claim-runs-request",
+        output="claim-runs-response",
+        title="Claim Many Runs",
+        description="Claim 1 to 32 pending runs (the hints of one Azure get) for one worker in "
+        "one request and one store round trip. Needs `queue:worker-id:<workerGroup>/<workerId>` "
+        "(401/403 for the whole batch otherwise) and, per run, the claimTask scope of its task "
+        "queue. Results come back in request order: the claim as claimTask answers it, or "
+        "`{taskId, runId, error: {status, code, message}}` with what claimTask would have "
+        "answered; one run refused never fails the others. Not a Taskcluster method.",
+        stability="experimental",
+    ),
+    Endpoint(
+        name="reclaimRuns",
+        method="POST",
+        route="/reclaim-runs",
+        input="reclaim-runs-request",
+        output="reclaim-runs-response",
+        title="Reclaim Many Runs",
+        description="reclaimTask for 1 to 32 running runs at once. Per run the caller needs "
+        "`queue:reclaim-task:<taskId>/<runId>` or `queue:worker-id:<workerGroup>/<workerId>` "
+        "of the worker holding the run (a worker batches with its own credentials). Per-run "
+        "results in request order, as claimRuns. Not a Taskcluster method.",
+        stability="experimental",
+    ),
+    Endpoint(
+        name="resolveRuns",
+        method="POST",
+        route="/resolve-runs",
+        input="resolve-runs-request",
+        output="resolve-runs-response",
+        title="Resolve Many Runs",
+        description="reportCompleted, reportFailed and reportException for 1 to 32 running "
+        "runs at once (`resolution`, and `reason` exactly for `exception`). Per run the caller "
+        "needs `queue:resolve-task:<taskId>/<runId>` or the worker-id scope of the worker "
+        "holding the run. Per-run results in request order, as claimRuns. Not a Taskcluster "
+        "method.",
+        stability="experimental",
+    ),
+    Endpoint(
         name="pendingTasks",
         method="GET",
         route="/pending/{provisionerId}/{workerType}",

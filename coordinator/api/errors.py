@@ -8,7 +8,7 @@ message. The domain and service layers raise :mod:`coordinator.domain.errors` in
 from __future__ import annotations
 
 from coordinator.azure.errors import QueueUnavailable
-from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
+from coordinator.domain.errors import Conflict, DomainError, Forbidden, InputError, NotFound
 
 
 class ApiError(Exception):
@@ -66,6 +66,7 @@ _DOMAIN: dict[type[DomainError], type[ApiError]] = {
     InputError: RequestInputError,
     NotFound: ResourceNotFound,
     Conflict: RequestConflict,
+    Forbidden: InsufficientScopes,
 }
 
 

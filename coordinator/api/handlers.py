@@ -18,20 +18,20 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.api import keyset, management, validation
-from coordinator.api.auth import Auth, Authorizer
+from coordinator.api.auth import Auth, Authorizer, permits
 from coordinator.api.endpoints import Endpoint, task_queue
 from coordinator.api.errors import InputValidationError, ServiceUnavailable, as_api_error
 from coordinator.api.filters import task_filter
 from coordinator.api.http import ENDPOINT, json_response, read_json
-from coordinator.api.scopes import Expression, create_task_requirement
+from coordinator.api.scopes import Expression, create_task_requirement, render
 from coordinator.domain import definitions
-from coordinator.domain.errors import DomainError
+from coordinator.domain.errors import DomainError, Forbidden
 from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import DEFAULT_PROJECT_ID, TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey, task_queue_fields
 from coordinator.service.management import TaskManagement
-from coordinator.service.tasks import TaskService
+from coordinator.service.tasks import Permit, RunReport, TaskService
 from coordinator.service.work_queues import WorkQueues
 from coordinator.service.workers import WorkerService
 
@@ -102,6 +102,68 @@ def _item_error(error: InputValidationError | DomainError) -> Body:
     """A batch item's error, as createTask would have answered it."""
     api_error = error if isinstance(error, InputValidationError) else as_api_error(error)
     return {"code": api_error.code, "message": str(api_error)}
+
+
+def _distinct_runs(items: list[Body], key: str) -> list[tuple[str, int]]:
+    """The ``(taskId, runId)`` of a batch's items.
+
+    :raises InputValidationError: a run appears twice (its two answers could contradict).
+    """
+    runs: list[tuple[str, int]] = []
+    first: dict[tuple[str, int], int] = {}
+    for index, item in enumerate(items):
+        run = (item["taskId"], item["runId"])
+        if run in first:
+            raise InputValidationError(
+                f"{key}[{index}]: run {run[1]} of task {run[0]} is already {key}[{first[run]}]; "
+                "name each run once per batch"
+            )
+        first[run] = index
+        runs.append(run)
+    return runs
+
+
+def _permit(auth: Auth, expression: Expression, record: TaskRecord, run_id: int) -> None:
+    """:raises Forbidden: ``auth`` does not satisfy ``expression`` for this run."""
+    if not permits(auth, expression):
+        raise Forbidden(
+            f"Client ID {auth.client_id} does not have sufficient scopes for run {run_id} of "
+            f"task {record.task_id}: it needs {render(expression)}"
+        )
+
+
+def _held_or(auth: Auth, action: str) -> Permit:
+    """reclaimRuns' and resolveRuns' rule: the run's own scope (``<action>:<taskId>/<runId>``,
+    what the run's temporary credentials carry), or the worker-id scope of the worker that
+    holds the run."""
+
+    def permit(record: TaskRecord, run_id: int) -> None:
+        scopes: list[Expression] = [f"{action}:{record.task_id}/{run_id}"]
+        if 0 <= run_id < len(record.runs):
+            run = record.runs[run_id]
+            if run.worker_group is not None and run.worker_id is not None:
+                scopes.append(f"queue:worker-id:{run.worker_group}/{run.worker_id}")
+        _permit(auth, {"AnyOf": scopes}, record, run_id)
+
+    return permit
+
+
+def _run_error(method: str, task_id: str, run_id: int, error: DomainError) -> Body:
+    """A batch's answer for a run it refused, as the single call would have answered."""
+    api_error = as_api_error(error)
+    log.info(
+        "run refused method=%s taskId=%s runId=%d status=%d code=%s",
+        method,
+        task_id,
+        run_id,
+        api_error.status,
+        api_error.code,
+    )
+    return {
+        "taskId": task_id,
+        "runId": run_id,
+        "error": {"status": api_error.status, "code": api_error.code, "message": str(api_error)},
+    }
 
 
 VERSION: Body = {
@@ -416,6 +478,78 @@ class Handlers:
 
     async def reportException(self, request: web.Request, body: Any) -> Body:
         return await self._report(request, "exception", body["reason"])
+
+    # --- batches of runs (not Taskcluster methods) ----------------------------------------
+    # One request and one store round trip for what one Azure get hinted at, and for the
+    # reclaims and reports a worker coalesced. Scopes that depend on a stored task (its
+    # queue, who holds the run) are checked per item as the transition reads the task, so a
+    # refusal is that item's 403 and never the batch's.
+
+    async def claimRuns(self, request: web.Request, body: Any) -> Body:
+        worker_group, worker_id = body["workerGroup"], body["workerId"]
+        auth = await self.auth.authenticated(request)
+        await self._require(request, f"queue:worker-id:{worker_group}/{worker_id}")
+        runs = _distinct_runs(body["runs"], "runs")
+
+        def permit(record: TaskRecord, run_id: int) -> None:
+            _permit(auth, f"queue:claim-task:{record.task_queue_id}", record, run_id)
+            self.workers.refuse_quarantined(
+                WorkerKey(
+                    queue=TaskQueue(record.provisioner_id, record.worker_type),
+                    worker_group=worker_group,
+                    worker_id=worker_id,
+                )
+            )
+
+        results = await self.service.claim_runs(
+            runs, worker_group=worker_group, worker_id=worker_id, permit=permit
+        )
+        claims: list[Body] = []
+        for (task_id, run_id), result in zip(runs, results, strict=True):
+            if isinstance(result, DomainError):
+                claims.append(_run_error("claimRuns", task_id, run_id, result))
+                continue
+            self.workers.run_held(result, run_id, claimed=True)
+            claims.append(self.claim_body(result))
+        return {"claims": claims}
+
+    async def reclaimRuns(self, request: web.Request, body: Any) -> Body:
+        auth = await self.auth.authenticated(request)
+        runs = _distinct_runs(body["runs"], "runs")
+        results = await self.service.reclaim_runs(runs, permit=_held_or(auth, "queue:reclaim-task"))
+        reclaims: list[Body] = []
+        for (task_id, run_id), result in zip(runs, results, strict=True):
+            if isinstance(result, DomainError):
+                reclaims.append(_run_error("reclaimRuns", task_id, run_id, result))
+                continue
+            self.workers.run_held(result, run_id, claimed=False)
+            reclaims.append(self._held_run(result, run_id))
+        return {"reclaims": reclaims}
+
+    async def resolveRuns(self, request: web.Request, body: Any) -> Body:
+        auth = await self.auth.authenticated(request)
+        items: list[Body] = body["reports"]
+        runs = _distinct_runs(items, "reports")
+        reports = [
+            RunReport(
+                task_id=task_id,
+                run_id=run_id,
+                state=item["resolution"],
+                reason=item.get("reason") or item["resolution"],
+            )
+            for (task_id, run_id), item in zip(runs, items, strict=True)
+        ]
+        results = await self.service.resolve_runs(
+            reports, permit=_held_or(auth, "queue:resolve-task")
+        )
+        return {
+            "reports": [
+                _run_error("resolveRuns", task_id, run_id, result)
+                if isinstance(result, DomainError)
+                else {"taskId": task_id, "runId": run_id, "status": result.status()}
+                for (task_id, run_id), result in zip(runs, results, strict=True)
+            ]
+        }
 
     # --- task queues and workers ----------------------------------------------------------
     # Reads need no credentials, as every read of this API; declareWorker and

@@ -22,3 +22,8 @@ class NotFound(DomainError):
 
 class Conflict(DomainError):
     """The operation is not allowed in the task's current state."""
+
+
+class Forbidden(DomainError):
+    """The caller may not do this to the task as it is now (a scope check that depends on the
+    stored task, such as who holds a run, made with the transition it guards)."""

@@ -26,8 +26,27 @@ from coordinator.service.clock import Clock, wall_clock
 from coordinator.service.dependencies import Dependencies
 from coordinator.service.hints import HintPublisher, HintSink
 from coordinator.service.metrics import ServiceMetrics
-from coordinator.service.transitions import Transition, Transitions, log_changes
+from coordinator.service.transitions import Change, Transition, Transitions, log_changes
 from coordinator.store.base import Store
+
+Permit = Callable[[TaskRecord, int], None]
+"""A batch caller's right to act on run ``runId`` of a task as stored: raises
+:class:`~coordinator.domain.errors.Forbidden` (or another domain error) when it may not."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RunReport:
+    """How a worker resolves one run: reportCompleted, reportFailed or reportException.
+
+    :param state: ``completed``, ``failed`` or ``exception``.
+    :param reason: the reasonResolved: ``completed``, ``failed`` or the exception reason.
+    """
+
+    task_id: str
+    run_id: int
+    state: str
+    reason: str
+
 
 GROUP_PAGE = 200
 """How many of a group's tasks cancelTaskGroup and changeTaskGroupPriority read at a time."""
@@ -373,6 +392,29 @@ class TaskService:
 
     # --- workers --------------------------------------------------------------------------
 
+    def _claiming(self, run_id: int, *, worker_group: str, worker_id: str) -> Transition:
+        return lambda r, now: lifecycle.claim(
+            r,
+            run_id=run_id,
+            worker_group=worker_group,
+            worker_id=worker_id,
+            now=now,
+            timing=self.timing,
+        )
+
+    def _reclaiming(self, run_id: int) -> Transition:
+        return lambda r, now: lifecycle.reclaim(r, run_id=run_id, now=now, timing=self.timing)
+
+    def _reporting(self, report: RunReport) -> Transition:
+        return lambda r, now: lifecycle.report(
+            r,
+            run_id=report.run_id,
+            state=report.state,
+            reason=report.reason,
+            now=now,
+            timing=self.timing,
+        )
+
     async def claim(
         self,
         task_id: str,
@@ -382,38 +424,83 @@ class TaskService:
         worker_id: str,
         read: TaskRecord | None = None,
     ) -> TaskRecord:
-        outcome = await self.apply(
-            task_id,
-            lambda r, now: lifecycle.claim(
-                r,
-                run_id=run_id,
-                worker_group=worker_group,
-                worker_id=worker_id,
-                now=now,
-                timing=self.timing,
-            ),
-            action="claimed",
-            read=read,
-        )
+        transition = self._claiming(run_id, worker_group=worker_group, worker_id=worker_id)
+        outcome = await self.apply(task_id, transition, action="claimed", read=read)
         return outcome.record
 
     async def reclaim(self, task_id: str, run_id: int) -> TaskRecord:
-        outcome = await self.apply(
-            task_id,
-            lambda r, now: lifecycle.reclaim(r, run_id=run_id, now=now, timing=self.timing),
-            action="reclaimed",
-        )
+        outcome = await self.apply(task_id, self._reclaiming(run_id), action="reclaimed")
         return outcome.record
 
     async def report(self, task_id: str, run_id: int, *, state: str, reason: str) -> TaskRecord:
-        outcome = await self.apply(
-            task_id,
-            lambda r, now: lifecycle.report(
-                r, run_id=run_id, state=state, reason=reason, now=now, timing=self.timing
-            ),
-            action=f"reported-{state}",
-        )
+        report = RunReport(task_id=task_id, run_id=run_id, state=state, reason=reason)
+        outcome = await self.apply(task_id, self._reporting(report), action=f"reported-{state}")
         return outcome.record
+
+    async def claim_runs(
+        self,
+        runs: Sequence[tuple[str, int]],
+        *,
+        worker_group: str,
+        worker_id: str,
+        permit: Permit,
+    ) -> list[TaskRecord | DomainError]:
+        """claimRuns: :meth:`claim` for up to a batch of ``(taskId, runId)`` at once, one store
+        read and one compare-and-set per round for all of them.
+
+        :returns: per run, in order, the record claimed or why not.
+        """
+        return await self._each_run(
+            [
+                (
+                    task_id,
+                    run_id,
+                    self._claiming(run_id, worker_group=worker_group, worker_id=worker_id),
+                    "claimed",
+                )
+                for task_id, run_id in runs
+            ],
+            permit,
+        )
+
+    async def reclaim_runs(
+        self, runs: Sequence[tuple[str, int]], *, permit: Permit
+    ) -> list[TaskRecord | DomainError]:
+        """reclaimRuns: :meth:`reclaim` for a batch of ``(taskId, runId)``, as claimRuns."""
+        return await self._each_run(
+            [(task_id, run_id, self._reclaiming(run_id), "reclaimed") for task_id, run_id in runs],
+            permit,
+        )
+
+    async def resolve_runs(
+        self, reports: Sequence[RunReport], *, permit: Permit
+    ) -> list[TaskRecord | DomainError]:
+        """resolveRuns: :meth:`report` for a batch of reports, as claimRuns."""
+        return await self._each_run(
+            [(r.task_id, r.run_id, self._reporting(r), f"reported-{r.state}") for r in reports],
+            permit,
+        )
+
+    async def _each_run(
+        self, items: Sequence[tuple[str, int, Transition, str]], permit: Permit
+    ) -> list[TaskRecord | DomainError]:
+        """Apply each item's transition to its run, once ``permit`` allows it on the task as
+        read (checked again on every re-read, so a lost race cannot skip it)."""
+
+        def permitted(run_id: int, transition: Transition) -> Transition:
+            def apply(record: TaskRecord, now: int) -> Outcome:
+                permit(record, run_id)
+                return transition(record, now)
+
+            return apply
+
+        outcomes = await self.transitions.apply_many(
+            [
+                Change(task_id=task_id, transition=permitted(run_id, transition), action=action)
+                for task_id, run_id, transition, action in items
+            ]
+        )
+        return [o.record if isinstance(o, Outcome) else o for o in outcomes]
 
     # --- resolvers ------------------------------------------------------------------------
 

@@ -11,12 +11,14 @@ this process dies first.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any
 
-from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.errors import Conflict, DomainError, NotFound
 from coordinator.domain.lifecycle import Outcome
 from coordinator.domain.records import Run, TaskRecord
 from coordinator.service.background import Background
@@ -40,6 +42,24 @@ def changed_runs(before: TaskRecord | None, after: TaskRecord) -> Iterator[Run]:
         old = old_runs[run.run_id] if run.run_id < len(old_runs) else None
         if old is None or old.state != run.state:
             yield run
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Change:
+    """One item of :meth:`Transitions.apply_many`: a transition for a task.
+
+    :param action: what the transition does, for the log line of a change.
+    """
+
+    task_id: str
+    transition: Transition
+    action: str
+
+
+def _too_fast(task_id: str) -> Conflict:
+    return Conflict(
+        f"task {task_id} is changing too fast: gave up after {MAX_CAS_ATTEMPTS} attempts"
+    )
 
 
 def log_changes(action: str, before: TaskRecord | None, after: TaskRecord) -> None:
@@ -108,14 +128,82 @@ class Transitions:
                 return outcome
             stored = await self._store.compare_and_set(outcome.record)
             if stored is not None:
-                outcome = dataclasses.replace(outcome, record=stored)
-                log_changes(action, record, stored)
-                self._metrics.runs_resolved(changed_runs(record, stored))
+                outcome = self._written(action, record, outcome, stored)
                 await self.effects(outcome)
                 return outcome
-        raise Conflict(
-            f"task {task_id} is changing too fast: gave up after {MAX_CAS_ATTEMPTS} attempts"
-        )
+        raise _too_fast(task_id)
+
+    async def apply_many(self, changes: Sequence[Change]) -> list[Outcome | DomainError]:
+        """Apply a transition to each of several tasks as :meth:`apply` does, reading them all
+        in one store call and compare-and-setting them all in another; only the items that
+        lost a race are read and tried again, so one lost item never fails the others.
+
+        Items naming the same task are applied in successive rounds, each seeing the last.
+
+        :returns: per change, in order, its outcome or why it was refused
+            (:class:`NotFound`, :class:`Conflict`, or the transition's own domain error).
+        """
+        results: list[Outcome | DomainError | None] = [None] * len(changes)
+        rounds: list[list[int]] = []
+        seen: collections.Counter[str] = collections.Counter()
+        for index, change in enumerate(changes):
+            round_number = seen[change.task_id]
+            seen[change.task_id] += 1
+            if round_number == len(rounds):
+                rounds.append([])
+            rounds[round_number].append(index)
+        for indexes in rounds:
+            await self._apply_round(changes, indexes, results)
+        return [result for result in results if result is not None]
+
+    async def _apply_round(
+        self,
+        changes: Sequence[Change],
+        indexes: list[int],
+        results: list[Outcome | DomainError | None],
+    ) -> None:
+        """:meth:`apply_many` for changes of distinct tasks, results written in place."""
+        for _ in range(MAX_CAS_ATTEMPTS):
+            records = await self._store.get_many([changes[i].task_id for i in indexes])
+            now = self._clock()
+            writes: list[tuple[int, TaskRecord, Outcome]] = []
+            for index in indexes:
+                change = changes[index]
+                record = records.get(change.task_id)
+                if record is None:
+                    results[index] = NotFound(f"task {change.task_id} does not exist")
+                    continue
+                try:
+                    outcome = change.transition(record, now)
+                except DomainError as error:
+                    results[index] = error
+                    continue
+                if outcome.changed:
+                    writes.append((index, record, outcome))
+                else:
+                    results[index] = outcome
+            stored = await self._store.compare_and_set_many([w[2].record for w in writes])
+            written: list[Outcome] = []
+            indexes = []
+            for (index, record, outcome), after in zip(writes, stored, strict=True):
+                if after is None:
+                    indexes.append(index)
+                    continue
+                written.append(self._written(changes[index].action, record, outcome, after))
+                results[index] = written[-1]
+            await asyncio.gather(*(self.effects(outcome) for outcome in written))
+            if not indexes:
+                return
+        for index in indexes:
+            results[index] = _too_fast(changes[index].task_id)
+
+    def _written(
+        self, action: str, before: TaskRecord, outcome: Outcome, stored: TaskRecord
+    ) -> Outcome:
+        """The outcome of a won compare-and-set, logged and counted."""
+        log_changes(action, before, stored)
+        self._metrics.runs_resolved(changed_runs(before, stored))
+        return dataclasses.replace(outcome, record=stored)
 
     async def apply_each(self, work: Iterable[tuple[str, Transition]], *, action: str) -> int:
         """Apply transitions to several tasks (resolver passes); returns how many changed.

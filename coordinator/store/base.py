@@ -102,6 +102,15 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def compare_and_set_many(self, records: Sequence[TaskRecord]) -> list[TaskRecord | None]:
+        """:meth:`compare_and_set` for records of distinct tasks in one round trip (SQLite:
+        one transaction; PostgreSQL: one statement). Each record wins or loses on its own
+        version: a lost one never holds back the others.
+
+        :returns: per record, in order, what :meth:`compare_and_set` would have returned.
+        """
+
+    @abc.abstractmethod
     async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
         """Record that the hints of these ``(task_id, run_id)`` pending runs are in their queues,
         in one write.

@@ -231,6 +231,19 @@ class PostgresStore(SQLStore):
         )
         return stored_after_cas(record, rows[0]) if rows else None
 
+    async def compare_and_set_many(self, records: Sequence[TaskRecord]) -> list[TaskRecord | None]:
+        if not records:
+            return []
+        rows = [{**status_columns(r), "version": r.version} for r in records]
+        values = {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
+        written = {
+            row["task_id"]: row for row in await self._fetch("compare_and_set_many", **values)
+        }
+        return [
+            None if (row := written.get(record.task_id)) is None else stored_after_cas(record, row)
+            for record in records
+        ]
+
     async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
         if not hints:
             return

@@ -328,6 +328,19 @@ class SQLiteStore(SQLStore):
         row = await self._run(lambda conn: conn.execute(_Q["compare_and_set"], params).fetchone())
         return None if row is None else stored_after_cas(record, row)
 
+    async def compare_and_set_many(self, records: Sequence[TaskRecord]) -> list[TaskRecord | None]:
+        params = [{**status_columns(r), "version": r.version} for r in records]
+
+        def write(conn: sqlite3.Connection) -> list[Any]:
+            with _transaction(conn):
+                return [conn.execute(_Q["compare_and_set"], p).fetchone() for p in params]
+
+        rows = await self._run(write) if params else []
+        return [
+            None if row is None else stored_after_cas(record, row)
+            for record, row in zip(records, rows, strict=True)
+        ]
+
     async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
         params = [{"task_id": task_id, "run_id": run_id} for task_id, run_id in hints]
 

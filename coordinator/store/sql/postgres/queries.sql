@@ -132,6 +132,30 @@ SET definition = coalesce(:definition, definition), retries_left = :retries_left
 WHERE task_id = :task_id AND version = :version
 RETURNING version, notify_dependents
 
+-- name: compare_and_set_many
+-- compare_and_set for a batch of distinct tasks in one statement: each row is written only if
+-- its stored version still matches; the rows returned are the ones written.
+UPDATE tasks AS t
+SET definition = coalesce(n.definition, t.definition), retries_left = n.retries_left,
+    runs = n.runs, state = n.state, taken_until = n.taken_until,
+    open_deadline = n.open_deadline, hint_due = n.hint_due, visible_at = n.visible_at,
+    resolved = n.resolved, notify_dependents = n.notify_dependents AND EXISTS (
+        SELECT 1 FROM task_dependencies WHERE required_task_id = t.task_id
+    ),
+    version = t.version + 1
+FROM unnest(
+    CAST(:task_id_values AS TEXT[]), CAST(:version_values AS INTEGER[]),
+    CAST(:definition_values AS TEXT[]), CAST(:retries_left_values AS INTEGER[]),
+    CAST(:runs_values AS TEXT[]), CAST(:state_values AS TEXT[]),
+    CAST(:taken_until_values AS BIGINT[]), CAST(:open_deadline_values AS BIGINT[]),
+    CAST(:hint_due_values AS BIGINT[]), CAST(:visible_at_values AS BIGINT[]),
+    CAST(:resolved_values AS BIGINT[]), CAST(:notify_dependents_values AS BOOLEAN[])
+) AS n (task_id, version, definition, retries_left, runs, state, taken_until, open_deadline,
+        hint_due, visible_at, resolved, notify_dependents)
+WHERE t.task_id = n.task_id AND t.version = n.version
+-- version and flag first: the columns stored_after_cas reads by position
+RETURNING t.version, t.notify_dependents, t.task_id
+
 -- name: confirm_hint
 -- hint_due is set only while the last run is pending, so the JSON is parsed for at most one
 -- row that still needs it.
