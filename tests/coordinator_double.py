@@ -1,22 +1,25 @@
 """Test double of the coordinator's worker-facing routes and of Azure's queue REST API.
 
-Not a test module: tests/test_sdk_worker.py imports it. It exists because it can do what
-the real coordinator and Azurite cannot be made to do on cue: answer 503 to a poll or a
-report, drop a connection, keep a message's DequeueCount high, refuse a delete, hand out
-URLs that expire in seconds, and count every request. Behaviour the real system produces on
-demand (priority order, outcomes, claimWork, reclaims, a canceled task, shutdown) is tested
+Not a test module: the worker SDK's tests import it. It exists because it can do what the
+real coordinator and Azurite cannot be made to do on cue: answer 503 to a poll or a report,
+refuse one run of a batch, drop a connection, keep a message's DequeueCount high, refuse a
+delete, hand out URLs that expire in seconds, lack the batch routes as an older coordinator
+does (``batch_routes = False``), and count every request. Behaviour the real system produces
+on demand (priority order, outcomes, claimWork, reclaims, a canceled task, shutdown) is tested
 against it in tests/test_sdk_real.py.
 
 What it checks of the worker, strictly: Hawk signatures (the worker's credentials for
-pollTaskUrls and claims, the run's latest temporary credentials, certificate in ``ext``, for
-reclaims and reports); the SAS query string arriving byte for byte; percent-encoded pop
-receipts; reports only for running runs.
+pollTaskUrls, claims and the batch routes, the run's latest temporary credentials,
+certificate in ``ext``, for single reclaims and reports); batches of 1 to 32 distinct runs,
+with a report's ``reason`` exactly for ``exception``; the SAS query string arriving byte for
+byte; percent-encoded pop receipts; reclaims and reports only for running runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import itertools
 import json
 import secrets
@@ -42,6 +45,8 @@ SAS = "sv=2023-11-03&se=2099-01-01T00%3A00%3A00Z&sp=p&sig=a%2Bb%2Fc%3D"
 PRIORITIES = ("highest", "very-high", "high", "medium", "low", "very-low", "lowest")
 
 WORKER = Credentials(client_id="worker-client", access_token="worker-secret")
+
+BATCH_ROUTES = ("claimRuns", "reclaimRuns", "resolveRuns")
 
 
 def iso(moment: datetime) -> str:
@@ -99,8 +104,11 @@ class CoordinatorDouble:
         self.keep_full: set[str] = set()
         """Priorities whose queue gets a new task for each run claimed from it: never empty."""
         self._refills = itertools.count()
+        self.batch_routes = True
+        """False: claimRuns, reclaimRuns and resolveRuns answer 404, as an older coordinator."""
         self.faults: dict[str, list[int]] = {}
-        """Route name -> statuses to answer instead, in turn; 0 drops the connection."""
+        """Route name -> statuses to answer instead, in turn; 0 drops the connection. A batch
+        route's run, ``"reclaimRuns:<taskId>/<runId>"``, gets the status as its item's error."""
         self.requests: list[tuple[str, str]] = []
         """(route name, detail) of every request, in order."""
         self.signers: list[tuple[str, str]] = []
@@ -115,6 +123,9 @@ class CoordinatorDouble:
         self.app.router.add_post(api + "/task/{task}/runs/{run}/reclaim", self._reclaim)
         self.app.router.add_post(api + "/task/{task}/runs/{run}/{report}", self._report)
         self.app.router.add_post(api + "/claim-work/{p}/{w}", self._claim_work)
+        self.app.router.add_post(api + "/claim-runs", self._claim_runs)
+        self.app.router.add_post(api + "/reclaim-runs", self._reclaim_runs)
+        self.app.router.add_post(api + "/resolve-runs", self._resolve_runs)
         self.app.router.add_get("/azure/devstoreaccount1/{queue}/messages", self._get_messages)
         self.app.router.add_delete(
             "/azure/devstoreaccount1/{queue}/messages/{message}", self._delete_message
@@ -150,7 +161,13 @@ class CoordinatorDouble:
         return self.tasks[task_id].runs[run_id]
 
     def routes(self, name: str) -> list[str]:
+        """The details of the requests of route ``name``: a run as ``taskId/runId`` (the batch
+        routes list theirs, comma-separated), an Azure get as ``queue:count``."""
         return [detail for route, detail in self.requests if route == name]
+
+    def gets(self, priority: str) -> int:
+        """How many times the worker polled the Azure queue of ``priority``."""
+        return sum(detail.startswith(priority + ":") for detail in self.routes("getMessages"))
 
     # -- Hawk ---------------------------------------------------------------------------
 
@@ -220,11 +237,14 @@ class CoordinatorDouble:
         expires = datetime.now(UTC) + timedelta(seconds=self.url_life)
         return web.json_response({"queues": queues, "expires": iso(expires)})
 
-    def _claim_run(self, task_id: str, run_id: int, body: dict[str, Any]) -> dict[str, Any]:
+    def _run(self, task_id: str, run_id: int) -> tuple[Task, Run]:
         task = self.tasks.get(task_id)
         if task is None or run_id >= len(task.runs):
             raise _error(404, "ResourceNotFound", f"no run {task_id}/{run_id}")
-        run = task.runs[run_id]
+        return task, task.runs[run_id]
+
+    def _claim_run(self, task_id: str, run_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        task, run = self._run(task_id, run_id)
         holder = (body["workerGroup"], body["workerId"])
         if run.state == "running" and (run.worker_group, run.worker_id) == holder:
             pass
@@ -283,23 +303,14 @@ class CoordinatorDouble:
             return fault
         return web.json_response(self._claim_run(task_id, run_id, await request.json()))
 
-    async def _check_run_hawk(self, request: web.Request, name: str) -> Run:
-        task_id, run_id = request.match_info["task"], int(request.match_info["run"])
-        task = self.tasks.get(task_id)
-        if task is None or run_id >= len(task.runs):
-            raise _error(404, "ResourceNotFound", f"no run {task_id}/{run_id}")
-        run = task.runs[run_id]
+    async def _check_run_hawk(self, request: web.Request, name: str) -> None:
+        _, run = self._run(request.match_info["task"], int(request.match_info["run"]))
         ext = await self._check_hawk(request, name, run.credentials)
         if ext.get("certificate") != run.certificate:
             raise _error(401, "AuthenticationFailed", f"ext lacks the certificate: {ext}")
-        return run
 
-    async def _reclaim(self, request: web.Request) -> web.StreamResponse:
-        task_id, run_id = request.match_info["task"], int(request.match_info["run"])
-        self.requests.append(("reclaimTask", f"{task_id}/{run_id}"))
-        run = await self._check_run_hawk(request, "reclaimTask")
-        if fault := self._fault("reclaimTask", request):
-            return fault
+    def _reclaim_run(self, task_id: str, run_id: int) -> dict[str, Any]:
+        _, run = self._run(task_id, run_id)
         if run.state != "running" or run.taken_until is None:
             raise _error(409, "RequestConflict", f"run is {run.state}")
         if run.taken_until < datetime.now(UTC):
@@ -307,30 +318,122 @@ class CoordinatorDouble:
             raise _error(409, "RequestConflict", "claim expired")
         run.reclaims += 1
         self._issue(task_id, run_id, run)
-        return web.json_response(
-            {
-                "status": {"taskId": task_id},
-                "runId": run_id,
-                "workerGroup": run.worker_group,
-                "workerId": run.worker_id,
-                "takenUntil": iso(run.taken_until),
-                "credentials": self._credentials_json(run),
-            }
-        )
+        return {
+            "status": {"taskId": task_id},
+            "runId": run_id,
+            "workerGroup": run.worker_group,
+            "workerId": run.worker_id,
+            "takenUntil": iso(run.taken_until),
+            "credentials": self._credentials_json(run),
+        }
+
+    def _report_run(
+        self, task_id: str, run_id: int, kind: str, reason: str | None
+    ) -> dict[str, Any]:
+        _, run = self._run(task_id, run_id)
+        if run.state != "running":
+            raise _error(409, "RequestConflict", f"run is {run.state}")
+        run.state, run.reason = kind, reason
+        self.reports.append((task_id, run_id, kind, reason))
+        return {"status": {"taskId": task_id}}
+
+    async def _reclaim(self, request: web.Request) -> web.StreamResponse:
+        task_id, run_id = request.match_info["task"], int(request.match_info["run"])
+        self.requests.append(("reclaimTask", f"{task_id}/{run_id}"))
+        await self._check_run_hawk(request, "reclaimTask")
+        if fault := self._fault("reclaimTask", request):
+            return fault
+        return web.json_response(self._reclaim_run(task_id, run_id))
 
     async def _report(self, request: web.Request) -> web.StreamResponse:
         task_id, run_id = request.match_info["task"], int(request.match_info["run"])
         kind = request.match_info["report"]
         self.requests.append((kind, f"{task_id}/{run_id}"))
-        run = await self._check_run_hawk(request, kind)
+        await self._check_run_hawk(request, kind)
         if fault := self._fault(kind, request):
             return fault
         reason = (await request.json())["reason"] if kind == "exception" else None
-        if run.state != "running":
-            raise _error(409, "RequestConflict", f"run is {run.state}")
-        run.state, run.reason = kind, reason
-        self.reports.append((task_id, run_id, kind, reason))
-        return web.json_response({"status": {"taskId": task_id}})
+        return web.json_response(self._report_run(task_id, run_id, kind, reason))
+
+    # -- batch routes ---------------------------------------------------------------------
+
+    async def _batch(
+        self, request: web.Request, name: str, key: str
+    ) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+        """The body and runs of a batch request, checked as the coordinator would; raises the
+        answer for the whole request instead (404 while the double has no batch routes)."""
+        body = await request.json()
+        items = body[key]
+        runs = [(item["taskId"], item["runId"]) for item in items]
+        self.requests.append((name, ",".join(f"{task_id}/{run_id}" for task_id, run_id in runs)))
+        if not self.batch_routes:
+            raise web.HTTPNotFound()
+        await self._check_hawk(request, name, self.credentials)
+        if not 1 <= len(runs) <= 32 or len(set(runs)) != len(runs):
+            raise _error(400, "InputValidationError", f"{key}: 1 to 32 distinct runs, not {runs}")
+        return body, runs
+
+    def _item(
+        self, name: str, task_id: str, run_id: int, answer: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """One run's item of a batch answer: ``answer()``, or the error it or a fault gives."""
+        pending = self.faults.get(f"{name}:{task_id}/{run_id}")
+        try:
+            if pending:
+                status = pending.pop(0)
+                raise _error(status, "Injected", f"injected {status}")
+            return answer()
+        except web.HTTPException as error:
+            body = json.loads(error.text or "{}")
+            return {
+                "taskId": task_id,
+                "runId": run_id,
+                "error": {"status": error.status, "code": body["code"], "message": body["message"]},
+            }
+
+    async def _claim_runs(self, request: web.Request) -> web.StreamResponse:
+        body, runs = await self._batch(request, "claimRuns", "runs")
+        if self.claim_gate is not None:
+            await self.claim_gate.wait()
+        if fault := self._fault("claimRuns", request):
+            return fault
+        claims = [
+            self._item("claimRuns", t, r, functools.partial(self._claim_run, t, r, body))
+            for t, r in runs
+        ]
+        return web.json_response({"claims": claims})
+
+    async def _reclaim_runs(self, request: web.Request) -> web.StreamResponse:
+        _, runs = await self._batch(request, "reclaimRuns", "runs")
+        if fault := self._fault("reclaimRuns", request):
+            return fault
+        reclaims = [
+            self._item("reclaimRuns", t, r, functools.partial(self._reclaim_run, t, r))
+            for t, r in runs
+        ]
+        return web.json_response({"reclaims": reclaims})
+
+    async def _resolve_runs(self, request: web.Request) -> web.StreamResponse:
+        body, runs = await self._batch(request, "resolveRuns", "reports")
+        items = body["reports"]
+        for item in items:
+            kind = item["resolution"]
+            if kind not in ("completed", "failed", "exception") or (
+                (kind == "exception") != ("reason" in item)
+            ):
+                raise _error(400, "InputValidationError", f"not a report: {item}")
+        if fault := self._fault("resolveRuns", request):
+            return fault
+
+        def resolve(task_id: str, run_id: int, item: dict[str, Any]) -> dict[str, Any]:
+            status = self._report_run(task_id, run_id, item["resolution"], item.get("reason"))
+            return {"taskId": task_id, "runId": run_id, **status}
+
+        results = [
+            self._item("resolveRuns", t, r, functools.partial(resolve, t, r, item))
+            for (t, r), item in zip(runs, items, strict=True)
+        ]
+        return web.json_response({"reports": results})
 
     async def _claim_work(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -420,9 +523,13 @@ class CoordinatorDouble:
 
 
 _ERRORS: dict[int, type[web.HTTPException]] = {
+    400: web.HTTPBadRequest,
     401: web.HTTPUnauthorized,
+    403: web.HTTPForbidden,
     404: web.HTTPNotFound,
     409: web.HTTPConflict,
+    410: web.HTTPGone,
+    422: web.HTTPUnprocessableEntity,
 }
 
 

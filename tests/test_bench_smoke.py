@@ -16,10 +16,16 @@ ROWS = [
     "raw-sdk",
     "e2e-sqlite",
     "e2e-postgres",
+    "e2e-sqlite-single",
+    "e2e-postgres-single",
     "coord-sqlite-create",
     "coord-sqlite",
     "coord-postgres-create",
     "coord-postgres",
+    "coord-sqlite-single-create",
+    "coord-sqlite-single",
+    "coord-postgres-single-create",
+    "coord-postgres-single",
     "rq",
     "rq-simple",
     "create-single",
@@ -37,7 +43,7 @@ def _redis_answers() -> bool:
         return False
 
 
-@pytest.mark.timeout(170)
+@pytest.mark.timeout(260)
 def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
     if not _redis_answers():
         pytest.skip("the RQ row needs Redis on 127.0.0.1:6379")
@@ -53,7 +59,7 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "--create-batch=50",
         f"--workdir={tmp_path / 'work'}",
         f"--json={result_file}",
-        timeout=160,
+        timeout=250,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     rows = json.loads(result_file.read_text())["rows"]
@@ -67,6 +73,8 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
     for ratio in (
         "e2e-sqlite / raw-rest",
         "e2e-postgres / raw-rest",
+        "e2e-sqlite-single / raw-rest",
+        "e2e-sqlite / e2e-sqlite-single",
         "e2e-sqlite / rq-simple",
         "create-batch / create-single",
         "isolation-process / isolation-none",

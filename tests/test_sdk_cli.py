@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
+    BATCH_ROUTES,
     WORKER,
     CoordinatorDouble,
     double_fixture,
@@ -124,6 +125,30 @@ async def test_the_example_handler_rejects_a_bad_payload(double: CoordinatorDoub
     assert status == 0, output
     assert double.reports == [("t-bad", 0, "exception", "malformed-payload")]
     assert double.routes("getMessages") == [], "--claim-work polls no Azure queue"
+
+
+async def test_batches_and_the_empty_queue_skip_can_be_turned_off(
+    double: CoordinatorDouble,
+) -> None:
+    double.add_task("t-hello", payload={"seconds": 0})
+    process = await queue_worker(
+        double, "examples.hello:handle", "--no-batching", "--empty-queue-skip", "0"
+    )
+    started = await read_until(process, "worker started")
+    assert "batching=off emptyQueueSkip=0" in started
+    await eventually(lambda: len(double.reports) == 1, what="the report")
+    process.send_signal(signal.SIGTERM)
+    status, output = await finish(process, started)
+    assert status == 0, output
+    assert [double.routes(name) for name in BATCH_ROUTES] == [[], [], []]
+    assert double.routes("claimTask") == double.routes("completed") == ["t-hello/0"]
+
+
+async def test_a_negative_empty_queue_skip_exits_with_status_2(double: CoordinatorDouble) -> None:
+    process = await queue_worker(double, "examples.hello:handle", "--empty-queue-skip", "-1")
+    status, output = await finish(process)
+    assert status == 2, output
+    assert "--empty-queue-skip: must not be negative" in output
 
 
 async def test_a_refused_worker_exits_with_status_1(double: CoordinatorDouble) -> None:

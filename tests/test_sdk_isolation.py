@@ -106,7 +106,7 @@ async def test_a_lost_claim_and_a_shutdown_end_the_child(
     double: CoordinatorDouble, tmp_path: Path
 ) -> None:
     double.claim_timeout = 2.0
-    double.faults["reclaimTask"] = [409]
+    double.faults["reclaimRuns:t-lost/0"] = [409]  # the worker batches its reclaims
     lost, stopped = tmp_path / "lost.pid", tmp_path / "stopped.pid"
     double.add_task("t-lost", payload={"do": "hang", "pid_file": str(lost)})
     worker = make_worker(double, isolated, isolation="process", grace_period=0.2)

@@ -2,6 +2,10 @@
 worker protocol over real HTTP on 127.0.0.1, with the failures only a double produces on cue and
 the requests only a double can count. tests/test_sdk_real.py runs the main paths against
 the real coordinator and Azurite.
+
+Tests of claims, reclaims and reports run twice (``MODES``): with the double's batch routes,
+and without them, as an older coordinator, so that the worker falls back to the single calls.
+What is peculiar to batching is tested in tests/test_sdk_batching.py.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ def make_worker(
     handler: Callable[[TaskRun], Awaitable[None] | None],
     **options: Any,
 ) -> Worker:
+    """A worker of the double's task queue ``prov/wt``, quick to poll and to retry."""
     settings: dict[str, Any] = {
         "root_url": coordinator.root_url,
         "credentials": WORKER,
@@ -72,7 +77,44 @@ async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
 
 
 def reports(coordinator: CoordinatorDouble) -> dict[str, tuple[str, str | None]]:
+    """The outcome reported for each task: ``(kind, reason)``."""
     return {task_id: (kind, reason) for task_id, _, kind, reason in coordinator.reports}
+
+
+async def renewed(run: TaskRun, times: int) -> None:
+    """Wait until the worker has renewed the run's claim ``times`` times.
+
+    Watched from the worker's side: the double may have counted a reclaim whose answer has
+    not arrived, and a single report signed with the credentials it replaced would fail.
+    """
+    seen = [run.credentials.access_token]
+
+    def enough() -> bool:
+        if run.credentials.access_token != seen[-1]:
+            seen.append(run.credentials.access_token)
+        return len(seen) > times
+
+    await eventually(enough, what=f"{times} reclaims of {run.task_id}")
+
+
+MODES = pytest.mark.parametrize("batches", [True, False], ids=["batches", "single"])
+"""Run the test with the double's batch routes (``batches``) and without them."""
+
+BATCH_ROUTE = {"claimTask": "claimRuns", "reclaimTask": "reclaimRuns", "completed": "resolveRuns"}
+
+
+def route(double: CoordinatorDouble, batches: bool, single: str) -> str:
+    """Give the double batch routes or not; the route that then carries the single call
+    ``single``'s requests."""
+    double.batch_routes = batches
+    return BATCH_ROUTE[single] if batches else single
+
+
+def item_fault(double: CoordinatorDouble, batches: bool, single: str, run: str) -> str:
+    """Give the double batch routes or not; the ``faults`` key of one run's answers of
+    ``single``: an item of the batch route's answer, or the single call itself."""
+    name = route(double, batches, single)
+    return f"{name}:{run}" if batches else name
 
 
 async def test_polls_ask_for_the_free_capacity_and_never_exceed_it(
@@ -128,9 +170,11 @@ async def test_weighted_polling_serves_the_lowest_priority_while_higher_ones_sta
         assert double.queues["highest"] and double.queues["high"], "still full"
 
 
+@MODES
 async def test_handler_results_become_reports(
-    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, batches: bool
 ) -> None:
+    report_route = route(double, batches, "completed")
     errors: dict[str, Exception | None] = {
         "t-ok": None,
         "t-malformed": MalformedPayload("payload lacks a command"),
@@ -158,9 +202,11 @@ async def test_handler_results_become_reports(
     [failure] = [r for r in caplog.records if r.getMessage().startswith("handler failed")]
     assert failure.getMessage() == "handler failed taskId=t-boom runId=0 retriesLeft=5"
     assert failure.exc_info is not None and failure.exc_info[1] is errors["t-boom"]
-    assert ("completed", double.run("t-ok").credentials.client_id) in [  # type: ignore[union-attr]
-        (route, signer) for route, signer in double.signers
-    ], "reports are signed with the run's temporary credentials"
+    run_credentials = double.run("t-ok").credentials
+    assert run_credentials is not None
+    # Batches are signed with the worker's credentials, single reports with the run's.
+    signer = WORKER.client_id if batches else run_credentials.client_id
+    assert (report_route, signer) in double.signers
 
 
 async def test_retries_are_asked_for_while_the_task_has_some_left(
@@ -235,96 +281,117 @@ async def test_poison_hints_are_logged_and_deleted(
     assert all("queue=highest" in r.getMessage() for r in poison)
 
 
+@MODES
 async def test_hints_are_deleted_after_a_claim_answered_404_or_409(
-    double: CoordinatorDouble,
+    double: CoordinatorDouble, batches: bool
 ) -> None:
+    claims = route(double, batches, "claimTask")
     double.put("highest", hint_text("t-unknown", 0))
     double.add_task("t-done")
     double.run("t-done").state = "completed"
 
     async with running(make_worker(double, lambda run: None, capacity=1)):
         await eventually(lambda: len(double.deleted) == 2, what="both hints deleted")
-    assert double.routes("claimTask") == ["t-unknown/0", "t-done/0"]
+    assert double.routes(claims) == ["t-unknown/0", "t-done/0"]
     assert double.reports == []
 
 
+@MODES
 @pytest.mark.parametrize(("status", "dead"), [(400, True), (410, False), (422, False)])
 async def test_only_400_404_and_409_mean_the_hint_is_dead(
-    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, status: int, dead: bool
+    double: CoordinatorDouble,
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+    dead: bool,
+    batches: bool,
 ) -> None:
     double.add_task("t1")
-    double.faults["claimTask"] = [status]
+    double.faults[item_fault(double, batches, "claimTask", "t1/0")] = [status]
     seen = "hint not claimable" if dead else "claim failed, hint kept"
 
     async with running(make_worker(double, lambda run: None)):
         await eventually(lambda: seen in caplog.text, what=seen)
     assert len(double.deleted) == (1 if dead else 0)
-    assert double.routes("claimTask") == ["t1/0"], "none of these is retried"
+    claims = route(double, batches, "claimTask")
+    assert double.routes(claims) == ["t1/0"], "none of these is retried"
 
 
+@MODES
 async def test_a_refused_claim_keeps_its_hint_and_stops_the_worker_after_a_short_window(
-    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    double: CoordinatorDouble,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    batches: bool,
 ) -> None:
+    """A refusal of one run or, with batches, of the whole request (the worker-id scope)."""
     monkeypatch.setattr(poller, "REFUSED_RETRY_WINDOW", 0.3)
     double.add_task("t1")
-    double.faults["claimTask"] = [403] * 1000
+    claims = route(double, batches, "claimTask")
+    double.faults[claims] = [403] * 1000
 
     with pytest.raises(RequestFailed) as failure:
         await asyncio.wait_for(make_worker(double, lambda run: None).run(), timeout=10)
     assert failure.value.status == 403
     assert double.deleted == [], "the hint is fine; the worker is not"
-    assert len(double.routes("claimTask")) > 1, "retried within the window"
+    assert len(double.routes(claims)) > 1, "retried within the window"
     [refused] = [r for r in caplog.records if r.getMessage().startswith("claim refused")]
     assert refused.levelno == logging.ERROR
     assert "taskId=t1 runId=0 queue=lowest status=403 code=Injected" in refused.getMessage()
 
 
+@MODES
 async def test_a_refusal_that_clears_within_the_window_only_delays_the_claim(
-    double: CoordinatorDouble,
+    double: CoordinatorDouble, batches: bool
 ) -> None:
     double.add_task("t1")
     [hint] = double.queues["lowest"]
-    double.faults["claimTask"] = [401, 403]
+    claims = route(double, batches, "claimTask")
+    double.faults[claims] = [401, 403]
 
     async with running(make_worker(double, lambda run: None)):
         await eventually(lambda: len(double.reports) == 1, what="the report")
-    assert double.routes("claimTask") == ["t1/0"] * 3
+    assert double.routes(claims) == ["t1/0"] * 3
     assert double.deleted == [hint.message_id], "deleted once, after the claim"
 
 
+@MODES
 async def test_a_claim_that_fails_transiently_is_retried_and_its_hint_kept(
-    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, batches: bool
 ) -> None:
     """A 5xx or no answer is retried in place (the message stays hidden from everyone else
     anyway); the hint is deleted only once the claim succeeded."""
     double.add_task("t-flaky")
     [flaky] = double.queues["lowest"]
-    double.faults["claimTask"] = [503, 0]
+    claims = route(double, batches, "claimTask")
+    double.faults[claims] = [503, 0]
 
     async with running(make_worker(double, lambda run: None, capacity=1)):
         await eventually(lambda: len(double.reports) == 1, what="the flaky run's report")
-    assert double.routes("claimTask") == ["t-flaky/0"] * 3, "retried until it succeeded"
+    assert double.routes(claims) == ["t-flaky/0"] * 3, "retried until it succeeded"
     assert double.deleted == [flaky.message_id], "deleted only after the claim"
     retried = [r.getMessage() for r in caplog.records if "claim retried" in r.getMessage()]
     assert len(retried) == 2 and all("taskId=t-flaky runId=0 queue=lowest" in m for m in retried)
 
 
+@MODES
 async def test_a_claim_failing_past_the_retry_window_keeps_its_hint(
     double: CoordinatorDouble,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
+    batches: bool,
 ) -> None:
     """After the retry window the hint is left alone (not deleted) and comes back when its
     visibility timeout ends; the next claim then succeeds."""
     monkeypatch.setattr(poller, "CLAIM_RETRY_WINDOW", 0.0)
     double.add_task("t-flaky")
     [flaky] = double.queues["lowest"]
-    double.faults["claimTask"] = [503]
+    claims = route(double, batches, "claimTask")
+    double.faults[claims] = [503]
     double.visibility_timeout = 0.2
 
     async with running(make_worker(double, lambda run: None, capacity=1)):
         await eventually(lambda: len(double.reports) == 1, what="the flaky run's report")
-    assert double.routes("claimTask") == ["t-flaky/0"] * 2, "claimed when visible again"
+    assert double.routes(claims) == ["t-flaky/0"] * 2, "claimed when visible again"
     assert double.deleted == [flaky.message_id], "deleted only after the claim"
     kept = [r.getMessage() for r in caplog.records if "hint kept" in r.getMessage()]
     assert len(kept) == 1 and "taskId=t-flaky runId=0 queue=lowest" in kept[0]
@@ -410,16 +477,18 @@ async def test_signed_urls_are_refreshed_before_they_expire(double: CoordinatorD
         )
 
 
+@MODES
 async def test_reclaims_keep_a_long_run_alive_with_fresh_credentials(
-    double: CoordinatorDouble,
+    double: CoordinatorDouble, batches: bool
 ) -> None:
+    reclaims = route(double, batches, "reclaimTask")
     double.claim_timeout = 2.0
     double.add_task("t-long")
     observed: list[tuple[Any, str]] = []
 
     async def handle(run: TaskRun) -> None:
         observed.append((run.taken_until, run.credentials.client_id))
-        await eventually(lambda: double.run("t-long").reclaims >= 2, what="two reclaims")
+        await renewed(run, 2)
         observed.append((run.taken_until, run.credentials.client_id))
 
     async with running(make_worker(double, handle)):
@@ -427,17 +496,21 @@ async def test_reclaims_keep_a_long_run_alive_with_fresh_credentials(
     assert reports(double) == {"t-long": ("completed", None)}
     (first_until, first_client), (last_until, last_client) = observed
     assert last_until > first_until and last_client != first_client
-    # The double accepts only the latest credentials, so the report proves they were used.
-    reclaim_signers = [s for route, s in double.signers if route == "reclaimTask"]
-    assert reclaim_signers[:2] == ["task-client/t-long/0/0", "task-client/t-long/0/1"]
+    reclaim_signers = [signer for name, signer in double.signers if name == reclaims]
+    if batches:
+        assert reclaim_signers[:2] == [WORKER.client_id] * 2
+    else:
+        # The double accepts only the latest credentials, so the report proves they were used.
+        assert reclaim_signers[:2] == ["task-client/t-long/0/0", "task-client/t-long/0/1"]
 
 
+@MODES
 async def test_a_reclaim_conflict_cancels_the_handler_and_reports_nothing(
-    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, batches: bool
 ) -> None:
     double.claim_timeout = 1.5
     double.add_task("t-lost")
-    double.faults["reclaimTask"] = [409]
+    double.faults[item_fault(double, batches, "reclaimTask", "t-lost/0")] = [409]
     cancelled = asyncio.Event()
 
     async def handle(run: TaskRun) -> None:
@@ -454,34 +527,43 @@ async def test_a_reclaim_conflict_cancels_the_handler_and_reports_nothing(
         double.add_task("t-next")
         await eventually(lambda: len(double.reports) == 1, what="the next run's report")
     assert reports(double) == {"t-next": ("completed", None)}, "nothing reported for t-lost"
-    assert double.routes("exception") == double.routes("failed") == []
+    sent = [
+        detail for name in ("exception", "failed", "resolveRuns") for detail in double.routes(name)
+    ]
+    assert not any("t-lost" in detail for detail in sent)
     assert "claim lost taskId=t-lost runId=0" in caplog.text
 
 
+@MODES
 async def test_transient_reclaim_and_report_errors_are_retried(
-    double: CoordinatorDouble,
+    double: CoordinatorDouble, batches: bool
 ) -> None:
+    """With batches, failures of the whole request."""
     double.claim_timeout = 2.0
     double.add_task("t1")
-    double.faults["reclaimTask"] = [503, 0]
-    double.faults["completed"] = [500, 0]
+    reclaims = route(double, batches, "reclaimTask")
+    reports_route = route(double, batches, "completed")
+    double.faults[reclaims] = [503, 0]
+    double.faults[reports_route] = [500, 0]
 
     async def handle(run: TaskRun) -> None:
-        await eventually(lambda: double.run("t1").reclaims >= 1, what="a reclaim")
+        await renewed(run, 1)
 
     async with running(make_worker(double, handle)):
         await eventually(lambda: len(double.reports) == 1, within=15, what="the report")
     assert reports(double) == {"t1": ("completed", None)}
-    assert len(double.routes("reclaimTask")) == 3
-    assert len(double.routes("completed")) == 3
+    assert len(double.routes(reclaims)) == 3
+    assert len(double.routes(reports_route)) == 3
 
 
+@MODES
 async def test_a_claim_that_cannot_be_renewed_is_given_up_at_takenuntil(
-    double: CoordinatorDouble,
+    double: CoordinatorDouble, batches: bool
 ) -> None:
     double.claim_timeout = 2.0
     double.add_task("t-expiring")
-    double.faults["reclaimTask"] = [503] * 1000
+    reclaims = route(double, batches, "reclaimTask")
+    double.faults[reclaims] = [503] * 1000
     cancelled_at: list[datetime] = []
 
     async def handle(run: TaskRun) -> None:
@@ -498,7 +580,7 @@ async def test_a_claim_that_cannot_be_renewed_is_given_up_at_takenuntil(
     # resolution: the worker measures the deadline against the server's clock.
     assert taken_until - timedelta(seconds=2) <= cancelled_at[0] <= taken_until
     assert double.reports == []
-    assert len(double.routes("reclaimTask")) > 1, "retried until the deadline"
+    assert len(double.routes(reclaims)) > 1, "retried until the deadline"
 
 
 async def test_shutdown_lets_handlers_finish_within_the_grace_period_then_cancels(
@@ -581,7 +663,7 @@ async def test_a_claim_that_arrives_during_shutdown_is_handed_back(
 
     worker = make_worker(double, handle, grace_period=10)
     task = asyncio.create_task(worker.run())
-    await eventually(lambda: len(double.routes("claimTask")) == 1, what="a claim in flight")
+    await eventually(lambda: len(double.routes("claimRuns")) == 1, what="a claim in flight")
     worker.stop()
     double.claim_gate.set()
     await asyncio.wait_for(task, timeout=10)
@@ -611,12 +693,15 @@ async def test_a_worker_the_coordinator_refuses_stops_with_the_error(
     assert failure.value.status == 403
 
 
-async def test_without_credentials_nothing_is_signed_but_runs_use_theirs(
-    double: CoordinatorDouble,
+@MODES
+async def test_without_credentials_only_single_reclaims_and_reports_are_signed(
+    double: CoordinatorDouble, batches: bool
 ) -> None:
+    """Polling, claims and batches go unsigned; single reports use the run's credentials."""
+    route(double, batches, "completed")
     double.credentials = None
     double.add_task("t1")
 
     async with running(make_worker(double, lambda run: None, credentials=None)):
         await eventually(lambda: len(double.reports) == 1, what="the report")
-    assert [route for route, _ in double.signers] == ["completed"]
+    assert [name for name, _ in double.signers] == ([] if batches else ["completed"])

@@ -26,8 +26,18 @@ Queues through the signed URLs the coordinator hands out. Usage::
     await worker.run()  # until worker.stop(), SIGTERM or SIGINT
 
 The credentials sign polling and claiming (the dev coordinator runs with authentication on,
-and ``./scripts/dev`` prints a client's); each run is then reclaimed and reported with the
-temporary credentials its claim came with.
+and ``./scripts/dev`` prints a client's), and the batches below; a run reclaimed or reported
+on its own is signed with the temporary credentials its claim came with.
+
+Requests are batched (``batching=True``, the default): the runs one Azure get hints at are
+claimed in one ``claimRuns`` request, and reclaims and reports that come due within 5 ms of
+each other go out as one ``reclaimRuns`` or ``resolveRuns`` (up to 32 runs each), with every
+run's answer what its single call would have answered. A coordinator without these routes
+answers 404, and the worker sends single calls from then on; ``batching=False`` always does.
+An Azure queue that answered empty is left alone for between half and all of
+``empty_queue_skip`` seconds (default 1, 0 never skips), so a worker whose work sits in a low
+priority stops polling each empty higher one every pass; new work in a higher priority may
+thus wait up to that long behind a lower one.
 
 What the handler does decides the report; every exception named here is exported:
 

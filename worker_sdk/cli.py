@@ -5,7 +5,7 @@
         [--worker-group G] [--worker-id ID] [--capacity N] [--claim-work] \\
         [--grace-period SECONDS] [--dequeue-warning N] [--retry-failures] \\
         [--isolation none|process] [--processes N] [--metrics-port PORT] \\
-        package.module:function
+        [--no-batching] [--empty-queue-skip SECONDS] package.module:function
 
 Like the official Taskcluster tools it reads ``TASKCLUSTER_ROOT_URL`` (when ``--root-url`` is
 not given), ``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN`` and, for temporary
@@ -13,7 +13,9 @@ credentials, ``TASKCLUSTER_CERTIFICATE``. Without credentials requests go unsign
 current directory is importable, so ``queue-worker examples.hello:handle`` works from a
 checkout. Exit status: 0 after a graceful stop, 1 when the coordinator refuses the worker,
 2 for bad arguments. ``--processes N`` runs N such workers under a supervisor
-(:mod:`worker_sdk.supervisor`).
+(:mod:`worker_sdk.supervisor`). ``--no-batching`` sends one request per claim, reclaim and
+report instead of batches of runs (``Worker(batching=False)``), and ``--empty-queue-skip``
+sets how long an Azure queue that answered empty is left alone (``Worker(empty_queue_skip=)``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class Options:
     isolation: Isolation
     processes: int
     metrics_port: int | None
+    batching: bool
+    empty_queue_skip: float
     handler: str
     log_level: str
 
@@ -80,6 +84,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
     return value
 
 
@@ -179,6 +190,22 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive_int,
         help="serve Prometheus metrics on this port (with --processes N, child i on port+i)",
     )
+    parser.add_argument(
+        "--no-batching",
+        dest="batching",
+        action="store_false",
+        help="one request per claim, reclaim and report, instead of claimRuns, reclaimRuns "
+        "and resolveRuns for many runs at once (a coordinator without them is detected anyway)",
+    )
+    parser.add_argument(
+        "--empty-queue-skip",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="poll an Azure queue that answered empty again only after half to all of this, "
+        "which bounds how long a higher priority's new work may wait (default: 1; 0: never "
+        "skip)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
     parser.add_argument("handler", help="the handler, as package.module:function")
     return parser
@@ -230,6 +257,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         isolation=args.isolation,
         processes=args.processes,
         metrics_port=args.metrics_port,
+        batching=args.batching,
+        empty_queue_skip=args.empty_queue_skip,
         handler=args.handler,
         log_level=args.log_level,
     )
@@ -286,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         retry_failures=options.retry_failures,
         isolation=options.isolation,
         metrics_port=options.metrics_port,
+        batching=options.batching,
+        empty_queue_skip=options.empty_queue_skip,
     )
     supervisor_pid = os.environ.get(SUPERVISOR_ENV)
     try:

@@ -1,11 +1,13 @@
 """HTTP client for the coordinator routes a worker uses, with Taskcluster Hawk signing.
 
 Covers ``ping``, ``pollTaskUrls``, ``claimTask``, ``claimWork``, ``reclaimTask`` and the three
-reports, nothing else. Requests are signed exactly as the official ``taskcluster`` client signs them
-(mohawk, sha256, ``ext`` = URL-safe base64 of the JSON ``{"certificate": ...}`` for
-temporary credentials and of ``{}`` otherwise), or not at all without credentials. Every
-failure surfaces as :class:`~worker_sdk.errors.RequestFailed`; retrying is the caller's
-business, because only the caller knows its deadline.
+reports, and their batch forms ``claimRuns``, ``reclaimRuns`` and ``resolveRuns`` (not
+Taskcluster methods: up to 32 runs per request, one result per run), nothing else. Requests
+are signed exactly as the official ``taskcluster`` client signs them (mohawk, sha256,
+``ext`` = URL-safe base64 of the JSON ``{"certificate": ...}`` for temporary credentials and
+of ``{}`` otherwise), or not at all without credentials. Every failure surfaces as
+:class:`~worker_sdk.errors.RequestFailed`; retrying is the caller's business, because only the
+caller knows its deadline.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -27,6 +29,8 @@ from yarl import URL
 
 from worker_sdk import timing
 from worker_sdk.errors import RequestFailed, check_status, no_answer_fails
+
+_T = TypeVar("_T")
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
@@ -134,6 +138,28 @@ class Reclaim:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """How a run is reported: ``reportCompleted``, ``reportFailed`` or ``reportException``."""
+
+    kind: Literal["completed", "failed", "exception"]
+    reason: str | None = None
+    """The reportException reason, given exactly when ``kind`` is ``exception``."""
+
+    def __post_init__(self) -> None:
+        if (self.kind == "exception") != (self.reason is not None):
+            raise ValueError(f"an {self.kind} outcome with reason {self.reason!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunReport:
+    """One report of a ``resolveRuns`` batch."""
+
+    task_id: str
+    run_id: int
+    outcome: Outcome
+
+
+@dataclass(frozen=True, kw_only=True)
 class _Answer:
     method: str
     url: str
@@ -145,8 +171,15 @@ class _Answer:
 class CoordinatorClient:
     """Calls the coordinator's queue routes under ``<root_url>/api/queue/v1``.
 
-    ``credentials`` sign the worker's own calls (polling and claiming); reclaims and reports
-    are signed with the run's temporary credentials, passed per call.
+    ``credentials`` sign the worker's own calls (polling, claiming, and the batches of
+    reclaims and reports, which the coordinator lets the worker holding the runs make);
+    single reclaims and reports are signed with the run's temporary credentials, passed per
+    call.
+
+    The batch calls answer one item per run, in order: the single call's answer, or the
+    :class:`RequestFailed` (status, code, message) the single call would have raised; an item
+    that is not what the route promises becomes a transient one with code
+    ``InvalidResponse``. They raise only for the request as a whole.
     """
 
     def __init__(
@@ -220,20 +253,36 @@ class CoordinatorClient:
         with _parsing(answer, "claimWork"):
             return [_claim(claim, answer) for claim in answer.body["tasks"]]
 
+    async def claim_runs(
+        self, runs: Sequence[tuple[str, int]], *, worker_group: str, worker_id: str
+    ) -> list[Claim | RequestFailed]:
+        """claimRuns: claimTask for each ``(taskId, runId)`` of ``runs`` (1 to 32, distinct)."""
+        answer = await self._call(
+            "POST",
+            ("claim-runs",),
+            body={
+                "workerGroup": worker_group,
+                "workerId": worker_id,
+                "runs": [{"taskId": task_id, "runId": run_id} for task_id, run_id in runs],
+            },
+        )
+        return _run_results(answer, "claimRuns", "claims", runs, _claim_item)
+
     async def reclaim_task(self, task_id: str, run_id: int, *, credentials: Credentials) -> Reclaim:
         answer = await self._call(
             "POST", ("task", task_id, "runs", str(run_id), "reclaim"), credentials=credentials
         )
         with _parsing(answer, "reclaimTask"):
-            taken_until = _parse_time(answer.body["takenUntil"])
-            new_credentials = Credentials.from_json(answer.body["credentials"])
-        return Reclaim(
-            taken_until=taken_until,
-            expires_at=timing.deadline(
-                sent_at=answer.sent_at, until=taken_until, server_time=answer.server_time
-            ),
-            credentials=new_credentials,
+            return _reclaim(answer.body, answer)
+
+    async def reclaim_runs(self, runs: Sequence[tuple[str, int]]) -> list[Reclaim | RequestFailed]:
+        """reclaimRuns: reclaimTask for each ``(taskId, runId)`` of ``runs`` (1 to 32, distinct)."""
+        answer = await self._call(
+            "POST",
+            ("reclaim-runs",),
+            body={"runs": [{"taskId": task_id, "runId": run_id} for task_id, run_id in runs]},
         )
+        return _run_results(answer, "reclaimRuns", "reclaims", runs, _reclaim_item)
 
     async def report_completed(
         self, task_id: str, run_id: int, *, credentials: Credentials
@@ -256,6 +305,23 @@ class CoordinatorClient:
             body={"reason": reason},
             credentials=credentials,
         )
+
+    async def resolve_runs(self, reports: Sequence[RunReport]) -> list[RequestFailed | None]:
+        """resolveRuns: the report of each of ``reports`` (1 to 32, distinct runs); ``None``
+        for a report accepted."""
+        items = []
+        for report in reports:
+            item: dict[str, Any] = {
+                "taskId": report.task_id,
+                "runId": report.run_id,
+                "resolution": report.outcome.kind,
+            }
+            if report.outcome.reason is not None:
+                item["reason"] = report.outcome.reason
+            items.append(item)
+        answer = await self._call("POST", ("resolve-runs",), body={"reports": items})
+        runs = [(report.task_id, report.run_id) for report in reports]
+        return _run_results(answer, "resolveRuns", "reports", runs, _report_item)
 
     async def _call(
         self,
@@ -320,13 +386,89 @@ def _parsing(answer: _Answer, route: str) -> Iterator[None]:
     try:
         yield
     except (KeyError, TypeError, ValueError) as error:
-        raise RequestFailed(
-            method=answer.method,
-            url=answer.url,
-            status=None,
-            code="InvalidResponse",
-            message=f"not a {route} answer: {dict(answer.body)!r} ({error!r})",
-        ) from error
+        raise _invalid(answer, route, dict(answer.body), error) from error
+
+
+def _invalid(answer: _Answer, route: str, value: Any, error: Exception) -> RequestFailed:
+    return RequestFailed(
+        method=answer.method,
+        url=answer.url,
+        status=None,
+        code="InvalidResponse",
+        message=f"not a {route} answer: {value!r} ({error!r})",
+    )
+
+
+def _run_results(
+    answer: _Answer,
+    route: str,
+    key: str,
+    runs: Sequence[tuple[str, int]],
+    parse: Callable[[Any, _Answer], tuple[tuple[str, int], _T]],
+) -> list[_T | RequestFailed]:
+    """The items of a batch route's answer, one per run of ``runs`` and in their order.
+
+    ``parse`` reads a successful item into the run it answers and its result. An item that
+    does not parse, or answers another run, fails alone: the others are good answers, and a
+    claim among them is a run this worker now holds.
+    """
+    with _parsing(answer, route):
+        items = answer.body[key]
+        if not isinstance(items, list) or len(items) != len(runs):
+            raise ValueError(f"{key} must list {len(runs)} results")
+    results: list[_T | RequestFailed] = []
+    for run, item in zip(runs, items, strict=True):
+        result: _T | RequestFailed
+        try:
+            if isinstance(item, Mapping) and "error" in item:
+                answered, result = _run_error(item, answer)
+            else:
+                answered, result = parse(item, answer)
+            if answered != run:
+                raise ValueError(f"answers run {answered}, not {run}")
+        except (KeyError, TypeError, ValueError) as error:
+            result = _invalid(answer, route, item, error)
+        results.append(result)
+    return results
+
+
+def _run_of(task_id: Any, run_id: Any) -> tuple[str, int]:
+    # bool is an int subclass; true is not a run id.
+    if not isinstance(run_id, int) or isinstance(run_id, bool):
+        raise TypeError(f"runId {run_id!r} is not an integer")
+    return str(task_id), run_id
+
+
+def _run_error(item: Mapping[str, Any], answer: _Answer) -> tuple[tuple[str, int], RequestFailed]:
+    """A batch item ``{taskId, runId, error: {status, code, message}}``: the RequestFailed the
+    single call would have raised."""
+    error = item["error"]
+    status = error["status"]
+    if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 599:
+        raise ValueError(f"error status {status!r} is not an HTTP error status")
+    failure = RequestFailed(
+        method=answer.method,
+        url=answer.url,
+        status=status,
+        code=str(error["code"]),
+        message=str(error["message"]),
+    )
+    return _run_of(item["taskId"], item["runId"]), failure
+
+
+def _claim_item(item: Any, answer: _Answer) -> tuple[tuple[str, int], Claim]:
+    claim = _claim(item, answer)
+    return (claim.task_id, claim.run_id), claim
+
+
+def _reclaim_item(item: Any, answer: _Answer) -> tuple[tuple[str, int], Reclaim]:
+    return _run_of(item["status"]["taskId"], item["runId"]), _reclaim(item, answer)
+
+
+def _report_item(item: Any, answer: _Answer) -> tuple[tuple[str, int], None]:
+    if not isinstance(item["status"], Mapping):
+        raise TypeError(f"status {item['status']!r} is not an object")
+    return _run_of(item["taskId"], item["runId"]), None
 
 
 def _claim(value: Mapping[str, Any], answer: _Answer) -> Claim:
@@ -346,6 +488,17 @@ def _claim(value: Mapping[str, Any], answer: _Answer) -> Claim:
         ),
         credentials=Credentials.from_json(value["credentials"]),
         retries_left=retries_left,
+    )
+
+
+def _reclaim(value: Mapping[str, Any], answer: _Answer) -> Reclaim:
+    taken_until = _parse_time(value["takenUntil"])
+    return Reclaim(
+        taken_until=taken_until,
+        expires_at=timing.deadline(
+            sent_at=answer.sent_at, until=taken_until, server_time=answer.server_time
+        ),
+        credentials=Credentials.from_json(value["credentials"]),
     )
 
 

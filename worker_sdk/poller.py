@@ -12,6 +12,13 @@ A worker may serve several task queues. :class:`AzurePoller` polls all their Azu
 one pass, in the order :class:`~worker_sdk.priorities.PollOrder` gives (strict priority or
 weighted); :class:`ClaimWorkPoller` shares the free capacity out among claimWork long polls,
 one per task queue.
+
+:class:`AzurePoller` claims the runs one Azure get hinted at in one ``claimRuns`` request
+(one ``claimTask`` each with batching off, or once the coordinator shows it lacks the route),
+and leaves an Azure queue that answered empty alone for a short jittered while
+(``empty_queue_skip``): a worker whose work sits in its lowest priority then stops paying a
+get on each empty higher one every pass, and work that arrives in a higher priority waits at
+most that long (1 s by default) behind the lower ones.
 """
 
 from __future__ import annotations
@@ -69,15 +76,20 @@ class PollSettings:
 
     ``idle_delay`` is the pause (jittered) when there is no work; ``backoff`` the schedule
     after transient failures, of polls and claims here and of the worker's reclaims and
-    reports alike; a hint dequeued more than ``dequeue_warning`` times is logged as
-    :data:`DEQUEUE_WARNING`, and ``order`` arranges the queues of each pass (both Azure mode
-    only: in claimWork mode the coordinator reads the queues).
+    reports alike; ``batching`` sends many runs' claims, reclaims and reports in one request
+    each (:mod:`worker_sdk.batches`). Azure mode only (in claimWork mode the coordinator
+    reads the queues): a hint dequeued more than ``dequeue_warning`` times is logged as
+    :data:`DEQUEUE_WARNING`, ``order`` arranges the queues of each pass, and a queue that
+    answered empty is skipped for between half and all of ``empty_queue_skip`` seconds (0:
+    never skipped).
     """
 
     idle_delay: float
     backoff: Backoff
     dequeue_warning: int
     order: PollOrder
+    batching: bool
+    empty_queue_skip: float
 
 
 class PollerParts(TypedDict):
@@ -187,6 +199,11 @@ class _AzureQueue:
     name: str
     """The queue's name, for logs."""
 
+    @property
+    def key(self) -> tuple[TaskQueue, str]:
+        """The same for the queue across refreshes of its signed URLs."""
+        return self.task_queue, self.priority
+
 
 class AzurePoller(_Polling):
     """Polls the Azure queues of the worker's task queues and claims their hints."""
@@ -205,10 +222,15 @@ class AzurePoller(_Polling):
         """Each task queue's signed URLs and the Azure queues they sign, built once per refresh."""
         self._coordinator_lost = False
         """Claims got no answer: take no more hints until the coordinator answers again."""
+        self._batch_claims = self._settings.batching
+        """Claim through claimRuns, until the coordinator shows it lacks the route."""
+        self._empty_until: dict[tuple[TaskQueue, str], float] = {}
+        """Monotonic time until which a queue that answered empty is not polled again."""
 
     async def _attempt(self, count: int) -> list[Claim]:
         """One pass over the queues in the settings' order, stopping at the first that yields
-        claims; pauses before answering ``[]`` when every queue was empty."""
+        claims; pauses before answering ``[]`` when every queue was empty (or skipped, having
+        been empty a moment ago)."""
         if self._coordinator_lost:
             # Every hint taken hides for the poll visibility timeout (300 s) and the poll
             # URL's SAS cannot release it: taking hints no claim can follow strands them.
@@ -221,6 +243,8 @@ class AzurePoller(_Polling):
         for queue in self._settings.order.arrange(queues, lambda q: q.priority, self._rng):
             if self._stopping.is_set():
                 return []
+            if time.monotonic() < self._empty_until.get(queue.key, 0.0):
+                continue
             try:
                 messages = await azure.get_messages(
                     self._session, azure.poll_url(queue.urls.poll_url, count)
@@ -229,13 +253,16 @@ class AzurePoller(_Polling):
                 if error.status == 404:
                     # The coordinator creates queues lazily and deletes idle ones.
                     log.debug("queue missing queue=%s", queue.name)
-                    continue
-                if not error.transient:
-                    # Most likely an expired or rejected signature: get new URLs first.
-                    self._urls.pop(queue.task_queue, None)
-                raise _Transient() from error
+                    messages = []
+                else:
+                    if not error.transient:
+                        # Most likely an expired or rejected signature: get new URLs first.
+                        self._urls.pop(queue.task_queue, None)
+                    raise _Transient() from error
             if messages:
                 return await self._take_all(queue, messages)
+            skip = self._settings.empty_queue_skip
+            self._empty_until[queue.key] = time.monotonic() + self._rng.uniform(skip / 2, skip)
         await self._idle()
         return []
 
@@ -282,9 +309,25 @@ class AzurePoller(_Polling):
     async def _take_all(
         self, queue: _AzureQueue, messages: list[azure.QueueMessage]
     ) -> list[Claim]:
+        """Claim the runs one get's messages hint at, each run once however many messages
+        name it, and delete the messages unless their claim must be retried."""
+        hints = await asyncio.gather(*(self._hint(queue, message) for message in messages))
+        runs: dict[tuple[str, int], list[azure.QueueMessage]] = {}
+        for message, hint in zip(messages, hints, strict=True):
+            if hint is not None:
+                runs.setdefault((hint.task_id, hint.run_id), []).append(message)
+        if not runs or self._stopping.is_set():
+            # Claiming now would only lead to reporting worker-shutdown, which spends one of
+            # the task's retries; the hints come back when their visibility timeout ends.
+            return []
+        outcomes = await self._claim(list(runs), queue.name)
         # return_exceptions: one failed claim must not discard the runs the others claimed.
         results = await asyncio.gather(
-            *(self._take(queue, message) for message in messages), return_exceptions=True
+            *(
+                self._settle(queue, run, run_messages, outcome)
+                for (run, run_messages), outcome in zip(runs.items(), outcomes, strict=True)
+            ),
+            return_exceptions=True,
         )
         claims = [result for result in results if isinstance(result, Claim)]
         failures: list[RequestFailed] = []
@@ -306,15 +349,16 @@ class AzurePoller(_Polling):
             self._coordinator_lost = True
         raise _Transient() from failures[0]
 
-    async def _take(self, queue: _AzureQueue, message: azure.QueueMessage) -> Claim | None:
-        """Claim the run a message hints at, deleting the message unless that must be retried."""
-        name = queue.name
+    async def _hint(
+        self, queue: _AzureQueue, message: azure.QueueMessage
+    ) -> azure.AzureHint | None:
+        """The hint a message holds; ``None`` for a poison one, which is deleted."""
         try:
             hint = azure.parse_hint(message.text)
         except azure.PoisonHint as error:
             log.warning(
                 "poison hint deleted queue=%s messageId=%s dequeueCount=%d error=%s",
-                name,
+                queue.name,
                 message.message_id,
                 message.dequeue_count,
                 error,
@@ -323,95 +367,133 @@ class AzurePoller(_Polling):
             return None
         if message.dequeue_count > self._settings.dequeue_warning:
             self._metrics.dequeue_warnings.inc()
-            log.warning(DEQUEUE_WARNING, hint.task_id, hint.run_id, name, message.dequeue_count)
-        if self._stopping.is_set():
-            # Claiming now would only lead to reporting worker-shutdown, which spends one of
-            # the task's retries; the hint comes back when its visibility timeout ends.
-            return None
-        try:
-            claim = await self._claim(hint, name)
-        except RequestFailed as error:
-            if error.status not in DEAD_HINT_STATUSES:
-                if not error.refused:  # a refusal was logged as an ERROR when it came
+            log.warning(
+                DEQUEUE_WARNING, hint.task_id, hint.run_id, queue.name, message.dequeue_count
+            )
+        return hint
+
+    async def _settle(
+        self,
+        queue: _AzureQueue,
+        run: tuple[str, int],
+        messages: list[azure.QueueMessage],
+        outcome: Claim | RequestFailed,
+    ) -> Claim | None:
+        """Act on how the claim of a run ended: delete its messages when it was claimed or
+        cannot be; raise the RequestFailed when the hint must be kept."""
+        task_id, run_id = run
+        name = queue.name
+        if isinstance(outcome, RequestFailed):
+            if outcome.status not in DEAD_HINT_STATUSES:
+                if not outcome.refused:  # a refusal was logged as an ERROR when it came
                     log.warning(
                         "claim failed, hint kept taskId=%s runId=%s queue=%s error=%s",
-                        hint.task_id,
-                        hint.run_id,
+                        task_id,
+                        run_id,
                         name,
-                        error,
+                        outcome,
                     )
-                raise
+                raise outcome
             # A definitive no (stale hint, run already taken, task gone): the hint is useless.
             log.info(
                 "hint not claimable taskId=%s runId=%s queue=%s status=%s code=%s",
-                hint.task_id,
-                hint.run_id,
+                task_id,
+                run_id,
                 name,
-                error.status,
-                error.code,
+                outcome.status,
+                outcome.code,
             )
-            await self._delete(queue, message, task_id=hint.task_id, run_id=hint.run_id)
-            return None
-        log.info(
-            "claimed taskId=%s runId=%s queue=%s takenUntil=%s",
-            claim.task_id,
-            claim.run_id,
-            name,
-            claim.taken_until.isoformat(),
+            claim = None
+        else:
+            log.info(
+                "claimed taskId=%s runId=%s queue=%s takenUntil=%s",
+                task_id,
+                run_id,
+                name,
+                outcome.taken_until.isoformat(),
+            )
+            claim = outcome
+        await asyncio.gather(
+            *(self._delete(queue, message, task_id=task_id, run_id=run_id) for message in messages)
         )
-        await self._delete(queue, message, task_id=hint.task_id, run_id=hint.run_id)
         return claim
 
-    async def _claim(self, hint: azure.AzureHint, name: str) -> Claim:
-        """claimTask, retried in place on transient failures for up to
+    async def _claim(self, runs: list[tuple[str, int]], name: str) -> list[Claim | RequestFailed]:
+        """Claim ``runs``, retrying in place those that failed transiently for up to
         :data:`CLAIM_RETRY_WINDOW`: the message stays hidden from every other worker until its
         visibility timeout (300 s) ends, so giving up at once would leave its run waiting that
         long after a short coordinator outage. A refusal (401, 403) is retried for
-        :data:`REFUSED_RETRY_WINDOW`, in case the worker's scopes are being fixed."""
+        :data:`REFUSED_RETRY_WINDOW`, in case the worker's scopes are being fixed. Each retry
+        is one request for every run still to be retried; the answer is each run's last
+        outcome, in order."""
         started = time.monotonic()
+        outcomes: dict[tuple[str, int], Claim | RequestFailed] = {}
+        todo = runs
         attempt = 0
         while True:
+            for (task_id, run_id), outcome in zip(todo, await self._claim_once(todo), strict=True):
+                outcomes[task_id, run_id] = outcome
+                if isinstance(outcome, RequestFailed) and outcome.refused and attempt == 0:
+                    _log_refusal(task_id, run_id, name, outcome)
+            delay = self._retrying.delay(attempt)
+            retry_by = time.monotonic() + delay
+            todo = [
+                run
+                for run in todo
+                if isinstance(failure := outcomes[run], RequestFailed)
+                and not self._stopping.is_set()
+                and retry_by < started + _claim_retry_window(failure)
+            ]
+            if not todo:
+                return [outcomes[run] for run in runs]
+            attempt += 1
+            for task_id, run_id in todo:
+                log.info(
+                    "claim retried taskId=%s runId=%s queue=%s error=%s retryIn=%.2f",
+                    task_id,
+                    run_id,
+                    name,
+                    outcomes[task_id, run_id],
+                    delay,
+                )
+            await self._retrying.pause(delay)
+
+    async def _claim_once(self, runs: list[tuple[str, int]]) -> list[Claim | RequestFailed]:
+        """One try at claiming ``runs``: one claimRuns request while the coordinator offers
+        it, one claimTask each otherwise."""
+        if self._batch_claims:
             try:
-                return await self._client.claim_task(
-                    hint.task_id,
-                    hint.run_id,
+                return await self._client.claim_runs(
+                    runs,
                     worker_group=self._identity.worker_group,
                     worker_id=self._identity.worker_id,
                 )
             except RequestFailed as error:
-                if error.refused and attempt == 0:
-                    # 403 lists the scopes the worker's client lacks; 401 says why its
-                    # credentials do not verify.
-                    detail = (
-                        f"missingScopes={missing_scopes(error)}"
-                        if error.status == 403
-                        else f"message={error.message.splitlines()[0] if error.message else '-'}"
+                if error.status == 404:
+                    self._batch_claims = False
+                    log.info("coordinator lacks claimRuns, claiming one run per request")
+                elif error.status == 400:
+                    # One hint the coordinator rejects (a taskId that is no slugid) fails the
+                    # whole batch; claimed singly, every other hint still gets its run.
+                    log.warning(
+                        "claim batch rejected, claiming singly runs=%d error=%s", len(runs), error
                     )
-                    log.error(
-                        "claim refused, hint kept taskId=%s runId=%s queue=%s status=%s code=%s %s",
-                        hint.task_id,
-                        hint.run_id,
-                        name,
-                        error.status,
-                        error.code,
-                        detail,
-                    )
-                delay = self._retrying.delay(attempt)
-                if (
-                    self._stopping.is_set()
-                    or time.monotonic() + delay >= started + _claim_retry_window(error)
-                ):
-                    raise
-                attempt += 1
-                log.info(
-                    "claim retried taskId=%s runId=%s queue=%s error=%s retryIn=%.2f",
-                    hint.task_id,
-                    hint.run_id,
-                    name,
-                    error,
-                    delay,
-                )
-                await self._retrying.pause(delay)
+                else:
+                    return [error] * len(runs)
+        return await asyncio.gather(
+            *(self._claim_task(task_id, run_id) for task_id, run_id in runs)
+        )
+
+    async def _claim_task(self, task_id: str, run_id: int) -> Claim | RequestFailed:
+        try:
+            return await self._client.claim_task(
+                task_id,
+                run_id,
+                worker_group=self._identity.worker_group,
+                worker_id=self._identity.worker_id,
+            )
+        except RequestFailed as error:
+            return error
 
     async def _delete(
         self,
@@ -557,6 +639,25 @@ class ClaimWorkPoller(_Polling):
             else:
                 raise error
         return claims, errors
+
+
+def _log_refusal(task_id: str, run_id: int, name: str, error: RequestFailed) -> None:
+    # 403 lists the scopes the worker's client lacks; 401 says why its credentials do not
+    # verify.
+    detail = (
+        f"missingScopes={missing_scopes(error)}"
+        if error.status == 403
+        else f"message={error.message.splitlines()[0] if error.message else '-'}"
+    )
+    log.error(
+        "claim refused, hint kept taskId=%s runId=%s queue=%s status=%s code=%s %s",
+        task_id,
+        run_id,
+        name,
+        error.status,
+        error.code,
+        detail,
+    )
 
 
 def _claim_retry_window(error: RequestFailed) -> float:

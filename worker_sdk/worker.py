@@ -2,9 +2,10 @@
 
 It holds at most ``capacity`` runs at once and asks its poller for exactly as many more as it
 has room for. Each run gets a reclaim loop on the monotonic clock (docs/protocol.md, worker
-protocol step 7) and one report at the end (step 8). On :meth:`Worker.stop` (or
-SIGTERM/SIGINT) it stops polling, lets running handlers finish within the grace period, then
-cancels the rest and reports ``worker-shutdown`` so the coordinator retries them (step 9).
+protocol step 7) and one report at the end (step 8), both gathered with other runs' into
+batches (:mod:`worker_sdk.batches`). On :meth:`Worker.stop` (or SIGTERM/SIGINT) it stops
+polling, lets running handlers finish within the grace period, then cancels the rest and
+reports ``worker-shutdown`` so the coordinator retries them (step 9).
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import aiohttp
 
 from worker_sdk import timing
+from worker_sdk.batches import RunBatches
 from worker_sdk.client import Claim, CoordinatorClient, Credentials
+from worker_sdk.client import Outcome as Outcome  # lives with the reports; still importable here
 from worker_sdk.errors import RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
@@ -61,19 +63,6 @@ Isolation = Literal["none", "process"]
 ISOLATIONS: tuple[Isolation, ...] = ("none", "process")
 
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Outcome:
-    """How a run is reported: ``reportCompleted``, ``reportFailed`` or ``reportException``."""
-
-    kind: Literal["completed", "failed", "exception"]
-    reason: str | None = None
-    """The reportException reason, given exactly when ``kind`` is ``exception``."""
-
-    def __post_init__(self) -> None:
-        if (self.kind == "exception") != (self.reason is not None):
-            raise ValueError(f"an {self.kind} outcome with reason {self.reason!r}")
 
 
 def outcome_for(
@@ -127,7 +116,14 @@ class Worker:
     behalf and picks by priority itself, so ``polling`` must stay strict); otherwise the
     worker polls Azure itself through signed URLs. ``idle_delay`` is the pause when there is
     no work and ``backoff`` the schedule after transient errors, both jittered. A hint
-    dequeued more than ``dequeue_warning`` times is logged as a WARNING.
+    dequeued more than ``dequeue_warning`` times is logged as a WARNING, and an Azure queue
+    that answered empty is not polled again for between half and all of
+    ``empty_queue_skip`` seconds (0 polls every queue each pass), which bounds how long work
+    arriving in a higher priority may wait behind a lower one. ``batching`` claims the runs
+    of one Azure get in one ``claimRuns`` request, and gathers the reclaims and reports of
+    runs that come due within 5 ms of each other into one ``reclaimRuns`` or
+    ``resolveRuns`` request, signed with ``credentials``; a coordinator without these routes
+    is detected and gets single calls, and ``batching=False`` sends one request per step.
     ``retry_failures`` reports a handler's ordinary exceptions (not a :class:`TaskException`)
     like :class:`~worker_sdk.errors.RetryTask`: ``intermittent-task`` while the task has
     retries left, ``failed`` on its last run. ``isolation="process"`` runs each handler in a
@@ -161,11 +157,15 @@ class Worker:
         isolation: Isolation = "none",
         handle_signals: bool = True,
         metrics_port: int | None = None,
+        batching: bool = True,
+        empty_queue_skip: float = 1.0,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
         if grace_period < 0:
             raise ValueError(f"grace_period must not be negative, not {grace_period}")
+        if not empty_queue_skip >= 0:
+            raise ValueError(f"empty_queue_skip must not be negative, not {empty_queue_skip}")
         self._root_url = root_url
         self._credentials = (
             credentials
@@ -186,6 +186,8 @@ class Worker:
             backoff=backoff,
             dequeue_warning=dequeue_warning,
             order=PollOrder(polling=polling, weights=weights_with(weights or {})),
+            batching=batching,
+            empty_queue_skip=empty_queue_skip,
         )
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be none or process, not {isolation!r}")
@@ -253,9 +255,12 @@ class Worker:
                 client = CoordinatorClient(
                     session=session, root_url=self._root_url, credentials=self._credentials
                 )
+                batches = RunBatches(client=client, enabled=self._settings.batching)
+                # Closed before the session: by then only batches nobody waits for are left.
+                stack.push_async_callback(batches.aclose)
                 log.info(
                     "worker started taskQueues=%s workerGroup=%s workerId=%s capacity=%d"
-                    " mode=%s polling=%s isolation=%s",
+                    " mode=%s polling=%s isolation=%s batching=%s emptyQueueSkip=%g",
                     ",".join(map(str, self._identity.task_queues)),
                     self._identity.worker_group,
                     self._identity.worker_id,
@@ -263,8 +268,10 @@ class Worker:
                     "claimWork" if self._claim_work else "azure",
                     self._settings.order.polling,
                     "process" if self._isolation is not None else "none",
+                    "on" if self._settings.batching else "off",
+                    self._settings.empty_queue_skip,
                 )
-                await self._serve(session, client)
+                await self._serve(session, client, batches)
         finally:
             for signum in signals:
                 loop.remove_signal_handler(signum)
@@ -274,8 +281,10 @@ class Worker:
         log.info("signal received signal=%s", signal.Signals(signum).name)
         self.stop()
 
-    async def _serve(self, session: aiohttp.ClientSession, client: CoordinatorClient) -> None:
-        polling = asyncio.create_task(self._poll(self._poller(session, client), client))
+    async def _serve(
+        self, session: aiohttp.ClientSession, client: CoordinatorClient, batches: RunBatches
+    ) -> None:
+        polling = asyncio.create_task(self._poll(self._poller(session, client), batches))
         stop_requested = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait({polling, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
@@ -300,7 +309,7 @@ class Worker:
             return ClaimWorkPoller(**parts)
         return AzurePoller(session=session, metrics=self.metrics, **parts)
 
-    async def _poll(self, poller: Poller, client: CoordinatorClient) -> None:
+    async def _poll(self, poller: Poller, batches: RunBatches) -> None:
         while not self._stopping.is_set():
             self._wakeup.clear()
             free = self._capacity - len(self._runs)
@@ -313,7 +322,7 @@ class Worker:
                     log.info("duplicate claim ignored taskId=%s runId=%s", *key)
                     continue
                 run = asyncio.create_task(
-                    self._execute(claim, client),
+                    self._execute(claim, batches),
                     name=f"taskId={claim.task_id} runId={claim.run_id}",
                 )
                 self._runs[key] = run
@@ -348,19 +357,19 @@ class Worker:
             if late:
                 await asyncio.wait(late)
 
-    async def _execute(self, claim: Claim, client: CoordinatorClient) -> None:
+    async def _execute(self, claim: Claim, batches: RunBatches) -> None:
         lease = Lease(claim)
         run = TaskRun(claim, lease)
         if self._stopping.is_set():
             # Claimed while the worker was stopping: hand it straight back for a retry.
             log.info("run returned, worker stopping taskId=%s runId=%s", run.task_id, run.run_id)
             await self._report(
-                client, run, lease, Outcome(kind="exception", reason="worker-shutdown")
+                batches, run, lease, Outcome(kind="exception", reason="worker-shutdown")
             )
             return
         lease.handler = asyncio.create_task(self._call(run))
         self._leases.add(lease)
-        keeper = asyncio.create_task(self._keep_claimed(client, run, lease))
+        keeper = asyncio.create_task(self._keep_claimed(batches, run, lease))
         log.info("run started taskId=%s runId=%s", run.task_id, run.run_id)
         self.metrics.running.inc()
         started = time.monotonic()
@@ -375,7 +384,7 @@ class Worker:
             await asyncio.wait({keeper})
         outcome = self._outcome(run, lease, lease.handler)
         if outcome is not None:
-            await self._report(client, run, lease, outcome)
+            await self._report(batches, run, lease, outcome)
 
     async def _call(self, run: TaskRun) -> None:
         if self._isolation is not None:
@@ -424,16 +433,14 @@ class Worker:
             )
         return outcome
 
-    async def _keep_claimed(self, client: CoordinatorClient, run: TaskRun, lease: Lease) -> None:
+    async def _keep_claimed(self, batches: RunBatches, run: TaskRun, lease: Lease) -> None:
         """Reclaim well before each deadline, forever; cancel the handler if the claim is lost."""
         while True:
             now = time.monotonic()
             await asyncio.sleep(timing.reclaim_at(now=now, expires_at=lease.expires_at) - now)
             try:
                 reclaim = await self._while_claimed(
-                    lambda: client.reclaim_task(
-                        run.task_id, run.run_id, credentials=lease.credentials
-                    ),
+                    lambda: batches.reclaim(run.task_id, run.run_id, credentials=lease.credentials),
                     run,
                     lease,
                     retry_line="reclaim failed taskId=%s runId=%s error=%s retryIn=%.2f",
@@ -454,25 +461,14 @@ class Worker:
             )
 
     async def _report(
-        self, client: CoordinatorClient, run: TaskRun, lease: Lease, outcome: Outcome
+        self, batches: RunBatches, run: TaskRun, lease: Lease, outcome: Outcome
     ) -> None:
         """Report, retrying transient errors while the claim lasts (after that it's moot)."""
-
-        async def send() -> None:
-            if outcome.reason is not None:
-                await client.report_exception(
-                    run.task_id, run.run_id, outcome.reason, credentials=lease.credentials
-                )
-            elif outcome.kind == "completed":
-                await client.report_completed(
-                    run.task_id, run.run_id, credentials=lease.credentials
-                )
-            else:
-                await client.report_failed(run.task_id, run.run_id, credentials=lease.credentials)
-
         try:
             await self._while_claimed(
-                send,
+                lambda: batches.report(
+                    run.task_id, run.run_id, outcome, credentials=lease.credentials
+                ),
                 run,
                 lease,
                 retry_line="report failed taskId=%s runId=%s error=%s retryIn=%.2f",

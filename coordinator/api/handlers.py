@@ -18,12 +18,17 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.api import keyset, management, validation
-from coordinator.api.auth import Auth, Authorizer, permits
+from coordinator.api.auth import Auth, Authorizer, permits, require
 from coordinator.api.endpoints import Endpoint, task_queue
-from coordinator.api.errors import InputValidationError, ServiceUnavailable, as_api_error
+from coordinator.api.errors import (
+    InputValidationError,
+    InsufficientScopes,
+    ServiceUnavailable,
+    as_api_error,
+)
 from coordinator.api.filters import task_filter
 from coordinator.api.http import ENDPOINT, json_response, read_json
-from coordinator.api.scopes import Expression, create_task_requirement, render
+from coordinator.api.scopes import Expression, create_task_requirement
 from coordinator.domain import definitions
 from coordinator.domain.errors import DomainError, Forbidden
 from coordinator.domain.listings import Page, RunCounts
@@ -123,13 +128,14 @@ def _distinct_runs(items: list[Body], key: str) -> list[tuple[str, int]]:
     return runs
 
 
-def _permit(auth: Auth, expression: Expression, record: TaskRecord, run_id: int) -> None:
-    """:raises Forbidden: ``auth`` does not satisfy ``expression`` for this run."""
+def _permit(auth: Auth, expression: Expression) -> None:
+    """:raises Forbidden: ``auth`` does not satisfy ``expression``, with the message a single
+    call's 403 would carry (clients read the missing scopes from it)."""
     if not permits(auth, expression):
-        raise Forbidden(
-            f"Client ID {auth.client_id} does not have sufficient scopes for run {run_id} of "
-            f"task {record.task_id}: it needs {render(expression)}"
-        )
+        try:
+            require(auth, expression)
+        except InsufficientScopes as error:
+            raise Forbidden(str(error)) from None
 
 
 def _held_or(auth: Auth, action: str) -> Permit:
@@ -143,7 +149,7 @@ def _held_or(auth: Auth, action: str) -> Permit:
             run = record.runs[run_id]
             if run.worker_group is not None and run.worker_id is not None:
                 scopes.append(f"queue:worker-id:{run.worker_group}/{run.worker_id}")
-        _permit(auth, {"AnyOf": scopes}, record, run_id)
+        _permit(auth, {"AnyOf": scopes})
 
     return permit
 
@@ -492,7 +498,7 @@ class Handlers:
         runs = _distinct_runs(body["runs"], "runs")
 
         def permit(record: TaskRecord, run_id: int) -> None:
-            _permit(auth, f"queue:claim-task:{record.task_queue_id}", record, run_id)
+            _permit(auth, f"queue:claim-task:{record.task_queue_id}")
             self.workers.refuse_quarantined(
                 WorkerKey(
                     queue=TaskQueue(record.provisioner_id, record.worker_type),

@@ -97,11 +97,7 @@ class Run:
     def to_stored(self) -> dict[str, Any]:
         """Compact form for the store (short keys, integer times, no ``None``)."""
         # not dataclasses.asdict: its deep copy was a tenth of a claim's CPU
-        return {
-            name: value
-            for name in Run.__slots__
-            if (value := getattr(self, name)) is not None
-        }
+        return {name: value for name in Run.__slots__ if (value := getattr(self, name)) is not None}
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> Run:

@@ -5,12 +5,14 @@
                   [--rows raw-rest,e2e-sqlite,...] [--auth] [--profile]
                   [--json FILE] [--markdown FILE]
 
-Rows: raw-rest, raw-sdk (row 1), e2e-sqlite, e2e-postgres (row 2), coord-sqlite,
-coord-postgres (row 3), rq (RQ's default forking worker), rq-simple (its SimpleWorker, no fork)
-(row 4); create-single (createTask) and create-batch (createTasks), SQLite with Azurite hints
-(row 6); isolation (e2e-sqlite with queue-worker --isolation none, then process: rows
-isolation-none and isolation-process) (row 7). The ratios (row 5) are computed from whichever
-ran.
+Rows: raw-rest, raw-sdk (row 1); e2e-sqlite, e2e-postgres (row 2: createTasks and the
+batching SDK), e2e-sqlite-single, e2e-postgres-single (row 2, one request per step);
+coord-sqlite, coord-postgres (row 3: createTasks, claimRuns, resolveRuns), coord-sqlite-single,
+coord-postgres-single (row 3: createTask, claimTask, reportCompleted); rq (RQ's default
+forking worker), rq-simple (its SimpleWorker, no fork) (row 4); create-single (createTask) and
+create-batch (createTasks), SQLite with Azurite hints (row 6); isolation (e2e-sqlite with
+queue-worker --isolation none, then process: rows isolation-none and isolation-process)
+(row 7). The ratios (row 5) are computed from whichever ran.
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
 """
 
@@ -36,8 +38,12 @@ ALL_ROWS = (
     "raw-sdk",
     "e2e-sqlite",
     "e2e-postgres",
+    "e2e-sqlite-single",
+    "e2e-postgres-single",
     "coord-sqlite",
     "coord-postgres",
+    "coord-sqlite-single",
+    "coord-postgres-single",
     "rq",
     "rq-simple",
     "create-single",
@@ -48,6 +54,10 @@ ALL_ROWS = (
 RATIOS = (
     ("e2e-sqlite", "raw-rest", "{:.0%}"),
     ("e2e-postgres", "raw-rest", "{:.0%}"),
+    ("e2e-sqlite-single", "raw-rest", "{:.0%}"),
+    ("e2e-postgres-single", "raw-rest", "{:.0%}"),
+    ("e2e-sqlite", "e2e-sqlite-single", "{:.1f}" + TIMES),
+    ("e2e-postgres", "e2e-postgres-single", "{:.1f}" + TIMES),
     ("e2e-sqlite", "raw-sdk", "{:.0%}"),
     ("e2e-postgres", "raw-sdk", "{:.0%}"),
     ("e2e-sqlite", "rq", "{:.0%}"),
@@ -183,14 +193,13 @@ async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | Non
         client: raw.Client = "rest" if key == "raw-rest" else "sdk"
         async with AzuriteProcess() as azurite:
             return [await raw.run(settings, azurite, client)]
-    if key in ("e2e-sqlite", "e2e-postgres"):
-        store: StoreKind = "sqlite" if key == "e2e-sqlite" else "postgres"
+    store: StoreKind = "postgres" if "-postgres" in key else "sqlite"
+    batching = not key.endswith("-single")
+    if key.startswith("e2e-"):
         async with AzuriteProcess() as azurite:
-            return [await e2e.run(settings, azurite, store)]
-    if key in ("coord-sqlite", "coord-postgres"):
-        return await coordinator_only.run(
-            settings, "sqlite" if key == "coord-sqlite" else "postgres"
-        )
+            return [await e2e.run(settings, azurite, store, batching=batching)]
+    if key.startswith("coord-"):
+        return await coordinator_only.run(settings, store, batching=batching)
     if key in ("create-single", "create-batch"):
         mode: create.Mode = "single" if key == "create-single" else "batch"
         async with AzuriteProcess() as azurite:

@@ -329,6 +329,10 @@ class DepthPacer:
 
     async def acquire(self, until: float) -> bool:
         """Wait for room for one more item; ``False`` once ``until`` has passed."""
+        return await self.acquire_many(until, 1) == 1
+
+    async def acquire_many(self, until: float, most: int) -> int:
+        """Wait for room, then take up to ``most`` items of it; 0 once ``until`` has passed."""
         while self._budget <= 0:
             if time.monotonic() >= until:
                 return False
@@ -338,14 +342,15 @@ class DepthPacer:
                 async with asyncio.timeout(max(0.0, until - time.monotonic())):
                     await self._changed.wait()
         if time.monotonic() >= until:
-            return False
-        self._budget -= 1
-        self._in_flight += 1
-        return True
+            return 0
+        taken = min(most, self._budget)
+        self._budget -= taken
+        self._in_flight += taken
+        return taken
 
-    def release(self) -> None:
-        """The item acquired last is in the queue now (or failed)."""
-        self._in_flight -= 1
+    def release(self, count: int = 1) -> None:
+        """``count`` items acquired are in the queue now (or failed)."""
+        self._in_flight -= count
 
     def depth(self, start: float, end: float) -> tuple[float | None, int | None]:
         """Time-weighted mean and maximum depth read between monotonic ``start`` and ``end``."""

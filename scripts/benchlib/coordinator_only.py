@@ -1,11 +1,17 @@
 """Row 3, the coordinator alone: no Azure in the path.
 
-A ``queue-coordinator serve`` process without an Azure connection string (so createTask puts
-no hint). First ``producers`` concurrent createTask calls pre-create up to
-``lifecycle_tasks`` pending runs (measured too: the create share of a lifecycle); then
-``workers x batch`` concurrent clients take them one by one through claimTask +
-reportCompleted with the worker SDK's HTTP client. Each phase is bounded by ``duration``.
-The coordinator process's CPU time comes from psutil.
+A ``queue-coordinator serve`` process without an Azure connection string (so creating a task
+puts no hint), driven two ways, each in two measured phases bounded by ``duration``:
+
+* ``coord-<store>-single``: ``producers`` concurrent createTask calls pre-create up to
+  ``lifecycle_tasks`` pending runs; then ``workers x batch`` concurrent clients take them one
+  by one through claimTask + reportCompleted with the worker SDK's HTTP client.
+* ``coord-<store>``: ``create_requests`` concurrent createTasks of ``create_batch`` tasks
+  pre-create ten times as many; then ``workers x 2`` concurrent clients take them ``batch``
+  at a time through one claimRuns and one resolveRuns.
+
+The coordinator process's CPU time comes from psutil; the lifecycle row's note adds both
+phases up into lifecycles per second per coordinator core.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable
+from typing import Any
 
 import aiohttp
 
@@ -30,6 +38,8 @@ from coordinator.service.clock import wall_clock
 from worker_sdk.client import CoordinatorClient
 from worker_sdk.errors import RequestFailed
 
+Body = dict[str, Any]
+
 
 def _meter(running: Coordinator, store: StoreKind) -> CpuMeter:
     groups = {"coordinator": pids(running.process), "client": own_process}
@@ -38,45 +48,87 @@ def _meter(running: Coordinator, store: StoreKind) -> CpuMeter:
     return CpuMeter(groups)
 
 
-async def run(settings: Settings, store: StoreKind) -> list[Row]:
+BATCH_TASK_FACTOR = 10
+"""The batch rows take ``lifecycle_tasks`` times this many tasks through (each phase still
+bounded by ``duration``): they go through them about that much faster."""
+
+
+async def run(settings: Settings, store: StoreKind, *, batching: bool) -> list[Row]:
     label = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[store]
-    create_row = Row(
-        key=f"coord-{store}-create",
-        title=f"coordinator alone, {label}: createTask (no Azure)",
-        unit="req/s",
-    )
-    lifecycle_row = Row(
-        key=f"coord-{store}",
-        title=f"coordinator alone, {label}: claimTask + reportCompleted",
-        unit="req/s",
-    )
-    workdir = settings.workdir / f"coord-{store}"
+    key = f"coord-{store}" if batching else f"coord-{store}-single"
+    if batching:
+        create_title = (
+            f"coordinator alone, {label}: createTasks, {settings.create_batch} per request "
+            "(no Azure)"
+        )
+        lifecycle_title = (
+            f"coordinator alone, {label}: claimRuns + resolveRuns, {settings.batch} runs per "
+            "request"
+        )
+    else:
+        create_title = f"coordinator alone, {label}: createTask (no Azure)"
+        lifecycle_title = f"coordinator alone, {label}: claimTask + reportCompleted"
+    create_row = Row(key=f"{key}-create", title=create_title, unit="tasks/s")
+    lifecycle_row = Row(key=key, title=lifecycle_title, unit="lifecycles/s")
+    workdir = settings.workdir / key
+    profile = workdir / "coordinator.pyisession" if settings.profile else None
     async with (
         coordinator(
-            settings, store=store, workdir=workdir, azure_connection_string=None
+            settings, store=store, workdir=workdir, azure_connection_string=None, profile=profile
         ) as running,
         aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=settings.workers * settings.batch + 8)
         ) as session,
     ):
-        task_ids = await _create(settings, running, store, session, create_row)
-        await _lifecycles(settings, running, store, session, task_ids, lifecycle_row)
+        tasks = TaskClient(session, running)
+        if batching:
+            task_ids = await _create_batches(settings, running, store, tasks, create_row)
+            await _batch_lifecycles(settings, running, store, tasks, task_ids, lifecycle_row)
+        else:
+            task_ids = await _create(settings, running, store, tasks, create_row)
+            await _lifecycles(settings, running, store, session, task_ids, lifecycle_row)
     if create_row.cpu_ms and lifecycle_row.cpu_ms:
         total = create_row.cpu_ms["coordinator"] + lifecycle_row.cpu_ms["coordinator"]
         lifecycle_row.notes.append(
-            f"coordinator CPU per whole task (create + claim + report, no Azure): {total:.2f} ms"
+            f"coordinator CPU per whole task (create + claim + report, no Azure): {total:.2f} "
+            f"ms, so {1000 / total:,.0f} lifecycles/s per coordinator core"
         )
     return [create_row, lifecycle_row]
+
+
+async def _phase(
+    running: Coordinator,
+    store: StoreKind,
+    row: Row,
+    clients: list[Awaitable[None]],
+) -> None:
+    """Run ``clients`` to the end, metering the coordinator (and PostgreSQL) meanwhile."""
+    meter = _meter(running, store)
+    meter.start()
+    begin = time.monotonic()
+    await asyncio.gather(*clients)
+    row.window = time.monotonic() - begin
+    meter.stop()
+    row.rate = row.count / row.window
+    meter.fill(row)
+
+
+def _task_body(settings: Settings, tasks: TaskClient, worker_type: str, group: str) -> Body:
+    return tasks.definition(
+        worker_type=worker_type,
+        task_group_id=group,
+        priority=settings.priority,
+        now_ms=wall_clock(),
+    )
 
 
 async def _create(
     settings: Settings,
     running: Coordinator,
     store: StoreKind,
-    session: aiohttp.ClientSession,
+    tasks: TaskClient,
     row: Row,
 ) -> list[str]:
-    tasks = TaskClient(session, running)
     worker_type = f"wt-{uuid.uuid4().hex[:8]}"
     group = new_task_id()
     created: list[str] = []
@@ -89,28 +141,50 @@ async def _create(
         while started < settings.lifecycle_tasks and time.monotonic() < give_up:
             started += 1
             task_id = new_task_id()
-            body = tasks.definition(
-                worker_type=worker_type,
-                task_group_id=group,
-                priority=settings.priority,
-                now_ms=wall_clock(),
-            )
+            body = _task_body(settings, tasks, worker_type, group)
             sent = time.monotonic()
             await tasks.create(task_id, body)
             latencies.append(time.monotonic() - sent)
             created.append(task_id)
+            row.count += 1
 
-    meter = _meter(running, store)
-    meter.start()
-    begin = time.monotonic()
-    await asyncio.gather(*(producer() for _ in range(settings.producers)))
-    row.window = time.monotonic() - begin
-    meter.stop()
-    row.count = len(created)
-    row.rate = row.count / row.window
+    await _phase(running, store, row, [producer() for _ in range(settings.producers)])
     latency_fields(row, latencies)
-    meter.fill(row)
     row.notes.append(f"{settings.producers} concurrent clients; CPU ms per createTask")
+    return created
+
+
+async def _create_batches(
+    settings: Settings,
+    running: Coordinator,
+    store: StoreKind,
+    tasks: TaskClient,
+    row: Row,
+) -> list[str]:
+    worker_type = f"wt-{uuid.uuid4().hex[:8]}"
+    group = new_task_id()
+    created: list[str] = []
+    latencies: list[float] = []
+    wanted = settings.lifecycle_tasks * BATCH_TASK_FACTOR
+    give_up = time.monotonic() + settings.duration
+
+    async def producer() -> None:
+        while len(created) < wanted and time.monotonic() < give_up:
+            body = _task_body(settings, tasks, worker_type, group)
+            items = [(new_task_id(), body) for _ in range(settings.create_batch)]
+            sent = time.monotonic()
+            if await tasks.create_many(items) != len(items):
+                raise RuntimeError("createTasks refused some of the bench's tasks")
+            latencies.append(time.monotonic() - sent)
+            created.extend(task_id for task_id, _ in items)
+            row.count += len(items)
+
+    await _phase(running, store, row, [producer() for _ in range(settings.create_requests)])
+    latency_fields(row, latencies)
+    row.notes.append(
+        f"{settings.create_requests} concurrent createTasks requests of "
+        f"{settings.create_batch}; CPU ms per task; latency per request"
+    )
     return created
 
 
@@ -145,22 +219,55 @@ async def _lifecycles(
                 errors += 1
                 continue
             latencies.append(time.monotonic() - sent)
+            row.count += 1
 
     concurrency = settings.workers * settings.batch
-    meter = _meter(running, store)
-    meter.start()
-    begin = time.monotonic()
-    await asyncio.gather(*(worker(k) for k in range(concurrency)))
-    row.window = time.monotonic() - begin
-    meter.stop()
-    row.count = len(latencies)
-    row.rate = 2 * row.count / row.window
+    await _phase(running, store, row, [worker(k) for k in range(concurrency)])
     latency_fields(row, latencies)
-    meter.fill(row, rate_per_item=2)
     row.notes.append(
-        f"{concurrency} concurrent clients; items = lifecycles (2 requests each), "
-        f"{row.count / row.window:,.0f} lifecycles/s; CPU ms per lifecycle; "
+        f"{concurrency} concurrent clients, 2 requests per lifecycle; CPU ms per lifecycle; "
         "latency = claim + report"
     )
     if errors:
         row.notes.append(f"{errors} lifecycles failed")
+
+
+async def _batch_lifecycles(
+    settings: Settings,
+    running: Coordinator,
+    store: StoreKind,
+    tasks: TaskClient,
+    task_ids: list[str],
+    row: Row,
+) -> None:
+    batches = iter(
+        [task_ids[i : i + settings.batch] for i in range(0, len(task_ids), settings.batch)]
+    )
+    latencies: list[float] = []
+    refused = 0
+    give_up = time.monotonic() + settings.duration
+
+    async def worker(k: int) -> None:
+        nonlocal refused
+        for batch in batches:
+            if time.monotonic() >= give_up:
+                return
+            runs = [{"taskId": task_id, "runId": 0} for task_id in batch]
+            sent = time.monotonic()
+            claims = await tasks.claim_runs(runs, worker_group="bench", worker_id=f"client-{k}")
+            held = [run for run, claim in zip(runs, claims, strict=True) if "error" not in claim]
+            reports = await tasks.resolve_runs([{**run, "resolution": "completed"} for run in held])
+            done = sum(1 for report in reports if "error" not in report)
+            refused += len(runs) - done
+            latencies.append(time.monotonic() - sent)
+            row.count += done
+
+    concurrency = settings.workers * 2
+    await _phase(running, store, row, [worker(k) for k in range(concurrency)])
+    latency_fields(row, latencies)
+    row.notes.append(
+        f"{concurrency} concurrent clients, one claimRuns and one resolveRuns of "
+        f"{settings.batch} runs per round; CPU ms per lifecycle; latency per round"
+    )
+    if refused:
+        row.notes.append(f"{refused} runs refused")

@@ -134,8 +134,8 @@ def render_profile(session: Path) -> None:
 
 
 class TaskClient:
-    """createTask, createTasks, listTaskGroup and the exact counts, Hawk-signed when there are
-    credentials."""
+    """createTask, createTasks, claimRuns, resolveRuns, listTaskGroup and the exact counts,
+    Hawk-signed when there are credentials."""
 
     def __init__(self, session: aiohttp.ClientSession, coordinator: Coordinator) -> None:
         self._session = session
@@ -181,6 +181,22 @@ class TaskClient:
         body = {"tasks": [{"taskId": task_id, "task": task} for task_id, task in items]}
         answer = await self._request("PUT", "/tasks", body)
         return sum(1 for result in answer["tasks"] if "status" in result)
+
+    async def claim_runs(
+        self, runs: list[dict[str, Any]], *, worker_group: str, worker_id: str
+    ) -> list[dict[str, Any]]:
+        """claimRuns; the per-run results."""
+        body = {"workerGroup": worker_group, "workerId": worker_id, "runs": runs}
+        claims: list[dict[str, Any]] = (await self._request("POST", "/claim-runs", body))["claims"]
+        return claims
+
+    async def resolve_runs(self, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """resolveRuns (nothing to send for no reports); the per-run results."""
+        if not reports:
+            return []
+        answer = await self._request("POST", "/resolve-runs", {"reports": reports})
+        results: list[dict[str, Any]] = answer["reports"]
+        return results
 
     async def counts(self, worker_type: str) -> tuple[int, int]:
         """(pending, running) runs of the worker type, from the store."""

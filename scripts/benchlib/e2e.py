@@ -1,12 +1,21 @@
-"""Row 2, end to end: createTask -> SDK poll -> claimTask -> delete hint -> reportCompleted.
+"""Row 2, end to end: create -> SDK poll -> claim -> delete hint -> report, two ways.
 
 A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for hints) and
 ``workers`` separate ``queue-worker`` processes (capacity ``batch``, no-op handler
 :func:`benchlib.noop.handle`, run in the worker unless :func:`measure` is asked for
-``--isolation process``). The harness creates tasks with ``producers`` concurrent
-createTask calls, keeping the hint queue ``depth`` deep (read from Azurite every 0.1 s).
-Latency is createTask sent -> the run's ``resolved`` time as the coordinator stored it;
-throughput counts runs resolved inside the window.
+``--isolation process``), the harness producing while it keeps the hint queue ``depth`` deep
+(read from Azurite every 20-100 ms):
+
+* ``e2e-<store>``: the way the SDK works by default: the producer sends createTasks
+  (``create_requests`` concurrent requests, each with as many tasks as the depth has room
+  for, at most ``create_batch``); the workers claim each Azure get's hints in one claimRuns,
+  coalesce reports into resolveRuns and skip empty queues for a while.
+* ``e2e-<store>-single``: one request per step: ``producers`` concurrent createTask calls,
+  workers with ``--no-batching --empty-queue-skip 0`` (claimTask per hint, a report per run,
+  every priority polled every round).
+
+Latency is the create request sent -> the run's ``resolved`` time as the coordinator stored
+it; throughput counts runs resolved inside the window.
 """
 
 from __future__ import annotations
@@ -50,14 +59,25 @@ from devharness.waiting import WaitTimeout, wait_until
 from worker_sdk.worker import Isolation
 
 
-async def run(settings: Settings, azurite: AzuriteProcess, store: StoreKind) -> Row:
+async def run(
+    settings: Settings, azurite: AzuriteProcess, store: StoreKind, *, batching: bool
+) -> Row:
     label = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[store]
-    row = Row(
-        key=f"e2e-{store}",
-        title=f"end to end, {label} store: create -> SDK poll/claim/delete -> completed",
-        unit="tasks/s",
-    )
-    return await measure(settings, azurite, store, row)
+    if batching:
+        row = Row(
+            key=f"e2e-{store}",
+            title=f"end to end, {label} store, batching: createTasks -> SDK poll/claimRuns/"
+            "delete -> resolveRuns",
+            unit="tasks/s",
+        )
+    else:
+        row = Row(
+            key=f"e2e-{store}-single",
+            title=f"end to end, {label} store, one request per step: createTask -> SDK "
+            "poll/claimTask/delete -> reportCompleted",
+            unit="tasks/s",
+        )
+    return await measure(settings, azurite, store, row, batching=batching)
 
 
 async def measure(
@@ -66,10 +86,11 @@ async def measure(
     store: StoreKind,
     row: Row,
     *,
+    batching: bool,
     isolation: Isolation = "none",
 ) -> Row:
     """Fill ``row`` (its key names the work directory) with one end-to-end run whose workers
-    run their handlers with ``queue-worker --isolation``."""
+    run their handlers with ``queue-worker --isolation``; ``batching`` as the rows above."""
     workdir = settings.workdir / row.key
     profile = workdir / "coordinator.pyisession" if settings.profile else None
     async with coordinator(
@@ -79,7 +100,7 @@ async def measure(
         azure_connection_string=azurite.connection_string,
         profile=profile,
     ) as running:
-        await _measure(settings, azurite, running, store, row, isolation)
+        await _measure(settings, azurite, running, store, row, isolation, batching)
     if settings.profile:
         row.notes.append(f"profiled under pyinstrument (slower): {workdir}/*.txt")
     return row
@@ -92,6 +113,7 @@ def _worker_command(
     i: int,
     workdir: Path,
     isolation: Isolation,
+    batching: bool,
 ) -> list[str]:
     command = [PYTHON]
     if settings.profile and i == 0:
@@ -109,6 +131,7 @@ def _worker_command(
         f"--isolation={isolation}",
         "--grace-period=5",
         f"--log-level={settings.worker_log_level}",
+        *([] if batching else ["--no-batching", "--empty-queue-skip=0"]),
         "benchlib.noop:handle",
     ]
 
@@ -120,6 +143,7 @@ async def _measure(
     store: StoreKind,
     row: Row,
     isolation: Isolation,
+    batching: bool,
 ) -> None:
     workdir = settings.workdir / row.key
     worker_type = f"wt-{uuid.uuid4().hex[:8]}"
@@ -132,7 +156,7 @@ async def _measure(
         env["TASKCLUSTER_ACCESS_TOKEN"] = running.credentials.access_token
     workers = [
         await spawn(
-            _worker_command(settings, running, worker_type, i, workdir, isolation),
+            _worker_command(settings, running, worker_type, i, workdir, isolation, batching),
             env=env,
             log=workdir / f"worker-{i}.log",
         )
@@ -166,27 +190,35 @@ async def _measure(
 
             async def producer() -> None:
                 nonlocal failures
-                while await pacer.acquire(stop_at):
-                    task_id = new_task_id()
+                while count := await pacer.acquire_many(
+                    stop_at, settings.create_batch if batching else 1
+                ):
                     body = tasks.definition(
                         worker_type=worker_type,
                         task_group_id=task_group_id,
                         priority=settings.priority,
                         now_ms=wall_clock(),
                     )
-                    sent[task_id] = time.time()
+                    items = [(new_task_id(), body) for _ in range(count)]
+                    now = time.time()
+                    sent.update((task_id, now) for task_id, _ in items)
                     try:
-                        await tasks.create(task_id, body)
+                        if batching:
+                            await tasks.create_many(items)
+                        else:
+                            await tasks.create(*items[0])
                     except (aiohttp.ClientError, TimeoutError, RuntimeError):
                         failures += 1
-                        sent.pop(task_id, None)
+                        for task_id, _ in items:
+                            sent.pop(task_id, None)
                         await asyncio.sleep(0.1)
                     finally:
-                        pacer.release()
+                        pacer.release(count)
 
             gauge = asyncio.create_task(pacer.run(stop_at))
             measured = asyncio.create_task(metered_window(meter, window_start, stop_at))
-            await asyncio.gather(*(producer() for _ in range(settings.producers)))
+            producers = settings.create_requests if batching else settings.producers
+            await asyncio.gather(*(producer() for _ in range(producers)))
             wall_start, wall_end = await measured
             await gauge
             row.depth_mean, row.depth_max = pacer.depth(window_start, stop_at)
@@ -228,4 +260,4 @@ async def _measure(
     if not_completed:
         row.notes.append(f"{not_completed} tasks not completed at the end")
     if failures:
-        row.notes.append(f"{failures} createTask calls failed")
+        row.notes.append(f"{failures} create requests failed")

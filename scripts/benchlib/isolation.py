@@ -24,7 +24,11 @@ async def run(settings: Settings) -> list[Row]:
             unit="tasks/s",
         )
         async with AzuriteProcess() as azurite:
-            rows.append(await e2e.measure(settings, azurite, "sqlite", row, isolation=isolation))
+            rows.append(
+                await e2e.measure(
+                    settings, azurite, "sqlite", row, batching=True, isolation=isolation
+                )
+            )
     costs = [_per_task_ms(row) for row in rows]
     for row, cost in zip(rows, costs, strict=True):
         if cost is not None:

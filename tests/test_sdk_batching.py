@@ -1,0 +1,352 @@
+"""Batching and the empty-queue skip of the worker SDK: against the coordinator test double
+(tests/coordinator_double.py), which counts every request and refuses single runs of a batch
+on cue, and against the real coordinator on Azurite, whose ``/metrics`` count the requests
+per API method.
+
+The claim, reclaim and report paths themselves, batched and single, are tested in
+tests/test_sdk_worker.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from devharness.waiting import wait_until
+from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
+    BATCH_ROUTES,
+    CoordinatorDouble,
+    double_fixture,
+    eventually,
+    hint_text,
+)
+from tests.test_sdk_real import Setup, last_run, run_until
+from tests.test_sdk_real import setup as setup  # the fixture
+from tests.test_sdk_worker import make_worker, renewed, reports, running
+from worker_sdk import TaskRun
+from worker_sdk.priorities import Polling
+
+# -- against the double --------------------------------------------------------------------
+
+
+def runs_of(detail: str) -> set[str]:
+    """The runs a batch request named (see :meth:`CoordinatorDouble.routes`)."""
+    return set(detail.split(","))
+
+
+async def test_the_runs_of_one_azure_get_are_claimed_in_one_request(
+    double: CoordinatorDouble,
+) -> None:
+    task_ids = [f"t{n}" for n in range(5)]
+    for task_id in task_ids:
+        double.add_task(task_id)
+    double.put("lowest", hint_text("t0", 0))  # a second hint of t0's run
+    release = asyncio.Event()
+    started: set[str] = set()
+
+    async def handle(run: TaskRun) -> None:
+        started.add(run.task_id)
+        await release.wait()
+
+    async with running(make_worker(double, handle, capacity=6)):
+        await eventually(lambda: started == set(task_ids), what="five runs")
+        await eventually(lambda: len(double.deleted) == 6, what="every hint deleted")
+        release.set()
+        await eventually(lambda: len(double.reports) == 5, what="five reports")
+    assert double.routes("claimRuns") == [",".join(f"{t}/0" for t in task_ids)], "t0 once"
+    assert double.routes("claimTask") == []
+
+
+async def test_reclaims_and_reports_of_runs_claimed_together_share_requests(
+    double: CoordinatorDouble,
+) -> None:
+    """Runs claimed in one request come due for reclaiming at the same moment; released
+    together, they end within the batch window of each other."""
+    double.claim_timeout = 1.5
+    task_ids = [f"t{n}" for n in range(8)]
+    for task_id in task_ids:
+        double.add_task(task_id)
+    release = asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        await release.wait()
+
+    async with running(make_worker(double, handle, capacity=8)):
+        await eventually(
+            lambda: all(double.run(t).reclaims >= 1 for t in task_ids), what="eight reclaims"
+        )
+        release.set()
+        await eventually(lambda: len(double.reports) == 8, what="eight reports")
+    assert reports(double) == {t: ("completed", None) for t in task_ids}
+    assert len(double.routes("claimRuns")) == 1
+    assert runs_of(double.routes("reclaimRuns")[0]) == {f"{t}/0" for t in task_ids}
+    assert len(double.routes("resolveRuns")) < len(task_ids)
+    assert double.routes("reclaimTask") == double.routes("completed") == []
+
+
+async def test_a_run_refused_its_reclaim_in_a_batch_loses_only_its_own_claim(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.claim_timeout = 1.5
+    double.add_task("t-lost")
+    double.add_task("t-kept")
+    double.faults["reclaimRuns:t-lost/0"] = [409]
+    cancelled = asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        if run.task_id == "t-kept":
+            await renewed(run, 2)
+            return
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async with running(make_worker(double, handle, capacity=2)):
+        await asyncio.wait_for(cancelled.wait(), timeout=10)
+        await eventually(lambda: len(double.reports) == 1, what="t-kept's report")
+    assert runs_of(double.routes("reclaimRuns")[0]) == {"t-lost/0", "t-kept/0"}
+    assert reports(double) == {"t-kept": ("completed", None)}
+    assert "claim lost taskId=t-lost runId=0" in caplog.text
+    assert "claim lost taskId=t-kept" not in caplog.text
+
+
+async def test_a_task_deleted_while_it_ran_is_forgotten_when_its_batched_report_gets_404(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.add_task("t-gone")
+    double.add_task("t-ok")
+    release = asyncio.Event()
+    started: set[str] = set()
+
+    async def handle(run: TaskRun) -> None:
+        started.add(run.task_id)
+        await release.wait()
+
+    async with running(make_worker(double, handle, capacity=2)):
+        await eventually(lambda: started == {"t-gone", "t-ok"}, what="both runs")
+        del double.tasks["t-gone"]  # as deleteTasks would
+        release.set()
+        await eventually(lambda: "task deleted while it ran" in caplog.text, what="the warning")
+        await eventually(lambda: len(double.reports) == 1, what="t-ok's report")
+    assert [runs_of(detail) for detail in double.routes("resolveRuns")] == [{"t-gone/0", "t-ok/0"}]
+    assert reports(double) == {"t-ok": ("completed", None)}
+    [line] = [r for r in caplog.records if r.getMessage().startswith("task deleted while")]
+    assert line.getMessage() == (
+        "task deleted while it ran, run forgotten taskId=t-gone runId=0 outcome=completed"
+    )
+    assert double.routes("completed") == [], "a 404 is the answer, not a reason to ask again"
+
+
+async def test_a_run_a_batch_refuses_is_reclaimed_singly_with_its_own_credentials(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's client may lack the worker-id scope that batches of reclaims need; the
+    run's temporary credentials always carry the run's own scope."""
+    double.claim_timeout = 1.5
+    double.add_task("t1")
+    double.faults["reclaimRuns:t1/0"] = [403]
+
+    async def handle(run: TaskRun) -> None:
+        await renewed(run, 2)
+
+    async with running(make_worker(double, handle)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+    assert reports(double) == {"t1": ("completed", None)}
+    assert double.routes("reclaimTask") == ["t1/0"], "only the refused one went singly"
+    assert len(double.routes("reclaimRuns")) == 2, "the next reclaim is batched again"
+    assert ("reclaimTask", "task-client/t1/0/0") in double.signers
+    assert (
+        "run refused in a batch, sent singly route=reclaimRuns taskId=t1 runId=0 status=403"
+        in caplog.text
+    )
+
+
+async def test_transient_failures_of_a_whole_batch_are_retried_for_every_run_in_it(
+    double: CoordinatorDouble,
+) -> None:
+    task_ids = [f"t{n}" for n in range(4)]
+    for task_id in task_ids:
+        double.add_task(task_id)
+    double.faults["claimRuns"] = [503]
+    double.faults["resolveRuns"] = [503, 0]
+    release = asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        await release.wait()
+
+    async with running(make_worker(double, handle, capacity=4)):
+        await eventually(lambda: len(double.deleted) == 4, what="four claims")
+        release.set()
+        await eventually(lambda: len(double.reports) == 4, what="four reports")
+    assert reports(double) == {t: ("completed", None) for t in task_ids}
+    everything = ",".join(f"{t}/0" for t in task_ids)
+    assert double.routes("claimRuns") == [everything] * 2, "one retry for all four"
+    sent = double.routes("resolveRuns")
+    assert len(sent) > 2 and runs_of(sent[0]) == set(everything.split(","))
+    assert set().union(*map(runs_of, sent[2:])) == runs_of(everything), "every run retried"
+
+
+async def test_a_coordinator_without_batch_routes_is_asked_once_per_route(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.batch_routes = False
+    double.claim_timeout = 1.5
+    for n in range(3):
+        double.add_task(f"t{n}")
+
+    async def handle(run: TaskRun) -> None:
+        await renewed(run, 2)
+
+    async with running(make_worker(double, handle, capacity=3)):
+        await eventually(lambda: len(double.reports) == 3, within=15, what="three reports")
+        double.add_task("t-later")
+        await eventually(lambda: len(double.reports) == 4, within=15, what="the fourth")
+    assert [len(double.routes(name)) for name in BATCH_ROUTES] == [1, 1, 1]
+    assert len(double.routes("claimTask")) == 4
+    assert len(double.routes("reclaimTask")) >= 6
+    assert len(double.routes("completed")) == 4
+    for name in BATCH_ROUTES:
+        assert caplog.text.count(f"coordinator lacks {name}") == 1
+
+
+async def test_a_claim_batch_rejected_as_a_whole_is_claimed_singly(
+    double: CoordinatorDouble,
+) -> None:
+    """A 400 for the whole batch (a hint the coordinator's input checks reject) must not
+    cost the other hints their runs; the next get is batched again."""
+    double.add_task("t0")
+    double.add_task("t1")
+    double.faults["claimRuns"] = [400]
+
+    async with running(make_worker(double, lambda run: None, capacity=2)):
+        await eventually(lambda: len(double.reports) == 2, what="two reports")
+        double.add_task("t2")
+        await eventually(lambda: len(double.reports) == 3, what="the third")
+    assert double.routes("claimRuns") == ["t0/0,t1/0", "t2/0"]
+    assert sorted(double.routes("claimTask")) == ["t0/0", "t1/0"]
+
+
+async def test_without_batching_every_step_is_its_own_request(double: CoordinatorDouble) -> None:
+    double.claim_timeout = 1.5
+    double.add_task("t0")
+    double.add_task("t1")
+
+    async def handle(run: TaskRun) -> None:
+        await renewed(run, 1)
+
+    async with running(make_worker(double, handle, capacity=2, batching=False)):
+        await eventually(lambda: len(double.reports) == 2, what="two reports")
+    assert [double.routes(name) for name in BATCH_ROUTES] == [[], [], []]
+    assert sorted(double.routes("claimTask")) == sorted(double.routes("completed"))
+    assert len(double.routes("claimTask")) == 2 and len(double.routes("reclaimTask")) >= 2
+
+
+@pytest.mark.parametrize("polling", ["strict", "weighted"])
+async def test_empty_higher_queues_are_skipped_while_the_lowest_has_work(
+    double: CoordinatorDouble, polling: Polling
+) -> None:
+    """Work only in the lowest priority: the empty higher queues are polled about once a
+    second rather than every pass; new work in one of them still waits at most that long."""
+    double.keep_full = {"lowest"}
+    double.add_task("t-low")
+    urgent_seen: list[float] = []
+
+    def handle(run: TaskRun) -> None:
+        if run.task_id == "t-urgent":
+            urgent_seen.append(time.monotonic())
+
+    async with running(make_worker(double, handle, polling=polling)):
+        await eventually(lambda: double.gets("lowest") >= 40, what="40 polls of lowest")
+        added_at = time.monotonic()
+        double.add_task("t-urgent", priority="highest")
+        await eventually(lambda: bool(urgent_seen), within=1.5, what="the urgent run")
+    assert urgent_seen[0] - added_at < 1.2, "a skip lasts at most 1 s"
+    for priority in ("highest", "very-high", "high", "medium", "low", "very-low"):
+        assert double.gets(priority) * 4 < double.gets("lowest"), priority
+
+
+async def test_an_empty_queue_skip_of_0_polls_every_queue_each_pass(
+    double: CoordinatorDouble,
+) -> None:
+    double.keep_full = {"lowest"}
+    double.add_task("t-low")
+
+    async with running(make_worker(double, lambda run: None, empty_queue_skip=0)):
+        await eventually(lambda: double.gets("lowest") >= 20, what="20 polls of lowest")
+    assert double.gets("highest") >= double.gets("lowest")
+
+
+async def test_a_worker_refuses_a_negative_empty_queue_skip(double: CoordinatorDouble) -> None:
+    with pytest.raises(ValueError):
+        make_worker(double, lambda run: None, empty_queue_skip=-1)
+
+
+# -- against the real coordinator ----------------------------------------------------------
+
+
+async def requests_served(root_url: str) -> dict[str, float]:
+    """``http_requests_total`` of the coordinator's ``/metrics``, by API method name,
+    counting only answers of 2xx."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(root_url + "/metrics") as response,
+    ):
+        assert response.status == 200
+        text = await response.text()
+    served: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "http_requests_total" and sample.labels["status"].startswith("2"):
+                name = sample.labels["name"]
+                served[name] = served.get(name, 0.0) + sample.value
+    return served
+
+
+@pytest.mark.parametrize("batching", [True, False], ids=["batching", "no-batching"])
+async def test_a_real_worker_claims_reclaims_and_reports_through_the_batch_routes(
+    setup: Callable[..., Awaitable[Setup]], batching: bool
+) -> None:
+    """Twelve runs claimed from one Azure get, reclaimed together, released together."""
+    s = await setup(claim_timeout=3_000)
+    task_ids = [await s.create() for _ in range(12)]
+    handled: list[str] = []
+    reclaimed: set[str] = set()
+    release = asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        handled.append(run.task_id)
+        first = run.credentials.access_token
+        await wait_until(lambda: run.credentials.access_token != first, what="a reclaim")
+        reclaimed.add(run.task_id)
+        await release.wait()
+
+    async def done() -> None:
+        await wait_until(lambda: len(reclaimed) == len(task_ids), what="every run reclaimed")
+        release.set()
+        await s.resolved(*task_ids)
+
+    await run_until(s.worker(handle, capacity=len(task_ids), batching=batching), done)
+    for task_id in task_ids:
+        status = await s.status(task_id)
+        assert len(status["runs"]) == 1, "claimed once, never retried"
+        assert last_run(status) == ("completed", "completed")
+    assert sorted(handled) == sorted(task_ids), "each run handled once"
+    served = await requests_served(s.root_url)
+    batched = [served.get(name, 0) for name in BATCH_ROUTES]
+    claims, reclaims, reports_ = (
+        served.get(name, 0) for name in ("claimTask", "reclaimTask", "reportCompleted")
+    )
+    if batching:
+        assert (claims, reclaims, reports_) == (0, 0, 0)
+        assert all(1 <= count < len(task_ids) for count in batched), batched
+    else:
+        assert batched == [0, 0, 0], "a worker without batching never asks"
+        assert claims == reports_ == len(task_ids)
+        assert reclaims >= len(task_ids)
