@@ -1,7 +1,7 @@
-"""Batching and the empty-queue skip of the worker SDK: against the coordinator test double
-(tests/coordinator_double.py), which counts every request and refuses single runs of a batch
-on cue, and against the real coordinator on Azurite, whose ``/metrics`` count the requests
-per API method.
+"""Batching and the empty-queue skip of the worker SDK: the client's reading of batch answers,
+then against the coordinator test double (tests/coordinator_double.py), which counts every
+request and refuses single runs of a batch on cue, and against the real coordinator on
+Azurite, whose ``/metrics`` count the requests per API method.
 
 The claim, reclaim and report paths themselves, batched and single, are tested in
 tests/test_sdk_worker.py.
@@ -10,11 +10,13 @@ tests/test_sdk_worker.py.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.waiting import wait_until
@@ -28,8 +30,82 @@ from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "d
 from tests.test_sdk_real import Setup, last_run, run_until
 from tests.test_sdk_real import setup as setup  # the fixture
 from tests.test_sdk_worker import make_worker, renewed, reports, running
-from worker_sdk import TaskRun
+from worker_sdk import RequestFailed, TaskRun
+from worker_sdk.client import CoordinatorClient, Outcome, RunReport
 from worker_sdk.priorities import Polling
+
+# -- the client's reading of batch answers --------------------------------------------------
+
+
+async def test_each_run_gets_its_own_answer_and_a_malformed_item_fails_only_its_run() -> None:
+    answers: list[object] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response(answers.pop(0))
+
+    app = web.Application()
+    app.router.add_post("/api/queue/v1/reclaim-runs", answer)
+    app.router.add_post("/api/queue/v1/resolve-runs", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = CoordinatorClient(
+                session=session, root_url=f"http://{host}:{port}", credentials=None
+            )
+            answers.append(
+                {
+                    "reclaims": [
+                        {
+                            "status": {"taskId": "a"},
+                            "runId": 0,
+                            "takenUntil": "2030-01-01T00:00:00.000Z",
+                            "credentials": {"clientId": "c", "accessToken": "t"},
+                        }
+                    ]
+                }
+            )
+            [reclaim] = await client.reclaim_runs([("a", 0)])
+            assert not isinstance(reclaim, RequestFailed)
+            assert (reclaim.credentials.client_id, reclaim.taken_until.year) == ("c", 2030)
+
+            reports = [
+                RunReport(task_id=task_id, run_id=0, outcome=Outcome(kind="completed"))
+                for task_id in ("a", "b", "c", "d", "e")
+            ]
+            conflict = {"status": 409, "code": "RequestConflict", "message": "run is completed"}
+            answers.append(
+                {
+                    "reports": [
+                        {"taskId": "a", "runId": 0, "status": {"state": "completed"}},
+                        {"taskId": "b", "runId": 0, "error": conflict},
+                        {"taskId": "x", "runId": 0, "status": {}},  # another run's answer
+                        {"taskId": "d", "runId": 0, "error": {**conflict, "status": "409"}},
+                        "not an item",
+                    ]
+                }
+            )
+            done, refused, *malformed = await client.resolve_runs(reports)
+            assert done is None
+            assert isinstance(refused, RequestFailed)
+            assert (refused.status, refused.code, refused.message) == (
+                409,
+                "RequestConflict",
+                "run is completed",
+            )
+            for failure in malformed:
+                assert isinstance(failure, RequestFailed)
+                assert failure.code == "InvalidResponse" and failure.transient
+
+            answers.append({"reports": []})
+            with pytest.raises(RequestFailed) as whole:
+                await client.resolve_runs(reports)
+            assert whole.value.code == "InvalidResponse" and whole.value.transient
+    finally:
+        await runner.cleanup()
+
 
 # -- against the double --------------------------------------------------------------------
 
@@ -283,9 +359,13 @@ async def test_an_empty_queue_skip_of_0_polls_every_queue_each_pass(
     assert double.gets("highest") >= double.gets("lowest")
 
 
-async def test_a_worker_refuses_a_negative_empty_queue_skip(double: CoordinatorDouble) -> None:
-    with pytest.raises(ValueError):
-        make_worker(double, lambda run: None, empty_queue_skip=-1)
+@pytest.mark.parametrize("skip", [-1, math.inf, math.nan])
+async def test_a_worker_refuses_a_negative_or_endless_empty_queue_skip(
+    double: CoordinatorDouble, skip: float
+) -> None:
+    # an endless skip would never poll a queue again once it answered empty
+    with pytest.raises(ValueError, match="empty_queue_skip must be finite and not negative"):
+        make_worker(double, lambda run: None, empty_queue_skip=skip)
 
 
 # -- against the real coordinator ----------------------------------------------------------

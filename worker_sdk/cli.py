@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -91,6 +92,13 @@ def _seconds(text: str) -> float:
     value = float(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
+    return value
+
+
+def _skip(text: str) -> float:
+    value = _seconds(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError("must be a finite number of seconds")
     return value
 
 
@@ -199,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--empty-queue-skip",
-        type=_seconds,
+        type=_skip,
         default=1.0,
         metavar="SECONDS",
         help="poll an Azure queue that answered empty again only after half to all of this, "

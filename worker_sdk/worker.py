@@ -15,6 +15,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import math
 import os
 import random
 import re
@@ -164,8 +165,11 @@ class Worker:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
         if grace_period < 0:
             raise ValueError(f"grace_period must not be negative, not {grace_period}")
-        if not empty_queue_skip >= 0:
-            raise ValueError(f"empty_queue_skip must not be negative, not {empty_queue_skip}")
+        if not 0 <= empty_queue_skip < math.inf:
+            # an infinite skip would never poll a queue again once it was empty
+            raise ValueError(
+                f"empty_queue_skip must be finite and not negative, not {empty_queue_skip}"
+            )
         self._root_url = root_url
         self._credentials = (
             credentials
