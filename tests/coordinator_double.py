@@ -101,6 +101,8 @@ class CoordinatorDouble:
         self.claim_work_wait = 0.2
         self.claim_gate: asyncio.Event | None = None
         """When set, claimTask answers only once the event is."""
+        self.report_gate: asyncio.Event | None = None
+        """When set, reports (single or batched) are answered only once the event is."""
         self.keep_full: set[str] = set()
         """Priorities whose queue gets a new task for each run claimed from it: never empty."""
         self._refills = itertools.count()
@@ -353,6 +355,8 @@ class CoordinatorDouble:
         if fault := self._fault(kind, request):
             return fault
         reason = (await request.json())["reason"] if kind == "exception" else None
+        if self.report_gate is not None:
+            await self.report_gate.wait()
         return web.json_response(self._report_run(task_id, run_id, kind, reason))
 
     # -- batch routes ---------------------------------------------------------------------
@@ -424,6 +428,8 @@ class CoordinatorDouble:
                 raise _error(400, "InputValidationError", f"not a report: {item}")
         if fault := self._fault("resolveRuns", request):
             return fault
+        if self.report_gate is not None:
+            await self.report_gate.wait()
 
         def resolve(task_id: str, run_id: int, item: dict[str, Any]) -> dict[str, Any]:
             status = self._report_run(task_id, run_id, item["resolution"], item.get("reason"))

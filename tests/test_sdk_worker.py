@@ -144,6 +144,29 @@ async def test_polls_ask_for_the_free_capacity_and_never_exceed_it(
     assert most == 2
 
 
+@pytest.mark.parametrize("batch_routes", [True, False])
+async def test_a_run_waiting_for_its_report_frees_its_slot_up_to_capacity_more(
+    double: CoordinatorDouble, batch_routes: bool
+) -> None:
+    double.batch_routes = batch_routes
+    double.report_gate = asyncio.Event()
+    for n in range(6):
+        double.add_task(f"t{n}", priority="highest")
+    handled: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        handled.append(run.task_id)
+
+    async with running(make_worker(double, handle, capacity=2)):
+        # two handlers at once, and two more runs while the first two reports hang
+        await eventually(lambda: len(handled) == 4, what="four runs handled")
+        # four runs whose reports are held fill both slots and the two extra ones
+        assert not double.reports, "all four reports are still held"
+        double.report_gate.set()
+        await eventually(lambda: len(double.reports) == 6, what="six reports")
+    assert sorted(handled) == [f"t{n}" for n in range(6)]
+
+
 async def test_weighted_polling_serves_the_lowest_priority_while_higher_ones_stay_full(
     double: CoordinatorDouble,
 ) -> None:

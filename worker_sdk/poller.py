@@ -224,6 +224,8 @@ class AzurePoller(_Polling):
         """Claims got no answer: take no more hints until the coordinator answers again."""
         self._batch_claims = self._settings.batching
         """Claim through claimRuns, until the coordinator shows it lacks the route."""
+        self._deleting: set[asyncio.Future[list[None]]] = set()
+        """Deletes of hints already answered (claimed or dead), still on their way."""
         self._empty_until: dict[tuple[TaskQueue, str], float] = {}
         """Monotonic time until which a queue that answered empty is not polled again."""
 
@@ -264,6 +266,13 @@ class AzurePoller(_Polling):
             skip = self._settings.empty_queue_skip
             self._empty_until[queue.key] = time.monotonic() + self._rng.uniform(skip / 2, skip)
         await self._idle()
+        return []
+
+    async def _leftovers(self) -> list[Claim]:
+        """Let the deletes on their way finish: a hint left behind would be claimed again in
+        vain once its visibility timeout ends."""
+        if self._deleting:
+            await asyncio.wait(self._deleting)
         return []
 
     async def _coordinator_answers(self) -> None:
@@ -413,9 +422,12 @@ class AzurePoller(_Polling):
                 outcome.taken_until.isoformat(),
             )
             claim = outcome
-        await asyncio.gather(
+        # The claim's answer is all the handler waits for; the deletes go on meanwhile.
+        deletes = asyncio.gather(
             *(self._delete(queue, message, task_id=task_id, run_id=run_id) for message in messages)
         )
+        self._deleting.add(deletes)
+        deletes.add_done_callback(self._deleting.discard)
         return claim
 
     async def _claim(self, runs: list[tuple[str, int]], name: str) -> list[Claim | RequestFailed]:

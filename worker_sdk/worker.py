@@ -1,7 +1,9 @@
 """The Worker: runs a handler for each claimed run, keeps claims alive, reports outcomes.
 
-It holds at most ``capacity`` runs at once and asks its poller for exactly as many more as it
-has room for. Each run gets a reclaim loop on the monotonic clock (docs/protocol.md, worker
+It runs at most ``capacity`` handlers at once and asks its poller for exactly as many more as
+it has room for; a run whose handler ended frees its slot while its report is on its way (up to
+``capacity`` such runs), so the answer to one batch of reports is not waited for before the
+next get. Each run gets a reclaim loop on the monotonic clock (docs/protocol.md, worker
 protocol step 7) and one report at the end (step 8), both gathered with other runs' into
 batches (:mod:`worker_sdk.batches`). On :meth:`Worker.stop` (or SIGTERM/SIGINT) it stops
 polling, lets running handlers finish within the grace period, then cancels the rest and
@@ -218,6 +220,8 @@ class Worker:
         # handler a second time.
         self._runs: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._leases: set[Lease] = set()
+        self._reporting: set[tuple[str, int]] = set()
+        """Runs of ``_runs`` whose handler has ended and whose report is on its way."""
 
     @property
     def worker_group(self) -> str:
@@ -316,7 +320,10 @@ class Worker:
     async def _poll(self, poller: Poller, batches: RunBatches) -> None:
         while not self._stopping.is_set():
             self._wakeup.clear()
-            free = self._capacity - len(self._runs)
+            # a run whose report is on its way holds no handler: up to capacity of them
+            # leave their slots to new runs, so a slow answer to reports does not idle the
+            # worker, yet a coordinator that stops answering them cannot pile runs up
+            free = self._capacity - len(self._runs) + min(len(self._reporting), self._capacity)
             if free <= 0:
                 await self._wakeup.wait()
                 continue
@@ -334,6 +341,7 @@ class Worker:
 
     def _run_finished(self, key: tuple[str, int], run: asyncio.Task[None]) -> None:
         del self._runs[key]
+        self._reporting.discard(key)
         self._wakeup.set()
         if not run.cancelled() and run.exception() is not None:
             log.error("run supervisor crashed %s", run.get_name(), exc_info=run.exception())
@@ -388,6 +396,8 @@ class Worker:
             await asyncio.wait({keeper})
         outcome = self._outcome(run, lease, lease.handler)
         if outcome is not None:
+            self._reporting.add((run.task_id, run.run_id))
+            self._wakeup.set()
             await self._report(batches, run, lease, outcome)
 
     async def _call(self, run: TaskRun) -> None:
