@@ -112,11 +112,12 @@ async def test_expired_signed_urls_are_refused(flow: Flow) -> None:
         assert refused.status == 403
     messages = await flow.get(fresh["signedPollUrl"])
     assert [decode_hint(m["MessageText"]) for m in messages] == [(task_id, 0)]
-    # An expired SAS cannot delete either; the fresh one can.
+    # An expired SAS cannot delete either (the message is still there for the fresh one);
+    # the fresh one can, and then the message is gone. Not counted by the queue length: the
+    # hint keeper may put a hint whose confirmation it has not seen yet again meanwhile.
     assert await flow.delete(stale["signedDeleteUrl"], messages[0]) == 403
-    assert await flow.count() == 1
     assert await flow.delete(fresh["signedDeleteUrl"], messages[0]) == 204
-    assert await flow.count() == 0
+    assert await flow.delete(fresh["signedDeleteUrl"], messages[0]) == 404
 
 
 # --- junk hints are harmless ----------------------------------------------------------------
