@@ -510,27 +510,32 @@ class Handlers:
         results = await self.service.claim_runs(
             runs, worker_group=worker_group, worker_id=worker_id, permit=permit
         )
-        claims: list[Body] = []
-        for (task_id, run_id), result in zip(runs, results, strict=True):
-            if isinstance(result, DomainError):
-                claims.append(_run_error("claimRuns", task_id, run_id, result))
-                continue
-            self.workers.run_held(result, run_id, claimed=True)
-            claims.append(self.claim_body(result))
-        return {"claims": claims}
+        return {"claims": self._held_items("claimRuns", runs, results, claimed=True)}
 
     async def reclaimRuns(self, request: web.Request, body: Any) -> Body:
         auth = await self.auth.authenticated(request)
         runs = _distinct_runs(body["runs"], "runs")
         results = await self.service.reclaim_runs(runs, permit=_held_or(auth, "queue:reclaim-task"))
-        reclaims: list[Body] = []
+        return {"reclaims": self._held_items("reclaimRuns", runs, results, claimed=False)}
+
+    def _held_items(
+        self,
+        method: str,
+        runs: list[tuple[str, int]],
+        results: list[TaskRecord | DomainError],
+        *,
+        claimed: bool,
+    ) -> list[Body]:
+        """Per run of a claimRuns (``claimed``) or reclaimRuns: the body its single call
+        answers, the worker seen holding it; or its run error."""
+        items: list[Body] = []
         for (task_id, run_id), result in zip(runs, results, strict=True):
             if isinstance(result, DomainError):
-                reclaims.append(_run_error("reclaimRuns", task_id, run_id, result))
+                items.append(_run_error(method, task_id, run_id, result))
                 continue
-            self.workers.run_held(result, run_id, claimed=False)
-            reclaims.append(self._held_run(result, run_id))
-        return {"reclaims": reclaims}
+            self.workers.run_held(result, run_id, claimed=claimed)
+            items.append(self.claim_body(result) if claimed else self._held_run(result, run_id))
+        return items
 
     async def resolveRuns(self, request: web.Request, body: Any) -> Body:
         auth = await self.auth.authenticated(request)
