@@ -72,7 +72,9 @@ async def test_weighted_polling_completes_lowest_priority_tasks_that_strict_poll
 
     producer = asyncio.create_task(keep_higher_priorities_full())
     try:
-        strict = await s.start_worker("strict", capacity=2)
+        # the strict walk of every queue on every pass: the default empty-queue skip would
+        # let a lowest task in whenever a higher queue answered empty once (≤ 1 s inversion)
+        strict = await s.start_worker("strict", capacity=2, flags=["--empty-queue-skip", "0"])
 
         async def forty_ended() -> bool:
             return len(s.events("end")) >= 40
