@@ -20,7 +20,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any
 
 import aiohttp
 
@@ -37,8 +36,6 @@ from benchlib.coordproc import Coordinator, StoreKind, TaskClient, coordinator, 
 from coordinator.service.clock import wall_clock
 from worker_sdk.client import CoordinatorClient
 from worker_sdk.errors import RequestFailed
-
-Body = dict[str, Any]
 
 
 def _meter(running: Coordinator, store: StoreKind) -> CpuMeter:
@@ -81,11 +78,10 @@ async def run(settings: Settings, store: StoreKind, *, batching: bool) -> list[R
         ) as session,
     ):
         tasks = TaskClient(session, running)
+        task_ids = await _create(settings, running, store, tasks, create_row, batching=batching)
         if batching:
-            task_ids = await _create_batches(settings, running, store, tasks, create_row)
             await _batch_lifecycles(settings, running, store, tasks, task_ids, lifecycle_row)
         else:
-            task_ids = await _create(settings, running, store, tasks, create_row)
             await _lifecycles(settings, running, store, session, task_ids, lifecycle_row)
     if create_row.cpu_ms and lifecycle_row.cpu_ms:
         total = create_row.cpu_ms["coordinator"] + lifecycle_row.cpu_ms["coordinator"]
@@ -113,24 +109,23 @@ async def _phase(
     meter.fill(row)
 
 
-def _task_body(settings: Settings, tasks: TaskClient, worker_type: str, group: str) -> Body:
-    return tasks.definition(
-        worker_type=worker_type,
-        task_group_id=group,
-        priority=settings.priority,
-        now_ms=wall_clock(),
-    )
-
-
 async def _create(
     settings: Settings,
     running: Coordinator,
     store: StoreKind,
     tasks: TaskClient,
     row: Row,
+    *,
+    batching: bool,
 ) -> list[str]:
+    """Create the pending runs the lifecycle phase takes: ``producers`` concurrent createTask
+    calls, or ``create_requests`` concurrent createTasks of ``create_batch`` (ten times as many
+    tasks in all); the row counts tasks, its latency is per request."""
     worker_type = f"wt-{uuid.uuid4().hex[:8]}"
     group = new_task_id()
+    per_request = settings.create_batch if batching else 1
+    clients = settings.create_requests if batching else settings.producers
+    wanted = settings.lifecycle_tasks * (BATCH_TASK_FACTOR if batching else 1)
     created: list[str] = []
     latencies: list[float] = []
     started = 0
@@ -138,53 +133,30 @@ async def _create(
 
     async def producer() -> None:
         nonlocal started
-        while started < settings.lifecycle_tasks and time.monotonic() < give_up:
-            started += 1
-            task_id = new_task_id()
-            body = _task_body(settings, tasks, worker_type, group)
+        while started < wanted and time.monotonic() < give_up:
+            count = min(per_request, wanted - started)
+            started += count
+            body = tasks.definition(
+                worker_type=worker_type,
+                task_group_id=group,
+                priority=settings.priority,
+                now_ms=wall_clock(),
+            )
+            items = [(new_task_id(), body) for _ in range(count)]
             sent = time.monotonic()
-            await tasks.create(task_id, body)
-            latencies.append(time.monotonic() - sent)
-            created.append(task_id)
-            row.count += 1
-
-    await _phase(running, store, row, [producer() for _ in range(settings.producers)])
-    latency_fields(row, latencies)
-    row.notes.append(f"{settings.producers} concurrent clients; CPU ms per createTask")
-    return created
-
-
-async def _create_batches(
-    settings: Settings,
-    running: Coordinator,
-    store: StoreKind,
-    tasks: TaskClient,
-    row: Row,
-) -> list[str]:
-    worker_type = f"wt-{uuid.uuid4().hex[:8]}"
-    group = new_task_id()
-    created: list[str] = []
-    latencies: list[float] = []
-    wanted = settings.lifecycle_tasks * BATCH_TASK_FACTOR
-    give_up = time.monotonic() + settings.duration
-
-    async def producer() -> None:
-        while len(created) < wanted and time.monotonic() < give_up:
-            body = _task_body(settings, tasks, worker_type, group)
-            items = [(new_task_id(), body) for _ in range(settings.create_batch)]
-            sent = time.monotonic()
-            if await tasks.create_many(items) != len(items):
-                raise RuntimeError("createTasks refused some of the bench's tasks")
+            if batching:
+                if await tasks.create_many(items) != count:
+                    raise RuntimeError("createTasks refused some of the bench's tasks")
+            else:
+                await tasks.create(*items[0])
             latencies.append(time.monotonic() - sent)
             created.extend(task_id for task_id, _ in items)
-            row.count += len(items)
+            row.count += count
 
-    await _phase(running, store, row, [producer() for _ in range(settings.create_requests)])
+    await _phase(running, store, row, [producer() for _ in range(clients)])
     latency_fields(row, latencies)
-    row.notes.append(
-        f"{settings.create_requests} concurrent createTasks requests of "
-        f"{settings.create_batch}; CPU ms per task; latency per request"
-    )
+    what = f"createTasks requests of {per_request}" if batching else "createTask clients"
+    row.notes.append(f"{clients} concurrent {what}; CPU ms per task; latency per request")
     return created
 
 
