@@ -146,12 +146,6 @@ def require(auth: RequestAuth, expression: Expression) -> None:
     )
 
 
-def permits(auth: Auth, expression: Expression) -> bool:
-    """Whether ``auth``'s scopes satisfy ``expression`` (no exception, no log line: a batch
-    answers each item's refusal in its results)."""
-    return satisfies(auth.scopes, expression)
-
-
 class NonceCache:
     """The Hawk nonces this process accepted within the clock-skew window: a request replayed
     to this process is refused. Another replica does not know them (it has its own), so
@@ -502,7 +496,7 @@ class Authorizer:
         scopes; all of them when authentication is off), else 401 ``AuthenticationFailed``.
 
         For the batch endpoints, whose scopes depend on each stored item and are checked per
-        item with :func:`permits`.
+        item with :func:`require`.
         """
         auth = await self.caller(request)
         if isinstance(auth, Rejected):

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.api import keyset, management, validation
-from coordinator.api.auth import Auth, Authorizer, permits, require
+from coordinator.api.auth import Auth, Authorizer, require
 from coordinator.api.endpoints import Endpoint, task_queue
 from coordinator.api.errors import (
     InputValidationError,
@@ -131,11 +131,10 @@ def _distinct_runs(items: list[Body], key: str) -> list[tuple[str, int]]:
 def _permit(auth: Auth, expression: Expression) -> None:
     """:raises Forbidden: ``auth`` does not satisfy ``expression``, with the message a single
     call's 403 would carry (clients read the missing scopes from it)."""
-    if not permits(auth, expression):
-        try:
-            require(auth, expression)
-        except InsufficientScopes as error:
-            raise Forbidden(str(error)) from None
+    try:
+        require(auth, expression)
+    except InsufficientScopes as error:
+        raise Forbidden(str(error)) from None
 
 
 def _held_or(auth: Auth, action: str) -> Permit:
