@@ -17,7 +17,7 @@ from mohawk.util import parse_authorization_header
 from taskcluster import Queue
 
 from worker_sdk import TaskRun, Worker, azure, cli, timing
-from worker_sdk.client import Credentials, authorization, hawk_ext
+from worker_sdk.client import Credentials, Outcome, authorization, hawk_ext
 from worker_sdk.errors import (
     InternalError,
     MalformedPayload,
@@ -28,7 +28,7 @@ from worker_sdk.errors import (
 )
 from worker_sdk.priorities import DEFAULT_WEIGHTS, LEVELS, PRIORITIES, PollOrder, TaskQueue
 from worker_sdk.supervisor import slot_worker_id
-from worker_sdk.worker import Outcome, default_worker_group, default_worker_id, outcome_for
+from worker_sdk.worker import default_worker_group, default_worker_id, outcome_for
 
 
 def b64json(value: Any) -> str:

@@ -32,8 +32,7 @@ import aiohttp
 
 from worker_sdk import timing
 from worker_sdk.batches import RunBatches
-from worker_sdk.client import Claim, CoordinatorClient, Credentials
-from worker_sdk.client import Outcome as Outcome  # lives with the reports; still importable here
+from worker_sdk.client import Claim, CoordinatorClient, Credentials, Outcome
 from worker_sdk.errors import RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
