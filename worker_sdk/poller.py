@@ -265,6 +265,9 @@ class AzurePoller(_Polling):
                 return await self._take_all(queue, messages)
             skip = self._settings.empty_queue_skip
             self._empty_until[queue.key] = time.monotonic() + self._rng.uniform(skip / 2, skip)
+        # Nothing anywhere: the idle pause already spaces the gets out, so the next pass asks
+        # every queue again (a skip outlasting the pause would only delay picking work up).
+        self._empty_until.clear()
         await self._idle()
         return []
 
