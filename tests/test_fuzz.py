@@ -29,7 +29,7 @@ from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, t
 from worker_sdk.client import Credentials, authorization
 
 MAX_EXAMPLES = 30
-"""Examples per operation in the fuzzing phase: both runs together stay near three minutes on
+"""Examples per operation in the fuzzing phase: both runs together take about two minutes on
 two cores with the API's 54 operations (50 took four), and the coverage phase adds its
 boundary cases on top."""
 
