@@ -52,5 +52,10 @@ def configure_logging(*, level: str, env: Mapping[str, str]) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if kind == "json" else logging.Formatter(KEY_VALUE_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    # No format here names the caller's file, function or line, nor a thread or process: not
+    # looking them up for every line is a third of its cost (the logging HOWTO's
+    # "Optimization"), and the coordinator logs a line per run it changes.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # The Azure SDK logs every HTTP request at INFO; our own lines already say what matters.
     logging.getLogger("azure").setLevel(logging.WARNING)

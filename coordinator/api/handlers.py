@@ -8,6 +8,7 @@ work around it, so every request and response body is validated against ``schema
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import os
@@ -92,14 +93,37 @@ def _counts_body(queue: TaskQueue, counts: RunCounts) -> Body:
 def _create_requirement(body: Body) -> Expression:
     """The scopes createTask requires for a (schema-valid) task definition."""
     provisioner_id, worker_type = definitions.task_queue_of(body)
+    return _requirement(
+        body.get("priority", "lowest"),
+        provisioner_id,
+        worker_type,
+        body.get("schedulerId", "-"),
+        body.get("projectId", DEFAULT_PROJECT_ID),
+        tuple(body.get("routes", ())),
+        tuple(body.get("scopes", ())),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _requirement(
+    priority: str,
+    provisioner_id: str,
+    worker_type: str,
+    scheduler_id: str,
+    project_id: str,
+    routes: tuple[str, ...],
+    scopes: tuple[str, ...],
+) -> Expression:
+    """:func:`create_task_requirement`, cached: a producer's tasks mostly share theirs, and a
+    createTasks batch then requires it once (the object is shared: never mutate it)."""
     return create_task_requirement(
-        priority=body.get("priority", "lowest"),
+        priority=priority,
         provisioner_id=provisioner_id,
         worker_type=worker_type,
-        scheduler_id=body.get("schedulerId", "-"),
-        project_id=body.get("projectId", DEFAULT_PROJECT_ID),
-        routes=body.get("routes", []),
-        scopes=body.get("scopes", []),
+        scheduler_id=scheduler_id,
+        project_id=project_id,
+        routes=routes,
+        scopes=scopes,
     )
 
 
@@ -295,19 +319,20 @@ class Handlers:
         items: list[Body] = body["tasks"]
         results: list[Body] = [{"taskId": item["taskId"]} for item in items]
         accepted: list[int] = []
-        requirements: list[Expression] = []
+        requirements: dict[int, Expression] = {}  # by identity: tasks alike share one
         for index, item in enumerate(items):
             try:
                 validation.validate(
                     "create-task-request", item["task"], where=f"tasks[{index}].task"
                 )
-                requirements.append(_create_requirement(item["task"]))
+                requirement = _create_requirement(item["task"])
+                requirements[id(requirement)] = requirement
             except (InputValidationError, DomainError) as error:
                 results[index]["error"] = _item_error(error)
                 continue
             accepted.append(index)
         if requirements:
-            await self._require(request, {"AllOf": requirements})
+            await self._require(request, {"AllOf": list(requirements.values())})
         outcomes = await self.service.create_tasks(
             [(items[index]["taskId"], items[index]["task"]) for index in accepted]
         )

@@ -131,7 +131,9 @@ def _add_pending_run(
     return Outcome(record=new, hint=hint_for(new))
 
 
-def _resolve_last_run(record: TaskRecord, *, state: str, reason: str, now: int) -> TaskRecord:
+def _resolve_last_run(
+    record: TaskRecord, *, state: str, reason: str, now: int, **changes: object
+) -> TaskRecord:
     run = record.runs[-1]
     resolved = Run(
         **{
@@ -141,14 +143,14 @@ def _resolve_last_run(record: TaskRecord, *, state: str, reason: str, now: int) 
             "resolved": now,
         }
     )
-    return record.replace(runs=(*record.runs[:-1], resolved), hint_needed=False)
+    return record.replace(runs=(*record.runs[:-1], resolved), hint_needed=False, **changes)
 
 
 def _resolve(record: TaskRecord, *, state: str, reason: str, now: int) -> Outcome:
     """Resolve the task for good: the last run, or for an unscheduled task a new run 0 created
     already resolved (``reasonCreated: exception``). Its dependents must then look again."""
     if record.runs:
-        new = _resolve_last_run(record, state=state, reason=reason, now=now)
+        new = _resolve_last_run(record, state=state, reason=reason, now=now, notify_dependents=True)
     else:
         run = Run(
             run_id=0,
@@ -159,8 +161,8 @@ def _resolve(record: TaskRecord, *, state: str, reason: str, now: int) -> Outcom
             visible_at=now,
             resolved=now,
         )
-        new = record.replace(runs=(run,))
-    return Outcome(record=new.replace(notify_dependents=True), resolved=True)
+        new = record.replace(runs=(run,), notify_dependents=True)
+    return Outcome(record=new, resolved=True)
 
 
 def _resolve_maybe_retry(record: TaskRecord, *, reason: str, now: int, timing: Timing) -> Outcome:
@@ -340,7 +342,7 @@ def claim(
             "taken_until": now + claim_timeout(record, timing),
         }
     )
-    return Outcome(record=record.with_last_run(claimed).replace(hint_needed=False))
+    return Outcome(record=record.replace(runs=(*record.runs[:-1], claimed), hint_needed=False))
 
 
 def reclaim(record: TaskRecord, *, run_id: int, now: int, timing: Timing) -> Outcome:

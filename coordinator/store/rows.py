@@ -67,7 +67,10 @@ def record_from_row(row: Row) -> TaskRecord:
     notify_dependents, version`` (the JSON columns as text)."""
     definition = json.loads(row["definition"])
     runs = json.loads(row["runs"])
-    return record_from_definition(row["task_id"], definition, version=row["version"]).replace(
+    return record_from_definition(
+        row["task_id"],
+        definition,
+        version=row["version"],
         retries_left=row["retries_left"],
         runs=tuple(Run.from_stored(run) for run in runs),
         hint_needed=row["hint_due"] is not None,
