@@ -43,8 +43,7 @@ def _iso_second(seconds: int) -> str:
     dt = datetime.fromtimestamp(seconds, tz=UTC)
     # not strftime("%Y"): glibc writes year 732 as "732", which is no RFC 3339 date-time
     return (
-        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:"
-        f"{dt.second:02d}"
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
     )
 
 
