@@ -260,6 +260,20 @@ async def test_create_task_keeps_given_fields(start_coordinator: StartCoordinato
     assert status["taskGroupId"] == group
 
 
+async def test_a_payload_beyond_64_bit_integers_and_ascii_comes_back_exactly(
+    start_coordinator: StartCoordinator,
+) -> None:
+    # The coordinator encodes with orjson, which refuses integers beyond 64 bits: those
+    # bodies take the standard library's path, and nothing may come back changed.
+    c = await start_coordinator()
+    payload = {"big": 2**70, "negative": -(2**64), "max": 2**63 - 1, "text": "Grüße ✓ 名前"}
+    task_id = await c.create(payload=payload)
+    assert (await c.call("GET", f"/task/{task_id}")).body["payload"] == payload
+    assert (await claim(c, task_id))["task"]["payload"] == payload
+    batch = await post(c, "/claim-runs", {**WORKER, "runs": [{"taskId": task_id, "runId": 0}]})
+    assert batch["claims"][0]["task"]["payload"] == payload
+
+
 async def test_integral_float_retries_are_stored_as_an_integer(
     start_coordinator: StartCoordinator,
 ) -> None:

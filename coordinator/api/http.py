@@ -30,6 +30,7 @@ from coordinator.api.errors import (
 )
 from coordinator.azure.errors import QueueUnavailable
 from coordinator.domain.errors import DomainError
+from coordinator.domain.json_text import compact_bytes
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +41,9 @@ PAYLOAD = web.RequestKey[Any]("payload")
 ENDPOINT = web.RequestKey[str]("endpoint")
 """Request key naming the API method being served, for error bodies."""
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
 
 def json_response(body: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        body=_dumps(body).encode("utf-8"), status=status, content_type="application/json"
-    )
+    return web.Response(body=compact_bytes(body), status=status, content_type="application/json")
 
 
 async def read_json(request: web.Request, *, max_bytes: int) -> Any:
@@ -116,7 +113,7 @@ def _parse(raw: bytes) -> Any:
         )
     if _SURROGATE_ESCAPE.search(raw):
         try:
-            _dumps(body).encode("utf-8")
+            compact_bytes(body)
         except UnicodeEncodeError as error:
             raise InputValidationError(
                 f"request body has a lone UTF-16 surrogate escape ({error.object[error.start]!a}),"

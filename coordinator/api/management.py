@@ -11,7 +11,6 @@ looks complete.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from aiohttp import web
 from coordinator.api import keyset
 from coordinator.api.errors import InputValidationError
 from coordinator.api.filters import task_filter
+from coordinator.domain.json_text import compact_bytes
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.service.management import TaskManagement
@@ -30,8 +30,6 @@ NDJSON = "application/x-ndjson"
 FLUSH_BYTES = 64 * 1024
 
 log = logging.getLogger(__name__)
-
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _item(record: TaskRecord, *, summary: bool) -> dict[str, Any]:
@@ -81,7 +79,7 @@ async def _stream(
     streamed = 0
     try:
         async for record in management.stream_tasks(matching):
-            buffer += _dumps(_item(record, summary=summary)).encode("utf-8") + b"\n"
+            buffer += compact_bytes(_item(record, summary=summary)) + b"\n"
             streamed += 1
             if len(buffer) >= FLUSH_BYTES:
                 await response.write(bytes(buffer))

@@ -8,10 +8,11 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import orjson
+
+from coordinator.domain.json_text import compact
 from coordinator.domain.listings import Page
 from coordinator.domain.records import Run, TaskRecord, record_from_definition
-
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def status_columns(record: TaskRecord) -> dict[str, Any]:
@@ -19,9 +20,9 @@ def status_columns(record: TaskRecord) -> dict[str, Any]:
     return {
         "task_id": record.task_id,
         # written only when changed (a new priority); insert_columns always writes it
-        "definition": _compact(record.definition) if record.definition_changed else None,
+        "definition": compact(record.definition) if record.definition_changed else None,
         "retries_left": record.retries_left,
-        "runs": _compact(record.stored_runs()),
+        "runs": compact(record.stored_runs()),
         "state": record.state,
         "taken_until": record.taken_until,
         "open_deadline": record.open_deadline,
@@ -41,7 +42,7 @@ def insert_columns(record: TaskRecord) -> dict[str, Any]:
         "provisioner_id": record.provisioner_id,
         "worker_type": record.worker_type,
         "expires": record.expires,
-        "definition": _compact(record.definition),
+        "definition": compact(record.definition),
         "project_id": record.project_id,
         "created": record.created,
     }
@@ -65,8 +66,9 @@ class Row(Protocol):
 def record_from_row(row: Row) -> TaskRecord:
     """A record from a row with ``task_id, definition, retries_left, runs, hint_due,
     notify_dependents, version`` (the JSON columns as text)."""
+    # not orjson for the definition: it reads an integer beyond 64 bits as a float
     definition = json.loads(row["definition"])
-    runs = json.loads(row["runs"])
+    runs = orjson.loads(row["runs"])
     return record_from_definition(
         row["task_id"],
         definition,

@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from coordinator.domain.json_text import compact
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
@@ -23,8 +24,6 @@ from coordinator.domain.workers import (
     WorkerSighting,
 )
 from coordinator.store.rows import Row
-
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 BEFORE_EVERY_TIME = -(2**63)
 """Less than any stored time: where a listing keyed by a time starts (BIGINT's minimum)."""
@@ -68,7 +67,7 @@ def worker_sighting_columns(
 
 
 def recent_json(tasks: Sequence[TaskRun]) -> str:
-    return _compact([task.to_api() for task in tasks])
+    return compact([task.to_api() for task in tasks])
 
 
 def recent_from_json(text: str) -> tuple[TaskRun, ...]:
@@ -76,7 +75,7 @@ def recent_from_json(text: str) -> tuple[TaskRun, ...]:
 
 
 def note_json(note: QuarantineNote) -> str:
-    return _compact(note.to_stored())
+    return compact(note.to_stored())
 
 
 def task_queue_from_row(row: Row) -> TaskQueueRecord:
