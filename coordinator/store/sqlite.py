@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -140,6 +141,50 @@ def _insert_one(conn: sqlite3.Connection, record: TaskRecord, columns: dict[str,
     )
     conn.executemany(_Q["insert_tag"], tag_rows([record]))
     return True
+
+
+_STATUS_COLUMNS = (
+    "retries_left",
+    "runs",
+    "state",
+    "taken_until",
+    "open_deadline",
+    "hint_due",
+    "visible_at",
+    "resolved",
+)
+"""The status columns :func:`_compare_and_set` writes only when their value changes
+(``definition`` and ``notify_dependents`` have their own rules)."""
+
+
+def _compare_and_set(conn: sqlite3.Connection, params: dict[str, Any]) -> sqlite3.Row | None:
+    """Write the status ``params`` (``status_columns`` and the version read) if the stored
+    version is still the one read, in the caller's transaction, naming only the columns that
+    change; the ``RETURNING version, notify_dependents`` row, or ``None`` for a lost race."""
+    stored = conn.execute(_Q["stored_status"], params).fetchone()
+    if stored is None or stored["version"] != params["version"]:
+        return None
+    changed = tuple(column for column in _STATUS_COLUMNS if params[column] != stored[column])
+    definition = params["definition"] is not None
+    # set, it needs the dependency check; cleared, it only needs writing if it was set
+    notify = bool(params["notify_dependents"]) or bool(stored["notify_dependents"])
+    row: sqlite3.Row | None = conn.execute(
+        _compare_and_set_statement(changed, definition=definition, notify=notify), params
+    ).fetchone()
+    return row
+
+
+@functools.lru_cache(maxsize=256)
+def _compare_and_set_statement(
+    changed: tuple[str, ...], *, definition: bool, notify: bool
+) -> str:
+    """The ``compare_and_set`` statement for one combination of changed columns."""
+    assignments = "".join(f"{column} = :{column}, " for column in changed)
+    if definition:
+        assignments += "definition = :definition, "
+    if notify:
+        assignments += _Q["notify_dependents"] + " "
+    return _Q["compare_and_set"].format(assignments=assignments)
 
 
 def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
@@ -325,7 +370,12 @@ class SQLiteStore(SQLStore):
 
     async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
-        row = await self._run(lambda conn: conn.execute(_Q["compare_and_set"], params).fetchone())
+
+        def write(conn: sqlite3.Connection) -> Any:
+            with _transaction(conn):
+                return _compare_and_set(conn, params)
+
+        row = await self._run(write)
         return None if row is None else stored_after_cas(record, row)
 
     async def compare_and_set_many(self, records: Sequence[TaskRecord]) -> list[TaskRecord | None]:
@@ -333,7 +383,7 @@ class SQLiteStore(SQLStore):
 
         def write(conn: sqlite3.Connection) -> list[Any]:
             with _transaction(conn):
-                return [conn.execute(_Q["compare_and_set"], p).fetchone() for p in params]
+                return [_compare_and_set(conn, p) for p in params]
 
         rows = await self._run(write) if params else []
         return [

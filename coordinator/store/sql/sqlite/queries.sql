@@ -35,19 +35,27 @@ FROM tasks WHERE task_id IN ({ids})
 -- name: states
 SELECT task_id, state FROM tasks WHERE task_id IN ({ids})
 
+-- name: stored_status
+-- What compare_and_set compares the new status with, in its transaction.
+SELECT retries_left, runs, state, taken_until, open_deadline, hint_due, visible_at, resolved,
+       notify_dependents, version
+FROM tasks WHERE task_id = :task_id
+
 -- name: compare_and_set
--- notify_dependents is kept only for a task that has dependents, so resolving one without
--- any costs no dependency pass; a dependent created later checks the states itself. The
--- definition is written only when a transition changed it (a new priority), else NULL.
-UPDATE tasks
-SET definition = coalesce(:definition, definition), retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
-    open_deadline = :open_deadline, hint_due = :hint_due, visible_at = :visible_at,
-    resolved = :resolved, notify_dependents = :notify_dependents AND EXISTS (
-        SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
-    ),
-    version = version + 1
+-- The assignments are `column = :column, ` for each status column whose value changes, and
+-- `definition = :definition, ` when a transition changed it (a new priority). SQLite updates
+-- every index over a column the SET names, changed or not: naming only the changed ones
+-- halves a claim's write. notify_dependents, when set, is the next assignment's.
+UPDATE tasks SET {assignments}version = version + 1
 WHERE task_id = :task_id AND version = :version
 RETURNING version, notify_dependents
+
+-- name: notify_dependents
+-- notify_dependents is kept only for a task that has dependents, so resolving one without
+-- any costs no dependency pass; a dependent created later checks the states itself.
+notify_dependents = :notify_dependents AND EXISTS (
+    SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
+),
 
 -- name: confirm_hint
 UPDATE tasks SET hint_due = NULL
