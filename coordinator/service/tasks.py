@@ -291,7 +291,11 @@ class TaskService:
         }
         for outcome in stored.values():
             log_changes("created", None, outcome.record)
-        await _bounded(self.transitions.effects(outcome) for outcome in stored.values())
+        await _bounded(
+            self.transitions.effects(outcome)
+            for outcome in stored.values()
+            if self.transitions.has_effects(outcome)
+        )
         for task_id, outcome in stored.items():
             record = outcome.record
             if record.dependencies:

@@ -191,7 +191,7 @@ class Transitions:
                     continue
                 written.append(self._written(changes[index].action, record, outcome, after))
                 results[index] = written[-1]
-            await asyncio.gather(*(self.effects(outcome) for outcome in written))
+            await asyncio.gather(*(self.effects(o) for o in written if self.has_effects(o)))
             if not indexes:
                 return
         for index in indexes:
@@ -217,6 +217,13 @@ class Transitions:
             except (NotFound, Conflict):
                 continue
         return changed
+
+    def has_effects(self, outcome: Outcome) -> bool:
+        """Whether :meth:`effects` has anything to do for ``outcome`` (most claims and reports
+        have not, and a batch need not start a coroutine for each of them)."""
+        return (outcome.hint is not None and self._hints.enabled) or (
+            outcome.resolved and outcome.record.notify_dependents
+        )
 
     async def effects(self, outcome: Outcome) -> None:
         """Carry out what a stored outcome asks for."""
