@@ -4,7 +4,8 @@ request and refuses single runs of a batch on cue, and against the real coordina
 Azurite, whose ``/metrics`` count the requests per API method.
 
 The claim, reclaim and report paths themselves, batched and single, are tested in
-tests/test_sdk_worker.py.
+tests/test_sdk_worker.py. Tests of how one get's runs are batched poll with
+``polls_in_flight=1``: with two polls, which of them gets which hints is a race.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ async def test_the_runs_of_one_azure_get_are_claimed_in_one_request(
         started.add(run.task_id)
         await release.wait()
 
-    async with running(make_worker(double, handle, capacity=6)):
+    async with running(make_worker(double, handle, capacity=6, polls_in_flight=1)):
         await eventually(lambda: started == set(task_ids), what="five runs")
         await eventually(lambda: len(double.deleted) == 6, what="every hint deleted")
         release.set()
@@ -152,7 +153,7 @@ async def test_reclaims_and_reports_of_runs_claimed_together_share_requests(
     async def handle(run: TaskRun) -> None:
         await release.wait()
 
-    async with running(make_worker(double, handle, capacity=8)):
+    async with running(make_worker(double, handle, capacity=8, polls_in_flight=1)):
         await eventually(
             lambda: all(double.run(t).reclaims >= 1 for t in task_ids), what="eight reclaims"
         )
@@ -184,7 +185,7 @@ async def test_a_run_refused_its_reclaim_in_a_batch_loses_only_its_own_claim(
             cancelled.set()
             raise
 
-    async with running(make_worker(double, handle, capacity=2)):
+    async with running(make_worker(double, handle, capacity=2, polls_in_flight=1)):
         await asyncio.wait_for(cancelled.wait(), timeout=10)
         await eventually(lambda: len(double.reports) == 1, what="t-kept's report")
     assert runs_of(double.routes("reclaimRuns")[0]) == {"t-lost/0", "t-kept/0"}
@@ -205,7 +206,7 @@ async def test_a_task_deleted_while_it_ran_is_forgotten_when_its_batched_report_
         started.add(run.task_id)
         await release.wait()
 
-    async with running(make_worker(double, handle, capacity=2)):
+    async with running(make_worker(double, handle, capacity=2, polls_in_flight=1)):
         await eventually(lambda: started == {"t-gone", "t-ok"}, what="both runs")
         del double.tasks["t-gone"]  # as deleteTasks would
         release.set()
@@ -257,7 +258,7 @@ async def test_transient_failures_of_a_whole_batch_are_retried_for_every_run_in_
     async def handle(run: TaskRun) -> None:
         await release.wait()
 
-    async with running(make_worker(double, handle, capacity=4)):
+    async with running(make_worker(double, handle, capacity=4, polls_in_flight=1)):
         await eventually(lambda: len(double.deleted) == 4, what="four claims")
         release.set()
         await eventually(lambda: len(double.reports) == 4, what="four reports")
@@ -280,7 +281,7 @@ async def test_a_coordinator_without_batch_routes_is_asked_once_per_route(
     async def handle(run: TaskRun) -> None:
         await renewed(run, 2)
 
-    async with running(make_worker(double, handle, capacity=3)):
+    async with running(make_worker(double, handle, capacity=3, polls_in_flight=1)):
         await eventually(lambda: len(double.reports) == 3, within=15, what="three reports")
         double.add_task("t-later")
         await eventually(lambda: len(double.reports) == 4, within=15, what="the fourth")
@@ -301,7 +302,7 @@ async def test_a_claim_batch_rejected_as_a_whole_is_claimed_singly(
     double.add_task("t1")
     double.faults["claimRuns"] = [400]
 
-    async with running(make_worker(double, lambda run: None, capacity=2)):
+    async with running(make_worker(double, lambda run: None, capacity=2, polls_in_flight=1)):
         await eventually(lambda: len(double.reports) == 2, what="two reports")
         double.add_task("t2")
         await eventually(lambda: len(double.reports) == 3, what="the third")

@@ -139,9 +139,30 @@ async def test_polls_ask_for_the_free_capacity_and_never_exceed_it(
         release.set()
         await eventually(lambda: len(double.reports) == 3, what="three reports")
     polls = double.routes("getMessages")
-    assert polls[0] == "highest:2"
+    assert polls[:2] == ["highest:1", "highest:1"], "two polls, each for half the capacity"
     assert "highest:1" in polls[polls_while_full:], "one slot free after a run finished"
     assert most == 2
+
+
+async def test_the_next_get_goes_out_while_a_claim_is_on_its_way(
+    double: CoordinatorDouble,
+) -> None:
+    double.claim_gate = asyncio.Event()
+    for n in range(4):
+        double.add_task(f"t{n}", priority="highest")
+    handled: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        handled.append(run.task_id)
+
+    async with running(make_worker(double, handle, capacity=4)):
+        # both halves of the capacity got their hints, and both claims wait at the gate
+        await eventually(lambda: len(double.routes("claimRuns")) == 2, what="two claims")
+        assert double.routes("getMessages")[:2] == ["highest:2", "highest:2"]
+        assert not handled
+        double.claim_gate.set()
+        await eventually(lambda: len(double.reports) == 4, what="four reports")
+    assert sorted(handled) == [f"t{n}" for n in range(4)]
 
 
 @pytest.mark.parametrize("batch_routes", [True, False])

@@ -121,7 +121,9 @@ class Worker:
     dequeued more than ``dequeue_warning`` times is logged as a WARNING, and an Azure queue
     that answered empty is not polled again for between half and all of
     ``empty_queue_skip`` seconds (0 polls every queue each pass), which bounds how long work
-    arriving in a higher priority may wait behind a lower one. ``batching`` claims the runs
+    arriving in a higher priority may wait behind a lower one. Up to ``polls_in_flight``
+    Azure gets and their claims run at once, each for its share of the capacity (the next
+    get goes out while the last one's hints are being claimed). ``batching`` claims the runs
     of one Azure get in one ``claimRuns`` request, and gathers the reclaims and reports of
     runs that come due within 5 ms of each other into one ``reclaimRuns`` or
     ``resolveRuns`` request, signed with ``credentials``; a coordinator without these routes
@@ -161,9 +163,12 @@ class Worker:
         metrics_port: int | None = None,
         batching: bool = True,
         empty_queue_skip: float = 1.0,
+        polls_in_flight: int = 2,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
+        if polls_in_flight < 1:
+            raise ValueError(f"polls_in_flight must be at least 1, not {polls_in_flight}")
         if grace_period < 0:
             raise ValueError(f"grace_period must not be negative, not {grace_period}")
         if not 0 <= empty_queue_skip < math.inf:
@@ -193,6 +198,7 @@ class Worker:
             order=PollOrder(polling=polling, weights=weights_with(weights or {})),
             batching=batching,
             empty_queue_skip=empty_queue_skip,
+            polls_in_flight=polls_in_flight,
         )
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be none or process, not {isolation!r}")
@@ -221,6 +227,8 @@ class Worker:
         self._leases: set[Lease] = set()
         self._reporting: set[tuple[str, int]] = set()
         """Runs of ``_runs`` whose handler has ended and whose report is on its way."""
+        self._asking = 0
+        """Runs the poll loops have asked their poller for and not yet received."""
 
     @property
     def worker_group(self) -> str:
@@ -317,16 +325,46 @@ class Worker:
         return AzurePoller(session=session, metrics=self.metrics, **parts)
 
     async def _poll(self, poller: Poller, batches: RunBatches) -> None:
+        """Run ``poller.overlapping`` poll loops until the worker stops; the first error
+        (one a retry cannot fix) stops the others and is raised."""
+        loops = [
+            asyncio.create_task(self._poll_loop(poller, batches)) for _ in range(poller.overlapping)
+        ]
+        try:
+            done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for loop in loops:
+                loop.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+        for loop in done:
+            loop.result()
+
+    async def _poll_loop(self, poller: Poller, batches: RunBatches) -> None:
         while not self._stopping.is_set():
             self._wakeup.clear()
             # a run whose report is on its way holds no handler: up to capacity of them
             # leave their slots to new runs, so a slow answer to reports does not idle the
-            # worker, yet a coordinator that stops answering them cannot pile runs up
-            free = self._capacity - len(self._runs) + min(len(self._reporting), self._capacity)
+            # worker, yet a coordinator that stops answering them cannot pile runs up; what
+            # another loop asked for is spoken for
+            free = (
+                self._capacity
+                - len(self._runs)
+                + min(len(self._reporting), self._capacity)
+                - self._asking
+            )
             if free <= 0:
                 await self._wakeup.wait()
                 continue
-            for claim in await poller.claims(min(free, MAX_BATCH)):
+            # each loop asks for its share of the capacity, so that another can poll while
+            # this one's claim is on its way
+            count = min(free, MAX_BATCH, -(-self._capacity // poller.overlapping))
+            self._asking += count
+            try:
+                claims = await poller.claims(count)
+            finally:
+                self._asking -= count
+                self._wakeup.set()  # what was asked and not claimed is free again
+            for claim in claims:
                 key = (claim.task_id, claim.run_id)
                 if key in self._runs:
                     log.info("duplicate claim ignored taskId=%s runId=%s", *key)
