@@ -127,15 +127,21 @@ async def test_the_example_handler_rejects_a_bad_payload(double: CoordinatorDoub
     assert double.routes("getMessages") == [], "--claim-work polls no Azure queue"
 
 
-async def test_batches_and_the_empty_queue_skip_can_be_turned_off(
+async def test_batches_the_empty_queue_skip_and_overlapping_polls_can_be_turned_off(
     double: CoordinatorDouble,
 ) -> None:
     double.add_task("t-hello", payload={"seconds": 0})
     process = await queue_worker(
-        double, "examples.hello:handle", "--no-batching", "--empty-queue-skip", "0"
+        double,
+        "examples.hello:handle",
+        "--no-batching",
+        "--empty-queue-skip",
+        "0",
+        "--polls-in-flight",
+        "1",
     )
     started = await read_until(process, "worker started")
-    assert "batching=off emptyQueueSkip=0" in started
+    assert "batching=off emptyQueueSkip=0 pollsInFlight=1" in started
     await eventually(lambda: len(double.reports) == 1, what="the report")
     process.send_signal(signal.SIGTERM)
     status, output = await finish(process, started)
@@ -149,6 +155,13 @@ async def test_a_negative_empty_queue_skip_exits_with_status_2(double: Coordinat
     status, output = await finish(process)
     assert status == 2, output
     assert "--empty-queue-skip: must not be negative" in output
+
+
+async def test_no_polls_in_flight_exits_with_status_2(double: CoordinatorDouble) -> None:
+    process = await queue_worker(double, "examples.hello:handle", "--polls-in-flight", "0")
+    status, output = await finish(process)
+    assert status == 2, output
+    assert "--polls-in-flight" in output
 
 
 async def test_a_refused_worker_exits_with_status_1(double: CoordinatorDouble) -> None:

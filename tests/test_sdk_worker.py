@@ -144,6 +144,11 @@ async def test_polls_ask_for_the_free_capacity_and_never_exceed_it(
     assert most == 2
 
 
+async def test_a_worker_refuses_no_polls_in_flight(double: CoordinatorDouble) -> None:
+    with pytest.raises(ValueError, match="polls_in_flight must be at least 1"):
+        make_worker(double, lambda run: None, polls_in_flight=0)
+
+
 async def test_the_next_get_goes_out_while_a_claim_is_on_its_way(
     double: CoordinatorDouble,
 ) -> None:

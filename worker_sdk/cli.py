@@ -5,7 +5,8 @@
         [--worker-group G] [--worker-id ID] [--capacity N] [--claim-work] \\
         [--grace-period SECONDS] [--dequeue-warning N] [--retry-failures] \\
         [--isolation none|process] [--processes N] [--metrics-port PORT] \\
-        [--no-batching] [--empty-queue-skip SECONDS] package.module:function
+        [--no-batching] [--empty-queue-skip SECONDS] [--polls-in-flight N] \\
+        package.module:function
 
 Like the official Taskcluster tools it reads ``TASKCLUSTER_ROOT_URL`` (when ``--root-url`` is
 not given), ``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN`` and, for temporary
@@ -15,7 +16,9 @@ checkout. Exit status: 0 after a graceful stop, 1 when the coordinator refuses t
 2 for bad arguments. ``--processes N`` runs N such workers under a supervisor
 (:mod:`worker_sdk.supervisor`). ``--no-batching`` sends one request per claim, reclaim and
 report instead of batches of runs (``Worker(batching=False)``), and ``--empty-queue-skip``
-sets how long an Azure queue that answered empty is left alone (``Worker(empty_queue_skip=)``).
+sets how long an Azure queue that answered empty is left alone (``Worker(empty_queue_skip=)``),
+``--polls-in-flight`` how many Azure gets and their claims run at once
+(``Worker(polls_in_flight=)``).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class Options:
     metrics_port: int | None
     batching: bool
     empty_queue_skip: float
+    polls_in_flight: int
     handler: str
     log_level: str
 
@@ -214,6 +218,14 @@ def _parser() -> argparse.ArgumentParser:
         "which bounds how long a higher priority's new work may wait (default: 1; 0: never "
         "skip)",
     )
+    parser.add_argument(
+        "--polls-in-flight",
+        type=_positive_int,
+        default=2,
+        metavar="N",
+        help="Azure gets (with their claims) at once, each for its share of the capacity, so "
+        "the next get goes out while the last one's hints are claimed (default: 2)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
     parser.add_argument("handler", help="the handler, as package.module:function")
     return parser
@@ -267,6 +279,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         metrics_port=args.metrics_port,
         batching=args.batching,
         empty_queue_skip=args.empty_queue_skip,
+        polls_in_flight=args.polls_in_flight,
         handler=args.handler,
         log_level=args.log_level,
     )
@@ -325,6 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_port=options.metrics_port,
         batching=options.batching,
         empty_queue_skip=options.empty_queue_skip,
+        polls_in_flight=options.polls_in_flight,
     )
     supervisor_pid = os.environ.get(SUPERVISOR_ENV)
     try:

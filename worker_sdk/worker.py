@@ -275,7 +275,8 @@ class Worker:
                 stack.push_async_callback(batches.aclose)
                 log.info(
                     "worker started taskQueues=%s workerGroup=%s workerId=%s capacity=%d"
-                    " mode=%s polling=%s isolation=%s batching=%s emptyQueueSkip=%g",
+                    " mode=%s polling=%s isolation=%s batching=%s emptyQueueSkip=%g"
+                    " pollsInFlight=%d",
                     ",".join(map(str, self._identity.task_queues)),
                     self._identity.worker_group,
                     self._identity.worker_id,
@@ -285,6 +286,7 @@ class Worker:
                     "process" if self._isolation is not None else "none",
                     "on" if self._settings.batching else "off",
                     self._settings.empty_queue_skip,
+                    self._settings.polls_in_flight,
                 )
                 await self._serve(session, client, batches)
         finally:
