@@ -11,8 +11,8 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
   for, at most ``create_batch``); the workers claim each Azure get's hints in one claimRuns,
   coalesce reports into resolveRuns and skip empty queues for a while.
 * ``e2e-<store>-single``: one request per step: ``producers`` concurrent createTask calls,
-  workers with ``--no-batching --empty-queue-skip 0`` (claimTask per hint, a report per run,
-  every priority polled every round).
+  workers with ``--no-batching --empty-queue-skip 0 --polls-in-flight 1`` (claimTask per
+  hint, a report per run, every priority polled every round, one get at a time).
 
 Latency is the create request sent -> the run's ``resolved`` time as the coordinator stored
 it; throughput counts runs resolved inside the window.
@@ -131,7 +131,7 @@ def _worker_command(
         f"--isolation={isolation}",
         "--grace-period=5",
         f"--log-level={settings.worker_log_level}",
-        *([] if batching else ["--no-batching", "--empty-queue-skip=0"]),
+        *([] if batching else ["--no-batching", "--empty-queue-skip=0", "--polls-in-flight=1"]),
         "benchlib.noop:handle",
     ]
 
