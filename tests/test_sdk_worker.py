@@ -117,6 +117,21 @@ def item_fault(double: CoordinatorDouble, batches: bool, single: str, run: str) 
     return f"{name}:{run}" if batches else name
 
 
+def recording(
+    double: CoordinatorDouble, tasks: int
+) -> tuple[list[str], Callable[[TaskRun], Awaitable[None]]]:
+    """Tasks ``t0`` ... of highest priority in the double, and a handler that records the
+    taskIds it runs in the list returned with it."""
+    for n in range(tasks):
+        double.add_task(f"t{n}", priority="highest")
+    handled: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        handled.append(run.task_id)
+
+    return handled, handle
+
+
 async def test_polls_ask_for_the_free_capacity_and_never_exceed_it(
     double: CoordinatorDouble,
 ) -> None:
@@ -153,13 +168,7 @@ async def test_the_next_get_goes_out_while_a_claim_is_on_its_way(
     double: CoordinatorDouble,
 ) -> None:
     double.claim_gate = asyncio.Event()
-    for n in range(4):
-        double.add_task(f"t{n}", priority="highest")
-    handled: list[str] = []
-
-    async def handle(run: TaskRun) -> None:
-        handled.append(run.task_id)
-
+    handled, handle = recording(double, 4)
     async with running(make_worker(double, handle, capacity=4)):
         # both halves of the capacity got their hints, and both claims wait at the gate
         await eventually(lambda: len(double.routes("claimRuns")) == 2, what="two claims")
@@ -176,13 +185,7 @@ async def test_a_run_waiting_for_its_report_frees_its_slot_up_to_capacity_more(
 ) -> None:
     double.batch_routes = batch_routes
     double.report_gate = asyncio.Event()
-    for n in range(6):
-        double.add_task(f"t{n}", priority="highest")
-    handled: list[str] = []
-
-    async def handle(run: TaskRun) -> None:
-        handled.append(run.task_id)
-
+    handled, handle = recording(double, 6)
     async with running(make_worker(double, handle, capacity=2)):
         # two handlers at once, and two more runs while the first two reports hang
         await eventually(lambda: len(handled) == 4, what="four runs handled")
