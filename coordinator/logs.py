@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -14,6 +15,24 @@ from coordinator.config import ConfigurationError
 
 KEY_VALUE_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 _FIELD = re.compile(r"(\w+)=(\S+)")
+
+
+class KeyValueFormatter(logging.Formatter):
+    """:data:`KEY_VALUE_FORMAT`, with ``asctime`` as ``logging.Formatter`` writes it but its
+    seconds formatted once per second: the coordinator writes a line per run it changes, and
+    ``strftime`` was a sixth of each line's cost."""
+
+    def __init__(self) -> None:
+        super().__init__(KEY_VALUE_FORMAT)
+        self._stamp: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        second = int(record.created)
+        cached, text = self._stamp  # one tuple: handlers on other threads share it safely
+        if cached != second:
+            text = time.strftime(self.default_time_format, self.converter(second))
+            self._stamp = (second, text)
+        return f"{text},{int(record.msecs):03d}"  # logging's default_msec_format
 
 
 class JsonFormatter(logging.Formatter):
@@ -50,7 +69,7 @@ def configure_logging(*, level: str, env: Mapping[str, str]) -> None:
     if kind not in ("text", "json"):
         raise ConfigurationError(f"COORDINATOR_LOG_FORMAT={kind!r} must be text or json")
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if kind == "json" else logging.Formatter(KEY_VALUE_FORMAT))
+    handler.setFormatter(JsonFormatter() if kind == "json" else KeyValueFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # No format here names the caller's file, function or line, nor a thread or process: not
     # looking them up for every line is a third of its cost (the logging HOWTO's
