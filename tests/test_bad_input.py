@@ -89,6 +89,17 @@ async def test_unacceptable_json_body(
     assert (await c.call("GET", f"/task/{task_id}")).status == 404
 
 
+@pytest.mark.parametrize(("lists", "status"), [(126, 200), (127, 400)])
+async def test_a_body_may_nest_128_levels_and_no_more(
+    start_coordinator: StartCoordinator, lists: int, status: int
+) -> None:
+    # the definition is level 1, the payload object level 2, then the nested lists
+    c = await start_coordinator()
+    payload = '{"x": ' + "[" * lists + "]" * lists + "}"
+    response = await put_raw(c, slugid.nice(), raw_with_payload(payload))
+    assert response.status == status, response.body
+
+
 async def test_acceptable_oddities_are_kept(start_coordinator: StartCoordinator) -> None:
     """What the strict parsing must not reject: surrogate pairs, NUL, big and deep-ish values."""
     c = await start_coordinator()
