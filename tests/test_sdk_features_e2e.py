@@ -73,8 +73,12 @@ async def test_weighted_polling_completes_lowest_priority_tasks_that_strict_poll
     producer = asyncio.create_task(keep_higher_priorities_full())
     try:
         # the strict walk of every queue on every pass: the default empty-queue skip would
-        # let a lowest task in whenever a higher queue answered empty once (≤ 1 s inversion)
-        strict = await s.start_worker("strict", capacity=2, flags=["--empty-queue-skip", "0"])
+        # let a lowest task in whenever a higher queue answered empty once (≤ 1 s inversion);
+        # one get at a time, so that the producer keeps the higher queues full
+        one_get = ["--polls-in-flight", "1"]
+        strict = await s.start_worker(
+            "strict", capacity=2, flags=["--empty-queue-skip", "0", *one_get]
+        )
 
         async def forty_ended() -> bool:
             return len(s.events("end")) >= 40
@@ -86,7 +90,7 @@ async def test_weighted_polling_completes_lowest_priority_tasks_that_strict_poll
 
         weights = ["--weight", "highest=4", "--weight", "medium=2", "--weight", "lowest=1"]
         weighted = await s.start_worker(
-            "weighted", capacity=2, flags=["--polling", "weighted", *weights]
+            "weighted", capacity=2, flags=["--polling", "weighted", *weights, *one_get]
         )
         await s.resolved(*lowest, within=40)
         pending = [

@@ -24,4 +24,6 @@ async def run_once(service: TaskService, *, grace: int, limit: int = 500) -> int
             continue  # expired or deleted since the scan
         if record.hint_due is not None:
             put += await service.hints.publish(hint_for(record))
+    # at once, not after the publisher's delay: the next pass must not put these again
+    await service.hints.flush()
     return put

@@ -3,13 +3,21 @@
 A transition that makes a run pending stores the record with ``hint_needed`` first; the hint
 is put afterwards and the store told. If the process dies in between, or Azure is down, the
 hint keeper (:mod:`coordinator.resolvers.hint_keeper`) puts it again, so no pending run is
-stranded and a healthy queue gets no duplicates. Confirmations are group-committed: those that
-arrive while one store write is in flight share the next one.
+stranded and a healthy queue gets no duplicates.
+
+Confirmations are written :data:`CONFIRM_DELAY` seconds after the put, all of that while's in
+one store call, and nobody waits for them: a busy worker claims most runs before then, and the
+claim's write already cleared the hint's mark, so most confirmations then write nothing (they
+were an eighth of the coordinator's CPU per task end to end on SQLite). The hint keeper waits
+its ``grace`` (30 s) before it puts an unconfirmed hint again, far longer than the delay, and
+writes its own confirmations at once (:meth:`HintPublisher.flush`). A crash inside the delay
+only costs a duplicate hint, which workers fail to claim and delete.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -29,12 +37,17 @@ class HintSink(Protocol):
     async def put_hint(self, hint: Hint, *, now: int) -> bool: ...
 
 
+CONFIRM_DELAY = 1.0
+"""Seconds between a hint's put and the store write that confirms it (see the module)."""
+
+
 class HintPublisher:
     """Puts hints and confirms them in the store.
 
     :param sink: where hints are put; ``None`` when the coordinator runs without Azure (the
         hints then stay unconfirmed until one is configured).
     :param metrics: counts puts and failed puts.
+    :param confirm_delay: seconds a confirmation waits before it is written.
     """
 
     def __init__(
@@ -45,14 +58,18 @@ class HintPublisher:
         clock: Clock,
         background: Background,
         metrics: ServiceMetrics,
+        confirm_delay: float = CONFIRM_DELAY,
     ) -> None:
         self._metrics = metrics
         self._store = store
         self.sink = sink
         self._clock = clock
         self._background = background
-        self._confirmations: list[tuple[tuple[str, int], asyncio.Future[None]]] = []
+        self._confirm_delay = confirm_delay
+        self._confirmations: list[tuple[str, int]] = []
         self._confirming = False
+        self._flushed = asyncio.Event()
+        """Set by :meth:`flush`: a waiting writer need not wait out its delay."""
         self.listeners: list[Callable[[Hint], None]] = []
         """Called after each hint put succeeds (claimWork's wake-up)."""
 
@@ -61,7 +78,8 @@ class HintPublisher:
         return self.sink is not None
 
     async def publish(self, hint: Hint) -> bool:
-        """Put a hint and confirm it in the store; on failure leave it to the hint keeper.
+        """Put a hint and have it confirmed in the store a moment later; on failure leave it
+        to the hint keeper.
 
         :returns: whether a message was put (not when past the deadline or without Azure).
         """
@@ -79,34 +97,43 @@ class HintPublisher:
             )
             return False
         # Not put means past the deadline: no hint will ever be needed, so settle it too.
-        await self._confirm(hint.task_id, hint.run_id)
+        self._confirmations.append((hint.task_id, hint.run_id))
+        if not self._confirming:
+            self._confirming = True
+            self._background.spawn(self._write_confirmations())
         if put:
             self._metrics.hint_put()
             for listener in self.listeners:
                 listener(hint)
         return put
 
-    async def _confirm(self, task_id: str, run_id: int) -> None:
-        done = asyncio.get_running_loop().create_future()
-        self._confirmations.append(((task_id, run_id), done))
-        if not self._confirming:
-            self._confirming = True
-            self._background.spawn(self._write_confirmations())
-        await done
+    async def flush(self) -> None:
+        """Write the confirmations waiting for their delay now (the hint keeper after a pass,
+        and shutdown)."""
+        batch, self._confirmations = self._confirmations, []
+        self._flushed.set()
+        await self._write(batch)
 
     async def _write_confirmations(self) -> None:
         try:
             while self._confirmations:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._confirm_delay):
+                        await self._flushed.wait()
+                self._flushed.clear()
                 batch, self._confirmations = self._confirmations, []
-                try:
-                    await self._store.confirm_hints([hint for hint, _ in batch])
-                except Exception as error:
-                    for _, done in batch:
-                        if not done.done():
-                            done.set_exception(error)
-                else:
-                    for _, done in batch:
-                        if not done.done():
-                            done.set_result(None)
+                await self._write(batch)
         finally:
             self._confirming = False
+
+    async def _write(self, batch: list[tuple[str, int]]) -> None:
+        if not batch:
+            return
+        try:
+            await self._store.confirm_hints(batch)
+        except Exception as error:
+            log.warning(
+                "hints not confirmed, the hint keeper will put them again hints=%d error=%r",
+                len(batch),
+                error,
+            )

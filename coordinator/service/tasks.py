@@ -111,7 +111,9 @@ class TaskService:
         self.dependencies = Dependencies(store=store, transitions=self.transitions)
 
     async def drain(self) -> None:
-        """Wait for background effects started so far (shutdown, tests)."""
+        """Write the hint confirmations waiting for their delay, and wait for background
+        effects started so far (shutdown, tests)."""
+        await self.hints.flush()
         await self._background.drain()
 
     async def apply(

@@ -175,9 +175,7 @@ def _compare_and_set(conn: sqlite3.Connection, params: dict[str, Any]) -> sqlite
 
 
 @functools.lru_cache(maxsize=256)
-def _compare_and_set_statement(
-    changed: tuple[str, ...], *, definition: bool, notify: bool
-) -> str:
+def _compare_and_set_statement(changed: tuple[str, ...], *, definition: bool, notify: bool) -> str:
     """The ``compare_and_set`` statement for one combination of changed columns."""
     assignments = "".join(f"{column} = :{column}, " for column in changed)
     if definition:
