@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
     BATCH_ROUTES,
     WORKER,
@@ -139,6 +141,8 @@ async def test_batches_the_empty_queue_skip_and_overlapping_polls_can_be_turned_
         "0",
         "--polls-in-flight",
         "1",
+        "--capacity",
+        "4",
     )
     started = await read_until(process, "worker started")
     assert "batching=off emptyQueueSkip=0 pollsInFlight=1" in started
@@ -148,6 +152,18 @@ async def test_batches_the_empty_queue_skip_and_overlapping_polls_can_be_turned_
     assert status == 0, output
     assert [double.routes(name) for name in BATCH_ROUTES] == [[], [], []]
     assert double.routes("claimTask") == double.routes("completed") == ["t-hello/0"]
+
+
+@pytest.mark.parametrize(("capacity", "polls"), [("1", 1), ("4", 2)])
+async def test_two_polls_are_in_flight_where_the_capacity_has_room_for_them(
+    double: CoordinatorDouble, capacity: str, polls: int
+) -> None:
+    process = await queue_worker(double, "examples.hello:handle", "--capacity", capacity)
+    started = await read_until(process, "worker started")
+    assert f"pollsInFlight={polls}" in started
+    process.send_signal(signal.SIGTERM)
+    status, output = await finish(process, started)
+    assert status == 0, output
 
 
 async def test_a_negative_empty_queue_skip_exits_with_status_2(double: CoordinatorDouble) -> None:

@@ -286,7 +286,7 @@ class Worker:
                     "process" if self._isolation is not None else "none",
                     "on" if self._settings.batching else "off",
                     self._settings.empty_queue_skip,
-                    self._settings.polls_in_flight,
+                    min(self._settings.polls_in_flight, self._capacity),
                 )
                 await self._serve(session, client, batches)
         finally:
@@ -327,10 +327,12 @@ class Worker:
         return AzurePoller(session=session, metrics=self.metrics, **parts)
 
     async def _poll(self, poller: Poller, batches: RunBatches) -> None:
-        """Run ``poller.overlapping`` poll loops until the worker stops; the first error
-        (one a retry cannot fix) stops the others and is raised."""
+        """Run ``poller.overlapping`` poll loops (no more than the capacity has runs for) until
+        the worker stops; the first error (one a retry cannot fix) stops the others and is
+        raised."""
         loops = [
-            asyncio.create_task(self._poll_loop(poller, batches)) for _ in range(poller.overlapping)
+            asyncio.create_task(self._poll_loop(poller, batches))
+            for _ in range(min(poller.overlapping, self._capacity))
         ]
         try:
             done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
