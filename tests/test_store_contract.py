@@ -195,6 +195,17 @@ async def test_concurrent_inserts_of_one_id_store_exactly_one(store: Store) -> N
     assert await store.get("T") == winners[0]
 
 
+async def test_concurrent_first_asks_for_a_shared_secret_all_get_the_winner(
+    store: Store,
+) -> None:
+    # as replicas starting together on a new database: each offers its own new secret
+    secrets = await asyncio.gather(
+        *(store.shared_secret("race", new=f"secret-{n}") for n in range(10))
+    )
+    assert len(set(secrets)) == 1 and secrets[0] in {f"secret-{n}" for n in range(10)}
+    assert await store.shared_secret("race", new="later") == secrets[0]
+
+
 # --- reads ----------------------------------------------------------------------------------
 
 

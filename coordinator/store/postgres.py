@@ -180,7 +180,12 @@ class PostgresStore(SQLStore):
         return int(rows[0][0])
 
     async def shared_secret(self, name: str, *, new: str) -> str:
-        return cast(str, await self._fetchval("shared_secret", secret_name=name, secret=new))
+        secret = await self._fetchval("shared_secret", secret_name=name, secret=new)
+        if secret is None:
+            # Another replica's insert committed while ours waited on it: ours did nothing,
+            # and the statement's snapshot predates the winner's row. A new statement sees it.
+            secret = await self._fetchval("shared_secret", secret_name=name, secret=new)
+        return cast(str, secret)
 
     async def _fetchval(self, name: str, **params: Any) -> Any:
         statement = _Q[name]

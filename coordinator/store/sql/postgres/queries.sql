@@ -452,6 +452,8 @@ SELECT count(*) FROM deleted
 
 -- name: shared_secret
 -- The first replica to ask makes the secret; every later ask, from any replica, reads it.
+-- No row when a concurrent first ask committed while this one waited on its insert: the
+-- SELECT's snapshot predates that row, so the caller asks again.
 WITH made AS (
     INSERT INTO shared_secrets (name, secret) VALUES (:secret_name, :secret)
     ON CONFLICT (name) DO NOTHING
