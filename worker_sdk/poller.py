@@ -81,7 +81,7 @@ class PollSettings:
     reads the queues): a hint dequeued more than ``dequeue_warning`` times is logged as
     :data:`DEQUEUE_WARNING`, ``order`` arranges the queues of each pass, and a queue that
     answered empty is skipped for between half and all of ``empty_queue_skip`` seconds (0:
-    never skipped), and up to ``polls_in_flight`` gets and their claims run at once.
+    never skipped).
     """
 
     idle_delay: float
@@ -90,7 +90,6 @@ class PollSettings:
     order: PollOrder
     batching: bool
     empty_queue_skip: float
-    polls_in_flight: int = 1
 
 
 class PollerParts(TypedDict):
@@ -104,9 +103,6 @@ class PollerParts(TypedDict):
 
 
 class Poller(Protocol):
-    overlapping: int
-    """How many :meth:`claims` calls the worker may have in flight at once."""
-
     async def claims(self, count: int) -> list[Claim]:
         """Claim up to ``count`` runs; at least one, or none once the worker is stopping."""
         ...
@@ -149,8 +145,6 @@ class _Retrying:
 class _Polling(abc.ABC):
     """What both pollers share: who is asking, and the loop that waits out idle spells and
     transient failures until there is work or the worker stops."""
-
-    overlapping = 1
 
     def __init__(
         self,
@@ -214,9 +208,8 @@ class _AzureQueue:
 class AzurePoller(_Polling):
     """Polls the Azure queues of the worker's task queues and claims their hints.
 
-    ``polls_in_flight`` :meth:`claims` may run at once (two by default), each for its share of
-    the worker's capacity: the next get goes out while the last one's hints are being
-    claimed, so a worker is not idle for a claim's round trip.
+    Several :meth:`claims` may run at once (the worker's ``polls_in_flight``): the next get
+    goes out while the last one's hints are being claimed.
     """
 
     def __init__(
@@ -239,7 +232,6 @@ class AzurePoller(_Polling):
         """Deletes of hints already answered (claimed or dead), still on their way."""
         self._empty_until: dict[tuple[TaskQueue, str], float] = {}
         """Monotonic time until which a queue that answered empty is not polled again."""
-        self.overlapping = self._settings.polls_in_flight
 
     async def _attempt(self, count: int) -> list[Claim]:
         """One pass over the queues in the settings' order, stopping at the first that yields

@@ -198,8 +198,10 @@ class Worker:
             order=PollOrder(polling=polling, weights=weights_with(weights or {})),
             batching=batching,
             empty_queue_skip=empty_queue_skip,
-            polls_in_flight=polls_in_flight,
         )
+        # claimWork keeps its own long polls in flight (one per task queue); and a loop that
+        # the capacity has no run for would never poll
+        self._polls_in_flight = 1 if claim_work else min(polls_in_flight, capacity)
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be none or process, not {isolation!r}")
         self._isolation = ProcessIsolation(handler) if isolation == "process" else None
@@ -286,7 +288,7 @@ class Worker:
                     "process" if self._isolation is not None else "none",
                     "on" if self._settings.batching else "off",
                     self._settings.empty_queue_skip,
-                    min(self._settings.polls_in_flight, self._capacity),
+                    self._polls_in_flight,
                 )
                 await self._serve(session, client, batches)
         finally:
@@ -327,12 +329,11 @@ class Worker:
         return AzurePoller(session=session, metrics=self.metrics, **parts)
 
     async def _poll(self, poller: Poller, batches: RunBatches) -> None:
-        """Run ``poller.overlapping`` poll loops (no more than the capacity has runs for) until
-        the worker stops; the first error (one a retry cannot fix) stops the others and is
-        raised."""
+        """Run ``polls_in_flight`` poll loops until the worker stops; the first error (one a
+        retry cannot fix) stops the others and is raised."""
         loops = [
             asyncio.create_task(self._poll_loop(poller, batches))
-            for _ in range(min(poller.overlapping, self._capacity))
+            for _ in range(self._polls_in_flight)
         ]
         try:
             done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
@@ -361,7 +362,7 @@ class Worker:
                 continue
             # each loop asks for its share of the capacity, so that another can poll while
             # this one's claim is on its way
-            count = min(free, MAX_BATCH, -(-self._capacity // poller.overlapping))
+            count = min(free, MAX_BATCH, -(-self._capacity // self._polls_in_flight))
             self._asking += count
             try:
                 claims = await poller.claims(count)
