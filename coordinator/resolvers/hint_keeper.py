@@ -16,6 +16,9 @@ async def run_once(service: TaskService, *, grace: int, limit: int = 500) -> int
     """Put up to ``limit`` overdue hints; returns how many were put."""
     if not service.hints.enabled:
         return 0
+    # A hint put and not yet confirmed is not overdue: write the confirmations waiting for
+    # the publisher's delay first, or a grace shorter than that delay would put them again.
+    await service.hints.flush()
     put = 0
     for task_id in await service.hints_due(service.clock() - grace, limit):
         try:
@@ -24,6 +27,6 @@ async def run_once(service: TaskService, *, grace: int, limit: int = 500) -> int
             continue  # expired or deleted since the scan
         if record.hint_due is not None:
             put += await service.hints.publish(hint_for(record))
-    # at once, not after the publisher's delay: the next pass must not put these again
-    await service.hints.flush()
+    if put:
+        await service.hints.flush()  # its own at once: they were overdue already
     return put

@@ -5,13 +5,14 @@ is put afterwards and the store told. If the process dies in between, or Azure i
 hint keeper (:mod:`coordinator.resolvers.hint_keeper`) puts it again, so no pending run is
 stranded and a healthy queue gets no duplicates.
 
-Confirmations are written :data:`CONFIRM_DELAY` seconds after the put, all of that while's in
-one store call, and nobody waits for them: a busy worker claims most runs before then, and the
-claim's write already cleared the hint's mark, so most confirmations then write nothing (they
-were an eighth of the coordinator's CPU per task end to end on SQLite). The hint keeper waits
-its ``grace`` (30 s) before it puts an unconfirmed hint again, far longer than the delay, and
-writes its own confirmations at once (:meth:`HintPublisher.flush`). A crash inside the delay
-only costs a duplicate hint, which workers fail to claim and delete.
+Confirmations are written at most :data:`CONFIRM_DELAY` seconds after the put, all of that
+while's in one store call, and nobody waits for them: a busy worker claims most runs before
+then, and the claim's write already cleared the hint's mark, so most confirmations then write
+nothing (they were an eighth of the coordinator's CPU per task end to end on SQLite). The hint
+keeper writes the waiting ones before each pass (:meth:`HintPublisher.flush`; every resolver
+interval, 1 s), so it never takes a hint whose confirmation is on its way for an overdue one,
+and its own at once.
+A crash inside the delay only costs a duplicate hint, which workers fail to claim and delete.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class HintSink(Protocol):
 
 
 CONFIRM_DELAY = 1.0
-"""Seconds between a hint's put and the store write that confirms it (see the module)."""
+"""Seconds at most between a hint's put and the store write that confirms it (see the
+module)."""
 
 
 class HintPublisher:
@@ -108,10 +110,11 @@ class HintPublisher:
         return put
 
     async def flush(self) -> None:
-        """Write the confirmations waiting for their delay now (the hint keeper after a pass,
+        """Write the confirmations waiting for their delay now (the hint keeper before a pass,
         and shutdown)."""
         batch, self._confirmations = self._confirmations, []
-        self._flushed.set()
+        if self._confirming:  # an event nobody waits on would cut the next writer's delay
+            self._flushed.set()
         await self._write(batch)
 
     async def _write_confirmations(self) -> None:
