@@ -33,7 +33,6 @@ from benchlib.common import (
     postgres_backends,
 )
 from benchlib.coordproc import Coordinator, StoreKind, TaskClient, coordinator, new_task_id
-from coordinator.service.clock import wall_clock
 from worker_sdk.client import CoordinatorClient
 from worker_sdk.errors import RequestFailed
 
@@ -136,19 +135,12 @@ async def _create(
         while started < wanted and time.monotonic() < give_up:
             count = min(per_request, wanted - started)
             started += count
-            body = tasks.definition(
-                worker_type=worker_type,
-                task_group_id=group,
-                priority=settings.priority,
-                now_ms=wall_clock(),
+            items = tasks.new_tasks(
+                count, worker_type=worker_type, task_group_id=group, priority=settings.priority
             )
-            items = [(new_task_id(), body) for _ in range(count)]
             sent = time.monotonic()
-            if batching:
-                if await tasks.create_many(items) != count:
-                    raise RuntimeError("createTasks refused some of the bench's tasks")
-            else:
-                await tasks.create(*items[0])
+            if await tasks.send(items, batch=batching) != count:
+                raise RuntimeError("createTasks refused some of the bench's tasks")
             latencies.append(time.monotonic() - sent)
             created.extend(task_id for task_id, _ in items)
             row.count += count

@@ -24,6 +24,7 @@ import slugid
 from benchlib.common import PYTHON, Settings
 from coordinator.api.clients import ensure_root_client
 from coordinator.domain.records import from_iso, to_iso
+from coordinator.service.clock import wall_clock
 from devharness.api import API, call
 from devharness.postgres import throwaway_database
 from devharness.processes import ServeProcess
@@ -141,10 +142,14 @@ class TaskClient:
         self._session = session
         self._coordinator = coordinator
 
-    def definition(
-        self, *, worker_type: str, task_group_id: str, priority: str, now_ms: int
-    ) -> dict[str, Any]:
-        return {
+    @staticmethod
+    def new_tasks(
+        count: int, *, worker_type: str, task_group_id: str, priority: str
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``count`` new ``(taskId, definition)`` no-op tasks of one worker type and group,
+        created now (they share one definition)."""
+        now_ms = wall_clock()
+        definition = {
             "provisionerId": PROVISIONER_ID,
             "workerType": worker_type,
             "taskGroupId": task_group_id,
@@ -159,6 +164,7 @@ class TaskClient:
                 "source": "https://example.com/bench",
             },
         }
+        return [(new_task_id(), definition) for _ in range(count)]
 
     async def _request(self, method: str, path: str, body: Any = None) -> Any:
         response = await call(
@@ -174,6 +180,14 @@ class TaskClient:
 
     async def create(self, task_id: str, body: dict[str, Any]) -> None:
         await self._request("PUT", f"/task/{task_id}", body)
+
+    async def send(self, items: Sequence[tuple[str, dict[str, Any]]], *, batch: bool) -> int:
+        """The items through one createTasks (``batch``), or the one item through createTask;
+        how many the coordinator created."""
+        if batch:
+            return await self.create_many(items)
+        await self.create(*items[0])
+        return 1
 
     async def create_many(self, items: Sequence[tuple[str, dict[str, Any]]]) -> int:
         """createTasks (``PUT /tasks``) with ``(taskId, definition)`` items; how many of them

@@ -32,7 +32,6 @@ from benchlib.common import (
     pids,
 )
 from benchlib.coordproc import TaskClient, coordinator, new_task_id
-from coordinator.service.clock import wall_clock
 from devharness.azurite import AzuriteProcess
 
 Mode = Literal["single", "batch"]
@@ -78,26 +77,15 @@ async def run(settings: Settings, azurite: AzuriteProcess, mode: Mode) -> Row:
         async def producer() -> None:
             nonlocal failures
             while time.monotonic() < stop_at:
-                now_ms = wall_clock()
-                items = [
-                    (
-                        new_task_id(),
-                        tasks.definition(
-                            worker_type=worker_type,
-                            task_group_id=task_group_id,
-                            priority=settings.priority,
-                            now_ms=now_ms,
-                        ),
-                    )
-                    for _ in range(size)
-                ]
+                items = tasks.new_tasks(
+                    size,
+                    worker_type=worker_type,
+                    task_group_id=task_group_id,
+                    priority=settings.priority,
+                )
                 sent = time.time()
                 try:
-                    if mode == "single":
-                        await tasks.create(*items[0])
-                        created = 1
-                    else:
-                        created = await tasks.create_many(items)
+                    created = await tasks.send(items, batch=mode != "single")
                 except (aiohttp.ClientError, TimeoutError, RuntimeError):
                     failures += size
                     await asyncio.sleep(0.1)

@@ -52,7 +52,6 @@ from benchlib.coordproc import (
     render_profile,
 )
 from coordinator.azure.names import queue_name
-from coordinator.service.clock import wall_clock
 from devharness.azurite import AzuriteProcess
 from devharness.processes import child_env, end_processes, spawn
 from devharness.waiting import WaitTimeout, wait_until
@@ -193,20 +192,16 @@ async def _measure(
                 while count := await pacer.acquire_many(
                     stop_at, settings.create_batch if batching else 1
                 ):
-                    body = tasks.definition(
+                    items = tasks.new_tasks(
+                        count,
                         worker_type=worker_type,
                         task_group_id=task_group_id,
                         priority=settings.priority,
-                        now_ms=wall_clock(),
                     )
-                    items = [(new_task_id(), body) for _ in range(count)]
                     now = time.time()
                     sent.update((task_id, now) for task_id, _ in items)
                     try:
-                        if batching:
-                            await tasks.create_many(items)
-                        else:
-                            await tasks.create(*items[0])
+                        await tasks.send(items, batch=batching)
                     except (aiohttp.ClientError, TimeoutError, RuntimeError):
                         failures += 1
                         for task_id, _ in items:
