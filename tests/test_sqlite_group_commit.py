@@ -1,9 +1,11 @@
 """Group commit in the SQLite store: calls waiting together share one transaction and one
-fsync, each in its own savepoint, and no caller hears of a write before it is committed.
+fsync, each in its own savepoint, and no caller hears of a write before it is committed. The
+request path's calls run their statements on the event loop and only their COMMIT on the
+store thread; scans run wholly on the store thread.
 
-The store thread is held (a job that waits on an event, queued on its executor) while calls
-pile up, so that they are waiting together when it is let go; the connection's statements are
-recorded with a trace callback.
+The connection is held (a call on the store thread that waits on an event) while calls pile
+up, so that they are waiting together when it is let go; the connection's statements are
+recorded with a trace callback, with the thread each ran on.
 """
 
 from __future__ import annotations
@@ -48,15 +50,31 @@ def record_statements(store: SQLiteStore, *, commit_delay: float = 0) -> list[st
     return statements
 
 
+def record_threads(store: SQLiteStore) -> list[tuple[str, str]]:
+    """The statements the store runs from now on, each with the name of the thread it ran on
+    (comments and whitespace left out of the statement)."""
+    ran: list[tuple[str, str]] = []
+
+    def trace(statement: str) -> None:
+        text = " ".join(line for line in statement.splitlines() if not line.startswith("--"))
+        ran.append((text.split()[0], threading.current_thread().name))
+
+    assert store._conn is not None
+    store._conn.set_trace_callback(trace)
+    return ran
+
+
 async def together(store: SQLiteStore, *calls: Awaitable[Any]) -> list[Any]:
-    """Run the calls so that all of them wait for the store thread at once; their outcomes,
+    """Run the calls so that all of them wait for the connection at once; their outcomes,
     errors included, in order."""
     gate = threading.Event()
-    store._executor.submit(gate.wait)
+    holder = asyncio.ensure_future(store._run_alone(lambda conn: gate.wait()))
+    await asyncio.sleep(0)  # the holder takes the connection to the store thread
     tasks = [asyncio.ensure_future(call) for call in calls]
     await asyncio.sleep(0)  # each task runs up to its store call, which queues it
     assert len(store._waiting) == len(tasks)
     gate.set()
+    await holder
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
@@ -100,6 +118,7 @@ async def test_a_failing_call_rolls_back_only_itself_and_gets_its_own_error(
         store._run(write_then_fail),
         store.insert(new_record("b")),
     )
+    commits = statements.count("COMMIT")
 
     assert isinstance(results[1], sqlite3.IntegrityError)
     assert isinstance(results[2], ValueError)
@@ -110,7 +129,7 @@ async def test_a_failing_call_rolls_back_only_itself_and_gets_its_own_error(
     assert (await get(store, "b")).task_id == "b"
     assert await store.get("bad") is None
     assert (await store.dependents("dep", limit=10, after=None)).records == []
-    assert statements.count("COMMIT") == 1
+    assert commits == 1
 
 
 async def test_a_call_whose_error_ends_the_transaction_leaves_the_others_to_commit(
@@ -175,3 +194,49 @@ async def test_a_group_commit_is_bounded(
 
     assert [result.task_id for result in results] == [f"t{i}" for i in range(10)]
     assert statements.count("COMMIT") == 3
+
+
+async def test_the_request_path_runs_its_statements_on_the_event_loop_and_commits_off_it(
+    store: SQLiteStore,
+) -> None:
+    existing = await store.insert(new_record("old"))
+    assert existing is not None
+    loop_thread = threading.current_thread().name
+    ran = record_threads(store)
+
+    await store.insert(new_record("t"))
+    written = list(ran)
+    ran.clear()
+    assert await store.get("t") is not None
+    read = list(ran)
+
+    assert [verb for verb, _ in written] == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
+    assert {thread for verb, thread in written if verb != "COMMIT"} == {loop_thread}
+    assert written[-1][1].startswith("sqlite-store")
+    # a transaction that wrote nothing commits where it ran: no fsync to wait for
+    assert read == [("BEGIN", loop_thread), ("SELECT", loop_thread), ("COMMIT", loop_thread)]
+
+
+async def test_scans_run_on_the_store_thread_and_the_event_loop_goes_on_meanwhile(
+    store: SQLiteStore,
+) -> None:
+    assert await store.insert(new_record("t")) is not None
+    ran = record_threads(store)
+    gate = threading.Event()
+
+    def slow_scan(conn: sqlite3.Connection) -> int:
+        gate.wait(timeout=10)
+        return int(conn.execute("SELECT count(*) FROM tasks").fetchone()[0])
+
+    scan = asyncio.ensure_future(store._run_scan(slow_scan))
+    await asyncio.sleep(0)
+    waiting = asyncio.ensure_future(store.get("t"))
+    await asyncio.sleep(0)
+    # here only because the loop runs while the scan holds the connection (the gate is shut)
+    assert not scan.done() and not waiting.done()
+    gate.set()
+
+    assert await scan == 1
+    assert (await waiting) is not None
+    assert all(thread.startswith("sqlite-store") for _, thread in ran[:3])
+    assert [verb for verb, _ in ran[:3]] == ["BEGIN", "SELECT", "COMMIT"]

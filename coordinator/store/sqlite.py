@@ -1,18 +1,24 @@
 """The SQLite store: the embedded default, for a single coordinator process.
 
-One ``sqlite3`` connection lives on one dedicated thread; every store call runs there as a
-single synchronous function, so a multi-statement transaction can never interleave with
-another coroutine's statements, and the event loop never blocks on the file. The database is
-in WAL mode with ``synchronous=FULL``: every commit is fsynced before its caller hears of it,
-so a write that returned (a 200 from createTask) survives a power cut, not only the process
-being killed.
+One ``sqlite3`` connection serves every call, one call's statements at a time, so a
+multi-statement call can never interleave with another coroutine's. The database is in WAL mode
+with ``synchronous=FULL``: every commit is fsynced before its caller hears of it, so a write
+that returned (a 200 from createTask) survives a power cut, not only the process being killed.
 
-An fsync per call would cost throughput (docs/performance.md), so calls are group-committed:
-when several are waiting for the store thread, they run in one transaction, each in its own
-SAVEPOINT (a call that raises rolls back only itself and gets its own error), and every
-caller gets its result once the one COMMIT has returned. A call that finds nothing else
-waiting runs alone, as it would without batching. Several processes must not share one file;
-use the PostgreSQL store for replicas.
+Where each call runs is a matter of CPU, measured in docs/performance.md: a statement run on a
+helper thread while the event loop is busy costs three to four times its own CPU in hand-offs
+of the interpreter lock. So the short calls of the request path run their statements on the
+event loop, and only their COMMIT, which waits for the fsync, goes to the store thread (a
+transaction that wrote nothing commits on the loop). Calls that scan (counts, filtered
+listings, sweeps) run wholly on the store thread, in their own transaction, so a long scan
+never stalls the loop.
+
+An fsync per call would cost throughput, so short calls are group-committed: those that arrive
+while a commit is in flight wait, then run together in one transaction, each in its own
+SAVEPOINT (a call that raises rolls back only itself and gets its own error), and every caller
+gets its result once the one COMMIT has returned. A call that finds the connection free runs
+at once, alone. Several processes must not share one file; use the PostgreSQL store for
+replicas.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import enum
 import functools
 import sqlite3
 import time
@@ -55,27 +62,21 @@ from coordinator.store.worker_rows import (
 T = TypeVar("T")
 _Q = queries("sqlite")
 
-# A group commit holds its callers until the COMMIT, so it stops taking more calls at either
-# bound; what is left waits for the next transaction, right after.
+# A group commit holds its callers until the COMMIT, and its statements hold the event loop,
+# so it stops taking more calls at either bound; what is left runs in the next transaction.
 GROUP_MAX_CALLS = 256
 GROUP_MAX_SECONDS = 0.005
 
+SCANS = frozenset({"run_counts", "pending_by_task_queue", "task_group_size"})
+"""The named statements whose cost grows with the table (counts): run on the store thread."""
 
-@contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """Make the body atomic: BEGIN IMMEDIATE (take the write lock up front, so no upgrade
-    deadlock) ... COMMIT when run alone, a SAVEPOINT inside a group commit's transaction."""
-    if conn.in_transaction:
-        with _savepoint(conn, "body"):
-            yield
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+
+class _Where(enum.Enum):
+    """Where a call runs, and in what transaction."""
+
+    LOOP = "statements on the event loop, group-committed; the COMMIT on the store thread"
+    THREAD = "on the store thread, alone in its own transaction"
+    BARE = "on the store thread, outside any transaction (executescript, close)"
 
 
 @contextlib.contextmanager
@@ -95,11 +96,11 @@ def _savepoint(conn: sqlite3.Connection, name: str) -> Iterator[None]:
 
 @dataclasses.dataclass
 class _Call(Generic[T]):
-    """One store call waiting for the store thread, and the future its caller awaits."""
+    """One store call waiting for the connection, and the future its caller awaits."""
 
     fn: Callable[[sqlite3.Connection], T]
     future: asyncio.Future[T]
-    loop: asyncio.AbstractEventLoop
+    where: _Where
     outcome: tuple[T | None, BaseException | None] = (None, None)
 
     def run(self, conn: sqlite3.Connection, *, in_savepoint: bool) -> None:
@@ -111,11 +112,12 @@ class _Call(Generic[T]):
         except Exception as error:  # handed to the caller, who raises it
             self.outcome = (None, error)
 
-    def settle(self) -> None:
-        """Hand the outcome to the caller (from the store thread)."""
-        self.loop.call_soon_threadsafe(self._set)
+    @property
+    def failed(self) -> bool:
+        return self.outcome[1] is not None
 
-    def _set(self) -> None:
+    def settle(self) -> None:
+        """Hand the outcome to the caller (on the event loop)."""
         if self.future.done():  # the caller was cancelled
             return
         result, error = self.outcome
@@ -125,22 +127,69 @@ class _Call(Generic[T]):
             self.future.set_result(cast(T, result))
 
 
-def _insert_one(conn: sqlite3.Connection, record: TaskRecord, columns: dict[str, Any]) -> bool:
-    """Insert a record, its group and its edges in the caller's transaction; false when the
-    id exists or the group refuses the task (sealed, or another schedulerId's)."""
-    if conn.execute(_Q["upsert_task_group"], columns).fetchone() is None:
-        return False
-    if conn.execute(_Q["insert_task"], columns).rowcount == 0:
-        return False
+def _commit(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> None:
+    """COMMIT the open transaction; if it fails, roll back and make its error every call's."""
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error as error:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # the callers get the COMMIT's error
+                conn.execute("ROLLBACK")
+        for call in calls:
+            call.outcome = (None, error)
+
+
+def _alone(conn: sqlite3.Connection, call: _Call[Any]) -> None:
+    """Run a :attr:`_Where.THREAD` call in a transaction of its own (on the store thread)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as error:
+        call.outcome = (None, error)
+        return
+    call.run(conn, in_savepoint=False)
+    if not call.failed:
+        _commit(conn, [call])
+    elif conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):  # the caller gets its own error
+            conn.execute("ROLLBACK")
+
+
+def _insert_all(
+    conn: sqlite3.Connection, records: Sequence[TaskRecord], rows: Sequence[dict[str, Any]]
+) -> set[str]:
+    """Insert records (``rows`` their columns), their groups and their edges in the caller's
+    transaction; the ids inserted. Not inserted: an id that exists, a task whose group refuses
+    it (sealed, or another schedulerId's). Each group is upserted once per schedulerId, in the
+    order the batch first names them, with the latest expiry of those tasks."""
+    groups: dict[tuple[str, str], int] = {}
+    for record in records:
+        key = (record.task_group_id, record.scheduler_id)
+        groups[key] = max(groups.get(key, record.expires), record.expires)
+    accepted = {
+        key
+        for key, expires in groups.items()
+        if conn.execute(
+            _Q["upsert_task_group"],
+            {"task_group_id": key[0], "scheduler_id": key[1], "expires": expires},
+        ).fetchone()
+        is not None
+    }
+    inserted = [
+        record
+        for record, columns in zip(records, rows, strict=True)
+        if (record.task_group_id, record.scheduler_id) in accepted
+        and conn.execute(_Q["insert_task"], columns).rowcount == 1
+    ]
     conn.executemany(
         _Q["insert_dependency"],
         [
             {"required_task_id": dep, "dependent_task_id": record.task_id}
+            for record in inserted
             for dep in record.dependencies
         ],
     )
-    conn.executemany(_Q["insert_tag"], tag_rows([record]))
-    return True
+    conn.executemany(_Q["insert_tag"], tag_rows(inserted))
+    return {record.task_id for record in inserted}
 
 
 _STATUS_COLUMNS = (
@@ -204,79 +253,105 @@ class SQLiteStore(SQLStore):
         self._path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         self._conn: sqlite3.Connection | None = None
-        # Appended on the event loop, taken on the store thread (deque ends are thread-safe).
         self._waiting: collections.deque[_Call[Any]] = collections.deque()
+        # The store thread has the connection (a COMMIT, or a whole call): the rest waits.
+        self._busy = False
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on the store thread, group-committed with whatever else is waiting."""
-        conn = self._conn
-        if conn is None:
-            raise RuntimeError("SQLiteStore used before open() or after close()")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        call = _Call(fn, future, loop)
-        self._waiting.append(call)
-        # One drain per call, submitted after the call is queued: a drain that runs finds it,
-        # unless an earlier drain already took it (and then finds nothing, at no cost).
-        self._executor.submit(self._drain, conn)
-        return await future
+        """Run ``fn``'s statements on the event loop, group-committed with the calls waiting
+        with it; its result once the transaction is committed."""
+        return await self._submit(fn, _Where.LOOP)
+
+    async def _run_scan(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the store thread in a transaction of its own: for what takes longer
+        the larger the tables are, which must not hold the event loop."""
+        return await self._submit(fn, _Where.THREAD)
 
     async def _run_alone(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on the store thread outside any group commit: for what must not run in
-        a transaction (``executescript``, which commits first; closing)."""
-        conn = self._conn
-        if conn is None:
+        """Run ``fn`` on the store thread outside any transaction: for what must not run in
+        one (``executescript``, which commits first; closing)."""
+        return await self._submit(fn, _Where.BARE)
+
+    def _submit(self, fn: Callable[[sqlite3.Connection], T], where: _Where) -> asyncio.Future[T]:
+        if self._conn is None:
             raise RuntimeError("SQLiteStore used before open() or after close()")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, conn)
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Call(fn, future, where))
+        self._next()
+        return future
 
-    def _drain(self, conn: sqlite3.Connection) -> None:
-        """Run the calls waiting now (on the store thread): alone if there is one, otherwise
-        as group commits of at most :data:`GROUP_MAX_CALLS`."""
+    def _next(self) -> None:
+        """Start what waits, for as long as the connection is free (on the event loop)."""
+        conn = self._conn
+        while conn is not None and not self._busy and self._waiting:
+            call = self._waiting[0]
+            if call.future.done():  # a cancelled caller's call is not run
+                self._waiting.popleft()
+            elif call.where is _Where.LOOP:
+                self._group(conn)
+            else:
+                self._waiting.popleft()
+                if call.where is _Where.THREAD:
+                    self._on_thread(functools.partial(_alone, conn, call), [call])
+                else:
+                    self._on_thread(functools.partial(call.run, conn, in_savepoint=False), [call])
+
+    def _group(self, conn: sqlite3.Connection) -> None:
+        """Run the event-loop calls at the head of the queue in one transaction, here; commit
+        it here if it wrote nothing, else on the store thread. Calls left over (a bound was
+        reached, or an error ended the transaction) go back to the head of the queue."""
         calls: list[_Call[Any]] = []
-        while self._waiting and len(calls) < GROUP_MAX_CALLS:
+        while (
+            self._waiting and len(calls) < GROUP_MAX_CALLS and self._waiting[0].where is _Where.LOOP
+        ):
             call = self._waiting.popleft()
-            if not call.future.done():  # a cancelled caller's call is not run
+            if not call.future.done():
                 calls.append(call)
-        if len(calls) == 1:
-            calls[0].run(conn, in_savepoint=False)
-            calls[0].settle()
-            return
-        while calls:
-            calls = self._group_commit(conn, calls)
-
-    def _group_commit(self, conn: sqlite3.Connection, calls: list[_Call[Any]]) -> list[_Call[Any]]:
-        """Run calls in one transaction and settle those it committed (or the one that failed);
-        return the rest, to run in the next one. The first call is always settled."""
         started = time.monotonic()
+        changes = conn.total_changes
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
             for call in calls:
                 call.outcome = (None, error)
                 call.settle()
-            return []
+            return
         done: list[_Call[Any]] = []
         for index, call in enumerate(calls):
-            call.run(conn, in_savepoint=True)
+            alone = len(calls) == 1
+            call.run(conn, in_savepoint=not alone)
+            if alone and call.failed and conn.in_transaction:
+                conn.execute("ROLLBACK")
             if not conn.in_transaction:
-                # Its error rolled back the whole transaction: it alone failed; the calls
+                # It failed, and its error ended the transaction (or it ran alone): the calls
                 # before it lost their writes and run again in the next transaction.
                 call.settle()
-                return done + calls[index + 1 :]
+                self._waiting.extendleft(reversed(done + calls[index + 1 :]))
+                return
             done.append(call)
             if time.monotonic() - started > GROUP_MAX_SECONDS:
+                self._waiting.extendleft(reversed(calls[index + 1 :]))
                 break
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as error:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):  # the callers get the COMMIT's error
-                    conn.execute("ROLLBACK")
+        if conn.total_changes == changes:  # nothing to make durable: no fsync to wait for
+            _commit(conn, done)
             for call in done:
-                call.outcome = (None, error)
-        for call in done:
-            call.settle()
-        return calls[len(done) :]
+                call.settle()
+        else:
+            self._on_thread(functools.partial(_commit, conn, done), done)
+
+    def _on_thread(self, work: Callable[[], None], calls: list[_Call[Any]]) -> None:
+        """Run ``work`` on the store thread, the connection busy meanwhile; then settle
+        ``calls`` and start what waits."""
+        self._busy = True
+
+        def finished(_: asyncio.Future[None]) -> None:
+            self._busy = False
+            for call in calls:
+                call.settle()
+            self._next()
+
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(self._executor, work).add_done_callback(finished)
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -331,26 +406,15 @@ class SQLiteStore(SQLStore):
     async def insert(self, record: TaskRecord) -> TaskRecord | None:
         columns = insert_columns(record)
 
-        def insert(conn: sqlite3.Connection) -> bool:
-            with _transaction(conn):
-                return _insert_one(conn, record, columns)
-
-        if not await self._run(insert):
+        inserted = await self._run(lambda conn: _insert_all(conn, [record], [columns]))
+        if not inserted:
             return None
         return record.replace(version=1)
 
     async def insert_many(self, records: Sequence[TaskRecord]) -> set[str]:
         rows = [insert_columns(record) for record in records]
 
-        def insert(conn: sqlite3.Connection) -> set[str]:
-            with _transaction(conn):
-                return {
-                    record.task_id
-                    for record, columns in zip(records, rows, strict=True)
-                    if _insert_one(conn, record, columns)
-                }
-
-        return await self._run(insert)
+        return await self._run(lambda conn: _insert_all(conn, records, rows))
 
     async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
         rows = await self._select_in("get_many", task_ids)
@@ -369,19 +433,14 @@ class SQLiteStore(SQLStore):
     async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
 
-        def write(conn: sqlite3.Connection) -> Any:
-            with _transaction(conn):
-                return _compare_and_set(conn, params)
-
-        row = await self._run(write)
+        row = await self._run(lambda conn: _compare_and_set(conn, params))
         return None if row is None else stored_after_cas(record, row)
 
     async def compare_and_set_many(self, records: Sequence[TaskRecord]) -> list[TaskRecord | None]:
         params = [{**status_columns(r), "version": r.version} for r in records]
 
-        def write(conn: sqlite3.Connection) -> list[Any]:
-            with _transaction(conn):
-                return [_compare_and_set(conn, p) for p in params]
+        def write(conn: sqlite3.Connection) -> list[sqlite3.Row | None]:
+            return [_compare_and_set(conn, p) for p in params]
 
         rows = await self._run(write) if params else []
         return [
@@ -392,22 +451,19 @@ class SQLiteStore(SQLStore):
     async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
         params = [{"task_id": task_id, "run_id": run_id} for task_id, run_id in hints]
 
-        def confirm(conn: sqlite3.Connection) -> None:
-            with _transaction(conn):
-                conn.executemany(_Q["confirm_hint"], params)
-
         if params:
-            await self._run(confirm)
+            await self._run(lambda conn: conn.executemany(_Q["confirm_hint"], params))
 
     async def _fetch(self, name: str, **params: Any) -> list[sqlite3.Row]:
-        return await self._run(lambda conn: conn.execute(_Q[name], params).fetchall())
+        run = self._run_scan if name in SCANS else self._run
+        return await run(lambda conn: conn.execute(_Q[name], params).fetchall())
 
     async def _fetch_filtered(
         self, name: str, matching: TaskFilter, **params: Any
     ) -> list[sqlite3.Row]:
         clause = filter_clause(matching)
         sql, values = _Q[name].format(filters=clause.sql), {**params, **clause.params}
-        return await self._run(lambda conn: conn.execute(sql, values).fetchall())
+        return await self._run_scan(lambda conn: conn.execute(sql, values).fetchall())
 
     async def delete_matching(self, matching: TaskFilter, *, now: int, limit: int) -> int:
         clause = filter_clause(matching)
@@ -415,32 +471,29 @@ class SQLiteStore(SQLStore):
         values = {**clause.params, "now": now, "after": "", "limit": limit}
 
         def delete(conn: sqlite3.Connection) -> int:
-            with _transaction(conn):
-                ids = [row[0] for row in conn.execute(sql, values)]
-                _delete_ids(conn, ids)
-                return len(ids)
+            ids = [row[0] for row in conn.execute(sql, values)]
+            _delete_ids(conn, ids)
+            return len(ids)
 
-        return await self._run(delete)
+        return await self._run_scan(delete)
 
     async def shared_secret(self, name: str, *, new: str) -> str:
         def get(conn: sqlite3.Connection) -> str:
-            with _transaction(conn):
-                conn.execute(_Q["insert_shared_secret"], {"secret_name": name, "secret": new})
-                secret: str = conn.execute(_Q["shared_secret"], {"secret_name": name}).fetchone()[0]
-                return secret
+            conn.execute(_Q["insert_shared_secret"], {"secret_name": name, "secret": new})
+            secret: str = conn.execute(_Q["shared_secret"], {"secret_name": name}).fetchone()[0]
+            return secret
 
         return await self._run(get)
 
     async def delete_expired(self, now: int, limit: int) -> int:
         def delete(conn: sqlite3.Connection) -> int:
-            with _transaction(conn):
-                params = {"now": now, "limit": limit}
-                ids = [row[0] for row in conn.execute(_Q["expired_task_ids"], params)]
-                _delete_ids(conn, ids)
-                conn.execute(_Q["delete_expired_groups"], params)
-                return len(ids)
+            params = {"now": now, "limit": limit}
+            ids = [row[0] for row in conn.execute(_Q["expired_task_ids"], params)]
+            _delete_ids(conn, ids)
+            conn.execute(_Q["delete_expired_groups"], params)
+            return len(ids)
 
-        return await self._run(delete)
+        return await self._run_scan(delete)
 
     # --- task queues and workers ----------------------------------------------------------
 
@@ -448,21 +501,18 @@ class SQLiteStore(SQLStore):
         self, queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
     ) -> None:
         def record(conn: sqlite3.Connection) -> None:
-            with _transaction(conn):
-                conn.executemany(
-                    _Q["upsert_task_queue"], [queue_sighting_columns(s) for s in queues]
-                )
-                # The recent tasks are merged here, in the transaction that writes them back:
-                # one process owns the file, so nothing can write in between.
-                upserts = []
-                for sighting in workers:
-                    row = conn.execute(
-                        _Q["worker_recent_tasks"], worker_columns(sighting.key)
-                    ).fetchone()
-                    stored = recent_from_json(row[0]) if row is not None else ()
-                    merged = recent_tasks(stored, sighting.recent_tasks)
-                    upserts.append(worker_sighting_columns(sighting, merged))
-                conn.executemany(_Q["upsert_worker"], upserts)
+            conn.executemany(_Q["upsert_task_queue"], [queue_sighting_columns(s) for s in queues])
+            # The recent tasks are merged here, in the transaction that writes them back:
+            # one process owns the file, so nothing can write in between.
+            upserts = []
+            for sighting in workers:
+                row = conn.execute(
+                    _Q["worker_recent_tasks"], worker_columns(sighting.key)
+                ).fetchone()
+                stored = recent_from_json(row[0]) if row is not None else ()
+                merged = recent_tasks(stored, sighting.recent_tasks)
+                upserts.append(worker_sighting_columns(sighting, merged))
+            conn.executemany(_Q["upsert_worker"], upserts)
 
         if queues or workers:
             await self._run(record)
@@ -478,5 +528,5 @@ class SQLiteStore(SQLStore):
         statement = _Q["run_counts_of"].format(
             queues=",".join(f"(:p{index}, :w{index})" for index in range(len(queues)))
         )
-        rows = await self._run(lambda conn: conn.execute(statement, params).fetchall())
+        rows = await self._run_scan(lambda conn: conn.execute(statement, params).fetchall())
         return counts_from_rows(rows)
