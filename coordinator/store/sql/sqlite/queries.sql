@@ -229,10 +229,8 @@ SELECT provisioner_id, worker_type, worker_group, worker_id, quarantine_until
 FROM workers WHERE quarantine_until > :now
 
 -- name: pending_runs
--- Sorted for each page from the queue's pending rows (a top-N sort: one page in memory;
--- visible_at is set exactly while the last run is pending). An index in this order would cost
--- every create and claim one more index write, measured as a few percent of the claim path,
--- for a monitoring read.
+-- tasks_by_queue_state holds a queue's pending rows in visible_at order (visible_at is set
+-- exactly while the last run is pending); ties sort by task_id within a page.
 SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND state = 'pending'
