@@ -8,3 +8,7 @@
 DROP INDEX tasks_by_queue_state;
 CREATE INDEX tasks_by_queue_state ON tasks (provisioner_id, worker_type, state, visible_at);
 CREATE INDEX tasks_by_queue ON tasks (provisioner_id, worker_type, task_id);
+-- Likewise every resolution deleted a random entry of this one; cancelTaskGroup and
+-- changeTaskGroupPriority now page through the group's tasks by tasks_by_group and skip the
+-- resolved ones, one pass over the group in all.
+DROP INDEX tasks_unresolved_by_group;
