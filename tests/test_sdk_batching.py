@@ -32,7 +32,8 @@ from tests.test_sdk_real import Setup, last_run, run_until
 from tests.test_sdk_real import setup as setup  # the fixture
 from tests.test_sdk_worker import make_worker, renewed, reports, running
 from worker_sdk import RequestFailed, TaskRun
-from worker_sdk.client import CoordinatorClient, Outcome, RunReport
+from worker_sdk.batches import MAX_RUNS, RunBatches
+from worker_sdk.client import CoordinatorClient, Credentials, Outcome, RunReport
 from worker_sdk.priorities import Polling
 
 # -- the client's reading of batch answers --------------------------------------------------
@@ -431,3 +432,46 @@ async def test_a_real_worker_claims_reclaims_and_reports_through_the_batch_route
         assert batched == [0, 0, 0], "a worker without batching never asks"
         assert claims == reports_ == len(task_ids)
         assert reclaims >= len(task_ids)
+
+
+async def test_batches_waiting_when_the_route_turns_out_missing_cost_it_one_request() -> None:
+    """Two full batches go out at once; until the coordinator has answered one, the second
+    waits, and then goes singly without asking the missing route again."""
+    asked: list[str] = []
+
+    async def missing(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.json_response({"code": "ResourceNotFound", "message": "no"}, status=404)
+
+    async def single(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.json_response({"status": {"taskId": request.match_info["task_id"]}})
+
+    app = web.Application()
+    app.router.add_post("/api/queue/v1/resolve-runs", missing)
+    app.router.add_post("/api/queue/v1/task/{task_id}/runs/0/completed", single)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = CoordinatorClient(
+                session=session, root_url=f"http://{host}:{port}", credentials=None
+            )
+            batches = RunBatches(client=client, enabled=True)
+            run_credentials = Credentials(client_id="run", access_token="t")
+            await asyncio.gather(
+                *(
+                    batches.report(
+                        f"t{n}", 0, Outcome(kind="completed"), credentials=run_credentials
+                    )
+                    for n in range(2 * MAX_RUNS)
+                )
+            )
+            await batches.aclose()
+    finally:
+        await runner.cleanup()
+
+    assert asked.count("/api/queue/v1/resolve-runs") == 1
+    assert len([path for path in asked if path.endswith("/completed")]) == 2 * MAX_RUNS

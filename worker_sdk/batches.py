@@ -15,7 +15,9 @@ each caller its own run's answer as if it had made the single call:
 - for a run the batch refuses (401, 403: the worker's client may lack the worker-id scope),
   or every run of a batch refused as a whole, the answer of the single call made once with
   the run's temporary credentials;
-- a coordinator without the route (404: an older one) gets single calls from then on.
+- a coordinator without the route (404: an older one) gets single calls from then on. Until
+  the coordinator has answered a batch, one batch of a route is in flight at a time, so a
+  missing route costs one request however many batches were waiting.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ class _Coalescer(Generic[_Item, _Result]):
         self._pending: list[tuple[_Item, asyncio.Future[_Result]]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
+        self._known = not enabled
+        """Whether the coordinator has shown whether it has the route."""
+        self._probe = asyncio.Lock()
 
     async def submit(self, item: _Item) -> _Result:
         """The item's answer; raises its RequestFailed, or :class:`_Unbatched`."""
@@ -104,10 +109,23 @@ class _Coalescer(Generic[_Item, _Result]):
             delivery.add_done_callback(self._deliveries.discard)
 
     async def _deliver(self, batch: list[tuple[_Item, asyncio.Future[_Result]]]) -> None:
+        if self._known:
+            await self._answer(batch)
+            return
+        async with self._probe:
+            await self._answer(batch)
+
+    async def _answer(self, batch: list[tuple[_Item, asyncio.Future[_Result]]]) -> None:
         results: Sequence[_Result | BaseException]
         try:
+            if not self.enabled:  # the batch before this one found the route missing
+                raise _Unbatched()
             results = await self._send([item for item, _ in batch])
+            self._known = True
+        except _Unbatched as unbatched:
+            results = [unbatched] * len(batch)
         except RequestFailed as error:
+            self._known = self._known or not error.transient
             results = [self._failed(error, len(batch))] * len(batch)
         except asyncio.CancelledError:
             for _, future in batch:
