@@ -11,9 +11,10 @@ tests/test_sdk_worker.py. Tests of how one get's runs are batched poll with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
 import pytest
@@ -36,7 +37,28 @@ from worker_sdk.batches import MAX_RUNS, RunBatches
 from worker_sdk.client import CoordinatorClient, Credentials, Outcome, RunReport
 from worker_sdk.priorities import Polling
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 # -- the client's reading of batch answers --------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def client_of(routes: Mapping[str, Handler]) -> AsyncIterator[CoordinatorClient]:
+    """A client of a server answering POSTs to ``/api/queue/v1`` + each route's path."""
+    app = web.Application()
+    for path, handler in routes.items():
+        app.router.add_post("/api/queue/v1" + path, handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield CoordinatorClient(
+                session=session, root_url=f"http://{host}:{port}", credentials=None
+            )
+    finally:
+        await runner.cleanup()
 
 
 async def test_each_run_gets_its_own_answer_and_a_malformed_item_fails_only_its_run() -> None:
@@ -45,68 +67,55 @@ async def test_each_run_gets_its_own_answer_and_a_malformed_item_fails_only_its_
     async def answer(request: web.Request) -> web.Response:
         return web.json_response(answers.pop(0))
 
-    app = web.Application()
-    app.router.add_post("/api/queue/v1/reclaim-runs", answer)
-    app.router.add_post("/api/queue/v1/resolve-runs", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        async with aiohttp.ClientSession() as session:
-            client = CoordinatorClient(
-                session=session, root_url=f"http://{host}:{port}", credentials=None
-            )
-            answers.append(
-                {
-                    "reclaims": [
-                        {
-                            "status": {"taskId": "a"},
-                            "runId": 0,
-                            "takenUntil": "2030-01-01T00:00:00.000Z",
-                            "credentials": {"clientId": "c", "accessToken": "t"},
-                        }
-                    ]
-                }
-            )
-            [reclaim] = await client.reclaim_runs([("a", 0)])
-            assert not isinstance(reclaim, RequestFailed)
-            assert (reclaim.credentials.client_id, reclaim.taken_until.year) == ("c", 2030)
+    async with client_of({"/reclaim-runs": answer, "/resolve-runs": answer}) as client:
+        answers.append(
+            {
+                "reclaims": [
+                    {
+                        "status": {"taskId": "a"},
+                        "runId": 0,
+                        "takenUntil": "2030-01-01T00:00:00.000Z",
+                        "credentials": {"clientId": "c", "accessToken": "t"},
+                    }
+                ]
+            }
+        )
+        [reclaim] = await client.reclaim_runs([("a", 0)])
+        assert not isinstance(reclaim, RequestFailed)
+        assert (reclaim.credentials.client_id, reclaim.taken_until.year) == ("c", 2030)
 
-            reports = [
-                RunReport(task_id=task_id, run_id=0, outcome=Outcome(kind="completed"))
-                for task_id in ("a", "b", "c", "d", "e")
-            ]
-            conflict = {"status": 409, "code": "RequestConflict", "message": "run is completed"}
-            answers.append(
-                {
-                    "reports": [
-                        {"taskId": "a", "runId": 0, "status": {"state": "completed"}},
-                        {"taskId": "b", "runId": 0, "error": conflict},
-                        {"taskId": "x", "runId": 0, "status": {}},  # another run's answer
-                        {"taskId": "d", "runId": 0, "error": {**conflict, "status": "409"}},
-                        "not an item",
-                    ]
-                }
-            )
-            done, refused, *malformed = await client.resolve_runs(reports)
-            assert done is None
-            assert isinstance(refused, RequestFailed)
-            assert (refused.status, refused.code, refused.message) == (
-                409,
-                "RequestConflict",
-                "run is completed",
-            )
-            for failure in malformed:
-                assert isinstance(failure, RequestFailed)
-                assert failure.code == "InvalidResponse" and failure.transient
+        reports = [
+            RunReport(task_id=task_id, run_id=0, outcome=Outcome(kind="completed"))
+            for task_id in ("a", "b", "c", "d", "e")
+        ]
+        conflict = {"status": 409, "code": "RequestConflict", "message": "run is completed"}
+        answers.append(
+            {
+                "reports": [
+                    {"taskId": "a", "runId": 0, "status": {"state": "completed"}},
+                    {"taskId": "b", "runId": 0, "error": conflict},
+                    {"taskId": "x", "runId": 0, "status": {}},  # another run's answer
+                    {"taskId": "d", "runId": 0, "error": {**conflict, "status": "409"}},
+                    "not an item",
+                ]
+            }
+        )
+        done, refused, *malformed = await client.resolve_runs(reports)
+        assert done is None
+        assert isinstance(refused, RequestFailed)
+        assert (refused.status, refused.code, refused.message) == (
+            409,
+            "RequestConflict",
+            "run is completed",
+        )
+        for failure in malformed:
+            assert isinstance(failure, RequestFailed)
+            assert failure.code == "InvalidResponse" and failure.transient
 
-            answers.append({"reports": []})
-            with pytest.raises(RequestFailed) as whole:
-                await client.resolve_runs(reports)
-            assert whole.value.code == "InvalidResponse" and whole.value.transient
-    finally:
-        await runner.cleanup()
+        answers.append({"reports": []})
+        with pytest.raises(RequestFailed) as whole:
+            await client.resolve_runs(reports)
+        assert whole.value.code == "InvalidResponse" and whole.value.transient
 
 
 # -- against the double --------------------------------------------------------------------
@@ -447,31 +456,17 @@ async def test_batches_waiting_when_the_route_turns_out_missing_cost_it_one_requ
         asked.append(request.path)
         return web.json_response({"status": {"taskId": request.match_info["task_id"]}})
 
-    app = web.Application()
-    app.router.add_post("/api/queue/v1/resolve-runs", missing)
-    app.router.add_post("/api/queue/v1/task/{task_id}/runs/0/completed", single)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    try:
-        async with aiohttp.ClientSession() as session:
-            client = CoordinatorClient(
-                session=session, root_url=f"http://{host}:{port}", credentials=None
+    routes = {"/resolve-runs": missing, "/task/{task_id}/runs/0/completed": single}
+    async with client_of(routes) as client:
+        batches = RunBatches(client=client, enabled=True)
+        run_credentials = Credentials(client_id="run", access_token="t")
+        await asyncio.gather(
+            *(
+                batches.report(f"t{n}", 0, Outcome(kind="completed"), credentials=run_credentials)
+                for n in range(2 * MAX_RUNS)
             )
-            batches = RunBatches(client=client, enabled=True)
-            run_credentials = Credentials(client_id="run", access_token="t")
-            await asyncio.gather(
-                *(
-                    batches.report(
-                        f"t{n}", 0, Outcome(kind="completed"), credentials=run_credentials
-                    )
-                    for n in range(2 * MAX_RUNS)
-                )
-            )
-            await batches.aclose()
-    finally:
-        await runner.cleanup()
+        )
+        await batches.aclose()
 
     assert asked.count("/api/queue/v1/resolve-runs") == 1
     assert len([path for path in asked if path.endswith("/completed")]) == 2 * MAX_RUNS
