@@ -67,8 +67,18 @@ _Q = queries("sqlite")
 GROUP_MAX_CALLS = 256
 GROUP_MAX_SECONDS = 0.005
 
-SCANS = frozenset({"run_counts", "pending_by_task_queue", "task_group_size"})
-"""The named statements whose cost grows with the table (counts): run on the store thread."""
+SCANS = frozenset(
+    {
+        "run_counts",
+        "pending_by_task_queue",
+        "task_group_size",
+        "unresolved_in_group",
+        "claimed_runs",
+    }
+)
+"""The named statements whose cost grows with the tables rather than with what they return
+(counts; a group's unresolved tasks, read among all of its tasks; a queue's running runs,
+sorted by a time inside their JSON): run on the store thread."""
 
 
 class _Where(enum.Enum):
@@ -344,9 +354,12 @@ class SQLiteStore(SQLStore):
         ``calls`` and start what waits."""
         self._busy = True
 
-        def finished(_: asyncio.Future[None]) -> None:
+        def finished(done: asyncio.Future[None]) -> None:
             self._busy = False
+            error = asyncio.CancelledError() if done.cancelled() else done.exception()
             for call in calls:
+                if error is not None:  # not the calls' own errors: those are their outcomes
+                    call.outcome = (None, error)
                 call.settle()
             self._next()
 
