@@ -10,6 +10,7 @@ import pytest
 
 from coordinator.domain.definitions import definitions_match, normalise
 from coordinator.domain.errors import InputError
+from coordinator.domain.json_text import compact, exact_loads
 from coordinator.domain.records import from_iso, to_iso
 
 TASK_ID = "Jgj3vp06TJCopdyHUgtfww"
@@ -371,3 +372,20 @@ def test_the_same_scheduling_fields_resent_are_the_same_definition() -> None:
     body = minimal(notBefore=at(NOW + HOUR), retryDelay={"schedule": [3]}, claimTimeout=60)
     assert definitions_match(norm(body), norm(copy.deepcopy(body)))
     assert not definitions_match(norm(body), norm({**body, "claimTimeout": 61}))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"payload": {}, "retries": 5, "deadline": "2030-01-01T00:00:00.000Z"},
+        {"big": 2**70, "negative": -(2**64), "max": 2**64 - 1, "min": -(2**63)},
+        {"digits in text": "1234567890123456789012", "fraction": 0.1234567890123456789},
+        {"text": "Grüße ✓ 名前", "nested": [[1.5, -0.0, 1e300], {"a": None, "b": True}]},
+    ],
+    ids=["plain", "big integers", "long digit runs", "unicode and floats"],
+)
+def test_stored_json_reads_back_as_the_standard_library_reads_it(value: object) -> None:
+    text = compact(value)
+    read = exact_loads(text)
+    assert read == json.loads(text) == value
+    assert repr(read) == repr(json.loads(text))  # same types too: no int read as a float

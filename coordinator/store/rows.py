@@ -4,13 +4,12 @@ derived from the status that the resolver indexes scan."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import orjson
 
-from coordinator.domain.json_text import compact
+from coordinator.domain.json_text import compact, exact_loads
 from coordinator.domain.listings import Page
 from coordinator.domain.records import Run, TaskRecord, record_from_definition
 
@@ -66,8 +65,7 @@ class Row(Protocol):
 def record_from_row(row: Row) -> TaskRecord:
     """A record from a row with ``task_id, definition, retries_left, runs, hint_due,
     notify_dependents, version`` (the JSON columns as text)."""
-    # not orjson for the definition: it reads an integer beyond 64 bits as a float
-    definition = json.loads(row["definition"])
+    definition = exact_loads(row["definition"])
     runs = orjson.loads(row["runs"])
     return record_from_definition(
         row["task_id"],
