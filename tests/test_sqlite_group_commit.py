@@ -175,13 +175,16 @@ async def test_a_caller_hears_of_its_write_only_once_it_is_committed(
     assert seen == [True] * len(seen)
 
 
-async def test_a_lone_call_runs_as_without_group_commit(store: SQLiteStore) -> None:
+async def test_a_lone_failing_call_leaves_nothing_behind(store: SQLiteStore) -> None:
     statements = record_statements(store)
 
-    await store.insert(new_record("t"))
+    # the task row is written before the repeated edge violates the edge table's key
+    with pytest.raises(sqlite3.IntegrityError):
+        await store.insert(new_record("bad", dependencies=("dep", "dep")))
 
-    assert "SAVEPOINT call" not in statements
-    assert statements.count("COMMIT") == 1
+    assert await store.get("bad") is None
+    assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 2
+    assert statements.count("ROLLBACK TO call") == 1
 
 
 async def test_a_group_commit_is_bounded(
@@ -210,11 +213,19 @@ async def test_the_request_path_runs_its_statements_on_the_event_loop_and_commit
     assert await store.get("t") is not None
     read = list(ran)
 
-    assert [verb for verb, _ in written] == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
+    assert [verb for verb, _ in written] == [
+        "BEGIN",
+        "SAVEPOINT",
+        "INSERT",
+        "INSERT",
+        "RELEASE",
+        "COMMIT",
+    ]
     assert {thread for verb, thread in written if verb != "COMMIT"} == {loop_thread}
     assert written[-1][1].startswith("sqlite-store")
     # a transaction that wrote nothing commits where it ran: no fsync to wait for
-    assert read == [("BEGIN", loop_thread), ("SELECT", loop_thread), ("COMMIT", loop_thread)]
+    assert [verb for verb, _ in read] == ["BEGIN", "SAVEPOINT", "SELECT", "RELEASE", "COMMIT"]
+    assert {thread for _, thread in read} == {loop_thread}
 
 
 async def test_scans_run_on_the_store_thread_and_the_event_loop_goes_on_meanwhile(

@@ -328,13 +328,10 @@ class SQLiteStore(SQLStore):
             return
         done: list[_Call[Any]] = []
         for index, call in enumerate(calls):
-            alone = len(calls) == 1
-            call.run(conn, in_savepoint=not alone)
-            if alone and call.failed and conn.in_transaction:
-                conn.execute("ROLLBACK")
+            call.run(conn, in_savepoint=True)
             if not conn.in_transaction:
-                # It failed, and its error ended the transaction (or it ran alone): the calls
-                # before it lost their writes and run again in the next transaction.
+                # Its error ended the transaction: it alone failed; the calls before it lost
+                # their writes and run again in the next transaction.
                 call.settle()
                 self._waiting.extendleft(reversed(done + calls[index + 1 :]))
                 return
