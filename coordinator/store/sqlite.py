@@ -137,6 +137,18 @@ class _Call(Generic[T]):
             self.future.set_result(cast(T, result))
 
 
+def _begin(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> bool:
+    """BEGIN IMMEDIATE (the write lock up front, so no upgrade deadlock); if it fails, make
+    its error every call's and say so."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as error:
+        for call in calls:
+            call.outcome = (None, error)
+        return False
+    return True
+
+
 def _commit(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> None:
     """COMMIT the open transaction; if it fails, roll back and make its error every call's."""
     try:
@@ -151,10 +163,7 @@ def _commit(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> None:
 
 def _alone(conn: sqlite3.Connection, call: _Call[Any]) -> None:
     """Run a :attr:`_Where.THREAD` call in a transaction of its own (on the store thread)."""
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as error:
-        call.outcome = (None, error)
+    if not _begin(conn, [call]):
         return
     call.run(conn, in_savepoint=False)
     if not call.failed:
@@ -319,11 +328,8 @@ class SQLiteStore(SQLStore):
                 calls.append(call)
         started = time.monotonic()
         changes = conn.total_changes
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as error:
+        if not _begin(conn, calls):
             for call in calls:
-                call.outcome = (None, error)
                 call.settle()
             return
         done: list[_Call[Any]] = []
