@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from worker_sdk.client import Credentials, authorization
+from hawk_signing import Credentials, authorization
 
 API = "/api/queue/v1"
 """Where the API lies under a coordinator's root URL."""

@@ -1,4 +1,13 @@
-"""Shared pytest configuration: each kind of real backing service has its own fixture module."""
+"""Shared pytest configuration: each kind of real backing service has its own fixture module.
+
+The suite has three slices, one folder each: ``tests/unit`` (no I/O beyond temporary files),
+``tests/integration`` (real SQLite, PostgreSQL and Azurite, coordinators in this process) and
+``tests/e2e`` (processes, browsers and chaos). Each test is marked with its slice.
+"""
+
+import pytest
+
+SLICES = ("unit", "integration", "e2e")
 
 pytest_plugins = [
     "tests.fixtures.azurite",
@@ -6,3 +15,11 @@ pytest_plugins = [
     "tests.fixtures.coordinator",
     "tests.fixtures.flow",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by the slice its folder names (``-m unit``, ``-m "not e2e"``)."""
+    for item in items:
+        slice_name = item.path.parent.name
+        if slice_name in SLICES:
+            item.add_marker(slice_name)

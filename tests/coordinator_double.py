@@ -6,7 +6,7 @@ refuse one run of a batch, drop a connection, keep a message's DequeueCount high
 delete, hand out URLs that expire in seconds, lack the batch routes as an older coordinator
 does (``batch_routes = False``), and count every request. Behaviour the real system produces
 on demand (priority order, outcomes, claimWork, reclaims, a canceled task, shutdown) is tested
-against it in tests/test_sdk_real.py.
+against it in tests/integration/test_sdk_real.py.
 
 What it checks of the worker, strictly: Hawk signatures (the worker's credentials for
 pollTaskUrls, claims and the batch routes, the run's latest temporary credentials,
@@ -37,7 +37,7 @@ from aiohttp import web
 from mohawk.util import parse_authorization_header
 
 from devharness.waiting import wait_until
-from worker_sdk.client import Credentials
+from hawk_signing import Credentials
 
 SAS = "sv=2023-11-03&se=2099-01-01T00%3A00%3A00Z&sp=p&sig=a%2Bb%2Fc%3D"
 """A query string as Azure's SAS looks: percent-encoded, which must survive unchanged."""

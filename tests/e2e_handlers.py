@@ -1,4 +1,4 @@
-"""Handlers that ``queue-worker`` processes run in tests/test_workers_e2e.py.
+"""Handlers that ``queue-worker`` processes run in tests/e2e/test_workers_e2e.py.
 
 Every handler appends what it did to a journal, one JSON object a line, so the test can see
 what ran where and when even after a worker process was killed::

@@ -67,7 +67,7 @@ WARNING by ``worker_sdk.poller`` when a hint's Azure ``DequeueCount`` exceeds th
 Its text, field names and field order do not change; new fields would only be appended.
 """
 
-from worker_sdk.client import Credentials
+from hawk_signing import Credentials
 from worker_sdk.errors import (
     InternalError,
     MalformedPayload,

@@ -27,7 +27,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-from worker_sdk.client import CoordinatorClient, Credentials, Outcome, Reclaim, RunReport
+from hawk_signing import Credentials
+from worker_sdk.client import CoordinatorClient, Outcome, Reclaim, RunReport
 from worker_sdk.errors import RequestFailed
 
 log = logging.getLogger(__name__)

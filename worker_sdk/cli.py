@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from worker_sdk.client import Credentials
+from hawk_signing import Credentials
 from worker_sdk.errors import RequestFailed
 from worker_sdk.isolation import watch_parent
 from worker_sdk.priorities import (

@@ -1,18 +1,16 @@
-"""HTTP client for the coordinator routes a worker uses, with Taskcluster Hawk signing.
+"""HTTP client for the coordinator routes a worker uses, and ``createTasks`` for producers.
 
 Covers ``ping``, ``pollTaskUrls``, ``claimTask``, ``claimWork``, ``reclaimTask`` and the three
-reports, and their batch forms ``claimRuns``, ``reclaimRuns`` and ``resolveRuns`` (not
-Taskcluster methods: up to 32 runs per request, one result per run), nothing else. Requests
-are signed exactly as the official ``taskcluster`` client signs them (mohawk, sha256,
-``ext`` = URL-safe base64 of the JSON ``{"certificate": ...}`` for temporary credentials and
-of ``{}`` otherwise), or not at all without credentials. Every failure surfaces as
+reports, their batch forms ``claimRuns``, ``reclaimRuns`` and ``resolveRuns`` (not Taskcluster
+methods: up to 32 runs per request, one result per run), and ``createTasks`` (up to 1,000 tasks
+a request). Requests are signed by :mod:`hawk_signing` exactly as the official ``taskcluster``
+client signs them, or not at all without credentials. Every failure surfaces as
 :class:`~worker_sdk.errors.RequestFailed`; retrying is the caller's business, because only the
 caller knows its deadline.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,9 +22,9 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import aiohttp
-import mohawk
 from yarl import URL
 
+from hawk_signing import Credentials, authorization
 from worker_sdk import timing
 from worker_sdk.errors import RequestFailed, check_status, no_answer_fails
 
@@ -35,61 +33,6 @@ _T = TypeVar("_T")
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
 """claimWork long-polls about 20 s on the server before answering."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Credentials:
-    """Taskcluster credentials; ``certificate`` (JSON text) makes them temporary ones."""
-
-    client_id: str
-    access_token: str
-    certificate: str | None = None
-
-    @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> Credentials:
-        """Read ``{clientId, accessToken, certificate?}`` as the API and the official client
-        spell them; a certificate may be JSON text or an already parsed object."""
-        certificate = value.get("certificate")
-        if certificate is not None and not isinstance(certificate, str):
-            certificate = json.dumps(certificate, separators=(",", ":"))
-        return cls(
-            client_id=str(value["clientId"]),
-            access_token=str(value["accessToken"]),
-            certificate=certificate or None,
-        )
-
-
-def hawk_ext(credentials: Credentials) -> str:
-    """The Hawk ``ext`` the official client sends, byte for byte.
-
-    The coordinator reads the certificate of temporary credentials from here; permanent
-    credentials still send the encoded empty object, as the official client does.
-    """
-    ext: dict[str, Any] = {}
-    if credentials.certificate:
-        ext["certificate"] = json.loads(credentials.certificate)
-    encoded = base64.b64encode(json.dumps(ext, separators=(",", ":")).encode()).decode()
-    return encoded.replace("+", "-").replace("/", "_")
-
-
-def authorization(
-    credentials: Credentials, *, method: str, url: str, content: str, content_type: str
-) -> str:
-    """The ``Authorization`` header value for one request."""
-    sender = mohawk.Sender(
-        credentials={
-            "id": credentials.client_id,
-            "key": credentials.access_token,
-            "algorithm": "sha256",
-        },
-        ext=hawk_ext(credentials),
-        url=url,
-        method=method,
-        content=content,
-        content_type=content_type,
-    )
-    header: str = sender.request_header
-    return header
 
 
 @dataclass(frozen=True, kw_only=True)

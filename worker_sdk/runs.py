@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from worker_sdk.client import Claim, Credentials, Reclaim
+from hawk_signing import Credentials
+from worker_sdk.client import Claim, Reclaim
 
 Handler = Callable[["TaskRun"], Awaitable[None] | None]
 """An ``async def`` (run on the event loop) or a plain function (run in a thread)."""

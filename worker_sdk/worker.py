@@ -30,9 +30,10 @@ from typing import Any, Literal, TypeVar
 
 import aiohttp
 
+from hawk_signing import Credentials
 from worker_sdk import timing
 from worker_sdk.batches import RunBatches
-from worker_sdk.client import Claim, CoordinatorClient, Credentials, Outcome
+from worker_sdk.client import Claim, CoordinatorClient, Outcome
 from worker_sdk.errors import RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics

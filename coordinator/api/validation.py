@@ -3,8 +3,9 @@
 Owns loading ``schemas/v1/*.json`` (once, into a ``referencing`` registry so ``$ref`` between
 files resolves offline) and the cached validators built from them; each validator gets its
 schema with every ``$ref`` already resolved, which makes validation about three times faster.
-Schemas are named by file stem (``create-task-request``); they live in the package
-(``coordinator/schemas/v1``), so a checkout and an installed wheel find them alike.
+Schemas are named by file stem (``create-task-request``); a checkout keeps them in the
+top-level ``schemas/v1`` beside ``coordinator/``, and the wheel installs them as
+``coordinator/schemas/v1`` (``pyproject.toml`` maps the one onto the other).
 
 A bad request raises :class:`~coordinator.api.errors.InputValidationError` naming every failing
 path and why; a bad response is our own bug and raises :class:`ResponseSchemaError`, which is
@@ -36,7 +37,15 @@ if TYPE_CHECKING:
     from referencing._core import Resolver
 
 _PACKAGE = Path(coordinator.__file__).resolve().parent
-SCHEMAS_DIR = _PACKAGE / "schemas" / "v1"
+
+
+def _schemas_dir() -> Path:
+    """Installed inside the package by the wheel; at the top of a checkout beside it."""
+    installed = _PACKAGE / "schemas" / "v1"
+    return installed if installed.is_dir() else _PACKAGE.parent / "schemas" / "v1"
+
+
+SCHEMAS_DIR = _schemas_dir()
 SCHEMA_BASE_URI = "https://queue-coordinator/schemas/v1/"
 
 _MAX_SHOWN = 80

@@ -1,7 +1,7 @@
 """The store interface: every task record the coordinator keeps, behind one abstract class.
 
 Drivers (:mod:`coordinator.store.sqlite`, :mod:`coordinator.store.postgres`) implement it and
-pass one contract test suite (``tests/test_store_contract.py``). The contract:
+pass one contract test suite (``tests/integration/test_store_contract.py``). The contract:
 
 * A record is written whole by :meth:`Store.insert` (version 1) and afterwards only through
   :meth:`Store.compare_and_set`, which succeeds only if the stored version still equals the

@@ -28,7 +28,7 @@ from coordinator.service.clock import wall_clock
 from devharness.api import API, call
 from devharness.postgres import throwaway_database
 from devharness.processes import ServeProcess
-from worker_sdk.client import Credentials
+from hawk_signing import Credentials
 
 StoreKind = Literal["sqlite", "postgres"]
 

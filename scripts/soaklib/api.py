@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from devharness.api import API, call
-from worker_sdk.client import Credentials
+from hawk_signing import Credentials
 
 TRANSIENT = (aiohttp.ClientError, TimeoutError, ConnectionError)
 

@@ -45,13 +45,13 @@ from coordinator.api.clients import ensure_root_client
 from coordinator.domain.records import to_iso
 from devharness.azurite import AzuriteProcess
 from devharness.processes import ServeProcess, child_env
+from hawk_signing import Credentials
 from soaklib import checks
 from soaklib.api import Api, ApiError
 from soaklib.hints import Hints, QueueCensus
 from soaklib.journal import read_journals
 from soaklib.processes import PROVISIONER_ID, STOP_WAIT, WORKER_TYPE, Fleet
 from soaklib.settings import Settings
-from worker_sdk.client import Credentials
 
 log = logging.getLogger("soak")
 

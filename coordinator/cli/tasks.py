@@ -4,10 +4,10 @@
 This module owns the client side of those five calls: the filter flags and the query string
 they become, reading the address and credentials from the environment as the official
 ``taskcluster`` clients do (``TASKCLUSTER_ROOT_URL``, ``TASKCLUSTER_CLIENT_ID``,
-``TASKCLUSTER_ACCESS_TOKEN``, ``TASKCLUSTER_CERTIFICATE``), Hawk-signing with the worker SDK's
-signing, streaming NDJSON listings, and printing tables or JSON. It speaks HTTP only and never
-opens the store, so it works against any coordinator, local or remote, and needs no
-``COORDINATOR_*`` settings.
+``TASKCLUSTER_ACCESS_TOKEN``, ``TASKCLUSTER_CERTIFICATE``), Hawk-signing with
+:mod:`hawk_signing`, streaming NDJSON listings, and printing tables or JSON. It speaks HTTP
+only and never opens the store, so it works against any coordinator, local or remote, and
+needs no ``COORDINATOR_*`` settings.
 
 Exit statuses: 0 on success; 1 when the coordinator answered with an error (one line on stderr:
 ``queue-coordinator: <code>: <message>``) or the answer broke off; 2 for a mistake in the
@@ -32,7 +32,7 @@ import aiohttp
 from yarl import URL
 
 from coordinator.domain.task_filters import FILTER_STATES
-from worker_sdk.client import Credentials, authorization
+from hawk_signing import Credentials, authorization
 
 API_PATH = "/api/queue/v1"
 NDJSON = "application/x-ndjson"
@@ -76,7 +76,7 @@ class CommandFailed(Exception):
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``list``/``summary``/``count``/``cancel``/``delete`` commands to ``parser``
-    (the ``tasks`` command's own parser, made by :mod:`coordinator.cli`)."""
+    (the ``tasks`` command's own parser, made by :mod:`coordinator.cli.main`)."""
     parser.description = DESCRIPTION
     commands = parser.add_subparsers(dest="tasks_command", required=True)
     helps = {

@@ -35,7 +35,13 @@ from tests.fixtures.coordinator import (
     StartCoordinator,
     task_definition,
 )
-from tests.test_taskcluster_client import WT, Queue, rejected, start_secured, worker_scopes
+from tests.integration.test_taskcluster_client import (
+    WT,
+    Queue,
+    rejected,
+    start_secured,
+    worker_scopes,
+)
 
 MINUTE = 60_000
 KINDS = ["sync", "aio"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 ALLOWED: dict[str, set[str]] = {
     "domain": {"domain"},
@@ -15,7 +15,7 @@ ALLOWED: dict[str, set[str]] = {
     "azure": {"domain", "azure"},
     "service": {"domain", "store", "azure", "service"},
     "resolvers": {"service", "domain", "resolvers", "azure.queues", "azure.errors"},
-    "api": {"service", "domain", "config", "api", "azure.errors", "schemas"},
+    "api": {"service", "domain", "config", "api", "azure.errors"},
 }
 """Layer -> what its modules may import from ``coordinator`` (a layer, or one module)."""
 
@@ -72,3 +72,43 @@ def test_no_http_status_below_the_api() -> None:
         for path in (ROOT / "coordinator" / layer).rglob("*.py"):
             text = path.read_text()
             assert "aiohttp" not in text and "status=4" not in text, path
+
+
+ROOT_MODULES: dict[str, set[str]] = {
+    "config": set(),
+    "logs": {"config"},
+}
+"""The modules at the root of ``coordinator`` beside ``app.py`` -> what they may import from it.
+``app.py`` and the ``cli`` package assemble the process and may import every layer."""
+
+
+def _third_party_roots(path: Path) -> set[str]:
+    """The top-level names ``path`` imports (``worker_sdk``, ``hawk_signing``, ``aiohttp``...)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+    return found
+
+
+def test_root_modules_import_only_what_they_may() -> None:
+    roots = {p.stem for p in (ROOT / "coordinator").glob("*.py")} - {"__init__", "app"}
+    assert roots == set(ROOT_MODULES), "a new root module needs a rule here"
+    wrong = {
+        f"coordinator/{name}.py imports coordinator.{imported}"
+        for name, allowed in ROOT_MODULES.items()
+        for imported in _imports(ROOT / "coordinator" / f"{name}.py")
+        if not any(imported == rule or imported.startswith(rule + ".") for rule in allowed)
+    }
+    assert not wrong, sorted(wrong)
+
+
+def test_only_hawk_signing_is_shared_by_the_coordinator_and_the_sdk() -> None:
+    """The server never imports the worker SDK; the CLI signs with the neutral module; that
+    module imports neither side."""
+    for path in sorted((ROOT / "coordinator").rglob("*.py")):
+        assert "worker_sdk" not in _third_party_roots(path), path
+    for path in sorted((ROOT / "hawk_signing").rglob("*.py")):
+        assert not {"coordinator", "worker_sdk"} & _third_party_roots(path), path

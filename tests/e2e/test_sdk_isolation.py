@@ -1,6 +1,6 @@
 """``isolation="process"`` against the coordinator test double: each run's handler in a child
 process, its outcome carried back, a crash failing only its own run, and cancellation (a
-lost claim, a shutdown) ending the child. tests/test_sdk_features_e2e.py runs it end to end.
+lost claim, a shutdown) ending the child. tests/e2e/test_sdk_features_e2e.py runs it end to end.
 
 The handlers are module-level functions, because a child process imports its handler by
 name.
@@ -22,7 +22,7 @@ from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "d
     double_fixture,
     eventually,
 )
-from tests.test_sdk_worker import make_worker, reports, running
+from tests.integration.test_sdk_worker import make_worker, reports, running
 from worker_sdk import MalformedPayload, RetryTask, TaskRun
 from worker_sdk.isolation import HandlerError
 

@@ -19,10 +19,10 @@ import taskcluster.aio
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from tests.fixtures.coordinator import RunningCoordinator, task_definition
-from tests.test_taskcluster_client import StartCoordinator, start_secured
+from tests.integration.test_taskcluster_client import StartCoordinator, start_secured
 
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "dashboard.png"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 WAIT_MS = 30_000
 """Every wait in the browser is bounded by this (the machine may be busy with a soak)."""
 

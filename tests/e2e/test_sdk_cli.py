@@ -21,7 +21,7 @@ from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "d
 )
 from worker_sdk import TaskRun
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def endless(run: TaskRun) -> None:
@@ -82,7 +82,7 @@ async def test_sigterm_cancels_after_the_grace_period_and_reports_worker_shutdow
     double: CoordinatorDouble,
 ) -> None:
     double.add_task("t-endless")
-    process = await queue_worker(double, "tests.test_sdk_cli:endless", "--grace-period", "0.3")
+    process = await queue_worker(double, "tests.e2e.test_sdk_cli:endless", "--grace-period", "0.3")
     started = await read_until(process, "run started taskId=t-endless runId=0")
     assert "level=INFO logger=worker_sdk.worker run started" in started
     process.send_signal(signal.SIGTERM)
@@ -97,7 +97,7 @@ async def test_a_sync_handler_that_ignores_cancellation_does_not_hold_up_the_exi
     double: CoordinatorDouble,
 ) -> None:
     double.add_task("t-stubborn")
-    process = await queue_worker(double, "tests.test_sdk_cli:stubborn", "--grace-period", "0.2")
+    process = await queue_worker(double, "tests.e2e.test_sdk_cli:stubborn", "--grace-period", "0.2")
     started = await read_until(process, "run started taskId=t-stubborn runId=0")
     process.send_signal(signal.SIGTERM)
     status, output = await finish(process, started)
@@ -203,7 +203,7 @@ async def test_workers_whose_supervisor_was_killed_hand_their_runs_back_and_exit
 ) -> None:
     double.add_task("t-endless")
     process = await queue_worker(
-        double, "tests.test_sdk_cli:endless", "--processes", "2", "--grace-period", "0.3"
+        double, "tests.e2e.test_sdk_cli:endless", "--processes", "2", "--grace-period", "0.3"
     )
     started = await read_until(process, "run started taskId=t-endless runId=0")
     process.kill()

@@ -18,14 +18,14 @@ import pytest
 import slugid
 
 from devharness.api import call
+from hawk_signing import Credentials
 from tests.fixtures.coordinator import (
     FakeClock,
     RunningCoordinator,
     StartCoordinator,
     task_definition,
 )
-from tests.test_taskcluster_client import start_secured, worker_scopes
-from worker_sdk.client import Credentials
+from tests.integration.test_taskcluster_client import start_secured, worker_scopes
 
 WORKER = {"workerGroup": "wg", "workerId": "w1"}
 

@@ -37,7 +37,7 @@ from coordinator.domain.records import from_iso
 from devharness.azurite import AzuriteProcess
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import FakeClock, RunningCoordinator, task_definition
-from tests.test_taskcluster_client import (
+from tests.integration.test_taskcluster_client import (
     Credentials,
     Queue,
     certificate,

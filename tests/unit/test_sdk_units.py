@@ -16,8 +16,9 @@ import pytest
 from mohawk.util import parse_authorization_header
 from taskcluster import Queue
 
+from hawk_signing import Credentials, authorization, hawk_ext
 from worker_sdk import TaskRun, Worker, azure, cli, timing
-from worker_sdk.client import Credentials, Outcome, authorization, hawk_ext
+from worker_sdk.client import Outcome
 from worker_sdk.errors import (
     InternalError,
     MalformedPayload,

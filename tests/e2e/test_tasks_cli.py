@@ -27,8 +27,8 @@ from coordinator.service.clock import wall_clock
 from devharness.api import call
 from devharness.ports import free_port
 from devharness.processes import REPO, child_env
+from hawk_signing import Credentials
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
-from worker_sdk.client import Credentials
 
 ROOT = {"clientId": "root", "accessToken": "root-token-" + "r" * 33}
 MANAGER = {"clientId": "ops/manager", "accessToken": "manager-token-" + "m" * 30}

@@ -1,6 +1,6 @@
 """The ``queue-coordinator`` command: ``serve`` runs the service, ``migrate`` applies store
 migrations, ``clients add`` adds a client to the clients file, ``tasks`` lists, counts,
-cancels and deletes tasks through the REST API (:mod:`coordinator.tasks_cli`). Flags mirror
+cancels and deletes tasks through the REST API (:mod:`coordinator.cli.tasks`). Flags mirror
 the environment variables of :mod:`coordinator.config`. A configuration mistake is one line on
 stderr that names it and the way out, and exit status 2; never a traceback."""
 
@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from coordinator import tasks_cli
 from coordinator.api.clients import add_client
 from coordinator.api.server import AppRunner
 from coordinator.app import build_app
+from coordinator.cli import tasks as tasks_cli
 from coordinator.config import Config, ConfigurationError
 from coordinator.logs import configure_logging
 from coordinator.store.factory import open_store
@@ -143,7 +143,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"queue-coordinator: {error}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

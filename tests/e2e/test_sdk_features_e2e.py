@@ -5,7 +5,7 @@ worker meets a coordinator that refuses it or does not answer.
 Real ``queue-worker`` processes (and, where a module constant must be shortened, an
 in-process :class:`~worker_sdk.Worker`) against a real ``queue-coordinator serve`` process
 with Hawk authentication on and a real Azurite, set up by the ``e2e`` fixture of
-tests/test_workers_e2e.py, whose journaling handler (tests/e2e_handlers.py) records what ran.
+tests/e2e/test_workers_e2e.py, whose journaling handler (tests/e2e_handlers.py) records what ran.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import slugid
 
 from coordinator.api.clients import add_client
 from coordinator.azure.hint_codec import encode_hint
-from tests import test_workers_e2e
-from tests.test_workers_e2e import E2E, MODES, WORKER_GROUP, WORKER_TYPE, MakeE2E
+from tests.e2e import test_workers_e2e
+from tests.e2e.test_workers_e2e import E2E, MODES, WORKER_GROUP, WORKER_TYPE, MakeE2E
 from worker_sdk import TaskRun, poller
 
 e2e = test_workers_e2e.e2e
-"""The fixture, shared with tests/test_workers_e2e.py."""
+"""The fixture, shared with tests/e2e/test_workers_e2e.py."""
 
 OTHER_WORKER_TYPE = "e2e-other"
 

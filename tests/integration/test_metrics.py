@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.api import call
 from devharness.azurite import AzuriteProcess
+from hawk_signing import Credentials
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import (
     FakeClock,
@@ -20,7 +21,6 @@ from tests.fixtures.coordinator import (
     StartCoordinator,
     task_definition,
 )
-from worker_sdk.client import Credentials
 
 ROOT = Credentials(client_id="root", access_token="root-token")
 WORKER_BODY = {"workerGroup": "wg", "workerId": "w1"}

@@ -38,6 +38,7 @@ from coordinator.api.clients import ensure_root_client
 from devharness.api import call
 from devharness.azurite import AzuriteProcess
 from devharness.waiting import wait_until
+from hawk_signing import Credentials
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import (
     CoordinatorProcess,
@@ -45,7 +46,6 @@ from tests.fixtures.coordinator import (
     base_config,
     task_definition,
 )
-from worker_sdk.client import Credentials
 
 N_TASKS = 60
 ABANDON_EVERY = 2

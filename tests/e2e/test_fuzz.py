@@ -25,8 +25,8 @@ from schemathesis.engine import events
 
 from coordinator.api.clients import ensure_root_client
 from devharness.api import call
+from hawk_signing import Credentials, authorization
 from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, task_definition
-from worker_sdk.client import Credentials, authorization
 
 MAX_EXAMPLES = 30
 """Examples per operation in the fuzzing phase: both runs together take about two minutes on

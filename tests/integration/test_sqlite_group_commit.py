@@ -22,7 +22,7 @@ import pytest
 
 from coordinator.store import sqlite as sqlite_module
 from coordinator.store.sqlite import SQLiteStore
-from tests.test_store_contract import get, new_record
+from tests.integration.test_store_contract import get, new_record
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
 """The Worker against the coordinator test double (see tests/coordinator_double.py): the
 worker protocol over real HTTP on 127.0.0.1, with the failures only a double produces on cue and
-the requests only a double can count. tests/test_sdk_real.py runs the main paths against
+the requests only a double can count. tests/integration/test_sdk_real.py runs the main paths against
 the real coordinator and Azurite.
 
 Tests of claims, reclaims and reports run twice (``MODES``): with the double's batch routes,
 and without them, as an older coordinator, so that the worker falls back to the single calls.
-What is peculiar to batching is tested in tests/test_sdk_batching.py.
+What is peculiar to batching is tested in tests/integration/test_sdk_batching.py.
 """
 
 from __future__ import annotations

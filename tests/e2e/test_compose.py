@@ -27,7 +27,7 @@ import taskcluster.aio
 import yaml
 
 from coordinator.api import validation
-from coordinator.cli import _parser
+from coordinator.cli.main import _parser
 from coordinator.config import Config
 from devharness import azurite as azurite_module
 from devharness.azurite import AzuriteProcess
@@ -36,7 +36,7 @@ from devharness.processes import end_processes, spawn
 from devharness.waiting import wait_until
 from tests.fixtures.coordinator import task_definition
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 DATA_DIR = "/data"
 
@@ -301,7 +301,7 @@ def test_the_command_is_a_declared_console_script_serving_on_all_interfaces() ->
     assert len(cmd) == 1 and cmd[0].startswith("["), "CMD in exec form, once"
     program, *rest = arguments(cmd[0])
     assert program in PYPROJECT["project"]["scripts"]
-    assert PYPROJECT["project"]["scripts"][program] == "coordinator.cli:main"
+    assert PYPROJECT["project"]["scripts"][program] == "coordinator.cli.main:main"
     assert _parser().parse_args(rest).command == "serve"
     env = " ".join(args for keyword, args in dockerfile() if keyword == "ENV")
     assert "COORDINATOR_HOST=0.0.0.0" in env

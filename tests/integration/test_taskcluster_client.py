@@ -9,7 +9,7 @@ client 3.0.2, the last with ``pollTaskUrls``, from its own virtualenv ``.venv-tc
 claim, as real workers do.
 
 The helpers here (clients file, client adapter, the 3.0.2 runner) are shared with
-``tests/test_scopes_api.py``.
+``tests/integration/test_scopes_api.py``.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ Credentials = dict[str, str]
 StartCoordinator = Callable[..., Awaitable[RunningCoordinator]]
 
 WT = "wt"
-TC3_PYTHON = Path(__file__).resolve().parents[1] / ".venv-tc3" / "bin" / "python"
-TC3_DRIVER = Path(__file__).resolve().parent / "tc3_driver.py"
+TC3_PYTHON = Path(__file__).resolve().parents[2] / ".venv-tc3" / "bin" / "python"
+TC3_DRIVER = Path(__file__).resolve().parents[1] / "tc3_driver.py"
 
 
 # --- helpers shared with test_scopes_api.py --------------------------------------------------

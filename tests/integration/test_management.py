@@ -24,14 +24,14 @@ from coordinator.resolvers import expiry_sweeper
 from coordinator.service.clock import wall_clock
 from devharness.api import call
 from devharness.waiting import wait_until
+from hawk_signing import Credentials
 from tests.fixtures.coordinator import (
     FakeClock,
     RunningCoordinator,
     StartCoordinator,
     task_definition,
 )
-from tests.test_taskcluster_client import write_clients
-from worker_sdk.client import Credentials
+from tests.integration.test_taskcluster_client import write_clients
 
 NDJSON = {"Accept": "application/x-ndjson"}
 STATES = ("unscheduled", "pending", "delayed", "running", "completed", "failed", "exception")

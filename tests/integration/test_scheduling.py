@@ -19,6 +19,7 @@ from coordinator.azure.hint_codec import decode_hint
 from coordinator.domain.records import from_iso, to_iso
 from devharness.api import call as signed_call
 from devharness.processes import child_env, spawn
+from hawk_signing import Credentials
 from tests.fixtures.coordinator import (
     FakeClock,
     RunningCoordinator,
@@ -26,7 +27,6 @@ from tests.fixtures.coordinator import (
     task_definition,
 )
 from tests.fixtures.flow import Flow
-from worker_sdk.client import Credentials
 
 WORKER = {"workerGroup": "wg", "workerId": "w1"}
 SECOND = 1000

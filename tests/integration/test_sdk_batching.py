@@ -4,7 +4,7 @@ request and refuses single runs of a batch on cue, and against the real coordina
 Azurite, whose ``/metrics`` count the requests per API method.
 
 The claim, reclaim and report paths themselves, batched and single, are tested in
-tests/test_sdk_worker.py. Tests of how one get's runs are batched poll with
+tests/integration/test_sdk_worker.py. Tests of how one get's runs are batched poll with
 ``polls_in_flight=1``: with two polls, which of them gets which hints is a race.
 """
 
@@ -22,6 +22,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.waiting import wait_until
+from hawk_signing import Credentials
 from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
     BATCH_ROUTES,
     CoordinatorDouble,
@@ -29,12 +30,12 @@ from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "d
     eventually,
     hint_text,
 )
-from tests.test_sdk_real import Setup, last_run, run_until
-from tests.test_sdk_real import setup as setup  # the fixture
-from tests.test_sdk_worker import make_worker, renewed, reports, running
+from tests.integration.test_sdk_real import Setup, last_run, run_until
+from tests.integration.test_sdk_real import setup as setup  # the fixture
+from tests.integration.test_sdk_worker import make_worker, renewed, reports, running
 from worker_sdk import RequestFailed, TaskRun
 from worker_sdk.batches import MAX_RUNS, RunBatches
-from worker_sdk.client import CoordinatorClient, Credentials, Outcome, RunReport
+from worker_sdk.client import CoordinatorClient, Outcome, RunReport
 from worker_sdk.priorities import Polling
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -14,7 +14,7 @@ import slugid
 
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
 from tests.fixtures.flow import Flow
-from tests.test_taskcluster_client import Queue, rejected, start_secured
+from tests.integration.test_taskcluster_client import Queue, rejected, start_secured
 
 KINDS = ["sync", "aio"]
 GROUP_SCOPES = ["queue:seal-task-group:-/*", "queue:cancel-task-group:-/*"]

@@ -1,0 +1,72 @@
+"""Taskcluster Hawk signing, shared by the worker SDK and the ``queue-coordinator`` command line.
+
+Owns the credentials a caller signs with and the ``Authorization`` header of one request,
+byte for byte as the official ``taskcluster`` client makes it (mohawk, sha256, ``ext`` = URL-safe
+base64 of the JSON ``{"certificate": ...}`` for temporary credentials and of ``{}`` otherwise).
+It imports neither ``coordinator`` nor ``worker_sdk``, so both may import it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mohawk
+
+
+@dataclass(frozen=True, kw_only=True)
+class Credentials:
+    """Taskcluster credentials; ``certificate`` (JSON text) makes them temporary ones."""
+
+    client_id: str
+    access_token: str
+    certificate: str | None = None
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Credentials:
+        """Read ``{clientId, accessToken, certificate?}`` as the API and the official client
+        spell them; a certificate may be JSON text or an already parsed object."""
+        certificate = value.get("certificate")
+        if certificate is not None and not isinstance(certificate, str):
+            certificate = json.dumps(certificate, separators=(",", ":"))
+        return cls(
+            client_id=str(value["clientId"]),
+            access_token=str(value["accessToken"]),
+            certificate=certificate or None,
+        )
+
+
+def hawk_ext(credentials: Credentials) -> str:
+    """The Hawk ``ext`` the official client sends, byte for byte.
+
+    The coordinator reads the certificate of temporary credentials from here; permanent
+    credentials still send the encoded empty object, as the official client does.
+    """
+    ext: dict[str, Any] = {}
+    if credentials.certificate:
+        ext["certificate"] = json.loads(credentials.certificate)
+    encoded = base64.b64encode(json.dumps(ext, separators=(",", ":")).encode()).decode()
+    return encoded.replace("+", "-").replace("/", "_")
+
+
+def authorization(
+    credentials: Credentials, *, method: str, url: str, content: str, content_type: str
+) -> str:
+    """The ``Authorization`` header value for one request."""
+    sender = mohawk.Sender(
+        credentials={
+            "id": credentials.client_id,
+            "key": credentials.access_token,
+            "algorithm": "sha256",
+        },
+        ext=hawk_ext(credentials),
+        url=url,
+        method=method,
+        content=content,
+        content_type=content_type,
+    )
+    header: str = sender.request_header
+    return header
