@@ -212,12 +212,12 @@ async def _readable(*fds: int) -> None:
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
 
-    def settle() -> None:
+    def wake() -> None:
         if not ready.done():
             ready.set_result(None)
 
     for fd in fds:
-        loop.add_reader(fd, settle)
+        loop.add_reader(fd, wake)
     try:
         await ready
     finally:

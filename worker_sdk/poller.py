@@ -340,7 +340,7 @@ class AzurePoller(_Polling):
         # return_exceptions: one failed claim must not discard the runs the others claimed.
         results = await asyncio.gather(
             *(
-                self._settle(queue, run, run_messages, outcome)
+                self._settle_hints(queue, run, run_messages, outcome)
                 for (run, run_messages), outcome in zip(runs.items(), outcomes, strict=True)
             ),
             return_exceptions=True,
@@ -388,7 +388,7 @@ class AzurePoller(_Polling):
             )
         return hint
 
-    async def _settle(
+    async def _settle_hints(
         self,
         queue: _AzureQueue,
         run: tuple[str, int],

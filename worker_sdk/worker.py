@@ -590,7 +590,7 @@ async def _in_daemon_thread(handler: Handler, run: TaskRun) -> Awaitable[None] |
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Awaitable[None] | None] = loop.create_future()
 
-    def settle(result: Awaitable[None] | None, error: BaseException | None) -> None:
+    def deliver(result: Awaitable[None] | None, error: BaseException | None) -> None:
         if done.done():  # cancelled while the thread ran
             return
         if error is None:
@@ -610,7 +610,7 @@ async def _in_daemon_thread(handler: Handler, run: TaskRun) -> Awaitable[None] |
             error = caught
         # RuntimeError: the event loop is gone, so nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, result, error)
+            loop.call_soon_threadsafe(deliver, result, error)
 
     name = f"handler taskId={run.task_id} runId={run.run_id}"
     threading.Thread(target=target, name=name, daemon=True).start()

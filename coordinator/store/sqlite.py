@@ -126,7 +126,7 @@ class _Call(Generic[T]):
     def failed(self) -> bool:
         return self.outcome[1] is not None
 
-    def settle(self) -> None:
+    def deliver(self) -> None:
         """Hand the outcome to the caller (on the event loop)."""
         if self.future.done():  # the caller was cancelled
             return
@@ -330,7 +330,7 @@ class SQLiteStore(SQLStore):
         changes = conn.total_changes
         if not _begin(conn, calls):
             for call in calls:
-                call.settle()
+                call.deliver()
             return
         done: list[_Call[Any]] = []
         for index, call in enumerate(calls):
@@ -338,7 +338,7 @@ class SQLiteStore(SQLStore):
             if not conn.in_transaction:
                 # Its error ended the transaction: it alone failed; the calls before it lost
                 # their writes and run again in the next transaction.
-                call.settle()
+                call.deliver()
                 self._waiting.extendleft(reversed(done + calls[index + 1 :]))
                 return
             done.append(call)
@@ -348,12 +348,12 @@ class SQLiteStore(SQLStore):
         if conn.total_changes == changes:  # nothing to make durable: no fsync to wait for
             _commit(conn, done)
             for call in done:
-                call.settle()
+                call.deliver()
         else:
             self._on_thread(functools.partial(_commit, conn, done), done)
 
     def _on_thread(self, work: Callable[[], None], calls: list[_Call[Any]]) -> None:
-        """Run ``work`` on the store thread, the connection busy meanwhile; then settle
+        """Run ``work`` on the store thread, the connection busy meanwhile; then deliver
         ``calls`` and start what waits."""
         self._busy = True
 
@@ -363,7 +363,7 @@ class SQLiteStore(SQLStore):
             for call in calls:
                 if error is not None:  # not the calls' own errors: those are their outcomes
                     call.outcome = (None, error)
-                call.settle()
+                call.deliver()
             self._next()
 
         loop = asyncio.get_running_loop()

@@ -71,13 +71,13 @@ async def test_bulk_delete_and_cancel_racing_two_workers_leave_nothing_inconsist
     assert 0 < deleted["deleted"] <= PER_BATCH
     assert 0 < cancelled["cancelled"] <= PER_BATCH
 
-    async def settled() -> bool:
+    async def both_done() -> bool:
         x = await manage("GET", "/tasks/count?tag=batch%3Ax")
         y = await manage("GET", "/tasks/count?tag=batch%3Ay")
         unresolved = sum(y["states"][state] for state in ("pending", "delayed", "running"))
         return bool(x["total"] == 0 and unresolved == 0)
 
-    await s.eventually(settled, within=30, what="batch x gone and batch y resolved")
+    await s.eventually(both_done, within=30, what="batch x gone and batch y resolved")
 
     async def hints_consumed() -> bool:
         return await s.message_count("lowest") == 0

@@ -4,7 +4,7 @@ A batch answers each run as its single call would (claimTask, reclaimTask, the r
 request order, and one run refused (unknown, not pending, held by another worker, a missing
 scope) never fails the others. Bad batches (empty, over 32, a run named twice, a reason where
 none belongs) are a 400 for the whole request, with nothing written. Concurrent batches over
-the same runs are settled by compare-and-set: each run is held by exactly one worker.
+the same runs are decided by compare-and-set: each run is held by exactly one worker.
 """
 
 from __future__ import annotations
