@@ -61,7 +61,7 @@ class WorkerKey:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TaskRun:
+class RecentTask:
     """A claimed run, as a worker's ``recentTasks`` lists it."""
 
     task_id: str
@@ -71,7 +71,9 @@ class TaskRun:
         return {"taskId": self.task_id, "runId": self.run_id}
 
 
-def recent_tasks(earlier: Sequence[TaskRun], later: Sequence[TaskRun]) -> tuple[TaskRun, ...]:
+def recent_tasks(
+    earlier: Sequence[RecentTask], later: Sequence[RecentTask]
+) -> tuple[RecentTask, ...]:
     """The last :data:`RECENT_TASKS` of ``earlier`` followed by ``later``, oldest first."""
     return (*earlier, *later)[-RECENT_TASKS:]
 
@@ -101,7 +103,7 @@ class WorkerSighting:
     key: WorkerKey
     seen: int
     expires: int
-    recent_tasks: tuple[TaskRun, ...] = ()
+    recent_tasks: tuple[RecentTask, ...] = ()
 
     def merged(self, later: WorkerSighting) -> WorkerSighting:
         """This sighting and a later one of the same worker, as one."""
@@ -210,7 +212,7 @@ class WorkerRecord:
     expires: int
     quarantine_until: int
     quarantine_details: tuple[QuarantineNote, ...] = ()
-    recent_tasks: tuple[TaskRun, ...] = ()
+    recent_tasks: tuple[RecentTask, ...] = ()
 
     def quarantined(self, now: int) -> bool:
         return self.quarantine_until > now

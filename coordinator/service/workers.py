@@ -36,9 +36,9 @@ from coordinator.domain.workers import (
     KeyedPage,
     ProvisionerRecord,
     QuarantineNote,
+    RecentTask,
     TaskQueueRecord,
     TaskQueueSighting,
-    TaskRun,
     WorkerKey,
     WorkerRecord,
     WorkerSighting,
@@ -118,9 +118,11 @@ class WorkerService:
             worker_group=run.worker_group,
             worker_id=run.worker_id,
         )
-        self._see_worker(key, (TaskRun(task_id=record.task_id, run_id=run_id),) if claimed else ())
+        self._see_worker(
+            key, (RecentTask(task_id=record.task_id, run_id=run_id),) if claimed else ()
+        )
 
-    def _see_worker(self, key: WorkerKey, claimed: tuple[TaskRun, ...]) -> None:
+    def _see_worker(self, key: WorkerKey, claimed: tuple[RecentTask, ...]) -> None:
         now = self.clock()
         expires = now + SEEN_EXPIRY
         self._see_queue(key.queue, now=now, expires=expires)

@@ -16,9 +16,9 @@ from coordinator.domain.workers import (
     Key,
     ProvisionerRecord,
     QuarantineNote,
+    RecentTask,
     TaskQueueRecord,
     TaskQueueSighting,
-    TaskRun,
     WorkerKey,
     WorkerRecord,
     WorkerSighting,
@@ -50,7 +50,7 @@ def queue_sighting_columns(sighting: TaskQueueSighting) -> dict[str, Any]:
 
 
 def worker_sighting_columns(
-    sighting: WorkerSighting, recent: Sequence[TaskRun] | None = None
+    sighting: WorkerSighting, recent: Sequence[RecentTask] | None = None
 ) -> dict[str, Any]:
     """The columns of a sighting's upsert.
 
@@ -66,12 +66,14 @@ def worker_sighting_columns(
     }
 
 
-def recent_json(tasks: Sequence[TaskRun]) -> str:
+def recent_json(tasks: Sequence[RecentTask]) -> str:
     return compact([task.to_api() for task in tasks])
 
 
-def recent_from_json(text: str) -> tuple[TaskRun, ...]:
-    return tuple(TaskRun(task_id=item["taskId"], run_id=item["runId"]) for item in json.loads(text))
+def recent_from_json(text: str) -> tuple[RecentTask, ...]:
+    return tuple(
+        RecentTask(task_id=item["taskId"], run_id=item["runId"]) for item in json.loads(text)
+    )
 
 
 def note_json(note: QuarantineNote) -> str:

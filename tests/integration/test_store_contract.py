@@ -25,9 +25,9 @@ from coordinator.domain.workers import (
     KeyedPage,
     ProvisionerRecord,
     QuarantineNote,
+    RecentTask,
     TaskQueueRecord,
     TaskQueueSighting,
-    TaskRun,
     WorkerKey,
     WorkerSighting,
 )
@@ -724,7 +724,7 @@ def seen(
     worker_id: str = "w", *, at: int = NOW, claimed: range = range(0), queue: TaskQueue = QUEUE
 ) -> tuple[TaskQueueSighting, WorkerSighting]:
     """A worker's sighting at ``at`` (with its queue's) that claimed tasks ``t<n>``."""
-    runs = tuple(TaskRun(task_id=f"t{n}", run_id=0) for n in claimed)
+    runs = tuple(RecentTask(task_id=f"t{n}", run_id=0) for n in claimed)
     return (
         TaskQueueSighting(queue=queue, seen=at, expires=at + DAY),
         WorkerSighting(
