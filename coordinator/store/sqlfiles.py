@@ -4,6 +4,10 @@ Layout, per driver (``sqlite``, ``postgres``) under ``coordinator/store/sql/<dri
 
 * ``NNNN_<name>.sql``: migration ``NNNN``, applied once, in order, in one transaction.
 * ``queries.sql``: statements separated by ``-- name: <query name>`` lines.
+
+``coordinator/store/sql/common/queries.sql`` holds, in the same form, the statements whose text
+is the same in both dialects; every driver gets them besides its own, so each such statement is
+written once. A name in both the common file and a driver's is a mistake, refused on loading.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from importlib import resources
 _NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
+COMMON = "common"
+"""The folder of the statements every driver shares."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Migration:
@@ -24,8 +31,8 @@ class Migration:
     sql: str
 
 
-def _directory(driver: str) -> resources.abc.Traversable:
-    return resources.files("coordinator.store").joinpath("sql", driver)
+def _directory(folder: str) -> resources.abc.Traversable:
+    return resources.files("coordinator.store").joinpath("sql", folder)
 
 
 @functools.cache
@@ -43,8 +50,24 @@ def migrations(driver: str) -> tuple[Migration, ...]:
 
 @functools.cache
 def queries(driver: str) -> dict[str, str]:
-    """Named statements of ``driver``'s ``queries.sql``."""
-    text = _directory(driver).joinpath("queries.sql").read_text("utf-8")
+    """Named statements of ``driver``: the common ``queries.sql`` and the driver's own.
+
+    :raises ValueError: a name is defined twice (in one file, or in both).
+    """
+    common, own = _named(COMMON), _named(driver)
+    twice = common.keys() & own.keys()
+    if twice:
+        raise ValueError(f"{driver}/queries.sql redefines common statements: {sorted(twice)}")
+    return {**common, **own}
+
+
+def _named(folder: str) -> dict[str, str]:
+    """The statements of ``sql/<folder>/queries.sql`` by name."""
+    text = _directory(folder).joinpath("queries.sql").read_text("utf-8")
     parts = _NAME_LINE.split(text)
     # split() yields [preamble, name1, body1, name2, body2, ...]
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    names = parts[1::2]
+    repeated = {name for name in names if names.count(name) > 1}
+    if repeated:
+        raise ValueError(f"{folder}/queries.sql names statements twice: {sorted(repeated)}")
+    return {name: body.strip() for name, body in zip(names, parts[2::2], strict=True)}

@@ -107,10 +107,6 @@ WITH new AS (
 )
 SELECT task_id FROM task
 
--- name: get_task
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
-FROM tasks WHERE task_id = :task_id
-
 -- name: get_many
 SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
 FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
@@ -163,21 +159,6 @@ UPDATE tasks SET hint_due = NULL
 WHERE task_id = :task_id AND hint_due IS NOT NULL
   AND CAST(CAST(runs AS JSON) -> -1 ->> 'run_id' AS INTEGER) = :run_id
 
--- name: expired_claims
-SELECT task_id, taken_until FROM tasks
-WHERE taken_until IS NOT NULL AND taken_until <= :now
-ORDER BY taken_until LIMIT :limit
-
--- name: past_deadlines
-SELECT task_id FROM tasks
-WHERE open_deadline IS NOT NULL AND open_deadline <= :now
-ORDER BY open_deadline LIMIT :limit
-
--- name: hints_due
-SELECT task_id FROM tasks
-WHERE hint_due IS NOT NULL AND hint_due < :before
-ORDER BY hint_due LIMIT :limit
-
 -- name: tasks_to_notify
 -- The order matches the partial index, so the planner always walks it; without one it may
 -- pick a sequential scan, expecting many rows where notify_dependents is set.
@@ -203,18 +184,6 @@ WITH doomed AS (
 )
 SELECT count(*) FROM deleted
 
--- name: task_group
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
-FROM tasks
-WHERE task_group_id = :task_group_id AND task_id > :after
-ORDER BY task_id LIMIT :limit
-
--- name: dependents
-SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents, t.version
-FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id
-WHERE d.required_task_id = :task_id AND d.dependent_task_id > :after
-ORDER BY d.dependent_task_id LIMIT :limit
-
 -- name: run_counts
 SELECT
     count(*) FILTER (WHERE state = 'pending' AND coalesce(visible_at, 0) <= :now) AS pending,
@@ -223,36 +192,6 @@ SELECT
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND state IN ('pending', 'running')
-
--- name: pending_by_task_queue
--- The reconciler's pass: pending runs per task queue, from the index on queue and state.
-SELECT provisioner_id, worker_type, count(*) AS pending
-FROM tasks WHERE state = 'pending'
-GROUP BY provisioner_id, worker_type
-
--- name: get_task_group
-SELECT task_group_id, scheduler_id, expires, sealed
-FROM task_groups WHERE task_group_id = :task_group_id
-
--- name: seal_task_group
--- Idempotent: a sealed group keeps the time it was first sealed.
-UPDATE task_groups SET sealed = coalesce(sealed, :now)
-WHERE task_group_id = :task_group_id
-RETURNING task_group_id, scheduler_id, expires, sealed
-
--- name: task_group_size
-SELECT count(*) FROM tasks WHERE task_group_id = :task_group_id
-
--- name: unresolved_in_group
-SELECT task_id FROM tasks
-WHERE task_group_id = :task_group_id AND open_deadline IS NOT NULL AND task_id > :after
-ORDER BY task_id LIMIT :limit
-
--- name: delete_expired_groups
--- A group expires with the last of its tasks (its expires is their latest).
-DELETE FROM task_groups WHERE task_group_id IN (
-    SELECT task_group_id FROM task_groups WHERE expires <= :now ORDER BY expires LIMIT :limit
-)
 
 -- name: record_sightings
 -- One statement, one transaction: the task queues and the workers seen, each side a JSON
@@ -289,45 +228,6 @@ SET last_date_active = greatest(w.last_date_active, EXCLUDED.last_date_active),
         ) AS kept
     )
 
--- name: task_queue
-SELECT provisioner_id, worker_type, expires, last_date_active, description, stability
-FROM task_queues
-WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND expires > :now
-
--- name: task_queues
-SELECT provisioner_id, worker_type, expires, last_date_active, description, stability
-FROM task_queues
-WHERE (provisioner_id, worker_type) > (:after_provisioner_id, :after_worker_type)
-  AND expires > :now
-ORDER BY provisioner_id, worker_type LIMIT :limit
-
--- name: worker_types
-SELECT provisioner_id, worker_type, expires, last_date_active, description, stability
-FROM task_queues
-WHERE provisioner_id = :provisioner_id
-  AND (provisioner_id, worker_type) > (:after_provisioner_id, :after_worker_type)
-  AND expires > :now
-ORDER BY provisioner_id, worker_type LIMIT :limit
-
--- name: provisioner
-SELECT provisioner_id, max(expires) AS expires, max(last_date_active) AS last_date_active
-FROM task_queues
-WHERE provisioner_id = :provisioner_id AND expires > :now
-GROUP BY provisioner_id
-
--- name: provisioners
-SELECT provisioner_id, max(expires) AS expires, max(last_date_active) AS last_date_active
-FROM task_queues
-WHERE provisioner_id > :after_provisioner_id AND expires > :now
-GROUP BY provisioner_id ORDER BY provisioner_id LIMIT :limit
-
--- name: worker
-SELECT provisioner_id, worker_type, worker_group, worker_id, first_claim, last_date_active,
-       expires, quarantine_until, quarantine_details, recent_tasks
-FROM workers
-WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
-  AND worker_group = :worker_group AND worker_id = :worker_id
-
 -- name: workers
 -- Listed: unexpired or quarantined. A NULL `quarantined` lists both kinds.
 SELECT provisioner_id, worker_type, worker_group, worker_id, first_claim, last_date_active,
@@ -350,21 +250,6 @@ WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND worker_group = :worker_group AND worker_id = :worker_id
 RETURNING provisioner_id, worker_type, worker_group, worker_id, first_claim, last_date_active,
           expires, quarantine_until, quarantine_details, recent_tasks
-
--- name: quarantined_workers
-SELECT provisioner_id, worker_type, worker_group, worker_id, quarantine_until
-FROM workers WHERE quarantine_until > :now
-
--- name: pending_runs
--- Sorted for each page from the queue's pending rows (a top-N sort: one page in memory;
--- visible_at is set exactly while the last run is pending). An index in this order would cost
--- every create and claim one more index write, measured as a few percent of the claim path,
--- for a monitoring read.
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
-FROM tasks
-WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND state = 'pending'
-  AND (visible_at, task_id) > (:after_visible_at, :after_task_id)
-ORDER BY visible_at, task_id LIMIT :limit
 
 -- name: claimed_runs
 -- Running runs are as many as the queue's busy workers: sorting them by the time in the
@@ -389,45 +274,6 @@ FROM unnest(CAST(:provisioner_ids AS TEXT[]), CAST(:worker_types AS TEXT[]))
 JOIN tasks t ON t.provisioner_id = q.provisioner_id AND t.worker_type = q.worker_type
 WHERE t.state IN ('pending', 'running')
 GROUP BY q.provisioner_id, q.worker_type
-
--- name: delete_expired_workers
--- A quarantined worker stays until its quarantine ends, expired or not (as in Taskcluster).
-DELETE FROM workers
-WHERE (provisioner_id, worker_type, worker_group, worker_id) IN (
-    SELECT provisioner_id, worker_type, worker_group, worker_id FROM workers
-    WHERE expires <= :now AND quarantine_until <= :now
-    ORDER BY expires LIMIT :limit
-)
-RETURNING worker_id
-
--- name: delete_expired_task_queues
-DELETE FROM task_queues
-WHERE (provisioner_id, worker_type) IN (
-    SELECT provisioner_id, worker_type FROM task_queues
-    WHERE expires <= :now ORDER BY expires LIMIT :limit
-)
-RETURNING worker_type
-
--- name: list_tasks
--- The management API: {filters} is the WHERE clause of a TaskFilter, written with its own
--- parameters by coordinator/store/task_filters.py.
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
-FROM tasks
-WHERE task_id > :after AND {filters}
-ORDER BY task_id LIMIT :limit
-
--- name: matching_task_ids
-SELECT task_id FROM tasks
-WHERE task_id > :after AND {filters}
-ORDER BY task_id LIMIT :limit
-
--- name: count_tasks
--- One row per filter state that matches (delayed: pending, not claimable yet).
-SELECT CASE WHEN state = 'pending' AND visible_at > :now THEN 'delayed' ELSE state END
-       AS filter_state,
-       count(*) AS tasks
-FROM tasks WHERE {filters}
-GROUP BY 1
 
 -- name: delete_matching
 -- deleteTasks and the outcome-TTL sweep, one bounded batch per statement. FOR UPDATE without

@@ -1,0 +1,159 @@
+-- The statements both drivers run as they are: the same text in SQLite's and PostgreSQL's
+-- dialects. coordinator.store.sqlfiles adds them to each driver's own queries.sql (a name may
+-- be in only one of the two). Parameters are written :name; the PostgreSQL driver rewrites
+-- them to asyncpg's $1, $2, ... Keep :word out of string literals and comments.
+
+-- name: get_task
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks WHERE task_id = :task_id
+
+-- name: expired_claims
+SELECT task_id, taken_until FROM tasks
+WHERE taken_until IS NOT NULL AND taken_until <= :now
+ORDER BY taken_until LIMIT :limit
+
+-- name: past_deadlines
+SELECT task_id FROM tasks
+WHERE open_deadline IS NOT NULL AND open_deadline <= :now
+ORDER BY open_deadline LIMIT :limit
+
+-- name: hints_due
+SELECT task_id FROM tasks
+WHERE hint_due IS NOT NULL AND hint_due < :before
+ORDER BY hint_due LIMIT :limit
+
+-- name: task_group
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE task_group_id = :task_group_id AND task_id > :after
+ORDER BY task_id LIMIT :limit
+
+-- name: dependents
+SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents, t.version
+FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id
+WHERE d.required_task_id = :task_id AND d.dependent_task_id > :after
+ORDER BY d.dependent_task_id LIMIT :limit
+
+-- name: pending_by_task_queue
+-- The reconciler's pass: pending runs per task queue, from the index on queue and state.
+SELECT provisioner_id, worker_type, count(*) AS pending
+FROM tasks WHERE state = 'pending'
+GROUP BY provisioner_id, worker_type
+
+-- name: get_task_group
+SELECT task_group_id, scheduler_id, expires, sealed
+FROM task_groups WHERE task_group_id = :task_group_id
+
+-- name: seal_task_group
+-- Idempotent: a sealed group keeps the time it was first sealed.
+UPDATE task_groups SET sealed = coalesce(sealed, :now)
+WHERE task_group_id = :task_group_id
+RETURNING task_group_id, scheduler_id, expires, sealed
+
+-- name: task_group_size
+SELECT count(*) FROM tasks WHERE task_group_id = :task_group_id
+
+-- name: unresolved_in_group
+SELECT task_id FROM tasks
+WHERE task_group_id = :task_group_id AND open_deadline IS NOT NULL AND task_id > :after
+ORDER BY task_id LIMIT :limit
+
+-- name: delete_expired_groups
+-- A group expires with the last of its tasks (its expires is their latest).
+DELETE FROM task_groups WHERE task_group_id IN (
+    SELECT task_group_id FROM task_groups WHERE expires <= :now ORDER BY expires LIMIT :limit
+)
+
+-- name: task_queue
+SELECT provisioner_id, worker_type, expires, last_date_active, description, stability
+FROM task_queues
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND expires > :now
+
+-- name: task_queues
+SELECT provisioner_id, worker_type, expires, last_date_active, description, stability
+FROM task_queues
+WHERE (provisioner_id, worker_type) > (:after_provisioner_id, :after_worker_type)
+  AND expires > :now
+ORDER BY provisioner_id, worker_type LIMIT :limit
+
+-- name: worker_types
+SELECT provisioner_id, worker_type, expires, last_date_active, description, stability
+FROM task_queues
+WHERE provisioner_id = :provisioner_id
+  AND (provisioner_id, worker_type) > (:after_provisioner_id, :after_worker_type)
+  AND expires > :now
+ORDER BY provisioner_id, worker_type LIMIT :limit
+
+-- name: provisioner
+SELECT provisioner_id, max(expires) AS expires, max(last_date_active) AS last_date_active
+FROM task_queues
+WHERE provisioner_id = :provisioner_id AND expires > :now
+GROUP BY provisioner_id
+
+-- name: provisioners
+SELECT provisioner_id, max(expires) AS expires, max(last_date_active) AS last_date_active
+FROM task_queues
+WHERE provisioner_id > :after_provisioner_id AND expires > :now
+GROUP BY provisioner_id ORDER BY provisioner_id LIMIT :limit
+
+-- name: worker
+SELECT provisioner_id, worker_type, worker_group, worker_id, first_claim, last_date_active,
+       expires, quarantine_until, quarantine_details, recent_tasks
+FROM workers
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND worker_group = :worker_group AND worker_id = :worker_id
+
+-- name: quarantined_workers
+SELECT provisioner_id, worker_type, worker_group, worker_id, quarantine_until
+FROM workers WHERE quarantine_until > :now
+
+-- name: pending_runs
+-- visible_at is set exactly while the last run is pending. SQLite walks tasks_by_queue_state,
+-- which holds a queue's pending rows in visible_at order (ties sort by task_id within a
+-- page). PostgreSQL sorts each page from the queue's pending rows (a top-N sort: one page in
+-- memory): an index in this order would cost every create and claim one more index write,
+-- measured as a few percent of the claim path, for a monitoring read.
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND state = 'pending'
+  AND (visible_at, task_id) > (:after_visible_at, :after_task_id)
+ORDER BY visible_at, task_id LIMIT :limit
+
+-- name: delete_expired_workers
+-- A quarantined worker stays until its quarantine ends, expired or not (as in Taskcluster).
+DELETE FROM workers
+WHERE (provisioner_id, worker_type, worker_group, worker_id) IN (
+    SELECT provisioner_id, worker_type, worker_group, worker_id FROM workers
+    WHERE expires <= :now AND quarantine_until <= :now
+    ORDER BY expires LIMIT :limit
+)
+RETURNING worker_id
+
+-- name: delete_expired_task_queues
+DELETE FROM task_queues
+WHERE (provisioner_id, worker_type) IN (
+    SELECT provisioner_id, worker_type FROM task_queues
+    WHERE expires <= :now ORDER BY expires LIMIT :limit
+)
+RETURNING worker_type
+
+-- name: list_tasks
+-- The management API: {filters} is the WHERE clause of a TaskFilter, written with its own
+-- parameters by coordinator/store/task_filters.py.
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE task_id > :after AND {filters}
+ORDER BY task_id LIMIT :limit
+
+-- name: matching_task_ids
+SELECT task_id FROM tasks
+WHERE task_id > :after AND {filters}
+ORDER BY task_id LIMIT :limit
+
+-- name: count_tasks
+-- One row per filter state that matches (delayed: pending, not claimable yet).
+SELECT CASE WHEN state = 'pending' AND visible_at > :now THEN 'delayed' ELSE state END
+       AS filter_state,
+       count(*) AS tasks
+FROM tasks WHERE {filters}
+GROUP BY 1
