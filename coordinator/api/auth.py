@@ -45,7 +45,7 @@ import mohawk.exc
 import mohawk.util
 from aiohttp import hdrs, web
 
-from coordinator.api.clients import ISSUER_CLIENT_ID, ClientRegistry, Credentials
+from coordinator.api.clients import ISSUER_CLIENT_ID, ClientRegistry
 from coordinator.api.credentials import (
     MAX_LIFETIME_MS,
     certificate_signature,
@@ -56,6 +56,7 @@ from coordinator.api.errors import AuthenticationFailed, InsufficientScopes
 from coordinator.api.scopes import Expression, render, satisfies, unsatisfied, valid_scope
 from coordinator.config import Config
 from coordinator.domain.records import Run, TaskRecord
+from hawk_signing import Credentials
 
 log = logging.getLogger(__name__)
 

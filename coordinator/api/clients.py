@@ -44,6 +44,7 @@ from typing import Any
 
 from coordinator.api.scopes import valid_scope
 from coordinator.config import ConfigurationError
+from hawk_signing import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +56,6 @@ _CLIENT_KEYS = frozenset({"clientId", "accessToken", "scopes", "description"})
 
 class ClientsFileError(ConfigurationError):
     """The clients file is missing, unreadable or malformed; the message says where."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Credentials:
-    """What signs requests or certificates: a clientId and its accessToken."""
-
-    client_id: str
-    access_token: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

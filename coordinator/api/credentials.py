@@ -30,8 +30,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.api.clients import Credentials
 from coordinator.api.scopes import valid_scope
+from hawk_signing import Credentials
 
 MAX_LIFETIME_MS = 31 * 24 * 3600 * 1000
 """Taskcluster refuses certificates that last longer than 31 days."""

@@ -79,8 +79,7 @@ async def coordinator(
     clients_file = workdir / "clients.json"
     credentials = None
     if settings.auth:
-        root = ensure_root_client(clients_file)
-        credentials = Credentials(client_id=root.client_id, access_token=root.access_token)
+        credentials = ensure_root_client(clients_file)
     prefix = f"b{uuid.uuid4().hex[:8]}-"
     async with _store_url(settings, store, workdir) as store_url:
         serve = ServeProcess(

@@ -126,8 +126,7 @@ class Soak:
         credentials: Credentials | None = None
         clients_file = self.workdir / "clients.json"
         if settings.auth:
-            root = ensure_root_client(clients_file)
-            credentials = Credentials(client_id=root.client_id, access_token=root.access_token)
+            credentials = ensure_root_client(clients_file)
         self.coordinator = ServeProcess(
             data_dir=self.workdir / "coordinator",
             store_url=settings.store_url

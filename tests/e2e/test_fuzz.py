@@ -211,8 +211,7 @@ async def test_no_input_reaches_a_server_error(
     clients_file = tmp_path / "clients.json"
     credentials = None
     if auth:
-        root = ensure_root_client(clients_file)
-        credentials = Credentials(client_id=root.client_id, access_token=root.access_token)
+        credentials = ensure_root_client(clients_file)
     process = coordinator_process(auth_enabled=auth, clients_file=clients_file)
     c = await process.start()
     seeded = await seed(c, credentials)

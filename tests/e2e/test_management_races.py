@@ -18,7 +18,6 @@ import slugid
 
 from coordinator.api.clients import ensure_root_client
 from devharness.api import call
-from hawk_signing import Credentials
 from tests.e2e import test_workers_e2e
 from tests.e2e.test_workers_e2e import WORKER_TYPE, MakeE2E, started_by
 from tests.fixtures.coordinator import task_definition
@@ -33,8 +32,7 @@ async def test_bulk_delete_and_cancel_racing_two_workers_leave_nothing_inconsist
     e2e: MakeE2E,
 ) -> None:
     s = await e2e(claim_work=False)
-    root = ensure_root_client(s.directory / "clients.json")
-    operator = Credentials(client_id=root.client_id, access_token=root.access_token)
+    operator = ensure_root_client(s.directory / "clients.json")
     batches: dict[str, list[str]] = {"x": [], "y": []}
     gate = asyncio.Semaphore(8)
 

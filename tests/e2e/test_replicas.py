@@ -370,7 +370,7 @@ async def cluster(
             replicas=replicas,
             processes=processes,
             http=http,
-            root=Credentials(client_id=root.client_id, access_token=root.access_token),
+            root=root,
             provisioner_id=azure_namespace.provisioner_id,
         )
 

@@ -21,7 +21,6 @@ import pytest
 import slugid
 from aiohttp import web
 
-from coordinator.api.clients import Credentials as IssuerCredentials
 from coordinator.api.credentials import temporary_credentials
 from coordinator.service.clock import wall_clock
 from devharness.api import call
@@ -286,7 +285,7 @@ async def test_cancel_then_delete(tasks: Tasks) -> None:
     # temporary credentials, as TASKCLUSTER_CERTIFICATE carries them
     now = wall_clock()
     temporary = temporary_credentials(
-        issuer=IssuerCredentials(client_id=ROOT["clientId"], access_token=ROOT["accessToken"]),
+        issuer=Credentials(client_id=ROOT["clientId"], access_token=ROOT["accessToken"]),
         client_id=ROOT["clientId"],
         scopes=["queue:manage:delete-tasks"],
         start=now - 60_000,

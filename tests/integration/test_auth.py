@@ -35,7 +35,6 @@ from coordinator.api.clients import (
     ROOT_CLIENT_ID,
     ClientRegistry,
     ClientsFileError,
-    Credentials,
     ensure_root_client,
 )
 from coordinator.api.credentials import certificate_signature, temporary_credentials
@@ -49,6 +48,7 @@ from coordinator.api.scopes import (
     unsatisfied,
 )
 from coordinator.domain.records import Run, TaskRecord
+from hawk_signing import Credentials
 
 TASK_ID = "fN1SbArXTPSVFNUvaOlinQ"
 TASK_SCOPES = ["secrets:get:project/build"]
