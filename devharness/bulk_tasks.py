@@ -3,8 +3,8 @@ tasks, varied as a busy deployment's are, straight into the tables of a migrated
 coordinator's own migration creates them first), far faster than the API could.
 
 Every row is what the coordinator itself would have stored. A task's kind (its
-:class:`Shape`: task queue, tags, outcome, pace) is built once with the coordinator's domain
-code (``definitions.normalise``, then the ``lifecycle`` transitions the outcome needs:
+:class:`Shape`: task queue, tags, end state, pace) is built once with the coordinator's domain
+code (``definitions.normalise``, then the ``lifecycle`` transitions the end state needs:
 ``create``, ``claim``, ``report``, ``cancel``) and ``rows.insert_columns``; each task of that
 kind is then the same row with its own ids and its times shifted, which is what the domain code
 gives for the same events at another time (it never reads a clock). Each kind's template is
@@ -74,7 +74,7 @@ NOT_BEFORE_AFTER: Final = 4 * DAY + 12 * HOUR
 """A delayed task's ``notBefore`` after its creation: half a day or more after ``now``."""
 CLAIM_TIMEOUT_S: Final = 86_400
 
-Outcome = Literal[
+EndState = Literal[
     "unscheduled",
     "pending",
     "pending-retry",
@@ -86,9 +86,9 @@ Outcome = Literal[
     "exception",
     "canceled",
 ]
-OUTCOMES: Final[tuple[Outcome, ...]] = get_args(Outcome)
+END_STATES: Final[tuple[EndState, ...]] = get_args(EndState)
 
-FILTER_STATE: Final[Mapping[Outcome, FilterState]] = {
+FILTER_STATE: Final[Mapping[EndState, FilterState]] = {
     "unscheduled": "unscheduled",
     "pending": "pending",
     "pending-retry": "pending",
@@ -100,18 +100,18 @@ FILTER_STATE: Final[Mapping[Outcome, FilterState]] = {
     "exception": "exception",
     "canceled": "exception",
 }
-"""What countTasks calls each outcome."""
+"""What countTasks calls each end state."""
 
 
 @dataclass(frozen=True, slots=True)
 class Band:
     """Tasks of one age: the share of all tasks, how long ago they were created (ms, the
-    oldest first) and the outcomes they end in, with their weights."""
+    oldest first) and the states they end in, with their weights."""
 
     share: float
     oldest: int
     newest: int
-    outcomes: Mapping[Outcome, float]
+    end_states: Mapping[EndState, float]
 
 
 BANDS: Final = (
@@ -173,7 +173,7 @@ class Shape:
     queue: str
     kind: str
     platform: str
-    outcome: Outcome
+    end_state: EndState
     pace: int
 
 
@@ -220,16 +220,16 @@ def _body(shape: Shape, ids: Ids, created: int) -> dict[str, Any]:
     }
     if ids.dependency is not None:
         body["dependencies"] = [ids.dependency]
-    if shape.outcome == "delayed":
+    if shape.end_state == "delayed":
         body["notBefore"] = to_iso(created + NOT_BEFORE_AFTER)
-    if shape.outcome == "running":
+    if shape.end_state == "running":
         body["claimTimeout"] = CLAIM_TIMEOUT_S
     return body
 
 
 def build(shape: Shape, ids: Ids, created: int) -> tuple[TaskRecord, int]:
     """The record the coordinator stores for a task of ``shape`` created at ``created`` that
-    went through its outcome's transitions, and the row's version (one per write)."""
+    went through its end state's transitions, and the row's version (one per write)."""
     timing = lifecycle.Timing()
     definition = definitions.normalise(
         ids.task, _body(shape, ids, created), now=created, max_deadline=_MAX_DEADLINE
@@ -239,11 +239,11 @@ def build(shape: Shape, ids: Ids, created: int) -> tuple[TaskRecord, int]:
     pickup, duration = PACES[shape.pace]
     at = created
 
-    def write(outcome: lifecycle.Outcome) -> None:
+    def write(result: lifecycle.TransitionResult) -> None:
         nonlocal record, version
         # What compare-and-set stores: notify_dependents only for a task with dependents
         # (none of these has any), the definition as written.
-        record = outcome.record.replace(notify_dependents=False, definition_changed=False)
+        record = result.record.replace(notify_dependents=False, definition_changed=False)
         version += 1
 
     def run(resolution: tuple[str, str] | None) -> None:
@@ -270,11 +270,11 @@ def build(shape: Shape, ids: Ids, created: int) -> tuple[TaskRecord, int]:
                 )
             )
 
-    match shape.outcome:
+    match shape.end_state:
         case "running":
             run(None)
         case "completed" | "failed":
-            run((shape.outcome, shape.outcome))
+            run((shape.end_state, shape.end_state))
         case "exception":
             run(("exception", "malformed-payload"))
         case "pending-retry":
@@ -381,7 +381,7 @@ class Template:
     @classmethod
     def of(cls, shape: Shape) -> Template:
         """Build the shape's record once; check the template against a second build."""
-        ids = _SENTINELS if shape.outcome == "unscheduled" else _without_dependency(_SENTINELS)
+        ids = _SENTINELS if shape.end_state == "unscheduled" else _without_dependency(_SENTINELS)
         record, version = build(shape, ids, _REFERENCE)
         columns = row(record, version)
         template = cls(
@@ -403,7 +403,7 @@ class Template:
             group="dGhlIHRlbXBsYXRlJ3MgZ3",
             scheduler="scheduler-check",
             project="project-check",
-            dependency="c2hpZnQgYW5kIGlkcyBvaw" if shape.outcome == "unscheduled" else None,
+            dependency="c2hpZnQgYW5kIGlkcyBvaw" if shape.end_state == "unscheduled" else None,
         )
         created = _REFERENCE + 37 * DAY + 12_345
         expected = tuple(row(*build(shape, other, created)).values())
@@ -507,7 +507,7 @@ def chunks(
     ``generated`` is filled in as they go. See :func:`fill` for ``group_size``."""
     rng = random.Random(seed)
     templates: dict[Shape, Template] = {}
-    outcomes = [_Weighted(band.outcomes) for band in BANDS]
+    end_states = [_Weighted(band.end_states) for band in BANDS]
     kinds = _Weighted(KINDS)
     # a twentieth of the tasks at most, so that a few thousand tasks still make many groups
     mean_size = max(10, min(GROUP_SIZE, count // 20))
@@ -523,28 +523,32 @@ def chunks(
             group_expires, waiting_for = 0, None
             generated.task_group_ids.append(group)
         band, created = _created(index / count, now)
-        outcome: Outcome = outcomes[band].draw(rng)
-        if outcome == "unscheduled" and waiting_for is None:
-            outcome = "pending"  # nothing unresolved in the group yet to wait for
+        end_state: EndState = end_states[band].draw(rng)
+        if end_state == "unscheduled" and waiting_for is None:
+            end_state = "pending"  # nothing unresolved in the group yet to wait for
         kind = kinds.draw(rng)
         shape = Shape(
-            rng.choice(QUEUES), kind, rng.choice(PLATFORMS), outcome, rng.randrange(len(PACES))
+            rng.choice(QUEUES), kind, rng.choice(PLATFORMS), end_state, rng.randrange(len(PACES))
         )
         template = templates.get(shape)
         if template is None:
             template = templates[shape] = Template.of(shape)
             generated.columns = template.columns
         ids = Ids(
-            _slug(rng), group, scheduler, project, waiting_for if outcome == "unscheduled" else None
+            _slug(rng),
+            group,
+            scheduler,
+            project,
+            waiting_for if end_state == "unscheduled" else None,
         )
         created += rng.randrange(60_000)
         chunk.tasks.append(template.render(ids, created))
         chunk.tags += [(ids.task, key, value) for key, value in template.tags]
         if ids.dependency is not None:
             chunk.dependencies.append((ids.dependency, ids.task))
-        if outcome in ("pending", "running"):
+        if end_state in ("pending", "running"):
             waiting_for = ids.task
-        generated.states[FILTER_STATE[outcome]] += 1
+        generated.states[FILTER_STATE[end_state]] += 1
         group_expires = max(group_expires, created + template.expires_after)
         group_left -= 1
         if group_left == 0 or index == count - 1:

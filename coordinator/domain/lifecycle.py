@@ -1,11 +1,11 @@
 """The task state machine (docs/protocol.md, "Lifecycle"), as pure functions.
 
 Every transition takes a :class:`~coordinator.domain.records.TaskRecord`, the event's
-parameters and ``now`` (epoch milliseconds) and returns an :class:`Outcome`, or raises
+parameters and ``now`` (epoch milliseconds) and returns an :class:`TransitionResult`, or raises
 :class:`~coordinator.domain.errors.NotFound` or :class:`~coordinator.domain.errors.Conflict`.
 Nothing here reads a clock, touches the store or talks to Azure: the caller
 (:mod:`coordinator.service.transitions`) loads the record, applies a transition, writes the
-result with compare-and-set and then carries out the outcome's effects (putting a hint,
+result with compare-and-set and then carries out the result's effects (putting a hint,
 re-examining dependents). Because transitions are pure, a caller that loses a compare-and-set
 race simply re-reads and applies the same transition again; the second application sees the
 winner's state and answers accordingly (usually a conflict).
@@ -65,7 +65,7 @@ class Hint:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Outcome:
+class TransitionResult:
     """The result of a transition.
 
     :param record: the new record (the old one when ``changed`` is false).
@@ -98,8 +98,8 @@ def claim_timeout(record: TaskRecord, timing: Timing) -> int:
     return record.claim_timeout or timing.claim_timeout
 
 
-def unchanged(record: TaskRecord) -> Outcome:
-    return Outcome(record=record, changed=False)
+def unchanged(record: TaskRecord) -> TransitionResult:
+    return TransitionResult(record=record, changed=False)
 
 
 def hint_for(record: TaskRecord) -> Hint:
@@ -118,7 +118,7 @@ def hint_for(record: TaskRecord) -> Hint:
 
 def _add_pending_run(
     record: TaskRecord, *, reason: str, now: int, delay: int = 0, **changes: object
-) -> Outcome:
+) -> TransitionResult:
     run = Run(
         run_id=len(record.runs),
         state="pending",
@@ -128,7 +128,7 @@ def _add_pending_run(
         visible_at=max(now + delay, record.not_before or 0),
     )
     new = record.replace(runs=(*record.runs, run), hint_needed=True, **changes)
-    return Outcome(record=new, hint=hint_for(new))
+    return TransitionResult(record=new, hint=hint_for(new))
 
 
 def _resolve_last_run(
@@ -146,7 +146,7 @@ def _resolve_last_run(
     return record.replace(runs=(*record.runs[:-1], resolved), hint_needed=False, **changes)
 
 
-def _resolve(record: TaskRecord, *, state: str, reason: str, now: int) -> Outcome:
+def _resolve(record: TaskRecord, *, state: str, reason: str, now: int) -> TransitionResult:
     """Resolve the task for good: the last run, or for an unscheduled task a new run 0 created
     already resolved (``reasonCreated: exception``). Its dependents must then look again."""
     if record.runs:
@@ -162,10 +162,12 @@ def _resolve(record: TaskRecord, *, state: str, reason: str, now: int) -> Outcom
             resolved=now,
         )
         new = record.replace(runs=(run,), notify_dependents=True)
-    return Outcome(record=new, resolved=True)
+    return TransitionResult(record=new, resolved=True)
 
 
-def _resolve_maybe_retry(record: TaskRecord, *, reason: str, now: int, timing: Timing) -> Outcome:
+def _resolve_maybe_retry(
+    record: TaskRecord, *, reason: str, now: int, timing: Timing
+) -> TransitionResult:
     """Resolve the last run as ``exception/<reason>``, retrying if the reason and budget allow."""
     retry_reason = RETRYING_REASONS.get(reason)
     can_retry = (
@@ -216,14 +218,14 @@ def _require_last(record: TaskRecord, run: Run) -> None:
 # --- creation and scheduling -------------------------------------------------------------
 
 
-def create(record: TaskRecord, *, now: int) -> Outcome:
+def create(record: TaskRecord, *, now: int) -> TransitionResult:
     """A new task: run 0 pending at once unless it waits for dependencies."""
     if record.dependencies:
-        return Outcome(record=record)
+        return TransitionResult(record=record)
     return _add_pending_run(record, reason="scheduled", now=now)
 
 
-def schedule(record: TaskRecord, *, now: int) -> Outcome:
+def schedule(record: TaskRecord, *, now: int) -> TransitionResult:
     """scheduleTask: give an unscheduled task its run 0; a no-op for any other state."""
     _require_before_deadline(record, now, "scheduled")
     if record.runs:
@@ -243,7 +245,7 @@ def dependencies_satisfied(record: TaskRecord, dependency_states: Mapping[str, s
 
 def schedule_if_satisfied(
     record: TaskRecord, *, dependency_states: Mapping[str, str | None], now: int
-) -> Outcome:
+) -> TransitionResult:
     """Dependency resolution: schedule an unscheduled task whose dependencies are satisfied.
 
     A task that is already scheduled, past its deadline, or still waiting is left unchanged;
@@ -257,7 +259,7 @@ def schedule_if_satisfied(
     return _add_pending_run(record, reason="scheduled", now=now)
 
 
-def rerun(record: TaskRecord, *, now: int) -> Outcome:
+def rerun(record: TaskRecord, *, now: int) -> TransitionResult:
     """rerunTask: a new ``rerun`` run for a resolved task, with the retry budget restored."""
     _require_before_deadline(record, now, "rerun")
     state = record.state
@@ -271,7 +273,7 @@ def rerun(record: TaskRecord, *, now: int) -> Outcome:
     return _add_pending_run(record, reason="rerun", now=now, retries_left=retries)
 
 
-def cancel(record: TaskRecord, *, now: int) -> Outcome:
+def cancel(record: TaskRecord, *, now: int) -> TransitionResult:
     """cancelTask: resolve the task as ``exception/canceled``; a no-op once resolved."""
     _require_before_deadline(record, now, "canceled")
     if record.is_resolved:
@@ -279,7 +281,7 @@ def cancel(record: TaskRecord, *, now: int) -> Outcome:
     return _resolve(record, state="exception", reason="canceled", now=now)
 
 
-def change_priority(record: TaskRecord, *, priority: str, now: int) -> Outcome:
+def change_priority(record: TaskRecord, *, priority: str, now: int) -> TransitionResult:
     """changeTaskPriority: the task's priority from now on, for its definition, its scopes and
     its runs' queues. A pending run's hint is put again on the new priority's queue (the old
     one goes stale, which is harmless); a running run keeps its claim."""
@@ -294,9 +296,9 @@ def change_priority(record: TaskRecord, *, priority: str, now: int) -> Outcome:
         definition_changed=True,
     )
     if record.state != "pending" or hint_for(new).priority == hint_for(record).priority:
-        return Outcome(record=new)
+        return TransitionResult(record=new)
     new = new.replace(hint_needed=True)
-    return Outcome(record=new, hint=hint_for(new))
+    return TransitionResult(record=new, hint=hint_for(new))
 
 
 # --- worker actions ------------------------------------------------------------------------
@@ -310,7 +312,7 @@ def claim(
     worker_id: str,
     now: int,
     timing: Timing,
-) -> Outcome:
+) -> TransitionResult:
     """claimTask: the worker takes the pending last run until ``now + claim_timeout``.
 
     The same worker repeating a claim of the run it holds gets the same answer again.
@@ -342,10 +344,12 @@ def claim(
             "taken_until": now + claim_timeout(record, timing),
         }
     )
-    return Outcome(record=record.replace(runs=(*record.runs[:-1], claimed), hint_needed=False))
+    return TransitionResult(
+        record=record.replace(runs=(*record.runs[:-1], claimed), hint_needed=False)
+    )
 
 
-def reclaim(record: TaskRecord, *, run_id: int, now: int, timing: Timing) -> Outcome:
+def reclaim(record: TaskRecord, *, run_id: int, now: int, timing: Timing) -> TransitionResult:
     """reclaimTask: extend the claim to ``now + claim_timeout`` (never shortening it)."""
     run = _run(record, run_id)
     _require_before_deadline(record, now, "reclaimed")
@@ -353,14 +357,14 @@ def reclaim(record: TaskRecord, *, run_id: int, now: int, timing: Timing) -> Out
     if run.state != "running":
         raise Conflict(f"run {run_id} of task {record.task_id} is {run.state}, not running")
     taken_until = max(run.taken_until or 0, now + claim_timeout(record, timing))
-    return Outcome(
+    return TransitionResult(
         record=record.with_last_run(Run(**{**run.to_stored(), "taken_until": taken_until}))
     )
 
 
 def report(
     record: TaskRecord, *, run_id: int, state: str, reason: str, now: int, timing: Timing
-) -> Outcome:
+) -> TransitionResult:
     """reportCompleted, reportFailed and reportException.
 
     :param state: ``completed``, ``failed`` or ``exception``.
@@ -390,7 +394,9 @@ def report(
 # --- resolvers -----------------------------------------------------------------------------
 
 
-def expire_claim(record: TaskRecord, *, taken_until: int, now: int, timing: Timing) -> Outcome:
+def expire_claim(
+    record: TaskRecord, *, taken_until: int, now: int, timing: Timing
+) -> TransitionResult:
     """Claim expiry: resolve the running last run as ``exception/claim-expired``.
 
     :param taken_until: the takenUntil the resolver observed; a reclaim since then moved it,
@@ -408,14 +414,14 @@ def expire_claim(record: TaskRecord, *, taken_until: int, now: int, timing: Timi
     return _resolve_maybe_retry(record, reason="claim-expired", now=now, timing=timing)
 
 
-def exceed_deadline(record: TaskRecord, *, now: int) -> Outcome:
+def exceed_deadline(record: TaskRecord, *, now: int) -> TransitionResult:
     """Deadline: every unresolved task past its deadline ends ``exception/deadline-exceeded``."""
     if now < record.deadline or record.is_resolved:
         return unchanged(record)
     return _resolve(record, state="exception", reason="deadline-exceeded", now=now)
 
 
-def dependents_notified(record: TaskRecord, *, examined_version: int) -> Outcome:
+def dependents_notified(record: TaskRecord, *, examined_version: int) -> TransitionResult:
     """The dependency resolver has re-examined this task's dependents.
 
     :param examined_version: the version of the record whose resolution the dependents were
@@ -424,4 +430,4 @@ def dependents_notified(record: TaskRecord, *, examined_version: int) -> Outcome
     """
     if not record.notify_dependents or record.version != examined_version:
         return unchanged(record)
-    return Outcome(record=record.replace(notify_dependents=False))
+    return TransitionResult(record=record.replace(notify_dependents=False))

@@ -15,7 +15,7 @@ async def run_once(service: TaskService, *, limit: int = 500) -> int:
     """Resolve up to ``limit`` expired claims; returns how many this pass resolved."""
     expired = await service.expired_claims(limit)
 
-    def expire(taken_until: int, record: TaskRecord, now: int) -> lifecycle.Outcome:
+    def expire(taken_until: int, record: TaskRecord, now: int) -> lifecycle.TransitionResult:
         return lifecycle.expire_claim(
             record, taken_until=taken_until, now=now, timing=service.timing
         )

@@ -8,7 +8,7 @@ from coordinator.domain.records import TaskRecord
 from coordinator.service.tasks import TaskService
 
 
-def _exceed(record: TaskRecord, now: int) -> lifecycle.Outcome:
+def _exceed(record: TaskRecord, now: int) -> lifecycle.TransitionResult:
     return lifecycle.exceed_deadline(record, now=now)
 
 

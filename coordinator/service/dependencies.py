@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.errors import Conflict, NotFound
-from coordinator.domain.lifecycle import Outcome
+from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.records import TaskRecord
 from coordinator.service.transitions import Transitions
 from coordinator.store.base import Store
@@ -33,7 +33,7 @@ class Dependencies:
         """
         definitions.check_dependencies(record, await self._store.get_many(record.dependencies))
 
-    async def schedule_if_satisfied(self, record: TaskRecord) -> Outcome:
+    async def schedule_if_satisfied(self, record: TaskRecord) -> TransitionResult:
         """Schedule an unscheduled task whose dependencies are satisfied.
 
         :param record: the task as the caller just read (or stored) it.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from coordinator.domain import lifecycle
 from coordinator.domain.errors import InputError
-from coordinator.domain.lifecycle import Outcome
+from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.listings import Page
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
@@ -151,7 +151,7 @@ class TaskManagement:
         return deleted
 
 
-def _cancel(record: TaskRecord, now: int) -> Outcome:
+def _cancel(record: TaskRecord, now: int) -> TransitionResult:
     return lifecycle.cancel(record, now=now)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
-from coordinator.domain.lifecycle import Outcome, Timing
+from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_groups import TaskGroup
@@ -123,7 +123,7 @@ class TaskService:
         *,
         action: str,
         read: TaskRecord | None = None,
-    ) -> Outcome:
+    ) -> TransitionResult:
         """:meth:`Transitions.apply <coordinator.service.transitions.Transitions.apply>`."""
         return await self.transitions.apply(task_id, transition, action=action, read=read)
 
@@ -182,15 +182,15 @@ class TaskService:
         record = record_from_definition(task_id, definition)
         if record.dependencies:
             await self.dependencies.check(record)
-        outcome = lifecycle.create(record, now=now)
-        stored = await self._store.insert(outcome.record)
+        created = lifecycle.create(record, now=now)
+        stored = await self._store.insert(created.record)
         if stored is None:
             result = await self._not_inserted(record, await self._store.get(task_id))
             if isinstance(result, Conflict):
                 raise result
             return result
         log_changes("created", None, stored)
-        await self.transitions.effects(outcome)
+        await self.transitions.effects(created)
         if stored.dependencies:
             # The edges are stored before the dependencies' states are read, so a dependency
             # resolving concurrently either sees this task among its dependents or is seen
@@ -233,10 +233,10 @@ class TaskService:
                 continue
             records[task_id] = record_from_definition(task_id, definition)
             slots[task_id] = [index]
-        outcomes = await self._insert_batch(records, now=now)
-        for task_id, outcome in outcomes.items():
+        answers = await self._insert_batch(records, now=now)
+        for task_id, answer in answers.items():
             for index in slots[task_id]:
-                results[index] = outcome
+                results[index] = answer
         return [result for result in results if result is not None]
 
     async def _not_inserted(
@@ -291,28 +291,28 @@ class TaskService:
             )
             for task_id in inserted
         }
-        for outcome in stored.values():
-            log_changes("created", None, outcome.record)
+        for result in stored.values():
+            log_changes("created", None, result.record)
         await _bounded(
-            self.transitions.effects(outcome)
-            for outcome in stored.values()
-            if self.transitions.has_effects(outcome)
+            self.transitions.effects(result)
+            for result in stored.values()
+            if self.transitions.has_effects(result)
         )
-        for task_id, outcome in stored.items():
-            record = outcome.record
+        for task_id, result in stored.items():
+            record = result.record
             if record.dependencies:
                 record = (await self.dependencies.schedule_if_satisfied(record)).record
             done[task_id] = record
         return done
 
     async def _from_read(
-        self, record: TaskRecord, step: Callable[..., Outcome], action: str
+        self, record: TaskRecord, step: Callable[..., TransitionResult], action: str
     ) -> TaskRecord:
         """Apply a ``step(record, now=...)`` transition, starting from the caller's read."""
-        outcome = await self.apply(
+        result = await self.apply(
             record.task_id, lambda r, now: step(r, now=now), action=action, read=record
         )
-        return outcome.record
+        return result.record
 
     async def schedule(self, record: TaskRecord) -> TaskRecord:
         """scheduleTask."""
@@ -328,13 +328,13 @@ class TaskService:
 
     async def change_priority(self, record: TaskRecord, priority: str) -> TaskRecord:
         """changeTaskPriority."""
-        outcome = await self.apply(
+        result = await self.apply(
             record.task_id,
             lambda r, now: lifecycle.change_priority(r, priority=priority, now=now),
             action="priority-changed",
             read=record,
         )
-        return outcome.record
+        return result.record
 
     # --- task groups ----------------------------------------------------------------------
 
@@ -431,17 +431,17 @@ class TaskService:
         read: TaskRecord | None = None,
     ) -> TaskRecord:
         transition = self._claiming(run_id, worker_group=worker_group, worker_id=worker_id)
-        outcome = await self.apply(task_id, transition, action="claimed", read=read)
-        return outcome.record
+        result = await self.apply(task_id, transition, action="claimed", read=read)
+        return result.record
 
     async def reclaim(self, task_id: str, run_id: int) -> TaskRecord:
-        outcome = await self.apply(task_id, self._reclaiming(run_id), action="reclaimed")
-        return outcome.record
+        result = await self.apply(task_id, self._reclaiming(run_id), action="reclaimed")
+        return result.record
 
     async def report(self, task_id: str, run_id: int, *, state: str, reason: str) -> TaskRecord:
         report = RunReport(task_id=task_id, run_id=run_id, state=state, reason=reason)
-        outcome = await self.apply(task_id, self._reporting(report), action=f"reported-{state}")
-        return outcome.record
+        result = await self.apply(task_id, self._reporting(report), action=f"reported-{state}")
+        return result.record
 
     async def claim_runs(
         self,
@@ -494,19 +494,19 @@ class TaskService:
         read (checked again on every re-read, so a lost race cannot skip it)."""
 
         def permitted(run_id: int, transition: Transition) -> Transition:
-            def apply(record: TaskRecord, now: int) -> Outcome:
+            def apply(record: TaskRecord, now: int) -> TransitionResult:
                 permit(record, run_id)
                 return transition(record, now)
 
             return apply
 
-        outcomes = await self.transitions.apply_many(
+        results = await self.transitions.apply_many(
             [
                 Change(task_id=task_id, transition=permitted(run_id, transition), action=action)
                 for task_id, run_id, transition, action in items
             ]
         )
-        return [o.record if isinstance(o, Outcome) else o for o in outcomes]
+        return [o.record if isinstance(o, TransitionResult) else o for o in results]
 
     # --- resolvers ------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 Every change to a task goes through :meth:`Transitions.apply`. On a lost compare-and-set race
 it reads again and re-applies the same transition, so exactly one of any number of concurrent
 callers (API requests, resolver loops, other replicas) wins and the rest see the winner's
-state. After a successful write the outcome's effects follow: the hint of a newly pending run
+state. After a successful write the result's effects follow: the hint of a newly pending run
 is published, and a newly resolved task's dependents are re-examined. Both effects are also
 recorded in the record (``hint_needed``, ``notify_dependents``), so the resolvers finish them if
 this process dies first.
@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any
 
 from coordinator.domain.errors import Conflict, DomainError, NotFound
-from coordinator.domain.lifecycle import Outcome
+from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.records import Run, TaskRecord
 from coordinator.service.background import Background
 from coordinator.service.clock import Clock
@@ -29,8 +29,8 @@ from coordinator.store.base import Store
 
 log = logging.getLogger(__name__)
 
-Transition = Callable[[TaskRecord, int], Outcome]
-"""A lifecycle transition with its parameters bound: ``(record, now) -> Outcome``."""
+Transition = Callable[[TaskRecord, int], TransitionResult]
+"""A lifecycle transition with its parameters bound: ``(record, now) -> TransitionResult``."""
 
 MAX_CAS_ATTEMPTS = 25
 
@@ -108,13 +108,13 @@ class Transitions:
         *,
         action: str,
         read: TaskRecord | None = None,
-    ) -> Outcome:
+    ) -> TransitionResult:
         """Apply ``transition`` to the task with compare-and-set, retrying lost races.
 
         :param action: what the transition does, for the log line of a change.
         :param read: the record as the caller just read it, to start from instead of reading
             again (a stale one only costs a lost compare-and-set and a re-read).
-        :returns: the outcome, its record as now stored (``changed`` false if nothing was
+        :returns: the result, its record as now stored (``changed`` false if nothing was
             written).
         :raises NotFound: the task or run does not exist.
         :raises Conflict: the transition is not allowed in the current state.
@@ -123,27 +123,27 @@ class Transitions:
             record, read = read or await self._store.get(task_id), None
             if record is None:
                 raise NotFound(f"task {task_id} does not exist")
-            outcome = transition(record, self._clock())
-            if not outcome.changed:
-                return outcome
-            stored = await self._store.compare_and_set(outcome.record)
+            result = transition(record, self._clock())
+            if not result.changed:
+                return result
+            stored = await self._store.compare_and_set(result.record)
             if stored is not None:
-                outcome = self._written(action, record, outcome, stored)
-                await self.effects(outcome)
-                return outcome
+                result = self._written(action, record, result, stored)
+                await self.effects(result)
+                return result
         raise _too_fast(task_id)
 
-    async def apply_many(self, changes: Sequence[Change]) -> list[Outcome | DomainError]:
+    async def apply_many(self, changes: Sequence[Change]) -> list[TransitionResult | DomainError]:
         """Apply a transition to each of several tasks as :meth:`apply` does, reading them all
         in one store call and compare-and-setting them all in another; only the items that
         lost a race are read and tried again, so one lost item never fails the others.
 
         Items naming the same task are applied in successive rounds, each seeing the last.
 
-        :returns: per change, in order, its outcome or why it was refused
+        :returns: per change, in order, its result or why it was refused
             (:class:`NotFound`, :class:`Conflict`, or the transition's own domain error).
         """
-        results: list[Outcome | DomainError | None] = [None] * len(changes)
+        results: list[TransitionResult | DomainError | None] = [None] * len(changes)
         rounds: list[list[int]] = []
         seen: collections.Counter[str] = collections.Counter()
         for index, change in enumerate(changes):
@@ -160,13 +160,13 @@ class Transitions:
         self,
         changes: Sequence[Change],
         indexes: list[int],
-        results: list[Outcome | DomainError | None],
+        results: list[TransitionResult | DomainError | None],
     ) -> None:
         """:meth:`apply_many` for changes of distinct tasks, results written in place."""
         for _ in range(MAX_CAS_ATTEMPTS):
             records = await self._store.get_many([changes[i].task_id for i in indexes])
             now = self._clock()
-            writes: list[tuple[int, TaskRecord, Outcome]] = []
+            writes: list[tuple[int, TaskRecord, TransitionResult]] = []
             for index in indexes:
                 change = changes[index]
                 record = records.get(change.task_id)
@@ -174,22 +174,22 @@ class Transitions:
                     results[index] = NotFound(f"task {change.task_id} does not exist")
                     continue
                 try:
-                    outcome = change.transition(record, now)
+                    result = change.transition(record, now)
                 except DomainError as error:
                     results[index] = error
                     continue
-                if outcome.changed:
-                    writes.append((index, record, outcome))
+                if result.changed:
+                    writes.append((index, record, result))
                 else:
-                    results[index] = outcome
+                    results[index] = result
             stored = await self._store.compare_and_set_many([w[2].record for w in writes])
-            written: list[Outcome] = []
+            written: list[TransitionResult] = []
             indexes = []
-            for (index, record, outcome), after in zip(writes, stored, strict=True):
+            for (index, record, result), after in zip(writes, stored, strict=True):
                 if after is None:
                     indexes.append(index)
                     continue
-                written.append(self._written(changes[index].action, record, outcome, after))
+                written.append(self._written(changes[index].action, record, result, after))
                 results[index] = written[-1]
             await asyncio.gather(*(self.effects(o) for o in written if self.has_effects(o)))
             if not indexes:
@@ -198,12 +198,12 @@ class Transitions:
             results[index] = _too_fast(changes[index].task_id)
 
     def _written(
-        self, action: str, before: TaskRecord, outcome: Outcome, stored: TaskRecord
-    ) -> Outcome:
-        """The outcome of a won compare-and-set, logged and counted."""
+        self, action: str, before: TaskRecord, result: TransitionResult, stored: TaskRecord
+    ) -> TransitionResult:
+        """The result of a won compare-and-set, logged and counted."""
         log_changes(action, before, stored)
         self._metrics.runs_resolved(changed_runs(before, stored))
-        return dataclasses.replace(outcome, record=stored)
+        return dataclasses.replace(result, record=stored)
 
     async def apply_each(self, work: Iterable[tuple[str, Transition]], *, action: str) -> int:
         """Apply transitions to several tasks (resolver passes); returns how many changed.
@@ -218,19 +218,19 @@ class Transitions:
                 continue
         return changed
 
-    def has_effects(self, outcome: Outcome) -> bool:
-        """Whether :meth:`effects` has anything to do for ``outcome`` (most claims and reports
+    def has_effects(self, result: TransitionResult) -> bool:
+        """Whether :meth:`effects` has anything to do for ``result`` (most claims and reports
         have not, and a batch need not start a coroutine for each of them)."""
-        return (outcome.hint is not None and self._hints.enabled) or (
-            outcome.resolved and outcome.record.notify_dependents
+        return (result.hint is not None and self._hints.enabled) or (
+            result.resolved and result.record.notify_dependents
         )
 
-    async def effects(self, outcome: Outcome) -> None:
-        """Carry out what a stored outcome asks for."""
-        if outcome.hint is not None:
-            await self._hints.publish(outcome.hint)
-        if outcome.resolved and outcome.record.notify_dependents:
-            self._background.spawn(self._resolve_dependents(outcome.record.task_id))
+    async def effects(self, result: TransitionResult) -> None:
+        """Carry out what a stored result asks for."""
+        if result.hint is not None:
+            await self._hints.publish(result.hint)
+        if result.resolved and result.record.notify_dependents:
+            self._background.spawn(self._resolve_dependents(result.record.task_id))
 
     async def _resolve_dependents(self, task_id: str) -> None:
         await self._on_resolved(task_id)

@@ -37,7 +37,7 @@ HEADER = ["TASK", "ID", "STATE", "TASK", "QUEUE", "CREATED", "NAME"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Outcome:
+class CliResult:
     status: int
     stdout: str
     stderr: str
@@ -59,7 +59,7 @@ class Outcome:
 
 async def tasks_cli(
     *args: str, root_url: str | None, client: Mapping[str, str] | None = None
-) -> Outcome:
+) -> CliResult:
     """``queue-coordinator tasks <args>`` with only the ``TASKCLUSTER_*`` variables given."""
     env = {k: v for k, v in child_env().items() if not k.startswith("TASKCLUSTER_")}
     if root_url is not None:
@@ -84,7 +84,7 @@ async def tasks_cli(
     stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode is not None
     assert "Traceback" not in stderr.decode(), stderr.decode()
-    return Outcome(status=process.returncode, stdout=stdout.decode(), stderr=stderr.decode())
+    return CliResult(status=process.returncode, stdout=stdout.decode(), stderr=stderr.decode())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 from coordinator.domain import lifecycle
-from coordinator.domain.lifecycle import Outcome, Timing
+from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_queues import TaskQueue
@@ -98,10 +98,10 @@ async def get(store: Store, task_id: str) -> TaskRecord:
     return record
 
 
-async def apply(store: Store, outcome: Outcome) -> TaskRecord:
+async def apply(store: Store, result: TransitionResult) -> TaskRecord:
     """Write a transition's record; the write must win."""
-    assert outcome.changed
-    stored = await store.compare_and_set(outcome.record)
+    assert result.changed
+    stored = await store.compare_and_set(result.record)
     assert stored is not None
     return stored
 
@@ -124,10 +124,10 @@ async def claim(store: Store, task_id: str, *, now: int = NOW, worker_id: str = 
 async def report(store: Store, task_id: str, state: str, *, now: int = NOW) -> TaskRecord:
     record = await get(store, task_id)
     run_id = len(record.runs) - 1
-    outcome = lifecycle.report(
+    result = lifecycle.report(
         record, run_id=run_id, state=state, reason=state, now=now, timing=TIMING
     )
-    return await apply(store, outcome)
+    return await apply(store, result)
 
 
 async def all_pages(store: Store, group: str, limit: int) -> list[Page]:
@@ -239,13 +239,13 @@ async def test_get_many_and_states_leave_out_missing_ids(store: Store) -> None:
 
 async def test_compare_and_set_bumps_the_version_and_stores_the_status(store: Store) -> None:
     created = await create(store, "T")
-    outcome = lifecycle.claim(
+    result = lifecycle.claim(
         created, run_id=0, worker_group="wg", worker_id="w", now=NOW, timing=TIMING
     )
 
-    claimed = await store.compare_and_set(outcome.record)
+    claimed = await store.compare_and_set(result.record)
 
-    assert claimed == outcome.record.replace(version=2)
+    assert claimed == result.record.replace(version=2)
     assert await store.get("T") == claimed
     assert claimed.runs[0].state == "running"
     assert claimed.taken_until == NOW + CLAIM
@@ -282,14 +282,14 @@ async def test_compare_and_set_of_a_missing_task_returns_none(store: Store) -> N
 
 async def test_concurrent_compare_and_set_has_exactly_one_winner(store: Store) -> None:
     created = await create(store, "T")
-    outcomes = [
+    claims = [
         lifecycle.claim(
             created, run_id=0, worker_group="wg", worker_id=f"w{i}", now=NOW, timing=TIMING
         )
         for i in range(20)
     ]
 
-    results = await asyncio.gather(*(store.compare_and_set(o.record) for o in outcomes))
+    results = await asyncio.gather(*(store.compare_and_set(o.record) for o in claims))
 
     winners = [result for result in results if result is not None]
     assert len(winners) == 1

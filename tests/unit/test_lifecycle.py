@@ -16,8 +16,8 @@ from coordinator.domain.errors import Conflict, NotFound
 from coordinator.domain.lifecycle import (
     EXCEPTION_REASONS,
     Hint,
-    Outcome,
     Timing,
+    TransitionResult,
     cancel,
     claim,
     create,
@@ -147,7 +147,7 @@ def do_claim(
     worker_group: str = WORKER_GROUP,
     worker_id: str = WORKER_ID,
     timing: Timing = TIMING,
-) -> Outcome:
+) -> TransitionResult:
     """claimTask of ``run_id`` (default: the last run)."""
     return check(
         claim(
@@ -168,7 +168,7 @@ def do_report(
     now: int,
     run_id: int | None = None,
     timing: Timing = TIMING,
-) -> Outcome:
+) -> TransitionResult:
     """reportCompleted / reportFailed / reportException of ``run_id`` (default: the last run)."""
     state, reason = what
     return check(
@@ -215,9 +215,9 @@ def with_runs(count: int, **fields: Any) -> tuple[TaskRecord, int]:
     return record, now
 
 
-def check(outcome: Outcome) -> Outcome:
-    """Assert the invariants every record must keep after any transition; return the outcome."""
-    record = outcome.record
+def check(result: TransitionResult) -> TransitionResult:
+    """Assert the invariants every record must keep after any transition; return the result."""
+    record = result.record
     runs = record.runs
     assert [run.run_id for run in runs] == list(range(len(runs)))
     assert len(runs) <= MAX_RUNS
@@ -236,24 +236,24 @@ def check(outcome: Outcome) -> Outcome:
     assert record.state == (runs[-1].state if runs else "unscheduled")
     if record.hint_needed:
         assert record.state == "pending"
-    if outcome.hint is not None:
-        assert outcome.hint == hint_for(record)
-    if outcome.resolved:
+    if result.hint is not None:
+        assert result.hint == hint_for(record)
+    if result.resolved:
         assert record.is_resolved and record.notify_dependents
-    if not outcome.changed:
-        assert outcome.hint is None and not outcome.resolved
+    if not result.changed:
+        assert result.hint is None and not result.resolved
     status = record.status()
     assert status["state"] == record.state
     assert [run["runId"] for run in status["runs"]] == list(range(len(runs)))
-    return outcome
+    return result
 
 
-def assert_unchanged(outcome: Outcome, before: TaskRecord) -> None:
+def assert_unchanged(result: TransitionResult, before: TaskRecord) -> None:
     """An idempotent repeat: nothing to write, nothing to do, the same record back."""
-    assert outcome.record is before
-    assert not outcome.changed
-    assert outcome.hint is None
-    assert not outcome.resolved
+    assert result.record is before
+    assert not result.changed
+    assert result.hint is None
+    assert not result.resolved
 
 
 def expected_hint(record: TaskRecord, *, visible_at: int) -> Hint:
@@ -436,9 +436,9 @@ def test_run_stored_form_round_trips_and_omits_absent_fields() -> None:
 
 
 def test_create_without_dependencies_adds_pending_run_0_and_asks_for_a_hint() -> None:
-    outcome = check(create(new_task(), now=T0))
-    record = outcome.record
-    assert outcome.changed and not outcome.resolved
+    result = check(create(new_task(), now=T0))
+    record = result.record
+    assert result.changed and not result.resolved
     assert record.runs == (
         Run(run_id=0, state="pending", reason_created="scheduled", scheduled=T0, visible_at=T0),
     )
@@ -448,7 +448,7 @@ def test_create_without_dependencies_adds_pending_run_0_and_asks_for_a_hint() ->
     assert record.hint_due == T0
     assert record.taken_until is None
     assert record.open_deadline == DEADLINE
-    assert outcome.hint == expected_hint(record, visible_at=T0)
+    assert result.hint == expected_hint(record, visible_at=T0)
     assert record.status()["runs"] == [
         {
             "runId": 0,
@@ -462,10 +462,10 @@ def test_create_without_dependencies_adds_pending_run_0_and_asks_for_a_hint() ->
 @pytest.mark.parametrize("requires", ["all-completed", "all-resolved"])
 def test_create_with_dependencies_leaves_the_task_unscheduled(requires: str) -> None:
     fresh = new_task(dependencies=[DEP_A, DEP_B], requires=requires)
-    outcome = check(create(fresh, now=T0))
-    record = outcome.record
-    assert outcome.changed, "a new task must be written even while it waits"
-    assert outcome.hint is None and not outcome.resolved
+    result = check(create(fresh, now=T0))
+    record = result.record
+    assert result.changed, "a new task must be written even while it waits"
+    assert result.hint is None and not result.resolved
     assert record.runs == ()
     assert record.state == "unscheduled"
     assert not record.hint_needed and not record.notify_dependents
@@ -476,22 +476,22 @@ def test_create_with_dependencies_leaves_the_task_unscheduled(requires: str) -> 
 
 @pytest.mark.parametrize("priority", PRIORITIES)
 def test_the_hint_carries_the_task_priority(priority: str) -> None:
-    outcome = check(create(new_task(priority=priority), now=T0))
-    assert outcome.hint is not None
-    assert outcome.hint.priority == priority
-    assert outcome.hint == expected_hint(outcome.record, visible_at=T0)
+    result = check(create(new_task(priority=priority), now=T0))
+    assert result.hint is not None
+    assert result.hint.priority == priority
+    assert result.hint == expected_hint(result.record, visible_at=T0)
 
 
 def test_schedule_gives_an_unscheduled_task_run_0() -> None:
     now = T0 + HOUR
-    outcome = check(schedule(unscheduled(), now=now))
-    record = outcome.record
-    assert outcome.changed and not outcome.resolved
+    result = check(schedule(unscheduled(), now=now))
+    record = result.record
+    assert result.changed and not result.resolved
     assert record.runs == (
         Run(run_id=0, state="pending", reason_created="scheduled", scheduled=now, visible_at=now),
     )
     assert record.hint_needed and record.hint_due == now
-    assert outcome.hint == expected_hint(record, visible_at=now)
+    assert result.hint == expected_hint(record, visible_at=now)
 
 
 def test_schedule_repeated_is_unchanged() -> None:
@@ -522,8 +522,8 @@ def test_schedule_past_the_deadline_is_a_conflict(now: int) -> None:
 
 
 def test_schedule_just_before_the_deadline_works() -> None:
-    outcome = check(schedule(unscheduled(), now=DEADLINE - 1))
-    assert outcome.record.state == "pending"
+    result = check(schedule(unscheduled(), now=DEADLINE - 1))
+    assert result.record.state == "pending"
 
 
 # --- dependencies ----------------------------------------------------------------------------
@@ -570,16 +570,16 @@ def test_satisfied_dependencies_schedule_run_0(
 ) -> None:
     now = T0 + HOUR
     record = unscheduled(dependencies=[DEP_A, DEP_B], requires=requires, priority="very-high")
-    outcome = check(schedule_if_satisfied(record, dependency_states=states, now=now))
-    new = outcome.record
-    assert outcome.changed and not outcome.resolved
+    result = check(schedule_if_satisfied(record, dependency_states=states, now=now))
+    new = result.record
+    assert result.changed and not result.resolved
     assert new.runs == (
         Run(run_id=0, state="pending", reason_created="scheduled", scheduled=now, visible_at=now),
     )
     assert new.hint_needed and new.hint_due == now
     assert not new.notify_dependents
-    assert outcome.hint == expected_hint(new, visible_at=now)
-    assert outcome.hint.priority == "very-high"
+    assert result.hint == expected_hint(new, visible_at=now)
+    assert result.hint.priority == "very-high"
 
 
 @pytest.mark.parametrize(
@@ -614,11 +614,11 @@ def test_a_failed_dependency_leaves_an_all_completed_task_unscheduled_until_its_
             check(schedule_if_satisfied(record, dependency_states=states, now=now)), record
         )
         assert_unchanged(check(exceed_deadline(record, now=now)), record)
-    outcome = check(exceed_deadline(record, now=DEADLINE))
-    assert outcome.resolved
-    assert outcome.record.state == "exception"
-    assert outcome.record.runs[0].reason_created == "exception"
-    assert outcome.record.runs[0].reason_resolved == "deadline-exceeded"
+    result = check(exceed_deadline(record, now=DEADLINE))
+    assert result.resolved
+    assert result.record.state == "exception"
+    assert result.record.runs[0].reason_created == "exception"
+    assert result.record.runs[0].reason_resolved == "deadline-exceeded"
 
 
 @pytest.mark.parametrize(
@@ -628,18 +628,18 @@ def test_dependency_resolution_leaves_a_scheduled_task_alone(
     make: Callable[[], TaskRecord],
 ) -> None:
     record = make()
-    outcome = check(
+    result = check(
         schedule_if_satisfied(record, dependency_states={DEP_A: "completed"}, now=T0 + HOUR)
     )
-    assert_unchanged(outcome, record)
+    assert_unchanged(result, record)
 
 
 def test_dependency_resolution_past_the_deadline_does_nothing() -> None:
     record = unscheduled()
-    outcome = check(
+    result = check(
         schedule_if_satisfied(record, dependency_states={DEP_A: "completed"}, now=DEADLINE)
     )
-    assert_unchanged(outcome, record)
+    assert_unchanged(result, record)
 
 
 # --- claimTask -------------------------------------------------------------------------------
@@ -647,9 +647,9 @@ def test_dependency_resolution_past_the_deadline_does_nothing() -> None:
 
 def test_claim_takes_the_pending_run() -> None:
     record = pending()
-    outcome = do_claim(record, now=CLAIMED_AT)
-    new = outcome.record
-    assert outcome.changed and outcome.hint is None and not outcome.resolved
+    result = do_claim(record, now=CLAIMED_AT)
+    new = result.record
+    assert result.changed and result.hint is None and not result.resolved
     assert new.runs == (
         Run(
             run_id=0,
@@ -682,16 +682,16 @@ def test_claim_takes_the_pending_run() -> None:
 
 
 def test_claim_uses_the_configured_claim_timeout() -> None:
-    outcome = do_claim(pending(), now=CLAIMED_AT, timing=Timing(claim_timeout=30 * SECOND))
-    assert outcome.record.taken_until == CLAIMED_AT + 30 * SECOND
+    result = do_claim(pending(), now=CLAIMED_AT, timing=Timing(claim_timeout=30 * SECOND))
+    assert result.record.taken_until == CLAIMED_AT + 30 * SECOND
 
 
 @pytest.mark.parametrize("later", [0, SECOND, 10 * MINUTE])
 def test_claim_repeated_by_the_same_worker_is_unchanged(later: int) -> None:
     record = running()
-    outcome = do_claim(record, now=CLAIMED_AT + later)
-    assert_unchanged(outcome, record)
-    assert outcome.record.taken_until == CLAIMED_AT + CLAIM_TIMEOUT
+    result = do_claim(record, now=CLAIMED_AT + later)
+    assert_unchanged(result, record)
+    assert result.record.taken_until == CLAIMED_AT + CLAIM_TIMEOUT
 
 
 @pytest.mark.parametrize(
@@ -760,9 +760,9 @@ def test_claim_past_the_deadline_by_the_holder_is_a_conflict() -> None:
 
 
 def test_claim_just_before_the_deadline_works() -> None:
-    outcome = do_claim(pending(), now=DEADLINE - 1)
-    assert outcome.record.state == "running"
-    assert outcome.record.taken_until == DEADLINE - 1 + CLAIM_TIMEOUT
+    result = do_claim(pending(), now=DEADLINE - 1)
+    assert result.record.state == "running"
+    assert result.record.taken_until == DEADLINE - 1 + CLAIM_TIMEOUT
 
 
 # --- reclaimTask ---------------------------------------------------------------------------
@@ -771,9 +771,9 @@ def test_claim_just_before_the_deadline_works() -> None:
 def test_reclaim_extends_the_claim() -> None:
     record = running()
     now = CLAIMED_AT + 15 * MINUTE
-    outcome = check(reclaim(record, run_id=0, now=now, timing=TIMING))
-    new = outcome.record
-    assert outcome.changed and outcome.hint is None and not outcome.resolved
+    result = check(reclaim(record, run_id=0, now=now, timing=TIMING))
+    new = result.record
+    assert result.changed and result.hint is None and not result.resolved
     assert new.runs[0] == Run(**{**record.runs[0].to_stored(), "taken_until": now + CLAIM_TIMEOUT})
     assert new.taken_until == now + CLAIM_TIMEOUT
     assert new.runs[0].started == CLAIMED_AT
@@ -803,15 +803,15 @@ def test_reclaim_may_be_repeated() -> None:
     ],
 )
 def test_reclaim_never_shortens_the_claim(timeout: int, now: int, expected: int) -> None:
-    outcome = check(reclaim(running(), run_id=0, now=now, timing=Timing(claim_timeout=timeout)))
-    assert outcome.record.taken_until == expected
+    result = check(reclaim(running(), run_id=0, now=now, timing=Timing(claim_timeout=timeout)))
+    assert result.record.taken_until == expected
 
 
 def test_reclaim_after_takenUntil_before_the_claim_resolver_ran_still_works() -> None:
     record = running()
     now = CLAIMED_AT + CLAIM_TIMEOUT + MINUTE
-    outcome = check(reclaim(record, run_id=0, now=now, timing=TIMING))
-    assert outcome.record.taken_until == now + CLAIM_TIMEOUT
+    result = check(reclaim(record, run_id=0, now=now, timing=TIMING))
+    assert result.record.taken_until == now + CLAIM_TIMEOUT
 
 
 @pytest.mark.parametrize(
@@ -867,10 +867,10 @@ def test_report_resolves_the_task_for_good(what: Report) -> None:
     """completed, failed and every exception reason that never retries, retries left or not."""
     record = running(retries=5)
     now = T0 + 10 * MINUTE
-    outcome = do_report(record, what, now=now)
-    new = outcome.record
+    result = do_report(record, what, now=now)
+    new = result.record
     state, reason = what
-    assert outcome.changed and outcome.resolved and outcome.hint is None
+    assert result.changed and result.resolved and result.hint is None
     assert new.runs == (
         Run(
             run_id=0,
@@ -909,8 +909,8 @@ ALL_REPORTS: list[Report] = [
 def test_the_same_report_repeated_is_unchanged(what: Report, retries: int) -> None:
     """Also for a retried run, which is no longer the last one."""
     first = do_report(running(retries=retries), what, now=T0 + 10 * MINUTE).record
-    outcome = do_report(first, what, run_id=0, now=T0 + 11 * MINUTE)
-    assert_unchanged(outcome, first)
+    result = do_report(first, what, run_id=0, now=T0 + 11 * MINUTE)
+    assert_unchanged(result, first)
 
 
 DIFFERENT_REPORTS: list[Report] = [
@@ -981,9 +981,9 @@ def test_report_of_a_missing_run_is_not_found(
 def test_retrying_exception_adds_a_retry_run(reason: str, reason_created: str) -> None:
     record = running(retries=2, priority="low")
     now = T0 + 10 * MINUTE
-    outcome = do_report(record, exception(reason), now=now)
-    new = outcome.record
-    assert outcome.changed and not outcome.resolved
+    result = do_report(record, exception(reason), now=now)
+    new = result.record
+    assert result.changed and not result.resolved
     assert new.retries_left == 1
     assert len(new.runs) == 2
     assert new.runs[0] == Run(
@@ -1002,8 +1002,8 @@ def test_retrying_exception_adds_a_retry_run(reason: str, reason_created: str) -
     assert not new.notify_dependents, "a retried task is not resolved"
     assert new.open_deadline == DEADLINE
     assert new.taken_until is None
-    assert outcome.hint == expected_hint(new, visible_at=now)
-    assert outcome.hint.run_id == 1 and outcome.hint.priority == "low"
+    assert result.hint == expected_hint(new, visible_at=now)
+    assert result.hint.run_id == 1 and result.hint.priority == "low"
 
 
 @pytest.mark.parametrize(("reason", "reason_created"), RETRYING)
@@ -1017,21 +1017,21 @@ def test_retrying_exception_retries_until_no_retries_are_left(
         now += MINUTE
         record = do_claim(record, now=now).record
         now += MINUTE
-        outcome = do_report(record, exception(reason), now=now)
-        record = outcome.record
-        assert not outcome.resolved
+        result = do_report(record, exception(reason), now=now)
+        record = result.record
+        assert not result.resolved
         assert record.retries_left == retries - 1 - attempt
         assert len(record.runs) == attempt + 2
         assert record.runs[-1].reason_created == reason_created
         assert record.state == "pending"
-        assert outcome.hint is not None and outcome.hint.run_id == attempt + 1
+        assert result.hint is not None and result.hint.run_id == attempt + 1
 
     now += MINUTE
     record = do_claim(record, now=now).record
     now += MINUTE
-    outcome = do_report(record, exception(reason), now=now)
-    final = outcome.record
-    assert outcome.changed and outcome.resolved and outcome.hint is None
+    result = do_report(record, exception(reason), now=now)
+    final = result.record
+    assert result.changed and result.resolved and result.hint is None
     assert final.retries_left == 0
     assert len(final.runs) == retries + 1
     assert final.state == "exception"
@@ -1045,11 +1045,11 @@ def test_retrying_exception_retries_until_no_retries_are_left(
 def test_retrying_exception_without_retries_resolves_the_task(
     reason: str, reason_created: str
 ) -> None:
-    outcome = do_report(running(retries=0), exception(reason), now=T0 + 10 * MINUTE)
-    assert outcome.resolved
-    assert len(outcome.record.runs) == 1
-    assert outcome.record.state == "exception"
-    assert outcome.record.runs[0].reason_resolved == reason
+    result = do_report(running(retries=0), exception(reason), now=T0 + 10 * MINUTE)
+    assert result.resolved
+    assert len(result.record.runs) == 1
+    assert result.record.state == "exception"
+    assert result.record.runs[0].reason_resolved == reason
 
 
 @pytest.mark.parametrize(("reason", "reason_created"), RETRYING)
@@ -1058,10 +1058,10 @@ def test_retrying_exception_at_the_run_limit_resolves_the_task(
 ) -> None:
     record, now = with_runs(MAX_RUNS, retries=5)
     assert record.retries_left == 5
-    outcome = do_report(record, exception(reason), now=now + SECOND)
-    assert outcome.resolved
-    assert len(outcome.record.runs) == MAX_RUNS
-    assert outcome.record.state == "exception"
+    result = do_report(record, exception(reason), now=now + SECOND)
+    assert result.resolved
+    assert len(result.record.runs) == MAX_RUNS
+    assert result.record.state == "exception"
 
 
 @pytest.mark.parametrize(("reason", "reason_created"), RETRYING)
@@ -1071,10 +1071,10 @@ def test_retrying_exception_past_the_deadline_resolves_the_task(
     """Reports are not refused past the deadline (only the deadline resolver ends the run),
     but no retry run is added once the task can never run again."""
     record = do_claim(pending(), now=DEADLINE - MINUTE).record
-    outcome = do_report(record, exception(reason), now=DEADLINE + SECOND)
-    assert outcome.resolved
-    assert outcome.record.state == "exception"
-    assert outcome.record.retries_left == 5
+    result = do_report(record, exception(reason), now=DEADLINE + SECOND)
+    assert result.resolved
+    assert result.record.state == "exception"
+    assert result.record.retries_left == 5
 
 
 # --- retry delay ---------------------------------------------------------------------------
@@ -1090,12 +1090,12 @@ def test_retry_delay_doubles_with_every_retry_used(reason: str, reason_created: 
         now += HOUR
         record = do_claim(record, now=now, timing=timing).record
         now += MINUTE
-        outcome = do_report(record, exception(reason), now=now, timing=timing)
-        record = outcome.record
+        result = do_report(record, exception(reason), now=now, timing=timing)
+        record = result.record
         delay = base * 2**used
         assert record.runs[-1].scheduled == now
         assert record.runs[-1].visible_at == now + delay
-        assert outcome.hint == expected_hint(record, visible_at=now + delay)
+        assert result.hint == expected_hint(record, visible_at=now + delay)
         assert record.hint_due == now, "the hint was asked for now, to be visible later"
     assert record.retries_left == 0
 
@@ -1105,18 +1105,18 @@ def test_retry_delay_applies_to_claim_expiry() -> None:
     timing = Timing(claim_timeout=CLAIM_TIMEOUT, retry_delay_base=base)
     record = running(retries=3)
     first_expiry = CLAIMED_AT + CLAIM_TIMEOUT
-    outcome = check(expire_claim(record, taken_until=first_expiry, now=first_expiry, timing=timing))
-    assert outcome.hint is not None
-    assert outcome.hint.visible_at == first_expiry + base
-    assert outcome.record.runs[1].visible_at == first_expiry + base
+    result = check(expire_claim(record, taken_until=first_expiry, now=first_expiry, timing=timing))
+    assert result.hint is not None
+    assert result.hint.visible_at == first_expiry + base
+    assert result.record.runs[1].visible_at == first_expiry + base
 
-    record = do_claim(outcome.record, now=first_expiry + MINUTE, timing=timing).record
+    record = do_claim(result.record, now=first_expiry + MINUTE, timing=timing).record
     second_expiry = first_expiry + MINUTE + CLAIM_TIMEOUT
-    outcome = check(
+    result = check(
         expire_claim(record, taken_until=second_expiry, now=second_expiry, timing=timing)
     )
-    assert outcome.hint is not None
-    assert outcome.hint.visible_at == second_expiry + 2 * base
+    assert result.hint is not None
+    assert result.hint.visible_at == second_expiry + 2 * base
 
 
 def test_retry_delay_restarts_after_a_rerun() -> None:
@@ -1130,9 +1130,9 @@ def test_retry_delay_restarts_after_a_rerun() -> None:
     record = check(rerun(record, now=now + 3 * MINUTE)).record
     assert record.retries_left == 2
     record = do_claim(record, now=now + 4 * MINUTE, timing=timing).record
-    outcome = do_report(record, exception("worker-shutdown"), now=now + 5 * MINUTE, timing=timing)
-    assert outcome.hint is not None
-    assert outcome.hint.visible_at == now + 5 * MINUTE + base
+    result = do_report(record, exception("worker-shutdown"), now=now + 5 * MINUTE, timing=timing)
+    assert result.hint is not None
+    assert result.hint.visible_at == now + 5 * MINUTE + base
 
 
 @pytest.mark.parametrize(
@@ -1144,11 +1144,13 @@ def test_retry_delay_restarts_after_a_rerun() -> None:
     ],
     ids=["create", "schedule", "rerun"],
 )
-def test_the_retry_delay_never_delays_first_runs_or_reruns(make: Callable[[], Outcome]) -> None:
-    outcome = make()
-    run = outcome.record.runs[-1]
+def test_the_retry_delay_never_delays_first_runs_or_reruns(
+    make: Callable[[], TransitionResult],
+) -> None:
+    result = make()
+    run = result.record.runs[-1]
     assert run.visible_at == run.scheduled
-    assert outcome.hint is not None and outcome.hint.visible_at == run.scheduled
+    assert result.hint is not None and result.hint.visible_at == run.scheduled
 
 
 # --- claim expiry --------------------------------------------------------------------------
@@ -1158,9 +1160,9 @@ def test_claim_expiry_resolves_the_run_and_adds_a_retry_run() -> None:
     record = running(retries=2)
     observed = CLAIMED_AT + CLAIM_TIMEOUT
     now = observed + 30 * SECOND
-    outcome = check(expire_claim(record, taken_until=observed, now=now, timing=TIMING))
-    new = outcome.record
-    assert outcome.changed and not outcome.resolved
+    result = check(expire_claim(record, taken_until=observed, now=now, timing=TIMING))
+    new = result.record
+    assert result.changed and not result.resolved
     assert new.runs[0] == Run(
         **{
             **record.runs[0].to_stored(),
@@ -1177,7 +1179,7 @@ def test_claim_expiry_resolves_the_run_and_adds_a_retry_run() -> None:
     assert new.taken_until is None
     assert new.hint_needed and new.hint_due == now
     assert not new.notify_dependents
-    assert outcome.hint == expected_hint(new, visible_at=now)
+    assert result.hint == expected_hint(new, visible_at=now)
 
 
 def test_claim_expiry_acts_exactly_at_takenUntil() -> None:
@@ -1186,8 +1188,8 @@ def test_claim_expiry_acts_exactly_at_takenUntil() -> None:
     assert_unchanged(
         check(expire_claim(record, taken_until=observed, now=observed - 1, timing=TIMING)), record
     )
-    outcome = check(expire_claim(record, taken_until=observed, now=observed, timing=TIMING))
-    assert outcome.record.runs[0].reason_resolved == "claim-expired"
+    result = check(expire_claim(record, taken_until=observed, now=observed, timing=TIMING))
+    assert result.record.runs[0].reason_resolved == "claim-expired"
 
 
 def test_claim_expiry_loses_to_a_reclaim_in_between() -> None:
@@ -1195,8 +1197,8 @@ def test_claim_expiry_loses_to_a_reclaim_in_between() -> None:
     observed = record.taken_until
     assert observed is not None
     reclaimed = check(reclaim(record, run_id=0, now=observed - MINUTE, timing=TIMING)).record
-    outcome = check(expire_claim(reclaimed, taken_until=observed, now=observed + 1, timing=TIMING))
-    assert_unchanged(outcome, reclaimed)
+    result = check(expire_claim(reclaimed, taken_until=observed, now=observed + 1, timing=TIMING))
+    assert_unchanged(result, reclaimed)
     assert reclaimed.taken_until == observed - MINUTE + CLAIM_TIMEOUT
 
 
@@ -1216,21 +1218,21 @@ def test_claim_expiry_retries_then_exhausts() -> None:
     record = running(retries=retries)
     expiry = CLAIMED_AT + CLAIM_TIMEOUT
     for attempt in range(retries):
-        outcome = check(expire_claim(record, taken_until=expiry, now=expiry, timing=TIMING))
-        assert not outcome.resolved and outcome.hint is not None
-        assert outcome.record.retries_left == retries - 1 - attempt
-        assert outcome.record.runs[-1].reason_created == "retry"
+        result = check(expire_claim(record, taken_until=expiry, now=expiry, timing=TIMING))
+        assert not result.resolved and result.hint is not None
+        assert result.record.retries_left == retries - 1 - attempt
+        assert result.record.runs[-1].reason_created == "retry"
         # the resolver re-applying the same expiry (after losing a race) changes nothing
         assert_unchanged(
-            check(expire_claim(outcome.record, taken_until=expiry, now=expiry, timing=TIMING)),
-            outcome.record,
+            check(expire_claim(result.record, taken_until=expiry, now=expiry, timing=TIMING)),
+            result.record,
         )
-        record = do_claim(outcome.record, now=expiry + MINUTE).record
+        record = do_claim(result.record, now=expiry + MINUTE).record
         expiry = expiry + MINUTE + CLAIM_TIMEOUT
 
-    outcome = check(expire_claim(record, taken_until=expiry, now=expiry, timing=TIMING))
-    final = outcome.record
-    assert outcome.changed and outcome.resolved and outcome.hint is None
+    result = check(expire_claim(record, taken_until=expiry, now=expiry, timing=TIMING))
+    final = result.record
+    assert result.changed and result.resolved and result.hint is None
     assert final.state == "exception"
     assert len(final.runs) == retries + 1
     assert [run.reason_resolved for run in final.runs] == ["claim-expired"] * 3
@@ -1248,10 +1250,10 @@ def test_claim_expiry_past_the_deadline_is_left_to_the_deadline_resolver() -> No
     assert_unchanged(
         check(expire_claim(record, taken_until=observed, now=observed, timing=TIMING)), record
     )
-    outcome = check(exceed_deadline(record, now=observed))
-    assert outcome.resolved
-    assert outcome.record.runs[-1].reason_resolved == "deadline-exceeded"
-    assert len(outcome.record.runs) == 1
+    result = check(exceed_deadline(record, now=observed))
+    assert result.resolved
+    assert result.record.runs[-1].reason_resolved == "deadline-exceeded"
+    assert len(result.record.runs) == 1
 
 
 @pytest.mark.parametrize(
@@ -1278,9 +1280,9 @@ def test_claim_expiry_of_a_task_that_is_not_running_does_nothing(
 def test_deadline_of_an_unscheduled_task_adds_an_exception_run_0() -> None:
     record = unscheduled()
     now = DEADLINE + 30 * SECOND
-    outcome = check(exceed_deadline(record, now=now))
-    new = outcome.record
-    assert outcome.changed and outcome.resolved and outcome.hint is None
+    result = check(exceed_deadline(record, now=now))
+    new = result.record
+    assert result.changed and result.resolved and result.hint is None
     assert new.runs == (
         Run(
             run_id=0,
@@ -1309,9 +1311,9 @@ def test_deadline_of_an_unscheduled_task_adds_an_exception_run_0() -> None:
 
 def test_deadline_of_a_pending_task() -> None:
     record = pending()
-    outcome = check(exceed_deadline(record, now=DEADLINE))
-    new = outcome.record
-    assert outcome.changed and outcome.resolved and outcome.hint is None
+    result = check(exceed_deadline(record, now=DEADLINE))
+    new = result.record
+    assert result.changed and result.resolved and result.hint is None
     assert new.runs == (
         Run(
             run_id=0,
@@ -1329,9 +1331,9 @@ def test_deadline_of_a_pending_task() -> None:
 
 def test_deadline_of_a_running_task() -> None:
     record = do_claim(pending(), now=DEADLINE - MINUTE).record
-    outcome = check(exceed_deadline(record, now=DEADLINE))
-    new = outcome.record
-    assert outcome.resolved
+    result = check(exceed_deadline(record, now=DEADLINE))
+    new = result.record
+    assert result.resolved
     assert new.runs[0] == Run(
         **{
             **record.runs[0].to_stored(),
@@ -1346,11 +1348,11 @@ def test_deadline_of_a_running_task() -> None:
 
 def test_deadline_touches_only_the_last_run_of_a_retried_task() -> None:
     record = do_report(running(retries=1), exception("worker-shutdown"), now=T0 + HOUR).record
-    outcome = check(exceed_deadline(record, now=DEADLINE))
-    assert outcome.record.runs[0] == record.runs[0]
-    assert outcome.record.runs[1].reason_resolved == "deadline-exceeded"
-    assert outcome.record.runs[1].reason_created == "retry"
-    assert outcome.record.retries_left == 0
+    result = check(exceed_deadline(record, now=DEADLINE))
+    assert result.record.runs[0] == record.runs[0]
+    assert result.record.runs[1].reason_resolved == "deadline-exceeded"
+    assert result.record.runs[1].reason_created == "retry"
+    assert result.record.retries_left == 0
 
 
 @pytest.mark.parametrize(
@@ -1383,9 +1385,9 @@ def test_deadline_does_nothing_before_the_deadline(make: Callable[[], TaskRecord
 def test_rerun_adds_a_rerun_run_to_a_resolved_task(what: Report) -> None:
     record = resolved(what, retries=0)
     now = T0 + HOUR
-    outcome = check(rerun(record, now=now))
-    new = outcome.record
-    assert outcome.changed and not outcome.resolved
+    result = check(rerun(record, now=now))
+    new = result.record
+    assert result.changed and not result.resolved
     assert new.runs[0] == record.runs[0]
     assert new.runs[1] == Run(
         run_id=1, state="pending", reason_created="rerun", scheduled=now, visible_at=now
@@ -1394,7 +1396,7 @@ def test_rerun_adds_a_rerun_run_to_a_resolved_task(what: Report) -> None:
     assert new.hint_needed and new.hint_due == now
     assert new.open_deadline == DEADLINE
     assert new.notify_dependents == record.notify_dependents, "rerun leaves the flag alone"
-    assert outcome.hint == expected_hint(new, visible_at=now)
+    assert result.hint == expected_hint(new, visible_at=now)
 
 
 def test_rerun_restores_the_retry_budget() -> None:
@@ -1407,20 +1409,20 @@ def test_rerun_restores_the_retry_budget() -> None:
     assert record.status()["retriesLeft"] == 1
     # and the restored retry is then usable
     record = do_claim(record, now=T0 + 5 * HOUR).record
-    outcome = do_report(record, exception("intermittent-task"), now=T0 + 6 * HOUR)
-    assert not outcome.resolved
-    assert outcome.record.runs[-1].reason_created == "task-retry"
+    result = do_report(record, exception("intermittent-task"), now=T0 + 6 * HOUR)
+    assert not result.resolved
+    assert result.record.runs[-1].reason_created == "task-retry"
 
 
 def test_rerun_up_to_the_run_limit() -> None:
     record, now = with_runs(MAX_RUNS - 1)
     record = do_report(record, FAILED, now=now + SECOND).record
-    outcome = check(rerun(record, now=now + 2 * SECOND))
-    assert len(outcome.record.runs) == MAX_RUNS
-    assert outcome.record.runs[-1].run_id == MAX_RUNS - 1
-    assert outcome.record.runs[-1].reason_created == "rerun"
+    result = check(rerun(record, now=now + 2 * SECOND))
+    assert len(result.record.runs) == MAX_RUNS
+    assert result.record.runs[-1].run_id == MAX_RUNS - 1
+    assert result.record.runs[-1].reason_created == "rerun"
 
-    record = do_claim(outcome.record, now=now + 3 * SECOND).record
+    record = do_claim(result.record, now=now + 3 * SECOND).record
     record = do_report(record, COMPLETED, now=now + 4 * SECOND).record
     with pytest.raises(Conflict, match=f"maximum of {MAX_RUNS} runs"):
         rerun(record, now=now + 5 * SECOND)
@@ -1457,9 +1459,9 @@ def test_rerun_past_the_deadline_is_a_conflict(make: Callable[[], TaskRecord]) -
 
 def test_cancel_of_an_unscheduled_task_adds_a_canceled_run_0() -> None:
     now = T0 + HOUR
-    outcome = check(cancel(unscheduled(), now=now))
-    new = outcome.record
-    assert outcome.changed and outcome.resolved and outcome.hint is None
+    result = check(cancel(unscheduled(), now=now))
+    new = result.record
+    assert result.changed and result.resolved and result.hint is None
     assert new.runs == (
         Run(
             run_id=0,
@@ -1478,9 +1480,9 @@ def test_cancel_of_an_unscheduled_task_adds_a_canceled_run_0() -> None:
 
 def test_cancel_of_a_pending_task() -> None:
     now = T0 + HOUR
-    outcome = check(cancel(pending(), now=now))
-    new = outcome.record
-    assert outcome.changed and outcome.resolved and outcome.hint is None
+    result = check(cancel(pending(), now=now))
+    new = result.record
+    assert result.changed and result.resolved and result.hint is None
     assert new.runs == (
         Run(
             run_id=0,
@@ -1499,9 +1501,9 @@ def test_cancel_of_a_pending_task() -> None:
 def test_cancel_of_a_running_task() -> None:
     record = running()
     now = T0 + HOUR
-    outcome = check(cancel(record, now=now))
-    new = outcome.record
-    assert outcome.resolved
+    result = check(cancel(record, now=now))
+    new = result.record
+    assert result.resolved
     assert new.runs[0] == Run(
         **{
             **record.runs[0].to_stored(),
@@ -1547,37 +1549,37 @@ def test_cancel_past_the_deadline_is_a_conflict(make: Callable[[], TaskRecord]) 
 # --- hints and flags across transitions ----------------------------------------------------
 
 
-def _created() -> tuple[Outcome, int]:
+def _created() -> tuple[TransitionResult, int]:
     return create(new_task(priority="high"), now=T0), T0
 
 
-def _scheduled() -> tuple[Outcome, int]:
+def _scheduled() -> tuple[TransitionResult, int]:
     now = T0 + MINUTE
     return schedule(unscheduled(priority="high"), now=now), now
 
 
-def _dependencies_resolved() -> tuple[Outcome, int]:
+def _dependencies_resolved() -> tuple[TransitionResult, int]:
     now = T0 + MINUTE
     record = unscheduled(priority="high")
     return schedule_if_satisfied(record, dependency_states={DEP_A: "completed"}, now=now), now
 
 
-def _rerun() -> tuple[Outcome, int]:
+def _rerun() -> tuple[TransitionResult, int]:
     now = T0 + HOUR
     return rerun(resolved(FAILED, priority="high"), now=now), now
 
 
-def _worker_shutdown() -> tuple[Outcome, int]:
+def _worker_shutdown() -> tuple[TransitionResult, int]:
     now = T0 + HOUR
     return do_report(running(priority="high"), exception("worker-shutdown"), now=now), now
 
 
-def _intermittent_task() -> tuple[Outcome, int]:
+def _intermittent_task() -> tuple[TransitionResult, int]:
     now = T0 + HOUR
     return do_report(running(priority="high"), exception("intermittent-task"), now=now), now
 
 
-def _claim_expired() -> tuple[Outcome, int]:
+def _claim_expired() -> tuple[TransitionResult, int]:
     record = running(priority="high")
     now = CLAIMED_AT + CLAIM_TIMEOUT
     return expire_claim(record, taken_until=now, now=now, timing=TIMING), now
@@ -1596,14 +1598,14 @@ def _claim_expired() -> tuple[Outcome, int]:
     ],
 )
 def test_every_transition_that_makes_a_run_pending_asks_for_its_hint(
-    transition: Callable[[], tuple[Outcome, int]],
+    transition: Callable[[], tuple[TransitionResult, int]],
 ) -> None:
-    outcome, now = transition()
-    record = check(outcome).record
-    assert outcome.changed and not outcome.resolved
+    result, now = transition()
+    record = check(result).record
+    assert result.changed and not result.resolved
     assert record.state == "pending"
     assert record.hint_needed and record.hint_due == now
-    assert outcome.hint == Hint(
+    assert result.hint == Hint(
         task_id=TASK_ID,
         run_id=len(record.runs) - 1,
         provisioner_id=PROVISIONER,
@@ -1630,12 +1632,12 @@ def test_hint_for_describes_the_last_run() -> None:
 def test_dependents_notified_clears_the_flag() -> None:
     record = resolved(COMPLETED)
     assert record.notify_dependents
-    outcome = check(dependents_notified(record, examined_version=record.version))
-    assert outcome.changed and outcome.hint is None and not outcome.resolved
-    assert not outcome.record.notify_dependents
-    assert outcome.record.runs == record.runs
-    again = dependents_notified(outcome.record, examined_version=outcome.record.version)
-    assert_unchanged(check(again), outcome.record)
+    result = check(dependents_notified(record, examined_version=record.version))
+    assert result.changed and result.hint is None and not result.resolved
+    assert not result.record.notify_dependents
+    assert result.record.runs == record.runs
+    again = dependents_notified(result.record, examined_version=result.record.version)
+    assert_unchanged(check(again), result.record)
 
 
 def test_dependents_notified_keeps_the_flag_of_a_newer_resolution() -> None:
@@ -1684,9 +1686,9 @@ def test_a_whole_life_keeps_the_derived_properties_in_step() -> None:
     assert (record.retries_left, record.notify_dependents) == (0, False)
 
     record = do_claim(record, now=T0 + 5, worker_id="worker-2").record
-    outcome = do_report(record, COMPLETED, now=T0 + 6)
-    record = outcome.record
-    assert outcome.resolved
+    result = do_report(record, COMPLETED, now=T0 + 6)
+    record = result.record
+    assert result.resolved
     assert (record.state, record.hint_due, record.taken_until, record.open_deadline) == (
         "completed",
         None,
@@ -1702,9 +1704,9 @@ def test_a_whole_life_keeps_the_derived_properties_in_step() -> None:
     assert (record.state, record.hint_due, record.retries_left) == ("pending", T0 + 7, 1)
     assert record.open_deadline == DEADLINE
 
-    outcome = check(cancel(record, now=T0 + 8))
-    record = outcome.record
-    assert outcome.resolved and record.notify_dependents and not record.hint_needed
+    result = check(cancel(record, now=T0 + 8))
+    record = result.record
+    assert result.resolved and record.notify_dependents and not record.hint_needed
     assert [
         (run["state"], run["reasonCreated"], run.get("reasonResolved"))
         for run in record.status()["runs"]
@@ -1726,7 +1728,7 @@ def test_workers_cannot_report_the_resolvers_reasons(reason: str) -> None:
 # --- scheduling beyond Taskcluster: notBefore, retryDelay, retryPriority, claimTimeout -----
 
 
-def claim_at(record: TaskRecord, now: int, timing: Timing = TIMING) -> Outcome:
+def claim_at(record: TaskRecord, now: int, timing: Timing = TIMING) -> TransitionResult:
     """claimTask of the last run, unchecked (it may raise)."""
     return claim(
         record,
@@ -1740,17 +1742,17 @@ def claim_at(record: TaskRecord, now: int, timing: Timing = TIMING) -> Outcome:
 
 def test_not_before_makes_run_0_pending_but_not_claimable_until_then() -> None:
     not_before = T0 + HOUR
-    outcome = check(create(new_task(notBefore=to_iso(not_before)), now=T0))
-    run = outcome.record.runs[0]
+    result = check(create(new_task(notBefore=to_iso(not_before)), now=T0))
+    run = result.record.runs[0]
     assert (run.state, run.scheduled, run.visible_at) == ("pending", T0, not_before)
-    assert outcome.hint == expected_hint(outcome.record, visible_at=not_before)
-    assert outcome.record.visible_at == not_before
+    assert result.hint == expected_hint(result.record, visible_at=not_before)
+    assert result.record.visible_at == not_before
 
     with pytest.raises(Conflict, match=f"can't be claimed before {to_iso(not_before)}"):
-        claim_at(outcome.record, not_before - 2 * SECOND)
+        claim_at(result.record, not_before - 2 * SECOND)
     # the tolerance for clock differences between replicas, and no more
-    assert claim_at(outcome.record, not_before - SECOND).record.state == "running"
-    assert claim_at(outcome.record, not_before).record.runs[0].started == not_before
+    assert claim_at(result.record, not_before - SECOND).record.state == "running"
+    assert claim_at(result.record, not_before).record.runs[0].started == not_before
 
 
 def test_a_past_not_before_means_now() -> None:
@@ -1802,10 +1804,10 @@ def retry_delays(record: TaskRecord, reason: str, count: int, timing: Timing = T
             taken_until = record.runs[-1].taken_until
             assert taken_until is not None
             now = taken_until
-            outcome = check(expire_claim(record, taken_until=taken_until, now=now, timing=timing))
+            result = check(expire_claim(record, taken_until=taken_until, now=now, timing=timing))
         else:
-            outcome = do_report(record, exception(reason), now=now, timing=timing)
-        record = outcome.record
+            result = do_report(record, exception(reason), now=now, timing=timing)
+        record = result.record
         delays.append(record.runs[-1].visible_at - now)
     return delays
 
