@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.store import sqlite as sqlite_module
+from coordinator.store import sqlite_group_commit
 from coordinator.store.sqlite import SQLiteStore
+from coordinator.store.sqlite_group_commit import GroupCommit
 from tests.integration.test_store_contract import get, new_record
 
 
@@ -35,6 +36,12 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         await opened.close()
 
 
+def commits(store: SQLiteStore) -> GroupCommit:
+    """The scheduler of the open store's connection."""
+    assert store._commits is not None
+    return store._commits
+
+
 def record_statements(store: SQLiteStore, *, commit_delay: float = 0) -> list[str]:
     """The statements the store runs from now on; each COMMIT first sleeps ``commit_delay``,
     which widens the window in which a result handed out early would show."""
@@ -45,8 +52,7 @@ def record_statements(store: SQLiteStore, *, commit_delay: float = 0) -> list[st
         if statement == "COMMIT":
             time.sleep(commit_delay)
 
-    assert store._conn is not None
-    store._conn.set_trace_callback(trace)
+    commits(store).connection.set_trace_callback(trace)
     return statements
 
 
@@ -59,8 +65,7 @@ def record_threads(store: SQLiteStore) -> list[tuple[str, str]]:
         text = " ".join(line for line in statement.splitlines() if not line.startswith("--"))
         ran.append((text.split()[0], threading.current_thread().name))
 
-    assert store._conn is not None
-    store._conn.set_trace_callback(trace)
+    commits(store).connection.set_trace_callback(trace)
     return ran
 
 
@@ -72,7 +77,7 @@ async def together(store: SQLiteStore, *calls: Awaitable[Any]) -> list[Any]:
     await asyncio.sleep(0)  # the holder takes the connection to the store thread
     tasks = [asyncio.ensure_future(call) for call in calls]
     await asyncio.sleep(0)  # each task runs up to its store call, which queues it
-    assert len(store._waiting) == len(tasks)
+    assert len(commits(store).waiting) == len(tasks)
     gate.set()
     await holder
     return await asyncio.gather(*tasks, return_exceptions=True)
@@ -190,7 +195,7 @@ async def test_a_lone_failing_call_leaves_nothing_behind(store: SQLiteStore) -> 
 async def test_a_group_commit_is_bounded(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_module, "GROUP_MAX_CALLS", 4)
+    monkeypatch.setattr(sqlite_group_commit, "GROUP_MAX_CALLS", 4)
     statements = record_statements(store)
 
     results = await together(store, *(store.insert(new_record(f"t{i}")) for i in range(10)))
