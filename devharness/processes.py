@@ -1,12 +1,14 @@
 """Child processes: their environment, starting one with its output appended to a log file,
-ending them, and ``queue-coordinator serve`` as a restartable child (:class:`ServeProcess`)
-whose environment is built here and nowhere else; :func:`serving` runs one on a given store
-for the measurement scripts."""
+ending them with bounded waits (the signal, then SIGKILL, then give up and say so: a harness
+never hangs on a child), and ``queue-coordinator serve`` as a restartable child
+(:class:`ServeProcess`) whose environment is built here and nowhere else; :func:`serving`
+runs one on a given store for the measurement scripts."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -19,8 +21,16 @@ from devharness.api import API
 from devharness.ports import free_port
 from devharness.waiting import ProcessExited, WaitTimeout, wait_until_answers
 
+logger = logging.getLogger(__name__)
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
+KILL_WAIT = 10.0
+"""How long a SIGKILLed child may take to be reaped before it is given up on (a process in
+uninterruptible sleep; the caller sees it still running and reports it)."""
+GROUP_STOP_WAIT = 30.0
+"""How long :func:`run_module`'s child gets after SIGTERM to its process group before the
+group is SIGKILLed."""
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -39,15 +49,42 @@ def child_env(**extra: str) -> dict[str, str]:
 
 def run_module(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """Run ``python -m module args`` in the repository with :func:`child_env` to its end,
-    its output captured (the tests run ``benchlib`` and ``soaklib`` so)."""
-    return subprocess.run(
+    its output captured (the tests run ``benchlib`` and ``soaklib`` so).
+
+    The child leads a process group of its own, so that whatever it started goes with it: if
+    it has not ended after ``timeout`` seconds (or the wait is interrupted), the whole group
+    gets SIGTERM, then SIGKILL :data:`GROUP_STOP_WAIT` seconds later, and
+    ``subprocess.TimeoutExpired`` (or the interruption) is raised."""
+    # Not a ``with`` block: leaving one waits for the child without a bound.
+    child = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=REPO,
         env=child_env(),
-        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
+        process_group=0,
     )
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except BaseException:
+        _end_group(child)
+        raise
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+
+
+def _end_group(child: subprocess.Popen[str]) -> None:
+    """SIGTERM ``child``'s process group, SIGKILL it once the child has exited or
+    :data:`GROUP_STOP_WAIT` has passed (its own children may outlive it), each wait bounded."""
+    for signum, wait in ((signal.SIGTERM, GROUP_STOP_WAIT), (signal.SIGKILL, KILL_WAIT)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signum)
+        # Reads the pipes too: a child blocked writing to a full one would never exit.
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
+            child.communicate(timeout=wait)
+    if child.poll() is None:
+        logger.error("child outlived SIGKILL pid=%s args=%s", child.pid, child.args)
 
 
 async def spawn(
@@ -71,22 +108,63 @@ async def end_processes(
     *,
     signum: int = signal.SIGTERM,
     wait: float = 10.0,
-) -> None:
-    """Send ``signum`` to each process still running and wait for them to exit; SIGKILL
-    those still running ``wait`` seconds later."""
+) -> list[asyncio.subprocess.Process]:
+    """Send ``signum`` to each process still running and wait up to ``wait`` seconds for it
+    to exit; SIGKILL those still running then and wait up to :data:`KILL_WAIT` seconds more.
+    Never waits longer than that.
 
-    async def end(process: asyncio.subprocess.Process) -> None:
+    :param processes: ``None`` entries are skipped (a process never started).
+    :param signum: the first signal.
+    :param wait: seconds each process has to exit after ``signum``.
+    :returns: the processes that had to be SIGKILLed because they outlived ``signum``'s
+        wait (never those asked with SIGKILL in the first place). A process whose
+        ``returncode`` is still ``None`` afterwards outlived the SIGKILL too: the caller
+        reports it.
+    """
+
+    async def end(process: asyncio.subprocess.Process) -> bool:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signum)
         try:
             await asyncio.wait_for(process.wait(), wait)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+            logger.warning(
+                "child outlived its signal, killing it pid=%s signal=%s wait=%s",
+                process.pid,
+                signal.Signals(signum).name,
+                wait,
+            )
+        else:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        try:
+            await asyncio.wait_for(process.wait(), KILL_WAIT)
+        except TimeoutError:
+            logger.error("child outlived SIGKILL pid=%s wait=%s", process.pid, KILL_WAIT)
+        return signum != signal.SIGKILL
 
-    await asyncio.gather(*(end(process) for process in processes if process is not None))
+    present = [process for process in processes if process is not None]
+    forced = await asyncio.gather(*(end(process) for process in present))
+    return [process for process, killed in zip(present, forced, strict=True) if killed]
+
+
+def processes_mentioning(text: str) -> dict[int, str]:
+    """This machine's live processes whose command line or environment contains ``text`` (a
+    work directory): pid -> command line, read from ``/proc`` (Linux), independently of any
+    bookkeeping of whoever started them. Zombies (exited, not yet reaped) have neither and
+    are not listed; nor are processes of other users."""
+    found: dict[int, str] = {}
+    needle = text.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            command = (entry / "cmdline").read_bytes()
+            if needle in command or needle in (entry / "environ").read_bytes():
+                found[int(entry.name)] = command.replace(b"\0", b" ").decode(errors="replace")
+    return found
 
 
 def log_tail(path: Path, chars: int = 3000) -> str:
@@ -141,9 +219,18 @@ class ServeProcess:
     def api(self) -> str:
         return self.url + API
 
+    @property
+    def running(self) -> bool:
+        """The last process started has not been reaped yet."""
+        return self.process is not None and self.process.returncode is None
+
     async def start(self, *, within: float = 60.0) -> None:
         """Start the process and return once it answers ``ping``; raise ``RuntimeError``
-        with the log's tail if it exits or does not answer within ``within`` seconds."""
+        with the log's tail if it exits or does not answer within ``within`` seconds (the
+        process is ended first), or if the previous one is still running (one process per
+        ``ServeProcess`` at a time: stop it first)."""
+        if self.running:
+            raise RuntimeError(f"coordinator on port {self.port} is already running")
         self.starts += 1
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
@@ -154,13 +241,17 @@ class ServeProcess:
                 f"{self.api}/ping", within=within, exit_code=lambda: process.returncode
             )
         except (WaitTimeout, ProcessExited) as error:
+            await self.stop(signal.SIGKILL)
             raise RuntimeError(
                 f"coordinator did not start: {error}\n{log_tail(self.log)}"
             ) from None
 
-    async def stop(self, signum: int = signal.SIGTERM, *, wait: float = 10.0) -> None:
-        """End the process (see :func:`end_processes`); nothing if it never started."""
-        await end_processes([self.process], signum=signum, wait=wait)
+    async def stop(
+        self, signum: int = signal.SIGTERM, *, wait: float = 10.0
+    ) -> list[asyncio.subprocess.Process]:
+        """End the process (see :func:`end_processes`, whose answer this is: the process if
+        it had to be SIGKILLed after ``wait``); nothing if it never started."""
+        return await end_processes([self.process], signum=signum, wait=wait)
 
 
 @contextlib.asynccontextmanager

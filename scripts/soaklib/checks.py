@@ -41,10 +41,20 @@ Pure functions over plain data, so every rule can be read (and tested) on its ow
     fail to claim and delete during the settle like any other stale hint.
 ``worker-crash``
     a worker process exited without being told to.
+``slot-overlap``
+    two incarnations of one worker slot were alive at once: one was started before the one
+    it replaced was seen reaped (an orphan nobody would signal).
+``stuck-process``
+    a child (worker or coordinator) did not exit within its wait after SIGTERM and had to
+    be SIGKILLed.
+``process-left``
+    a process the soak started was still running when the soak ended (it outlived
+    SIGKILL).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -249,9 +259,12 @@ def check_hints(
 
 
 def check_workers(incarnations: Iterable[Incarnation]) -> Findings:
-    """``worker-crash``; counts kills and starts."""
+    """``worker-crash``, ``slot-overlap``, ``stuck-process`` and ``process-left``; counts
+    kills and starts."""
     found = Findings()
+    by_slot: dict[int, list[Incarnation]] = defaultdict(list)
     for incarnation in incarnations:
+        by_slot[incarnation.slot].append(incarnation)
         found.count("worker starts")
         if incarnation.end.startswith("exited"):
             found.add(
@@ -260,6 +273,23 @@ def check_workers(incarnations: Iterable[Incarnation]) -> Findings:
             )
         elif incarnation.end in ("sigkill", "sigterm"):
             found.count(f"worker {incarnation.end}")
+        if incarnation.forced:
+            found.add(
+                "stuck-process",
+                f"{incarnation.worker_id} outlived its SIGTERM ({incarnation.end}) and was "
+                "SIGKILLed",
+            )
+        if incarnation.ended is None:
+            found.add("process-left", f"{incarnation.worker_id} was still running at the end")
+    for slot, started in by_slot.items():
+        ordered = sorted(started, key=lambda incarnation: incarnation.started)
+        for earlier, later in itertools.pairwise(ordered):
+            if earlier.ended is None or earlier.ended > later.started:
+                found.add(
+                    "slot-overlap",
+                    f"slot {slot}: {later.worker_id} started while {earlier.worker_id} "
+                    f"({earlier.end or 'never signalled'}) was still alive",
+                )
     return found
 
 

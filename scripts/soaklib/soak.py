@@ -18,6 +18,11 @@ Phases, each bounded:
    message (stale duplicates are fetched, refused and deleted by the workers).
 4. **check**: workers are stopped, the final statuses, the journals and every message left
    in the queues are read, and :mod:`soaklib.checks` applies the invariants.
+
+Every wait is bounded. A child that has to be SIGKILLed after not exiting on SIGTERM is a
+``stuck-process`` violation, one still running when the soak ends a ``process-left``; a worker
+slot's restarts are exclusive (:class:`soaklib.processes.Fleet`), and two incarnations of a
+slot alive at once would be a ``slot-overlap``.
 """
 
 from __future__ import annotations
@@ -44,19 +49,29 @@ import slugid
 from coordinator.api.clients import ensure_root_client
 from coordinator.domain.records import to_iso
 from devharness.azurite import AzuriteProcess
-from devharness.processes import ServeProcess, child_env
+from devharness.processes import KILL_WAIT, ServeProcess, child_env
 from hawk_signing import Credentials
 from soaklib import checks
 from soaklib.api import Api, ApiError
 from soaklib.hints import Hints, QueueCensus
 from soaklib.journal import read_journals
-from soaklib.processes import PROVISIONER_ID, STOP_WAIT, WORKER_TYPE, Fleet
+from soaklib.processes import (
+    PROVISIONER_ID,
+    STOP_WAIT,
+    WORKER_TYPE,
+    Fleet,
+    worker_command,
+)
 from soaklib.settings import Settings
 
 log = logging.getLogger("soak")
 
 PRIORITIES = ("high", "low", "lowest")
 """Three of the seven queues get tasks, so workers walk several queues in order."""
+DOWN = (0.3, 2.0)
+"""How long a killed worker's slot stays empty (seconds, drawn uniformly)."""
+RESTARTS_WAIT = STOP_WAIT + KILL_WAIT + DOWN[1] + 30.0
+"""The longest the worker restarts still going at the end of the chaos may take."""
 
 
 @dataclass(kw_only=True)
@@ -89,10 +104,10 @@ class Soak:
         self.started = time.monotonic()
         self.chaos_end = self.started + settings.seconds
         self.background: set[asyncio.Task[None]] = set()
-        self.coordinator_down = False
-        """Set while the service loop has the coordinator stopped on purpose."""
         self.azurite_killed: list[float] = []
         """Epoch times of the Azurite SIGKILLs."""
+        self.coordinator_lock = asyncio.Lock()
+        """Held by whoever stops or starts the coordinator (the service loop, the monitor)."""
 
     # --- bookkeeping ---------------------------------------------------------------------
 
@@ -149,9 +164,8 @@ class Soak:
             worker_env["TASKCLUSTER_CLIENT_ID"] = credentials.client_id
             worker_env["TASKCLUSTER_ACCESS_TOKEN"] = credentials.access_token
         self.fleet = Fleet(
-            root_url=self.coordinator.url,
+            command=worker_command(root_url=self.coordinator.url, capacity=settings.capacity),
             workdir=self.workdir,
-            capacity=settings.capacity,
             env=worker_env,
         )
         self.hints = Hints(azurite.connection_string, prefix)
@@ -177,8 +191,7 @@ class Soak:
                         self._restart_services(),
                         self._noise(),
                     )
-                    if self.background:
-                        await asyncio.wait(set(self.background))
+                    await self._restarts_over()
                     timings["chaos"] = time.monotonic() - self.started
                     self.event("chaos over: draining")
                     phase = time.monotonic()
@@ -198,8 +211,9 @@ class Soak:
         finally:
             await self.hints.close()
             await self.fleet.stop_all()
-            await self.coordinator.stop(wait=STOP_WAIT)
+            await self._stop_coordinator(signal.SIGTERM)
             await azurite.stop()
+            self._check_gone()
         timings["total"] = time.monotonic() - self.started
         findings = checks.merge(
             checks.check_tasks(self.created, statuses, retries=settings.retries),
@@ -296,17 +310,46 @@ class Soak:
                 continue
             slot = self.rng.choice(slots)
             graceful = self.rng.random() < settings.term_share
-            self.spawn(self._kill_and_restart(slot, graceful, self.rng.uniform(0.3, 2.0)))
+            self.spawn(self._kill_and_restart(slot, graceful, self.rng.uniform(*DOWN)))
 
     async def _kill_and_restart(self, slot: int, graceful: bool, down: float) -> None:
         how = "sigterm" if graceful else "sigkill"
-        incarnation = await self.fleet.kill(
-            slot, signal.SIGTERM if graceful else signal.SIGKILL, end=how
-        )
-        self.event(f"worker {incarnation.worker_id} {how}")
-        await asyncio.sleep(down)
-        started = await self.fleet.start(slot)
-        self.event(f"worker {started.worker_id} started")
+        signum = signal.SIGTERM if graceful else signal.SIGKILL
+        restart = await self.fleet.kill_and_restart(slot, signum, end=how, down=down)
+        if restart is None:
+            return  # another restart of the slot came first
+        started = restart.started.worker_id if restart.started else "no new worker"
+        self.event(f"worker {restart.ended.worker_id} {how}, down {down:.1f} s: {started}")
+
+    async def _restarts_over(self) -> None:
+        """Wait for the worker restarts still going; one that outlives its bound (which
+        cannot happen: every wait in it is bounded) is cancelled and reported."""
+        if not self.background:
+            return
+        _, late = await asyncio.wait(set(self.background), timeout=RESTARTS_WAIT)
+        for task in late:
+            task.cancel()
+            self.extra_violations.add(
+                "stuck-process", f"a worker restart still going after {RESTARTS_WAIT:.0f} s"
+            )
+
+    async def _stop_coordinator(self, signum: int) -> None:
+        """Stop the coordinator (SIGKILL after ``STOP_WAIT``); a SIGTERM it outlived is a
+        ``stuck-process``."""
+        if await self.coordinator.stop(signum, wait=STOP_WAIT):
+            self.extra_violations.add(
+                "stuck-process",
+                f"coordinator outlived {signal.Signals(signum).name} for {STOP_WAIT:.0f} s "
+                "and was SIGKILLed",
+            )
+
+    def _check_gone(self) -> None:
+        """Every process the soak started is gone (the workers are checked from their
+        incarnations by :func:`checks.check_workers`)."""
+        if self.coordinator.running:
+            self.extra_violations.add("process-left", "the coordinator was still running")
+        if self.azurite.running:
+            self.extra_violations.add("process-left", "Azurite was still running")
 
     def _service_schedule(self) -> list[tuple[float, str]]:
         settings = self.settings
@@ -342,16 +385,14 @@ class Soak:
             if kind == "coordinator":
                 kill = coordinator_restarts % 2 == 0
                 coordinator_restarts += 1
-                self.coordinator_down = True
-                await self.coordinator.stop(
-                    signal.SIGKILL if kill else signal.SIGTERM, wait=STOP_WAIT
-                )
-                down = self.rng.uniform(0.5, self.settings.claim_timeout + 1.0)
-                self.event(f"coordinator {'sigkill' if kill else 'sigterm'}, down {down:.1f} s")
-                self.count("coordinator sigkill" if kill else "coordinator sigterm")
-                await asyncio.sleep(down)
-                await self.coordinator.start()
-                self.coordinator_down = False
+                async with self.coordinator_lock:
+                    await self._stop_coordinator(signal.SIGKILL if kill else signal.SIGTERM)
+                    down = self.rng.uniform(0.5, self.settings.claim_timeout + 1.0)
+                    how = "sigkill" if kill else "sigterm"
+                    self.event(f"coordinator {how}, down {down:.1f} s")
+                    self.count(f"coordinator {how}")
+                    await asyncio.sleep(down)
+                    await self.coordinator.start()
                 self.event("coordinator started")
             else:
                 kill = kind == "azurite-kill"
@@ -400,15 +441,19 @@ class Soak:
         while True:
             await asyncio.sleep(1.0)
             for slot in self.fleet.dead_unasked():
-                self.event(f"worker slot {slot} exited unasked: restarting")
-                await self.fleet.start(slot)
-            process = self.coordinator.process
-            if process is not None and process.returncode is not None and not self.coordinator_down:
-                self.extra_violations.add(
-                    "coordinator-crash", f"coordinator exited {process.returncode} unasked"
-                )
-                self.event("coordinator exited unasked: restarting")
-                await self.coordinator.start()
+                started = await self.fleet.restart_dead(slot)
+                if started is not None:
+                    self.event(f"worker slot {slot} exited unasked: {started.worker_id} started")
+            if self.coordinator_lock.locked():
+                continue  # stopped on purpose, or being started
+            async with self.coordinator_lock:
+                process = self.coordinator.process
+                if process is not None and process.returncode is not None:
+                    self.extra_violations.add(
+                        "coordinator-crash", f"coordinator exited {process.returncode} unasked"
+                    )
+                    self.event("coordinator exited unasked: restarting")
+                    await self.coordinator.start()
 
     # --- after the chaos -----------------------------------------------------------------
 
