@@ -40,7 +40,7 @@ from coordinator.resolvers import (
 )
 from coordinator.resolvers.runner import Actor, Runner
 from coordinator.service.clock import wall_clock
-from coordinator.service.management import OutcomeTTLs, TaskManagement
+from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.tasks import TaskService
 from coordinator.service.work_queues import NO_AZURE, WorkQueues
@@ -207,7 +207,7 @@ def build_app(
         management = TaskManagement(
             service=service,
             store=store,
-            ttls=OutcomeTTLs(completed=config.completed_ttl, failed=config.failed_ttl),
+            ttls=ResolvedTTLs(completed_ms=config.completed_ttl, failed_ms=config.failed_ttl),
         )
         app[keyset.TOKEN_KEY] = await management.token_key()
         workers = WorkerService(store=store, clock=clock)

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 from hawk_signing import Credentials
-from worker_sdk.client import CoordinatorClient, Outcome, Reclaim, RunReport
+from worker_sdk.client import CoordinatorClient, Reclaim, Resolution, RunReport
 from worker_sdk.errors import RequestFailed
 
 log = logging.getLogger(__name__)
@@ -202,21 +202,21 @@ class RunBatches:
         )
 
     async def report(
-        self, task_id: str, run_id: int, outcome: Outcome, *, credentials: Credentials
+        self, task_id: str, run_id: int, resolution: Resolution, *, credentials: Credentials
     ) -> None:
-        """Report the run as ``outcome`` says; ``credentials`` (the run's) sign a single call."""
+        """Report the run as ``resolution`` says; ``credentials`` (the run's) sign a single call."""
 
         async def single() -> None:
-            if outcome.reason is not None:
+            if resolution.reason is not None:
                 await self._client.report_exception(
-                    task_id, run_id, outcome.reason, credentials=credentials
+                    task_id, run_id, resolution.reason, credentials=credentials
                 )
-            elif outcome.kind == "completed":
+            elif resolution.kind == "completed":
                 await self._client.report_completed(task_id, run_id, credentials=credentials)
             else:
                 await self._client.report_failed(task_id, run_id, credentials=credentials)
 
-        report = RunReport(task_id=task_id, run_id=run_id, outcome=outcome)
+        report = RunReport(task_id=task_id, run_id=run_id, resolution=resolution)
         await _batched(self._reports, report, single)
 
     async def aclose(self) -> None:

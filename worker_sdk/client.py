@@ -81,7 +81,7 @@ class Reclaim:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Outcome:
+class Resolution:
     """How a run is reported: ``reportCompleted``, ``reportFailed`` or ``reportException``."""
 
     kind: Literal["completed", "failed", "exception"]
@@ -90,7 +90,7 @@ class Outcome:
 
     def __post_init__(self) -> None:
         if (self.kind == "exception") != (self.reason is not None):
-            raise ValueError(f"an {self.kind} outcome with reason {self.reason!r}")
+            raise ValueError(f"an {self.kind} resolution with reason {self.reason!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +99,7 @@ class RunReport:
 
     task_id: str
     run_id: int
-    outcome: Outcome
+    resolution: Resolution
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,10 +257,10 @@ class CoordinatorClient:
             item: dict[str, Any] = {
                 "taskId": report.task_id,
                 "runId": report.run_id,
-                "resolution": report.outcome.kind,
+                "resolution": report.resolution.kind,
             }
-            if report.outcome.reason is not None:
-                item["reason"] = report.outcome.reason
+            if report.resolution.reason is not None:
+                item["reason"] = report.resolution.reason
             items.append(item)
         answer = await self._call("POST", ("resolve-runs",), body={"reports": items})
         runs = [(report.task_id, report.run_id) for report in reports]

@@ -1,4 +1,4 @@
-"""The Worker: runs a handler for each claimed run, keeps claims alive, reports outcomes.
+"""The Worker: runs a handler for each claimed run, keeps claims alive, reports how runs resolved.
 
 It runs at most ``capacity`` handlers at once and asks its poller for exactly as many more as
 it has room for; a run whose handler ended frees its slot while its report is on its way (up to
@@ -33,7 +33,7 @@ import aiohttp
 from hawk_signing import Credentials
 from worker_sdk import timing
 from worker_sdk.batches import RunBatches
-from worker_sdk.client import Claim, CoordinatorClient, Outcome
+from worker_sdk.client import Claim, CoordinatorClient, Resolution
 from worker_sdk.errors import RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
@@ -68,9 +68,9 @@ ISOLATIONS: tuple[Isolation, ...] = ("none", "process")
 _T = TypeVar("_T")
 
 
-def outcome_for(
+def resolution_for(
     error: BaseException | None, *, retries_left: int = 0, retry_failures: bool = False
-) -> Outcome:
+) -> Resolution:
     """The report for a handler that returned (``None``) or raised ``error``.
 
     :class:`RetryTask`, and with ``retry_failures`` any exception that is no
@@ -78,17 +78,17 @@ def outcome_for(
     ``retries_left``, ``failed`` on its last run.
     """
     if error is None:
-        return Outcome(kind="completed")
+        return Resolution(kind="completed")
     retry = isinstance(error, RetryTask) or (
         retry_failures and not isinstance(error, TaskException)
     )
     if retry:
         if retries_left > 0:
-            return Outcome(kind="exception", reason=RetryTask.reason)
-        return Outcome(kind="failed")
+            return Resolution(kind="exception", reason=RetryTask.reason)
+        return Resolution(kind="failed")
     if isinstance(error, TaskException):
-        return Outcome(kind="exception", reason=error.reason)
-    return Outcome(kind="failed")
+        return Resolution(kind="exception", reason=error.reason)
+    return Resolution(kind="failed")
 
 
 def default_worker_group() -> str:
@@ -419,7 +419,7 @@ class Worker:
             # Claimed while the worker was stopping: hand it straight back for a retry.
             log.info("run returned, worker stopping taskId=%s runId=%s", run.task_id, run.run_id)
             await self._report(
-                batches, run, lease, Outcome(kind="exception", reason="worker-shutdown")
+                batches, run, lease, Resolution(kind="exception", reason="worker-shutdown")
             )
             return
         lease.handler = asyncio.create_task(self._call(run))
@@ -437,11 +437,11 @@ class Worker:
             keeper.cancel()
             # asyncio.wait, unlike awaiting the task, never swallows our own cancellation.
             await asyncio.wait({keeper})
-        outcome = self._outcome(run, lease, lease.handler)
-        if outcome is not None:
+        resolution = self._resolution(run, lease, lease.handler)
+        if resolution is not None:
             self._reporting.add((run.task_id, run.run_id))
             self._wakeup.set()
-            await self._report(batches, run, lease, outcome)
+            await self._report(batches, run, lease, resolution)
 
     async def _call(self, run: TaskRun) -> None:
         if self._isolation is not None:
@@ -454,22 +454,24 @@ class Worker:
         if result is not None:
             await result
 
-    def _outcome(self, run: TaskRun, lease: Lease, handler: asyncio.Task[None]) -> Outcome | None:
+    def _resolution(
+        self, run: TaskRun, lease: Lease, handler: asyncio.Task[None]
+    ) -> Resolution | None:
         """What to report for a finished handler; ``None`` for a run that is no longer ours."""
         if lease.cancel_reason == "claim-lost":
             log.warning("run abandoned, claim lost taskId=%s runId=%s", run.task_id, run.run_id)
             return None
         if lease.cancel_reason == "worker-shutdown":
             log.warning("run cancelled by shutdown taskId=%s runId=%s", run.task_id, run.run_id)
-            return Outcome(kind="exception", reason="worker-shutdown")
+            return Resolution(kind="exception", reason="worker-shutdown")
         if handler.cancelled():
             log.error("handler cancelled itself taskId=%s runId=%s", run.task_id, run.run_id)
-            return Outcome(kind="failed")
+            return Resolution(kind="failed")
         error = handler.exception()
-        outcome = outcome_for(
+        resolution = resolution_for(
             error, retries_left=run.retries_left, retry_failures=self._retry_failures
         )
-        if outcome.kind == "failed":
+        if resolution.kind == "failed":
             log.error(
                 "handler failed taskId=%s runId=%s retriesLeft=%d",
                 run.task_id,
@@ -477,18 +479,18 @@ class Worker:
                 run.retries_left,
                 exc_info=error,
             )
-        elif outcome.kind == "exception":
+        elif resolution.kind == "exception":
             log.warning(
                 "handler raised taskId=%s runId=%s reason=%s retriesLeft=%d error=%s",
                 run.task_id,
                 run.run_id,
-                outcome.reason,
+                resolution.reason,
                 run.retries_left,
                 error,
                 # A failure being retried (retry_failures) still deserves its traceback.
                 exc_info=None if isinstance(error, TaskException) else error,
             )
-        return outcome
+        return resolution
 
     async def _keep_claimed(self, batches: RunBatches, run: TaskRun, lease: Lease) -> None:
         """Reclaim well before each deadline, forever; cancel the handler if the claim is lost."""
@@ -518,13 +520,13 @@ class Worker:
             )
 
     async def _report(
-        self, batches: RunBatches, run: TaskRun, lease: Lease, outcome: Outcome
+        self, batches: RunBatches, run: TaskRun, lease: Lease, resolution: Resolution
     ) -> None:
         """Report, retrying transient errors while the claim lasts (after that it's moot)."""
         try:
             await self._while_claimed(
                 lambda: batches.report(
-                    run.task_id, run.run_id, outcome, credentials=lease.credentials
+                    run.task_id, run.run_id, resolution, credentials=lease.credentials
                 ),
                 run,
                 lease,
@@ -532,29 +534,29 @@ class Worker:
             )
         except RequestFailed as error:
             if error.status == 404:
-                # an operator deleted the task (deleteTasks, an outcome TTL): nobody wants it
+                # an operator deleted the task (deleteTasks, a resolved-task TTL): nobody wants it
                 log.warning(
                     "task deleted while it ran, run forgotten taskId=%s runId=%s outcome=%s",
                     run.task_id,
                     run.run_id,
-                    outcome.kind,
+                    resolution.kind,
                 )
                 return
             log.error(
                 "report not accepted taskId=%s runId=%s outcome=%s error=%s",
                 run.task_id,
                 run.run_id,
-                outcome.kind,
+                resolution.kind,
                 error,
             )
             return
-        self.metrics.tasks.labels(outcome.kind).inc()
+        self.metrics.tasks.labels(resolution.kind).inc()
         log.info(
             "run resolved taskId=%s runId=%s outcome=%s reason=%s",
             run.task_id,
             run.run_id,
-            outcome.kind,
-            outcome.reason or "-",
+            resolution.kind,
+            resolution.reason or "-",
         )
 
     async def _while_claimed(

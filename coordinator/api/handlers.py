@@ -495,10 +495,12 @@ class Handlers:
         self.workers.run_held(record, run_id, claimed=False)
         return self._held_run(record, run_id)
 
-    async def _report(self, request: web.Request, state: str, reason: str) -> Body:
+    async def _report(self, request: web.Request, resolution: str, reason: str) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)
         await self._require(request, f"queue:resolve-task:{task_id}/{run_id}")
-        return _status(await self.service.report(task_id, run_id, state=state, reason=reason))
+        return _status(
+            await self.service.report(task_id, run_id, resolution=resolution, reason=reason)
+        )
 
     async def reportCompleted(self, request: web.Request, body: Any) -> Body:
         return await self._report(request, "completed", "completed")
@@ -569,7 +571,7 @@ class Handlers:
             RunReport(
                 task_id=task_id,
                 run_id=run_id,
-                state=item["resolution"],
+                resolution=item["resolution"],
                 reason=item.get("reason") or item["resolution"],
             )
             for (task_id, run_id), item in zip(runs, items, strict=True)

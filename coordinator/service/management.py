@@ -1,6 +1,6 @@
 """TaskManagement: what operators do to many tasks at once, selected by a
 :class:`~coordinator.domain.task_filters.TaskFilter`: list, stream, count, cancel and delete;
-and the outcome TTLs, which delete resolved tasks early.
+and the resolved-task TTLs, which delete resolved tasks early.
 
 Every bulk operation works in bounded batches, each its own short transaction (or, for cancel,
 one compare-and-set per task), so a million matches neither holds a long transaction nor keeps
@@ -30,21 +30,21 @@ STREAM_PAGE = 500
 CANCEL_BATCH = 100
 """How many matches cancelTasks reads at a time; their compare-and-sets run concurrently."""
 DELETE_BATCH = 500
-"""How many tasks one deleteTasks (or outcome-TTL) transaction deletes."""
+"""How many tasks one deleteTasks (or resolved-task TTL) transaction deletes."""
 TOKEN_SECRET = "continuation-tokens"
 """The name of the shared secret that signs continuation tokens."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class OutcomeTTLs:
+class ResolvedTTLs:
     """How long resolved tasks are kept after they resolved (ms); ``None``: until ``expires``.
 
-    :param completed: for completed tasks.
-    :param failed: for failed and exception tasks.
+    :param completed_ms: for completed tasks.
+    :param failed_ms: for failed and exception tasks.
     """
 
-    completed: int | None = None
-    failed: int | None = None
+    completed_ms: int | None = None
+    failed_ms: int | None = None
 
 
 class TaskManagement:
@@ -52,10 +52,10 @@ class TaskManagement:
 
     :param service: the task service, whose transitions cancel tasks.
     :param store: the task store.
-    :param ttls: the outcome TTLs the expiry sweeper applies.
+    :param ttls: the resolved-task TTLs the expiry sweeper applies.
     """
 
-    def __init__(self, *, service: TaskService, store: Store, ttls: OutcomeTTLs) -> None:
+    def __init__(self, *, service: TaskService, store: Store, ttls: ResolvedTTLs) -> None:
         self._service = service
         self._store = store
         self.ttls = ttls
@@ -135,18 +135,18 @@ class TaskManagement:
             await asyncio.sleep(0)  # let waiting requests in between transactions
         return deleted
 
-    async def expire_outcomes(self, limit: int) -> int:
-        """Delete resolved tasks past their outcome TTL (about ``limit`` of each outcome at
+    async def expire_resolved(self, limit: int) -> int:
+        """Delete resolved tasks past their resolved-task TTL (about ``limit`` of each state at
         most); how many."""
         now = self._service.clock()
         deleted = 0
         rules: tuple[tuple[int | None, tuple[FilterState, ...]], ...] = (
-            (self.ttls.completed, ("completed",)),
-            (self.ttls.failed, ("failed", "exception")),
+            (self.ttls.completed_ms, ("completed",)),
+            (self.ttls.failed_ms, ("failed", "exception")),
         )
-        for ttl, states in rules:
-            if ttl is not None:
-                matching = TaskFilter(states=states, resolved_before=now - ttl + 1)
+        for ttl_ms, states in rules:
+            if ttl_ms is not None:
+                matching = TaskFilter(states=states, resolved_before=now - ttl_ms + 1)
                 deleted += await self._delete(matching, limit=limit)
         return deleted
 

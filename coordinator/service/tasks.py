@@ -38,13 +38,13 @@ Permit = Callable[[TaskRecord, int], None]
 class RunReport:
     """How a worker resolves one run: reportCompleted, reportFailed or reportException.
 
-    :param state: ``completed``, ``failed`` or ``exception``.
+    :param resolution: ``completed``, ``failed`` or ``exception`` (the wire field ``resolution``).
     :param reason: the reasonResolved: ``completed``, ``failed`` or the exception reason.
     """
 
     task_id: str
     run_id: int
-    state: str
+    resolution: str
     reason: str
 
 
@@ -415,7 +415,7 @@ class TaskService:
         return lambda r, now: lifecycle.report(
             r,
             run_id=report.run_id,
-            state=report.state,
+            state=report.resolution,
             reason=report.reason,
             now=now,
             timing=self.timing,
@@ -438,9 +438,11 @@ class TaskService:
         result = await self.apply(task_id, self._reclaiming(run_id), action="reclaimed")
         return result.record
 
-    async def report(self, task_id: str, run_id: int, *, state: str, reason: str) -> TaskRecord:
-        report = RunReport(task_id=task_id, run_id=run_id, state=state, reason=reason)
-        result = await self.apply(task_id, self._reporting(report), action=f"reported-{state}")
+    async def report(
+        self, task_id: str, run_id: int, *, resolution: str, reason: str
+    ) -> TaskRecord:
+        report = RunReport(task_id=task_id, run_id=run_id, resolution=resolution, reason=reason)
+        result = await self.apply(task_id, self._reporting(report), action=f"reported-{resolution}")
         return result.record
 
     async def claim_runs(
@@ -483,7 +485,10 @@ class TaskService:
     ) -> list[TaskRecord | DomainError]:
         """resolveRuns: :meth:`report` for a batch of reports, as claimRuns."""
         return await self._each_run(
-            [(r.task_id, r.run_id, self._reporting(r), f"reported-{r.state}") for r in reports],
+            [
+                (r.task_id, r.run_id, self._reporting(r), f"reported-{r.resolution}")
+                for r in reports
+            ],
             permit,
         )
 

@@ -1,5 +1,5 @@
 """The management API (listTasks, listTaskSummaries, countTasks, cancelTasks, deleteTasks) and
-the outcome TTLs, on both drivers, against a coordinator in this process with an injected
+the resolved-task TTLs, on both drivers, against a coordinator in this process with an injected
 clock.
 
 The filter tests hold a small population of tasks with known attributes and check every
@@ -493,7 +493,7 @@ async def test_bulk_cancel_and_delete_refuse_an_empty_filter_and_need_their_scop
     assert status == 200
 
 
-async def test_outcome_ttls_delete_resolved_tasks_early_each_by_its_outcome(
+async def test_resolved_ttls_delete_resolved_tasks_early_each_by_its_state(
     start_coordinator: StartCoordinator, store_url: str
 ) -> None:
     p = await population(

@@ -186,7 +186,7 @@ async def test_a_reclaim_between_the_scan_and_the_transition_wins(
     renewed = from_iso(reclaimed.body["takenUntil"])
     assert renewed == clock.now + CLAIM_TIMEOUT
 
-    def expire_what_the_scan_saw(record: TaskRecord, now: int) -> lifecycle.Outcome:
+    def expire_what_the_scan_saw(record: TaskRecord, now: int) -> lifecycle.TransitionResult:
         # exactly what claim_resolver applies for a scanned (task_id, taken_until)
         return lifecycle.expire_claim(record, taken_until=seen, now=now, timing=service.timing)
 

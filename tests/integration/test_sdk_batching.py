@@ -35,7 +35,7 @@ from tests.integration.test_sdk_real import setup as setup  # the fixture
 from tests.integration.test_sdk_worker import make_worker, renewed, reports, running
 from worker_sdk import RequestFailed, TaskRun
 from worker_sdk.batches import MAX_RUNS, RunBatches
-from worker_sdk.client import CoordinatorClient, Outcome, RunReport
+from worker_sdk.client import CoordinatorClient, Resolution, RunReport
 from worker_sdk.priorities import Polling
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -86,7 +86,7 @@ async def test_each_run_gets_its_own_answer_and_a_malformed_item_fails_only_its_
         assert (reclaim.credentials.client_id, reclaim.taken_until.year) == ("c", 2030)
 
         reports = [
-            RunReport(task_id=task_id, run_id=0, outcome=Outcome(kind="completed"))
+            RunReport(task_id=task_id, run_id=0, resolution=Resolution(kind="completed"))
             for task_id in ("a", "b", "c", "d", "e")
         ]
         conflict = {"status": 409, "code": "RequestConflict", "message": "run is completed"}
@@ -463,7 +463,9 @@ async def test_batches_waiting_when_the_route_turns_out_missing_cost_it_one_requ
         run_credentials = Credentials(client_id="run", access_token="t")
         await asyncio.gather(
             *(
-                batches.report(f"t{n}", 0, Outcome(kind="completed"), credentials=run_credentials)
+                batches.report(
+                    f"t{n}", 0, Resolution(kind="completed"), credentials=run_credentials
+                )
                 for n in range(2 * MAX_RUNS)
             )
         )

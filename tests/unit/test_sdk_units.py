@@ -1,4 +1,4 @@
-"""Unit tests of the worker SDK's pure parts: hints, Azure XML and URLs, timing, outcomes,
+"""Unit tests of the worker SDK's pure parts: hints, Azure XML and URLs, timing, resolutions,
 Hawk signing, and the command line's arguments and environment."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from taskcluster import Queue
 
 from hawk_signing import Credentials, authorization, hawk_ext
 from worker_sdk import TaskRun, Worker, azure, cli, timing
-from worker_sdk.client import Outcome
+from worker_sdk.client import Resolution
 from worker_sdk.errors import (
     InternalError,
     MalformedPayload,
@@ -29,7 +29,7 @@ from worker_sdk.errors import (
 )
 from worker_sdk.priorities import DEFAULT_WEIGHTS, LEVELS, PRIORITIES, PollOrder, TaskQueue
 from worker_sdk.supervisor import slot_worker_id
-from worker_sdk.worker import default_worker_group, default_worker_id, outcome_for
+from worker_sdk.worker import default_worker_group, default_worker_id, resolution_for
 
 
 def b64json(value: Any) -> str:
@@ -253,52 +253,52 @@ def test_only_weighted_polling_serves_the_lowest_priority_while_higher_ones_stay
             assert served[priority] / rounds == pytest.approx(expected, rel=0.1), priority
 
 
-# -- outcomes ----------------------------------------------------------------------------
+# -- resolutions ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("error", "expected"),
     [
-        (None, Outcome(kind="completed")),
-        (MalformedPayload("no command"), Outcome(kind="exception", reason="malformed-payload")),
-        (ResourceUnavailable("gone"), Outcome(kind="exception", reason="resource-unavailable")),
-        (InternalError("disk full"), Outcome(kind="exception", reason="internal-error")),
-        (RuntimeError("boom"), Outcome(kind="failed")),
-        (KeyError("payload"), Outcome(kind="failed")),
+        (None, Resolution(kind="completed")),
+        (MalformedPayload("no command"), Resolution(kind="exception", reason="malformed-payload")),
+        (ResourceUnavailable("gone"), Resolution(kind="exception", reason="resource-unavailable")),
+        (InternalError("disk full"), Resolution(kind="exception", reason="internal-error")),
+        (RuntimeError("boom"), Resolution(kind="failed")),
+        (KeyError("payload"), Resolution(kind="failed")),
     ],
 )
-def test_handler_results_map_to_reports(error: BaseException | None, expected: Outcome) -> None:
-    assert outcome_for(error) == expected
+def test_handler_results_map_to_reports(error: BaseException | None, expected: Resolution) -> None:
+    assert resolution_for(error) == expected
 
 
-INTERMITTENT = Outcome(kind="exception", reason="intermittent-task")
+INTERMITTENT = Resolution(kind="exception", reason="intermittent-task")
 
 
 @pytest.mark.parametrize(
     ("error", "retry_failures", "with_retries_left"),
     [
         (RetryTask("flaky"), False, INTERMITTENT),
-        (RuntimeError("boom"), False, Outcome(kind="failed")),
+        (RuntimeError("boom"), False, Resolution(kind="failed")),
         (RuntimeError("boom"), True, INTERMITTENT),
-        (MalformedPayload("bad"), True, Outcome(kind="exception", reason="malformed-payload")),
+        (MalformedPayload("bad"), True, Resolution(kind="exception", reason="malformed-payload")),
     ],
 )
 def test_retries_are_asked_for_only_while_the_task_has_some_left(
-    error: BaseException, retry_failures: bool, with_retries_left: Outcome
+    error: BaseException, retry_failures: bool, with_retries_left: Resolution
 ) -> None:
-    assert outcome_for(error, retries_left=2, retry_failures=retry_failures) == with_retries_left
-    on_the_last_run = outcome_for(error, retries_left=0, retry_failures=retry_failures)
+    assert resolution_for(error, retries_left=2, retry_failures=retry_failures) == with_retries_left
+    on_the_last_run = resolution_for(error, retries_left=0, retry_failures=retry_failures)
     if with_retries_left == INTERMITTENT:
-        assert on_the_last_run == Outcome(kind="failed")
+        assert on_the_last_run == Resolution(kind="failed")
     else:
         assert on_the_last_run == with_retries_left
 
 
-def test_an_outcome_has_a_reason_exactly_when_it_is_an_exception() -> None:
+def test_a_resolution_has_a_reason_exactly_when_it_is_an_exception() -> None:
     with pytest.raises(ValueError):
-        Outcome(kind="exception")
+        Resolution(kind="exception")
     with pytest.raises(ValueError):
-        Outcome(kind="failed", reason="internal-error")
+        Resolution(kind="failed", reason="internal-error")
 
 
 # -- errors ------------------------------------------------------------------------------
