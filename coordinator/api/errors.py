@@ -2,13 +2,19 @@
 
 Each :class:`ApiError` carries the HTTP status and Taskcluster ``code``; ``str(error)`` is the
 message. The domain and service layers raise :mod:`coordinator.domain.errors` instead, and
-:func:`as_api_error` gives each its status here, the one place that knows HTTP.
+:func:`as_api_error` gives each its status here, the one place that knows HTTP. An outage of a
+backing service (Azure's :class:`QueueUnavailable`, the store's :class:`StoreUnavailable`) is a
+503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 from coordinator.azure.errors import QueueUnavailable
 from coordinator.domain.errors import Conflict, DomainError, Forbidden, InputError, NotFound
+from coordinator.store.errors import StoreUnavailable
+
+RETRY_AFTER_SECONDS = 2
+"""``Retry-After`` of a 503: outages seen so far (a database restart, a failover) last seconds."""
 
 
 class ApiError(Exception):
@@ -16,6 +22,8 @@ class ApiError(Exception):
 
     status: int = 500
     code: str = "InternalServerError"
+    retry_after: int | None = None
+    """Seconds for the ``Retry-After`` header, if the answer has one."""
 
 
 class InputValidationError(ApiError):
@@ -56,10 +64,11 @@ class InputTooLarge(ApiError):
 
 
 class ServiceUnavailable(ApiError):
-    """A backing service (Azure) is unreachable; the caller should retry later."""
+    """A backing service (Azure, the store) is unreachable; the caller should retry later."""
 
     status = 503
     code = "ServiceUnavailable"
+    retry_after = RETRY_AFTER_SECONDS
 
 
 _DOMAIN: dict[type[DomainError], type[ApiError]] = {
@@ -70,10 +79,12 @@ _DOMAIN: dict[type[DomainError], type[ApiError]] = {
 }
 
 
-def as_api_error(error: DomainError | QueueUnavailable) -> ApiError:
-    """The Taskcluster error a domain error (or an Azure outage) is answered with."""
+def as_api_error(error: DomainError | QueueUnavailable | StoreUnavailable) -> ApiError:
+    """The Taskcluster error a domain error (or an Azure or store outage) is answered with."""
     if isinstance(error, QueueUnavailable):
         return ServiceUnavailable(f"Azure queues are unreachable, retry later: {error}")
+    if isinstance(error, StoreUnavailable):
+        return ServiceUnavailable(f"{error}; retry later")
     for kind, api_error in _DOMAIN.items():
         if isinstance(error, kind):
             return api_error(str(error))

@@ -4,7 +4,7 @@
   :class:`~coordinator.api.errors.ApiError`\\ s with their status, aiohttp's own 404/405/413, and
   anything unexpected as a 500 that names an incident id (the traceback goes to the log with
   that id, never to the client).
-  Azure being unreachable is a 503 ``ServiceUnavailable``.
+  Azure or the store being unreachable is a 503 ``ServiceUnavailable`` with ``Retry-After``.
 * :func:`read_json` parses a request body with errors that say what was wrong.
 """
 
@@ -31,6 +31,7 @@ from coordinator.api.errors import (
 from coordinator.azure.errors import QueueUnavailable
 from coordinator.domain.errors import DomainError
 from coordinator.domain.json_text import compact_bytes
+from coordinator.store.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,10 @@ def _error_body(request: web.Request, code: str, message: str) -> dict[str, Any]
 
 
 def error_response(request: web.Request, error: ApiError) -> web.Response:
-    return json_response(_error_body(request, error.code, str(error)), status=error.status)
+    response = json_response(_error_body(request, error.code, str(error)), status=error.status)
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
 
 
 @web.middleware
@@ -181,7 +185,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except ApiError as error:
         return error_response(request, error)
-    except (DomainError, QueueUnavailable) as error:
+    except (DomainError, QueueUnavailable, StoreUnavailable) as error:
         return error_response(request, as_api_error(error))
     except web.HTTPRequestEntityTooLarge as error:
         return error_response(request, InputTooLarge(f"request body too large: {error.text}"))

@@ -1,8 +1,9 @@
 """Runs the background actors on an interval until stopped.
 
 A pass that did a full batch of work runs again at once; an idle one waits for the interval.
-A failing pass is logged and retried on the next tick: one bad row or a database blip must not
-stop the resolvers.
+A failing pass is logged and retried on the next tick: one bad row must not stop the
+resolvers. A pass that fails for want of the store is retried without a line of its own: the
+store logs each outage once, when it begins and when it ends.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+from coordinator.store.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,8 @@ async def run_forever(actor: Actor, stop: asyncio.Event, on_pass: PassObserver) 
     while not stop.is_set():
         try:
             count = await actor.run_once()
+        except StoreUnavailable:
+            count = 0
         except Exception:
             log.exception("background pass failed actor=%s", actor.name)
             count = 0

@@ -20,6 +20,11 @@ Choices:
   locked rows (see ``queries.sql``).
 * Migrations run in one transaction holding ``pg_advisory_xact_lock``, so replicas starting at
   once apply each migration exactly once; the others wait and then find nothing to do.
+* A server that cannot be reached, refuses connections (starting or shutting down, too many
+  clients) or drops them is an outage: the call raises
+  :class:`~coordinator.store.errors.StoreUnavailable` and the outage is logged once
+  (:mod:`coordinator.store.outages`). The pool replaces a dropped connection on its next use,
+  so calls succeed again as soon as the server is back.
 
 The DSN is passed to asyncpg unchanged; query parameters it does not know become server
 settings, e.g. ``postgresql://host/db?search_path=coordinator`` keeps the tables in the schema
@@ -34,14 +39,21 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+from asyncpg.exceptions import (
+    InsufficientResourcesError,
+    OperatorInterventionError,
+    PostgresConnectionError,
+)
 
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
+from coordinator.store.outages import OutageWatch
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -95,6 +107,30 @@ def _positional(sql: str) -> _Statement:
 _Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
 
 
+def _is_outage(error: BaseException) -> bool:
+    """Whether ``error`` means the server is not there: the network (refused, reset, timed
+    out), SQLSTATE class 08 (connection exception, a connection closed mid-statement included),
+    57 (operator intervention: shutting down, starting up, a statement canceled) or 53
+    (insufficient resources: too many connections, a full disk). asyncpg raises the bare
+    ``InterfaceError`` for a closed connection or pool; its subclasses are client mistakes."""
+    return (
+        isinstance(
+            error,
+            OSError
+            | PostgresConnectionError
+            | OperatorInterventionError
+            | InsufficientResourcesError,
+        )
+        or type(error) is asyncpg.InterfaceError
+    )
+
+
+def _name(dsn: str) -> str:
+    """``dsn`` without its user, password and query: what logs and error bodies may show."""
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
 @functools.lru_cache(maxsize=512)
 def filtered_statement(name: str, filters: str) -> _Statement:
     """The named statement with ``{filters}`` filled in; cached, as filters repeat. Public
@@ -115,6 +151,7 @@ class PostgresStore(SQLStore):
         self._min_size = min_size
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
+        self._outages = OutageWatch(store=_name(dsn), is_outage=_is_outage)
 
     @property
     def _connections(self) -> asyncpg.Pool:
@@ -158,7 +195,9 @@ class PostgresStore(SQLStore):
         statement = _Q[name]
         return cast(
             "list[asyncpg.Record]",
-            await self._connections.fetch(statement.sql, *statement.args(params)),
+            await self._outages.watch(
+                self._connections.fetch(statement.sql, *statement.args(params))
+            ),
         )
 
     async def _fetch_filtered(
@@ -168,8 +207,8 @@ class PostgresStore(SQLStore):
         statement = filtered_statement(name, clause.sql)
         return cast(
             "list[asyncpg.Record]",
-            await self._connections.fetch(
-                statement.sql, *statement.args({**params, **clause.params})
+            await self._outages.watch(
+                self._connections.fetch(statement.sql, *statement.args({**params, **clause.params}))
             ),
         )
 
@@ -189,7 +228,9 @@ class PostgresStore(SQLStore):
 
     async def _fetchval(self, name: str, **params: Any) -> Any:
         statement = _Q[name]
-        return await self._connections.fetchval(statement.sql, *statement.args(params))
+        return await self._outages.watch(
+            self._connections.fetchval(statement.sql, *statement.args(params))
+        )
 
     # --- single records -------------------------------------------------------------------
 
@@ -253,9 +294,14 @@ class PostgresStore(SQLStore):
         if not hints:
             return
         statement = _Q["confirm_hint"]
-        await self._connections.executemany(
-            statement.sql,
-            [statement.args({"task_id": task_id, "run_id": run_id}) for task_id, run_id in hints],
+        await self._outages.watch(
+            self._connections.executemany(
+                statement.sql,
+                [
+                    statement.args({"task_id": task_id, "run_id": run_id})
+                    for task_id, run_id in hints
+                ],
+            )
         )
 
     async def delete_expired(self, now: int, limit: int) -> int:

@@ -7,6 +7,11 @@ only the process being killed. Its one connection is scheduled by
 and are group-committed (one fsync for the calls that waited together), the scans on the store
 thread. This module holds the statements each call runs. Several processes must not share one
 file; use the PostgreSQL store for replicas.
+
+A database that stays locked past :data:`BUSY_TIMEOUT_MS` (another process holds its write
+lock), or that the disk fails or fills, is an outage: the call raises
+:class:`~coordinator.store.errors.StoreUnavailable` and the outage is logged once
+(:mod:`coordinator.store.outages`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
+from coordinator.store.outages import OutageWatch
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -46,6 +52,30 @@ from coordinator.store.worker_rows import (
 
 T = TypeVar("T")
 _Q = queries("sqlite")
+
+BUSY_TIMEOUT_MS = 10_000
+"""How long a call waits for another connection's lock before the store counts as unavailable.
+Only another process can hold one (this one has a single connection), which is a mistake; a
+group's BEGIN waits on the event loop meanwhile."""
+
+_OUTAGES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_READONLY,
+    }
+)
+"""SQLite's primary result codes that mean the file is not usable now, not that the statement
+is wrong: locked, an I/O error, a full disk, a file that cannot be opened or written."""
+
+
+def _is_outage(error: BaseException) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)  # the extended code; its low byte is primary
+    return isinstance(error, sqlite3.Error) and code is not None and code & 0xFF in _OUTAGES
+
 
 SCANS = frozenset(
     {
@@ -160,16 +190,17 @@ class SQLiteStore(SQLStore):
         self._path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         self._commits: GroupCommit | None = None
+        self._outages = OutageWatch(store=f"sqlite://{self._path.absolute()}", is_outage=_is_outage)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn``'s statements on the event loop, group-committed with the calls waiting
         with it; its result once the transaction is committed."""
-        return await self._submit(fn, Where.LOOP)
+        return await self._outages.watch(self._submit(fn, Where.LOOP))
 
     async def _run_scan(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the store thread in a transaction of its own: for what takes longer
         the larger the tables are, which must not hold the event loop."""
-        return await self._submit(fn, Where.THREAD)
+        return await self._outages.watch(self._submit(fn, Where.THREAD))
 
     async def _run_alone(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the store thread outside any transaction: for what must not run in
@@ -191,7 +222,7 @@ class SQLiteStore(SQLStore):
             # FULL: WAL commits are fsynced before the call returns, so a 200 survives a power
             # cut (NORMAL only survives the process dying); group commit pays for the fsyncs.
             conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA busy_timeout=10000")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             # off by default in SQLite; task_tags rows go with their task (ON DELETE CASCADE)
             conn.execute("PRAGMA foreign_keys=ON")
             return conn

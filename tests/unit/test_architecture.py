@@ -14,8 +14,15 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"domain", "store", "config"},
     "azure": {"domain", "azure"},
     "service": {"domain", "store", "azure", "service"},
-    "resolvers": {"service", "domain", "resolvers", "azure.queues", "azure.errors"},
-    "api": {"service", "domain", "config", "api", "azure.errors"},
+    "resolvers": {
+        "service",
+        "domain",
+        "resolvers",
+        "azure.queues",
+        "azure.errors",
+        "store.errors",
+    },
+    "api": {"service", "domain", "config", "api", "azure.errors", "store.errors"},
 }
 """Layer -> what its modules may import from ``coordinator`` (a layer, or one module)."""
 
