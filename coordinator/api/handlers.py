@@ -67,10 +67,10 @@ def _continuation(request: web.Request) -> str | None:
     return None if key is None else str(key[0])
 
 
-def _page_body(request: web.Request, page: Page, key: str, value: str) -> Body:
+def _page_body(request: web.Request, page: Page[TaskRecord, str], key: str, value: str) -> Body:
     body: Body = {
         key: value,
-        "tasks": [{"status": r.status(), "task": dict(r.definition)} for r in page.records],
+        "tasks": [{"status": r.status(), "task": dict(r.definition)} for r in page.items],
     }
     if page.next_after is not None:
         body["continuationToken"] = keyset.token(request, (page.next_after,))

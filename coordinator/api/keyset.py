@@ -26,7 +26,7 @@ from aiohttp import web
 
 from coordinator.api.errors import InputValidationError
 from coordinator.api.http import ENDPOINT
-from coordinator.domain.workers import Key, KeyedPage
+from coordinator.domain.listings import Key, Page
 
 T = TypeVar("T")
 
@@ -69,12 +69,12 @@ def token(request: web.Request, key: Key) -> str:
 
 
 def page_body(
-    request: web.Request, name: str, page: KeyedPage[T], render: Callable[[T], Any]
+    request: web.Request, name: str, page: Page[T, Key], render: Callable[[T], Any]
 ) -> dict[str, Any]:
     """``{<name>: [rendered items], continuationToken?}``: a page as the API answers it."""
     body: dict[str, Any] = {name: [render(item) for item in page.items]}
-    if page.next_key is not None:
-        body["continuationToken"] = token(request, page.next_key)
+    if page.next_after is not None:
+        body["continuationToken"] = token(request, page.next_after)
     return body
 
 

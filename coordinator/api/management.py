@@ -59,7 +59,7 @@ async def list_tasks(
     page = await management.list_tasks(
         matching, limit=_limit(request), after=None if key is None else str(key[0])
     )
-    body: dict[str, Any] = {"tasks": [_item(record, summary=summary) for record in page.records]}
+    body: dict[str, Any] = {"tasks": [_item(record, summary=summary) for record in page.items]}
     if page.next_after is not None:
         body["continuationToken"] = keyset.token(request, (page.next_after,))
     return body

@@ -1,23 +1,38 @@
-"""What listings and counts return: a page of records, and a task queue's run counts."""
+"""What listings and counts return: a page of any listing, and a task queue's run counts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
+
+T = TypeVar("T")
+K = TypeVar("K")
+
+Key = tuple[str | int, ...]
+"""Where a keyset listing's page ended: the values of its sort columns for its last item."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Page:
-    """One page of a listing.
+class Page(Generic[T, K]):
+    """One page of a listing sorted by a key: a task id, or a :data:`Key` of several columns.
 
-    :param records: at most ``limit`` records, ordered by task id.
-    :param next_after: pass as ``after`` to get the next page; ``None`` on the last page.
+    :param items: at most ``limit`` items, in key order.
+    :param next_after: the last item's key, to pass as ``after`` for the next page; ``None``
+        on the last page.
     """
 
-    records: list[TaskRecord]
-    next_after: str | None
+    items: list[T]
+    next_after: K | None
+
+
+def keyed_page(items: Sequence[T], limit: int, key: Callable[[T], K]) -> Page[T, K]:
+    """A page from the items of a listing read with ``LIMIT limit + 1``: the extra item is
+    not returned, it only tells that another page follows."""
+    kept = list(items[:limit])
+    return Page(items=kept, next_after=key(kept[-1]) if len(items) > limit else None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,6 +1,6 @@
 """What the queue remembers of the task queues and workers it has seen, as Taskcluster does:
 their records (with the provisioner and worker-type views derived from task queues), the
-sightings that create and refresh them, quarantine notes, and keyed pages of their listings.
+sightings that create and refresh them, quarantine notes, and the sort keys of their listings.
 
 A task queue is seen when a task is created in it, when a worker polls or claims from it and
 on declareWorker; a worker when it polls claimWork, claims, reclaims or is declared. Each
@@ -11,9 +11,9 @@ milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal
 
 from coordinator.domain.records import to_iso
 from coordinator.domain.task_queues import TaskQueue
@@ -32,11 +32,6 @@ UNSPECIFIED = "[unspecified]"
 """The ``quarantineInfo`` of a quarantine given without one (Taskcluster's)."""
 
 Stability = Literal["experimental", "stable", "deprecated"]
-
-T = TypeVar("T")
-
-Key = tuple[str | int, ...]
-"""Where a listing page ended: the values of the listing's sort columns for its last item."""
 
 
 def task_queue_fields(queue: TaskQueue) -> dict[str, str]:
@@ -250,21 +245,3 @@ class WorkerRecord:
         if self.quarantined(now):
             item["quarantineUntil"] = to_iso(self.quarantine_until)
         return item
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class KeyedPage(Generic[T]):
-    """One page of a listing sorted by a key.
-
-    :param next_key: pass as ``after`` to get the next page; ``None`` on the last page.
-    """
-
-    items: list[T]
-    next_key: Key | None
-
-
-def keyed_page(items: Sequence[T], limit: int, key: Callable[[T], Key]) -> KeyedPage[T]:
-    """A page from the items of a listing read with ``LIMIT limit + 1``: the extra item is
-    not returned, it only tells that another page follows."""
-    kept = list(items[:limit])
-    return KeyedPage(items=kept, next_key=key(kept[-1]) if len(items) > limit else None)

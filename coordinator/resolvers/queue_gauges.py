@@ -5,9 +5,8 @@ refresh, whatever the number of scrapes or queues)."""
 
 from __future__ import annotations
 
-from coordinator.domain.listings import RunCounts
+from coordinator.domain.listings import Key, RunCounts
 from coordinator.domain.task_queues import TaskQueue
-from coordinator.domain.workers import Key
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.workers import WorkerService
 
@@ -26,8 +25,8 @@ async def run_once(workers: WorkerService, metrics: ServiceMetrics) -> int:
         page = await workers.task_queues(limit=PAGE, after=after)
         queues = [record.queue for record in page.items]
         counts.update(zip(queues, await workers.run_counts(queues), strict=True))
-        if page.next_key is None:
+        if page.next_after is None:
             break
-        after = page.next_key
+        after = page.next_after
     metrics.set_queue_counts(counts)
     return 0

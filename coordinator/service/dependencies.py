@@ -55,7 +55,7 @@ class Dependencies:
         after: str | None = None
         while True:
             page = await self._store.dependents(task_id, limit=DEPENDENTS_PAGE, after=after)
-            for dependent in page.records:
+            for dependent in page.items:
                 if dependent.runs:
                     continue
                 try:

@@ -65,7 +65,9 @@ class TaskManagement:
         secret = await self._store.shared_secret(TOKEN_SECRET, new=secrets.token_hex(32))
         return bytes.fromhex(secret)
 
-    async def list_tasks(self, matching: TaskFilter, *, limit: int, after: str | None) -> Page:
+    async def list_tasks(
+        self, matching: TaskFilter, *, limit: int, after: str | None
+    ) -> Page[TaskRecord, str]:
         return await self._store.list_tasks(
             matching, now=self._service.clock(), limit=limit, after=after
         )
@@ -75,7 +77,7 @@ class TaskManagement:
         after: str | None = None
         while True:
             page = await self.list_tasks(matching, limit=STREAM_PAGE, after=after)
-            for record in page.records:
+            for record in page.items:
                 yield record
             if page.next_after is None:
                 return

@@ -140,10 +140,14 @@ class TaskService:
             raise NotFound(f"task {task_id} does not exist")
         return record
 
-    async def task_group(self, task_group_id: str, *, limit: int, after: str | None) -> Page:
+    async def task_group(
+        self, task_group_id: str, *, limit: int, after: str | None
+    ) -> Page[TaskRecord, str]:
         return await self._store.task_group(task_group_id, limit=limit, after=after)
 
-    async def dependents(self, task_id: str, *, limit: int, after: str | None) -> Page:
+    async def dependents(
+        self, task_id: str, *, limit: int, after: str | None
+    ) -> Page[TaskRecord, str]:
         """:raises NotFound: no such task."""
         await self.get(task_id)
         return await self._store.dependents(task_id, limit=limit, after=after)

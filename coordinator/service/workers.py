@@ -26,14 +26,12 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from coordinator.domain.errors import Conflict, NotFound
-from coordinator.domain.listings import RunCounts
+from coordinator.domain.listings import Key, Page, RunCounts
 from coordinator.domain.records import TaskRecord, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
     SEEN_EXPIRY,
     UNSPECIFIED,
-    Key,
-    KeyedPage,
     ProvisionerRecord,
     QuarantineNote,
     RecentTask,
@@ -251,7 +249,7 @@ class WorkerService:
 
     async def task_queues(
         self, *, limit: int, after: Key | None, provisioner_id: str | None = None
-    ) -> KeyedPage[TaskQueueRecord]:
+    ) -> Page[TaskQueueRecord, Key]:
         """listTaskQueues; listWorkerTypes with ``provisioner_id``."""
         await self.flush()
         return await self._store.task_queues(
@@ -266,7 +264,7 @@ class WorkerService:
             raise NotFound(f"provisioner {provisioner_id} not found (no task queue of it seen)")
         return found
 
-    async def provisioners(self, *, limit: int, after: Key | None) -> KeyedPage[ProvisionerRecord]:
+    async def provisioners(self, *, limit: int, after: Key | None) -> Page[ProvisionerRecord, Key]:
         await self.flush()
         return await self._store.provisioners(now=self.clock(), limit=limit, after=after)
 
@@ -286,7 +284,7 @@ class WorkerService:
 
     async def workers(
         self, queue: TaskQueue, *, quarantined: bool | None, limit: int, after: Key | None
-    ) -> KeyedPage[WorkerRecord]:
+    ) -> Page[WorkerRecord, Key]:
         """listWorkers: ``quarantined`` true or false keeps only those, ``None`` both."""
         await self.flush()
         return await self._store.workers(
@@ -295,13 +293,13 @@ class WorkerService:
 
     async def pending_runs(
         self, queue: TaskQueue, *, limit: int, after: Key | None
-    ) -> KeyedPage[TaskRecord]:
+    ) -> Page[TaskRecord, Key]:
         """listPendingTasks: the queue's pending runs, the oldest claimable first."""
         return await self._store.pending_runs(queue, limit=limit, after=after)
 
     async def claimed_runs(
         self, queue: TaskQueue, *, limit: int, after: Key | None
-    ) -> KeyedPage[TaskRecord]:
+    ) -> Page[TaskRecord, Key]:
         """listClaimedTasks: the queue's running runs, the oldest claim first."""
         return await self._store.claimed_runs(queue, limit=limit, after=after)
 

@@ -24,14 +24,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
-from coordinator.domain.listings import Page, PendingCount, RunCounts
+from coordinator.domain.listings import Key, Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskCounts, TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
-    Key,
-    KeyedPage,
     ProvisionerRecord,
     QuarantineNote,
     TaskQueueRecord,
@@ -180,11 +178,15 @@ class Store(abc.ABC):
     # --- listings and counts --------------------------------------------------------------
 
     @abc.abstractmethod
-    async def task_group(self, task_group_id: str, *, limit: int, after: str | None) -> Page:
+    async def task_group(
+        self, task_group_id: str, *, limit: int, after: str | None
+    ) -> Page[TaskRecord, str]:
         """Tasks of a task group, ordered by task id, starting after ``after``."""
 
     @abc.abstractmethod
-    async def dependents(self, task_id: str, *, limit: int, after: str | None) -> Page:
+    async def dependents(
+        self, task_id: str, *, limit: int, after: str | None
+    ) -> Page[TaskRecord, str]:
         """Tasks that list ``task_id`` among their dependencies, ordered by task id."""
 
     @abc.abstractmethod
@@ -196,7 +198,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_tasks(
         self, matching: TaskFilter, *, now: int, limit: int, after: str | None
-    ) -> Page:
+    ) -> Page[TaskRecord, str]:
         """Tasks ``matching`` matches at ``now``, ordered by task id, after ``after``."""
 
     @abc.abstractmethod
@@ -237,7 +239,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def task_queues(
         self, *, now: int, limit: int, after: Key | None, provisioner_id: str | None = None
-    ) -> KeyedPage[TaskQueueRecord]:
+    ) -> Page[TaskQueueRecord, Key]:
         """Unexpired task queues (of one provisioner, if given), by the key
         ``(provisionerId, workerType)``."""
 
@@ -248,7 +250,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def provisioners(
         self, *, now: int, limit: int, after: Key | None
-    ) -> KeyedPage[ProvisionerRecord]:
+    ) -> Page[ProvisionerRecord, Key]:
         """Provisioners of the unexpired task queues, by the key ``(provisionerId,)``."""
 
     @abc.abstractmethod
@@ -264,7 +266,7 @@ class Store(abc.ABC):
         quarantined: bool | None,
         limit: int,
         after: Key | None,
-    ) -> KeyedPage[WorkerRecord]:
+    ) -> Page[WorkerRecord, Key]:
         """The task queue's listed workers (unexpired or quarantined), only the quarantined
         or only the others when ``quarantined`` says, by the key ``(workerGroup, workerId)``."""
 
@@ -283,14 +285,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def pending_runs(
         self, queue: TaskQueue, *, limit: int, after: Key | None
-    ) -> KeyedPage[TaskRecord]:
+    ) -> Page[TaskRecord, Key]:
         """Tasks of the queue whose last run is pending, by the key ``(visibleAt, taskId)``:
         the oldest claimable first."""
 
     @abc.abstractmethod
     async def claimed_runs(
         self, queue: TaskQueue, *, limit: int, after: Key | None
-    ) -> KeyedPage[TaskRecord]:
+    ) -> Page[TaskRecord, Key]:
         """Tasks of the queue whose last run is running, by the key ``(started, taskId)``:
         the oldest claim first."""
 

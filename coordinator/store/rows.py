@@ -78,12 +78,12 @@ def record_from_row(row: Row) -> TaskRecord:
     )
 
 
-def page_from_rows(rows: Sequence[Row], limit: int) -> Page:
+def page_from_rows(rows: Sequence[Row], limit: int) -> Page[TaskRecord, str]:
     """A page from the rows of a listing query run with ``LIMIT limit + 1``: the extra row is
     not returned, it only tells that another page follows."""
     records = [record_from_row(row) for row in rows[:limit]]
     next_after = records[-1].task_id if len(rows) > limit else None
-    return Page(records=records, next_after=next_after)
+    return Page(items=records, next_after=next_after)
 
 
 def stored_after_cas(record: TaskRecord, row: Row) -> TaskRecord:

@@ -11,20 +11,17 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.domain.listings import Page, PendingCount, RunCounts
+from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
-    Key,
-    KeyedPage,
     ProvisionerRecord,
     QuarantineNote,
     TaskQueueRecord,
     WorkerKey,
     WorkerRecord,
-    keyed_page,
 )
 from coordinator.store.base import Store
 from coordinator.store.rows import Row, page_from_rows, record_from_row
@@ -71,13 +68,17 @@ class SQLStore(Store, abc.ABC):
     async def tasks_to_notify(self, limit: int) -> list[str]:
         return [row[0] for row in await self._fetch("tasks_to_notify", limit=limit)]
 
-    async def task_group(self, task_group_id: str, *, limit: int, after: str | None) -> Page:
+    async def task_group(
+        self, task_group_id: str, *, limit: int, after: str | None
+    ) -> Page[TaskRecord, str]:
         rows = await self._fetch(
             "task_group", task_group_id=task_group_id, after=after or "", limit=limit + 1
         )
         return page_from_rows(rows, limit)
 
-    async def dependents(self, task_id: str, *, limit: int, after: str | None) -> Page:
+    async def dependents(
+        self, task_id: str, *, limit: int, after: str | None
+    ) -> Page[TaskRecord, str]:
         rows = await self._fetch("dependents", task_id=task_id, after=after or "", limit=limit + 1)
         return page_from_rows(rows, limit)
 
@@ -120,7 +121,7 @@ class SQLStore(Store, abc.ABC):
 
     async def list_tasks(
         self, matching: TaskFilter, *, now: int, limit: int, after: str | None
-    ) -> Page:
+    ) -> Page[TaskRecord, str]:
         rows = await self._fetch_filtered(
             "list_tasks", matching, now=now, after=after or "", limit=limit + 1
         )
@@ -147,7 +148,7 @@ class SQLStore(Store, abc.ABC):
 
     async def task_queues(
         self, *, now: int, limit: int, after: Key | None, provisioner_id: str | None = None
-    ) -> KeyedPage[TaskQueueRecord]:
+    ) -> Page[TaskQueueRecord, Key]:
         rows = await self._fetch(
             "task_queues" if provisioner_id is None else "worker_types",
             provisioner_id=provisioner_id,
@@ -167,7 +168,7 @@ class SQLStore(Store, abc.ABC):
 
     async def provisioners(
         self, *, now: int, limit: int, after: Key | None
-    ) -> KeyedPage[ProvisionerRecord]:
+    ) -> Page[ProvisionerRecord, Key]:
         rows = await self._fetch(
             "provisioners", now=now, limit=limit + 1, **after_names(after, "provisioner_id")
         )
@@ -189,7 +190,7 @@ class SQLStore(Store, abc.ABC):
         quarantined: bool | None,
         limit: int,
         after: Key | None,
-    ) -> KeyedPage[WorkerRecord]:
+    ) -> Page[WorkerRecord, Key]:
         rows = await self._fetch(
             "workers",
             **queue_columns(queue),
@@ -222,7 +223,7 @@ class SQLStore(Store, abc.ABC):
 
     async def pending_runs(
         self, queue: TaskQueue, *, limit: int, after: Key | None
-    ) -> KeyedPage[TaskRecord]:
+    ) -> Page[TaskRecord, Key]:
         rows = await self._fetch(
             "pending_runs",
             **queue_columns(queue),
@@ -233,7 +234,7 @@ class SQLStore(Store, abc.ABC):
 
     async def claimed_runs(
         self, queue: TaskQueue, *, limit: int, after: Key | None
-    ) -> KeyedPage[TaskRecord]:
+    ) -> Page[TaskRecord, Key]:
         rows = await self._fetch(
             "claimed_runs", **queue_columns(queue), limit=limit + 1, **after_time(after, "started")
         )

@@ -9,11 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from coordinator.domain.json_text import compact
-from coordinator.domain.listings import RunCounts
+from coordinator.domain.listings import Key, RunCounts
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
     NEVER_QUARANTINED,
-    Key,
     ProvisionerRecord,
     QuarantineNote,
     RecentTask,

@@ -440,7 +440,7 @@ async def test_delete_tasks_removes_the_matches_their_tags_and_edges(
     assert (await ok(p.c, "GET", "/tasks/count?tag=os%3Alinux"))["total"] == 0
     # f depends on a: the edge went with a, though f stays
     store = p.c.parts.store
-    assert (await store.dependents(p.tasks["a"].task_id, limit=10, after=None)).records == []
+    assert (await store.dependents(p.tasks["a"].task_id, limit=10, after=None)).items == []
     assert (await ok(p.c, "GET", "/tasks/count?schedulerId=s1"))["total"] == 3
     assert await ok(p.c, "DELETE", "/tasks?tag=kind%3Abuild") == {"deleted": 0}
 

@@ -409,7 +409,7 @@ async def test_the_expiry_sweeper_deletes_expired_tasks_and_leaves_the_others(
     assert (await status(c, dependent))["state"] == "unscheduled"
     # the deleted task's dependency edges went with it
     page = await c.parts.store.dependents(short_lived[0], limit=10, after=None)
-    assert page.records == []
+    assert page.items == []
 
 
 # --- hint keeper ------------------------------------------------------------------------------

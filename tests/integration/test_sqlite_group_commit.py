@@ -133,7 +133,7 @@ async def test_a_failing_call_rolls_back_only_itself_and_gets_its_own_error(
     assert (await get(store, "a")).task_id == "a"
     assert (await get(store, "b")).task_id == "b"
     assert await store.get("bad") is None
-    assert (await store.dependents("dep", limit=10, after=None)).records == []
+    assert (await store.dependents("dep", limit=10, after=None)).items == []
     assert commits == 1
 
 

@@ -22,7 +22,6 @@ from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
-    KeyedPage,
     ProvisionerRecord,
     QuarantineNote,
     RecentTask,
@@ -130,7 +129,7 @@ async def report(store: Store, task_id: str, state: str, *, now: int = NOW) -> T
     return await apply(store, result)
 
 
-async def all_pages(store: Store, group: str, limit: int) -> list[Page]:
+async def all_pages(store: Store, group: str, limit: int) -> list[Page[TaskRecord, str]]:
     pages = [await store.task_group(group, limit=limit, after=None)]
     while pages[-1].next_after is not None:
         pages.append(await store.task_group(group, limit=limit, after=pages[-1].next_after))
@@ -160,8 +159,8 @@ async def test_insert_writes_the_dependency_edges(store: Store) -> None:
     assert dependent.state == "unscheduled"
     for required in ("dep-1", "dep-2"):
         page = await store.dependents(required, limit=10, after=None)
-        assert page == Page(records=[dependent], next_after=None)
-    assert (await store.dependents("T", limit=10, after=None)).records == []
+        assert page == Page(items=[dependent], next_after=None)
+    assert (await store.dependents("T", limit=10, after=None)).items == []
 
 
 async def test_insert_of_an_existing_id_returns_none_and_writes_nothing(store: Store) -> None:
@@ -171,9 +170,9 @@ async def test_insert_of_an_existing_id_returns_none_and_writes_nothing(store: S
     assert await store.insert(clash) is None
 
     assert await store.get("T") == original
-    assert (await store.dependents("dep-1", limit=10, after=None)).records == [original]
-    assert (await store.dependents("dep-2", limit=10, after=None)).records == []
-    assert (await store.task_group("g2", limit=10, after=None)).records == []
+    assert (await store.dependents("dep-1", limit=10, after=None)).items == [original]
+    assert (await store.dependents("dep-2", limit=10, after=None)).items == []
+    assert (await store.task_group("g2", limit=10, after=None)).items == []
 
 
 async def test_insert_is_atomic_with_its_edges(store: Store) -> None:
@@ -182,7 +181,7 @@ async def test_insert_is_atomic_with_its_edges(store: Store) -> None:
         await store.insert(new_record("T", dependencies=("dep", "dep")))
 
     assert await store.get("T") is None
-    assert (await store.dependents("dep", limit=10, after=None)).records == []
+    assert (await store.dependents("dep", limit=10, after=None)).items == []
 
 
 async def test_concurrent_inserts_of_one_id_store_exactly_one(store: Store) -> None:
@@ -492,10 +491,10 @@ async def test_delete_expired_deletes_tasks_and_edges_up_to_the_limit(store: Sto
 
     assert set(await store.get_many(["base", "e1", "e2", "keep"])) == {"base", "keep"}
     # the edge e1 -> keep went with e1, although keep is still there
-    assert (await store.dependents("e1", limit=10, after=None)).records == []
+    assert (await store.dependents("e1", limit=10, after=None)).items == []
     # the edge base -> e2 went with e2: a new task with that id does not inherit it
     await create(store, "e2")
-    assert (await store.dependents("base", limit=10, after=None)).records == []
+    assert (await store.dependents("base", limit=10, after=None)).items == []
 
 
 async def test_concurrent_sweeps_delete_each_expired_task_once(store: Store) -> None:
@@ -519,20 +518,20 @@ async def test_task_group_pages_through_every_task_in_task_id_order(store: Store
 
     pages = await all_pages(store, "g", limit=3)
 
-    assert [len(page.records) for page in pages] == [3, 3, 3, 1]
+    assert [len(page.items) for page in pages] == [3, 3, 3, 1]
     assert [page.next_after for page in pages] == [
         expected[2].task_id,
         expected[5].task_id,
         expected[8].task_id,
         None,
     ]
-    assert [record for page in pages for record in page.records] == expected
+    assert [record for page in pages for record in page.items] == expected
 
     exact = await all_pages(store, "g", limit=5)
-    assert [len(page.records) for page in exact] == [5, 5]
+    assert [len(page.items) for page in exact] == [5, 5]
     assert exact[-1].next_after is None
 
-    assert await store.task_group("empty", limit=3, after=None) == Page(records=[], next_after=None)
+    assert await store.task_group("empty", limit=3, after=None) == Page(items=[], next_after=None)
 
 
 async def test_dependents_pages_through_every_dependent_in_task_id_order(store: Store) -> None:
@@ -548,18 +547,16 @@ async def test_dependents_pages_through_every_dependent_in_task_id_order(store: 
     after = None
     while True:
         page = await store.dependents("root", limit=4, after=after)
-        records += page.records
-        sizes.append(len(page.records))
+        records += page.items
+        sizes.append(len(page.items))
         if page.next_after is None:
             break
-        assert page.next_after == page.records[-1].task_id
+        assert page.next_after == page.items[-1].task_id
         after = page.next_after
 
     assert sizes == [4, 4, 2]
     assert records == expected
-    assert await store.dependents("nothing", limit=4, after=None) == Page(
-        records=[], next_after=None
-    )
+    assert await store.dependents("nothing", limit=4, after=None) == Page(items=[], next_after=None)
 
 
 async def test_run_counts_counts_pending_and_running_last_runs_of_one_queue(
@@ -599,9 +596,9 @@ async def test_insert_many_inserts_new_records_with_their_edges(store: Store) ->
     assert await get(store, "a") == records[0].replace(version=1)
     assert await get(store, "b") == records[1].replace(version=1)
     page = await store.dependents("a", limit=10, after=None)
-    assert [r.task_id for r in page.records] == ["b"]
+    assert [r.task_id for r in page.items] == ["b"]
     page = await store.dependents("old", limit=10, after=None)
-    assert [r.task_id for r in page.records] == ["b"]
+    assert [r.task_id for r in page.items] == ["b"]
     assert await store.insert_many([]) == set()
 
 
@@ -610,7 +607,7 @@ async def test_insert_many_of_existing_ids_writes_nothing(store: Store) -> None:
     again = new_record("x", group="another", dependencies=("y",))
     assert await store.insert_many([again]) == set()
     assert await get(store, "x") == first
-    assert (await store.dependents("y", limit=10, after=None)).records == []
+    assert (await store.dependents("y", limit=10, after=None)).items == []
 
 
 # --- migrations and reopening ---------------------------------------------------------------
@@ -634,7 +631,7 @@ async def test_reopening_the_database_keeps_the_data(store: Store, store_url: st
         assert await reopened.migrate() == []
         assert await reopened.get("dep") == claimed
         dependents = await reopened.dependents("dep", limit=10, after=None)
-        assert [record.task_id for record in dependents.records] == ["T"]
+        assert [record.task_id for record in dependents.items] == ["T"]
         reclaimed = lifecycle.reclaim(claimed, run_id=0, now=NOW + 1, timing=TIMING)
         assert await reopened.compare_and_set(reclaimed.record) is not None
     finally:
@@ -763,8 +760,8 @@ async def test_task_queues_provisioners_and_workers_page_by_their_keys(store: St
 
     async def every_page(read: Any) -> list[Any]:
         pages = [await read(None)]
-        while pages[-1].next_key is not None:
-            pages.append(await read(pages[-1].next_key))
+        while pages[-1].next_after is not None:
+            pages.append(await read(pages[-1].next_after))
         assert all(len(page.items) <= 2 for page in pages)
         return [item for page in pages for item in page.items]
 
@@ -780,8 +777,8 @@ async def test_task_queues_provisioners_and_workers_page_by_their_keys(store: St
         provisioner_id="a-b", expires=NOW + DAY, last_date_active=NOW
     )
     assert await store.provisioner("a-b", now=NOW + DAY) is None
-    assert await store.provisioners(now=NOW + DAY, limit=2, after=None) == KeyedPage(
-        items=[], next_key=None
+    assert await store.provisioners(now=NOW + DAY, limit=2, after=None) == Page(
+        items=[], next_after=None
     )
     in_a_x = await every_page(
         lambda after: store.workers(
@@ -839,8 +836,8 @@ async def test_pending_and_claimed_runs_page_oldest_first(store: Store) -> None:
 
     async def every_page(read: Any) -> list[str]:
         pages = [await read(None)]
-        while pages[-1].next_key is not None:
-            pages.append(await read(pages[-1].next_key))
+        while pages[-1].next_after is not None:
+            pages.append(await read(pages[-1].next_after))
         return [record.task_id for page in pages for record in page.items]
 
     pending = await every_page(lambda after: store.pending_runs(QUEUE, limit=1, after=after))
@@ -848,7 +845,7 @@ async def test_pending_and_claimed_runs_page_oldest_first(store: Store) -> None:
     claimed = await every_page(lambda after: store.claimed_runs(QUEUE, limit=1, after=after))
     assert claimed == ["d", "c"]
     empty = await store.pending_runs(TaskQueue("prov", "none"), limit=5, after=None)
-    assert empty == KeyedPage(items=[], next_key=None)
+    assert empty == Page(items=[], next_after=None)
 
 
 async def test_run_counts_of_counts_many_queues_in_one_call(store: Store) -> None:
