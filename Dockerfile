@@ -1,5 +1,5 @@
 # The coordinator image: `queue-coordinator serve` on 0.0.0.0:8080, state under /data.
-# Used by docker-compose.yml; configure it with the environment variables of the README.
+# Used by docker-compose.yml; configure it with the environment variables of docs/operations.md.
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 \

@@ -238,7 +238,7 @@ def validate(schema_name: str, instance: object, *, where: str = "body") -> None
 def _fast(schema_ref: str, *, formats: bool) -> jsonschema_rs.Validator:
     """The compiled (Rust) validator of a schema: about a hundred times cheaper than the
     reference validator, which made validation the largest cost of a request
-    (docs/performance.md). It only decides *valid*; the reference validator words every
+    (docs/performance-history.md). It only decides *valid*; the reference validator words every
     rejection and has the last say, so the two can differ only where the fast one is more
     lenient, and both use :data:`_FORMATS`.
 

@@ -3,7 +3,7 @@ createTask.
 
 The azure-storage-queue client costs several times the CPU per request (its policy pipeline,
 and two thread-pool hops per request for proxy and netrc look-ups), which made the hint put the
-largest single cost of a task (docs/performance.md); the other, rarer calls keep the SDK.
+largest single cost of a task (docs/performance-history.md); the other, rarer calls keep the SDK.
 """
 
 from __future__ import annotations

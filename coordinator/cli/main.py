@@ -24,7 +24,7 @@ from coordinator.store.factory import open_store
 
 DESCRIPTION = """\
 A Taskcluster-style queue coordinator. Settings come from COORDINATOR_* environment
-variables (see the README); the flags below override the most common ones."""
+variables (see docs/operations.md); the flags below override the most common ones."""
 
 CLIENTS_ADD_EPILOG = """\
 Prints the new client's credentials as shell exports for the taskcluster client and
