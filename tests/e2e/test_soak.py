@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from devharness.processes import SCRIPTS, run_module
+from devharness.processes import SCRIPTS, processes_mentioning, run_module
 
 
 def _soaklib(module: str) -> Any:
@@ -87,6 +87,16 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
             end="stopped",
             ended=50.0,
         ),
+        # Slot 0 again, started after "a" was reaped.
+        processes.Incarnation(
+            slot=0,
+            worker_id="a2",
+            started=5.5,
+            journal=Path("a2"),
+            log=Path("a2"),
+            end="stopped",
+            ended=50.0,
+        ),
     ]
     good = [execution("T1", 0, "a", 1.0, None), execution("T1", 1, "b", 11.0, 12.0)]
     findings = checks.merge(
@@ -144,6 +154,28 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
     ]
     found = checks.check_hints(left, {**clean, **pending})
     assert [violation.kind for violation in found.violations] == ["hint-left", "hint-left"]
+    # Slot 0's second worker started before its first was reaped; the first outlived its
+    # SIGTERM and was SIGKILLed; the second was never seen exiting.
+    troubled = [
+        processes.Incarnation(
+            slot=0,
+            worker_id="x",
+            started=0.0,
+            journal=Path("x"),
+            log=Path("x"),
+            end="sigterm",
+            ended=10.0,
+            forced=True,
+        ),
+        processes.Incarnation(
+            slot=0, worker_id="y", started=9.0, journal=Path("y"), log=Path("y"), end="stopped"
+        ),
+    ]
+    assert sorted(v.kind for v in checks.check_workers(troubled).violations) == [
+        "process-left",
+        "slot-overlap",
+        "stuck-process",
+    ]
 
 
 @pytest.mark.timeout(720)
@@ -160,6 +192,9 @@ def test_sixty_second_soak_has_no_violations(tmp_path: Path) -> None:
         timeout=700,
     )
     output = done.stdout[-6000:] + done.stderr[-4000:]
+    # Every process the soak started (workers, coordinator, Azurite: each names the work
+    # directory in its command line or environment) is gone.
+    assert processes_mentioning(str(tmp_path / "work")) == {}, output
     assert done.returncode in (0, 1), output
     result = json.loads(summary.read_text())
     assert result["violations"] == [], output

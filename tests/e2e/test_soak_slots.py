@@ -80,6 +80,10 @@ def _running(tmp_path: Path) -> list[str]:
     return sorted(names)
 
 
+def _slot_zero(tmp_path: Path) -> list[str]:
+    return [name for name in _running(tmp_path) if name.startswith("soak-w0-")]
+
+
 def _kinds(fleet: Any) -> list[str]:
     checks = _soaklib("checks")
     return sorted(
@@ -109,6 +113,7 @@ async def test_kill_and_restart_racing_the_dead_slot_restart_leaves_one_worker(
             fleet.restart_dead(0),
             fleet.kill_and_restart(0, signal.SIGKILL, end="sigkill", down=0.3),
         )
+        assert len(_slot_zero(tmp_path)) == 1, _running(tmp_path)
         assert dead is not None and dead.worker_id == "soak-w0-1"
         # The kill came second: it ended the monitor's new worker before starting its own.
         assert chaos is not None and chaos.ended is dead
@@ -139,6 +144,7 @@ async def test_a_second_kill_while_the_first_waits_for_its_worker_leaves_one_wor
             fleet.restart_dead(0),
         )
         restart = await first
+        assert len(_slot_zero(tmp_path)) == 1, _running(tmp_path)
         assert restart is not None and restart.ended.worker_id == "soak-w0-0"
         assert dead is None
         assert second is not None and second.ended is restart.started
