@@ -40,10 +40,10 @@ from coordinator.resolvers import (
 )
 from coordinator.resolvers.runner import Actor, Runner
 from coordinator.service.clock import wall_clock
+from coordinator.service.dispatch import NO_AZURE, WorkDispatch
 from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.tasks import TaskService
-from coordinator.service.work_queues import NO_AZURE, WorkQueues
 from coordinator.service.workers import WorkerService
 from coordinator.store.base import Store
 from coordinator.store.factory import open_store
@@ -58,9 +58,9 @@ class Coordinator:
     config: Config
     store: Store
     service: TaskService
-    queues: QueueService | None
+    azure_queues: QueueService | None
     management: TaskManagement
-    work: WorkQueues
+    dispatch: WorkDispatch
     runner: Runner
     workers: WorkerService
 
@@ -75,7 +75,7 @@ def _actors(
     config: Config,
     service: TaskService,
     management: TaskManagement,
-    queues: QueueService | None,
+    azure_queues: QueueService | None,
 ) -> list[Actor]:
     seconds = config.resolver_interval / 1000
     actors = [
@@ -106,11 +106,11 @@ def _actors(
             busy_at=1000,
         ),
     ]
-    if queues is not None:
+    if azure_queues is not None:
         actors.append(
             Actor(
                 name="reconciler",
-                run_once=lambda: reconciler.run_once(service, queues),
+                run_once=lambda: reconciler.run_once(service, azure_queues),
                 interval=config.reconcile_interval / 1000,
                 busy_at=500,
             )
@@ -118,7 +118,7 @@ def _actors(
         actors.append(
             Actor(
                 name="queue-sweeper",
-                run_once=lambda: queue_sweeper.run_once(queues, now=service.clock()),
+                run_once=lambda: queue_sweeper.run_once(azure_queues, now=service.clock()),
                 interval=3600.0,
             )
         )
@@ -192,11 +192,11 @@ def build_app(
     authorizer = Authorizer.from_config(config, clock=lambda: clock() / 1000)
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        queues = _queue_service(config)
+        azure_queues = _queue_service(config)
         store = await open_store(config.store_url)
         service = TaskService(
             store=store,
-            hints=queues,
+            hints=azure_queues,
             timing=Timing(
                 claim_timeout=config.claim_timeout, retry_delay_base=config.retry_delay_base
             ),
@@ -213,15 +213,15 @@ def build_app(
         workers = WorkerService(store=store, clock=clock)
         # Before the first request: a quarantined worker must not claim in the first second.
         await workers.refresh_quarantines()
-        work = WorkQueues(
+        dispatch = WorkDispatch(
             service=service,
-            queues=queues,
+            azure_queues=azure_queues,
             workers=workers,
             claim_work_timeout=config.claim_work_timeout / 1000,
         )
         runner = Runner(
             [
-                *_actors(config, service, management, queues),
+                *_actors(config, service, management, azure_queues),
                 *_worker_actors(config, workers),
                 Actor(
                     name="queue-gauges",
@@ -237,9 +237,9 @@ def build_app(
             config=config,
             store=store,
             service=service,
-            queues=queues,
+            azure_queues=azure_queues,
             management=management,
-            work=work,
+            dispatch=dispatch,
             runner=runner,
             workers=workers,
         )
@@ -247,7 +247,7 @@ def build_app(
         app[HANDLERS] = Handlers(
             service=service,
             management=management,
-            work=work,
+            dispatch=dispatch,
             workers=workers,
             authorizer=authorizer,
         )
@@ -256,10 +256,10 @@ def build_app(
             "coordinator started url=%s store=%s azure=%s auth=%s",
             config.public_url,
             config.store_url.split("@")[-1],
-            queues is not None,
+            azure_queues is not None,
             config.auth_enabled,
         )
-        if queues is None:
+        if azure_queues is None:
             log.warning("%s", NO_AZURE)
         try:
             yield
@@ -270,8 +270,8 @@ def build_app(
                 await workers.flush()  # the sightings of the last second
             except Exception as error:
                 log.warning("sightings not written at shutdown error=%r", error)
-            if queues is not None:
-                await queues.close()
+            if azure_queues is not None:
+                await azure_queues.close()
             await store.close()
 
     app.cleanup_ctx.append(lifespan)

@@ -36,9 +36,9 @@ from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import DEFAULT_PROJECT_ID, TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey, task_queue_fields
+from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.management import TaskManagement
 from coordinator.service.tasks import Permit, RunReport, TaskService
-from coordinator.service.work_queues import WorkQueues
 from coordinator.service.workers import WorkerService
 
 log = logging.getLogger(__name__)
@@ -217,13 +217,13 @@ class Handlers:
         *,
         service: TaskService,
         management: TaskManagement,
-        work: WorkQueues,
+        dispatch: WorkDispatch,
         workers: WorkerService,
         authorizer: Authorizer,
     ) -> None:
         self.service = service
         self.management = management
-        self.work = work
+        self.dispatch = dispatch
         self.workers = workers
         self.auth = authorizer
         self.started = time.monotonic()
@@ -299,7 +299,10 @@ class Handlers:
 
     async def pendingTasks(self, request: web.Request, body: Any) -> Body:
         queue = task_queue(request.match_info)
-        return {**task_queue_fields(queue), "pendingTasks": await self.work.pending_count(queue)}
+        return {
+            **task_queue_fields(queue),
+            "pendingTasks": await self.dispatch.pending_count(queue),
+        }
 
     async def taskQueueCounts(self, request: web.Request, body: Any) -> Body:
         queue = task_queue(request.match_info)
@@ -417,7 +420,7 @@ class Handlers:
     async def pollTaskUrls(self, request: web.Request, body: Any) -> Body:
         queue = task_queue(request.match_info)
         await self._require(request, f"queue:poll-task-urls:{queue}")
-        urls = await self.work.poll_urls(queue)
+        urls = await self.dispatch.poll_urls(queue)
         return {
             "queues": [
                 {"signedPollUrl": q.signed_poll_url, "signedDeleteUrl": q.signed_delete_url}
@@ -479,7 +482,7 @@ class Handlers:
     async def claimWork(self, request: web.Request, body: Any) -> Body:
         queue = task_queue(request.match_info)
         await self._require(request, self._worker_requirement(f"queue:claim-work:{queue}", body))
-        claimed = await self.work.claim_work(
+        claimed = await self.dispatch.claim_work(
             queue,
             worker_group=body["workerGroup"],
             worker_id=body["workerId"],

@@ -108,7 +108,7 @@ class ReceivedHint:
         to be deleted); ``run_id`` is then ``None`` too.
     """
 
-    queue: str
+    azure_queue: str
     message_id: str
     pop_receipt: str
     dequeue_count: int
@@ -441,7 +441,7 @@ class QueueService:
                 message.dequeue_count,
             )
         return ReceivedHint(
-            queue=name,
+            azure_queue=name,
             message_id=message.id,
             pop_receipt=message.pop_receipt or "",
             dequeue_count=message.dequeue_count or 0,
@@ -476,10 +476,10 @@ class QueueService:
         operation: Callable[[QueueClient], Awaitable[object]],
     ) -> bool:
         async with self._azure(
-            action, received.queue, task_id=received.task_id, run_id=received.run_id
+            action, received.azure_queue, task_id=received.task_id, run_id=received.run_id
         ):
             try:
-                await operation(self._client(received.queue))
+                await operation(self._client(received.azure_queue))
             except HttpResponseError as error:
                 # 404: message (or queue) gone; 400 PopReceiptMismatch: received again since.
                 if error.status_code != 404 and _error_code(error) != "PopReceiptMismatch":
@@ -488,7 +488,7 @@ class QueueService:
                     "hint already settled action=%s queue=%s messageId=%s taskId=%s runId=%s "
                     "error=%s",
                     action,
-                    received.queue,
+                    received.azure_queue,
                     received.message_id,
                     received.task_id,
                     received.run_id,

@@ -5,6 +5,6 @@ from __future__ import annotations
 from coordinator.azure.queues import QueueService
 
 
-async def run_once(queues: QueueService, *, now: int) -> int:
+async def run_once(azure_queues: QueueService, *, now: int) -> int:
     """Delete unused empty queues; returns how many were deleted."""
-    return len(await queues.sweep_unused(now=now))
+    return len(await azure_queues.sweep_unused(now=now))

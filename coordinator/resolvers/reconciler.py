@@ -30,7 +30,7 @@ from coordinator.service.tasks import TaskService
 log = logging.getLogger(__name__)
 
 
-async def run_once(service: TaskService, queues: QueueService, *, budget: int = 500) -> int:
+async def run_once(service: TaskService, azure_queues: QueueService, *, budget: int = 500) -> int:
     """Put missing hints, at most ``budget`` of them; returns how many were put."""
     put = 0
     for pending in await service.pending_by_task_queue():
@@ -39,7 +39,7 @@ async def run_once(service: TaskService, queues: QueueService, *, budget: int = 
         queue = pending.queue
         try:
             counts = [
-                await queues.hint_count(queue.provisioner_id, queue.worker_type, priority)
+                await azure_queues.hint_count(queue.provisioner_id, queue.worker_type, priority)
                 for priority in PRIORITIES
             ]
         except QueueUnavailable:

@@ -37,13 +37,13 @@ class ClaimWork:
         self,
         *,
         service: TaskService,
-        queues: QueueService,
+        azure_queues: QueueService,
         timeout: float = 20.0,
         idle_poll: float = 1.0,
         visibility_timeout: int = 60,
     ) -> None:
         self.service = service
-        self.queues = queues
+        self.azure_queues = azure_queues
         self.timeout = timeout
         self.idle_poll = idle_poll
         self.visibility_timeout = visibility_timeout
@@ -78,7 +78,7 @@ class ClaimWork:
         while True:
             wakeup.clear()
             if not quarantined():
-                hints = await self.queues.receive(
+                hints = await self.azure_queues.receive(
                     provisioner_id,
                     worker_type,
                     max_messages=count,
@@ -106,7 +106,7 @@ class ClaimWork:
         for hint in hints:
             if hint.task_id is None or hint.run_id is None:
                 log.warning(
-                    "poison hint deleted queue=%s messageId=%s", hint.queue, hint.message_id
+                    "poison hint deleted queue=%s messageId=%s", hint.azure_queue, hint.message_id
                 )
                 await self._forget(hint)
                 continue
@@ -130,7 +130,7 @@ class ClaimWork:
                     "claim failed, hint released taskId=%s runId=%s", hint.task_id, hint.run_id
                 )
                 with contextlib.suppress(Exception):
-                    await self.queues.release(hint)
+                    await self.azure_queues.release(hint)
                 continue
             claimed[record.task_id] = record
             await self._forget(hint)
@@ -138,12 +138,12 @@ class ClaimWork:
 
     async def _forget(self, hint: ReceivedHint) -> None:
         try:
-            await self.queues.delete(hint)
+            await self.azure_queues.delete(hint)
         except Exception as error:
             log.warning(
                 "hint delete failed taskId=%s runId=%s queue=%s error=%r",
                 hint.task_id,
                 hint.run_id,
-                hint.queue,
+                hint.azure_queue,
                 error,
             )

@@ -360,8 +360,8 @@ async def test_receive_walks_priorities_and_delete_release_settle_hints(
     assert [(r.task_id, r.run_id) for r in first] == [("A", 0), (None, None), ("B", 0)]
     a, poison, b = first
     assert not poison.decodable and a.decodable
-    assert poison.queue == poison_queue
-    assert a.queue == queues.name(ns.provisioner_id, "wt", "highest")
+    assert poison.azure_queue == poison_queue
+    assert a.azure_queue == queues.name(ns.provisioner_id, "wt", "highest")
     assert [r.dequeue_count for r in first] == [1, 1, 1]
     # Received hints are invisible: only C is left to receive.
     rest = await queues.receive(ns.provisioner_id, "wt", max_messages=32, visibility_timeout=60)

@@ -310,11 +310,11 @@ async def _resolve_without_notifying(
     it: the record stored with ``notify_dependents`` set, the in-line notification never run."""
     record = await c.parts.store.get(task_id)
     assert record is not None
-    outcome = lifecycle.report(
+    result = lifecycle.report(
         record, run_id=0, state=state, reason=state, now=now, timing=c.parts.service.timing
     )
-    assert outcome.resolved and outcome.record.notify_dependents
-    assert await c.parts.store.compare_and_set(outcome.record) is not None
+    assert result.resolved and result.record.notify_dependents
+    assert await c.parts.store.compare_and_set(result.record) is not None
 
 
 async def test_a_lost_dependency_notification_is_finished_by_the_dependency_resolver(
@@ -439,8 +439,8 @@ async def test_the_hint_keeper_puts_a_hint_the_coordinator_died_before_putting(
         queue_prefix=azure_namespace.queue_prefix,
     )
     service = c.parts.service
-    queues = c.parts.queues
-    assert queues is not None
+    azure_queues = c.parts.azure_queues
+    assert azure_queues is not None
     provisioner = azure_namespace.provisioner_id
 
     # createTask up to the store write, then a crash before the hint is put
@@ -449,8 +449,8 @@ async def test_the_hint_keeper_puts_a_hint_the_coordinator_died_before_putting(
     definition = definitions.normalise(
         task_id, body, now=clock.now, max_deadline=service.max_deadline
     )
-    outcome = lifecycle.create(record_from_definition(task_id, definition), now=clock.now)
-    assert await c.parts.store.insert(outcome.record) is not None
+    result = lifecycle.create(record_from_definition(task_id, definition), now=clock.now)
+    assert await c.parts.store.insert(result.record) is not None
     created = clock.now
 
     clock.now = created + grace
@@ -460,7 +460,9 @@ async def test_the_hint_keeper_puts_a_hint_the_coordinator_died_before_putting(
     assert await c.parts.store.hints_due(clock.now, 10) == []
     assert await hint_keeper.run_once(service, grace=grace) == 0
 
-    received = await queues.receive(provisioner, "test-wt", max_messages=32, visibility_timeout=30)
+    received = await azure_queues.receive(
+        provisioner, "test-wt", max_messages=32, visibility_timeout=30
+    )
     assert [(hint.task_id, hint.run_id) for hint in received] == [(task_id, 0)]
     # and the hint leads a worker to a claimable run
     assert (await claim(c, task_id))["runId"] == 0

@@ -1,5 +1,6 @@
-"""What workers and provisioners ask of a task queue's Azure queues: signed poll URLs,
-claimWork, and the pending count (from Azure, falling back to the store when Azure is down).
+"""WorkDispatch: how a task queue's work reaches workers and provisioners: the signed poll
+URLs of its Azure queues, claimWork, and the pending count (from Azure, falling back to the
+store when Azure is down).
 
 A coordinator started without a storage account hands out no work: it keeps tasks and answers
 reads, and its pending runs keep their hints unconfirmed until it runs with one again.
@@ -29,10 +30,10 @@ NO_AZURE = (
 )
 
 
-class WorkQueues:
-    """The Azure side of task queues, for the API.
+class WorkDispatch:
+    """Hands out the work of task queues (through their Azure queues), for the API.
 
-    :param queues: ``None`` when the coordinator runs without Azure.
+    :param azure_queues: ``None`` when the coordinator runs without Azure.
     :param workers: sees the workers that poll and claim, and knows the quarantined ones.
     :param claim_work_timeout: how long one claimWork call waits for work (seconds).
     """
@@ -41,25 +42,27 @@ class WorkQueues:
         self,
         *,
         service: TaskService,
-        queues: QueueService | None,
+        azure_queues: QueueService | None,
         workers: WorkerService,
         claim_work_timeout: float,
     ) -> None:
         self._service = service
-        self._queues = queues
+        self._azure_queues = azure_queues
         self._workers = workers
         self._claim_work: ClaimWork | None = None
-        if queues is not None:
-            claim_work = ClaimWork(service=service, queues=queues, timeout=claim_work_timeout)
+        if azure_queues is not None:
+            claim_work = ClaimWork(
+                service=service, azure_queues=azure_queues, timeout=claim_work_timeout
+            )
             service.hints.listeners.append(
                 lambda hint: claim_work.wake(hint.provisioner_id, hint.worker_type)
             )
             self._claim_work = claim_work
 
-    def _require_queues(self) -> QueueService:
-        if self._queues is None:
+    def _require_azure_queues(self) -> QueueService:
+        if self._azure_queues is None:
             raise NotFound(NO_AZURE)
-        return self._queues
+        return self._azure_queues
 
     async def poll_urls(self, queue: TaskQueue) -> PollUrls:
         """Signed poll and delete URLs of the task queue's Azure queues, highest first.
@@ -67,7 +70,7 @@ class WorkQueues:
         :raises NotFound: the coordinator runs without Azure.
         :raises QueueUnavailable: Azure did not answer.
         """
-        return await self._require_queues().poll_urls(
+        return await self._require_azure_queues().poll_urls(
             queue.provisioner_id, queue.worker_type, now=self._service.clock()
         )
 
@@ -82,7 +85,7 @@ class WorkQueues:
     ) -> list[TaskRecord]:
         """claimWork's long poll (nothing for a quarantined worker); :raises NotFound: the
         coordinator runs without Azure."""
-        self._require_queues()
+        self._require_azure_queues()
         assert self._claim_work is not None
         worker = WorkerKey(queue=queue, worker_group=worker_group, worker_id=worker_id)
         self._workers.worker_seen(worker)
@@ -102,9 +105,11 @@ class WorkQueues:
     async def pending_count(self, queue: TaskQueue) -> int:
         """Azure's approximate count (an upper bound, cached), or the store's exact count
         when there is no Azure or it is unreachable."""
-        if self._queues is not None:
+        if self._azure_queues is not None:
             try:
-                return await self._queues.pending_count(queue.provisioner_id, queue.worker_type)
+                return await self._azure_queues.pending_count(
+                    queue.provisioner_id, queue.worker_type
+                )
             except QueueUnavailable as error:
                 log.warning("pendingTasks from the store: Azure unavailable error=%r", error)
         counts = await self._service.run_counts(queue.provisioner_id, queue.worker_type)
