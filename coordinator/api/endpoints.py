@@ -787,7 +787,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 )
 
 
-def task_queue(match_info: Mapping[str, str]) -> TaskQueue:
+def task_queue_of(match_info: Mapping[str, str]) -> TaskQueue:
     """The task queue of the match info of either task-queue route variant (one
     ``taskQueueId`` segment, or ``provisionerId`` and ``workerType``)."""
     if "taskQueueId" in match_info:

@@ -43,9 +43,9 @@ def task_filter(query: MultiMapping[str]) -> TaskFilter:
         except ValueError as error:  # a leap second, year 0: the pattern lets them through
             raise InputValidationError(f"{name}={value!r} is not a date-time: {error}") from None
 
-    queue = query.get("taskQueueId")
+    task_queue = query.get("taskQueueId")
     return TaskFilter(
-        task_queue=None if queue is None else TaskQueue.parse(queue),
+        task_queue=None if task_queue is None else TaskQueue.parse(task_queue),
         states=tuple(cast(FilterState, state) for state in query.getall("state", [])),
         scheduler_id=query.get("schedulerId"),
         task_group_id=query.get("taskGroupId"),

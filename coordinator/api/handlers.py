@@ -20,7 +20,7 @@ from aiohttp import web
 
 from coordinator.api import keyset, management, validation
 from coordinator.api.auth import Auth, Authorizer, require
-from coordinator.api.endpoints import Endpoint, task_queue
+from coordinator.api.endpoints import Endpoint, task_queue_of
 from coordinator.api.errors import (
     InputValidationError,
     InsufficientScopes,
@@ -77,10 +77,10 @@ def _page_body(request: web.Request, page: Page[TaskRecord, str], key: str, valu
     return body
 
 
-def _counts_body(queue: TaskQueue, counts: RunCounts) -> Body:
+def _counts_body(task_queue: TaskQueue, counts: RunCounts) -> Body:
     """The exact counts of a task queue, as taskQueueCounts and taskQueueCountsBatch answer."""
     return {
-        **task_queue_fields(queue),
+        **task_queue_fields(task_queue),
         "pending": counts.pending,
         "delayed": counts.delayed,
         "running": counts.running,
@@ -298,16 +298,16 @@ class Handlers:
         return _page_body(request, page, "taskId", task_id)
 
     async def pendingTasks(self, request: web.Request, body: Any) -> Body:
-        queue = task_queue(request.match_info)
+        task_queue = task_queue_of(request.match_info)
         return {
-            **task_queue_fields(queue),
-            "pendingTasks": await self.dispatch.pending_count(queue),
+            **task_queue_fields(task_queue),
+            "pendingTasks": await self.dispatch.pending_count(task_queue),
         }
 
     async def taskQueueCounts(self, request: web.Request, body: Any) -> Body:
-        queue = task_queue(request.match_info)
-        counts = await self.service.run_counts(queue.provisioner_id, queue.worker_type)
-        return _counts_body(queue, counts)
+        task_queue = task_queue_of(request.match_info)
+        counts = await self.service.run_counts(task_queue.provisioner_id, task_queue.worker_type)
+        return _counts_body(task_queue, counts)
 
     # --- producers ------------------------------------------------------------------------
 
@@ -418,9 +418,9 @@ class Handlers:
     # --- workers --------------------------------------------------------------------------
 
     async def pollTaskUrls(self, request: web.Request, body: Any) -> Body:
-        queue = task_queue(request.match_info)
-        await self._require(request, f"queue:poll-task-urls:{queue}")
-        urls = await self.dispatch.poll_urls(queue)
+        task_queue = task_queue_of(request.match_info)
+        await self._require(request, f"queue:poll-task-urls:{task_queue}")
+        urls = await self.dispatch.poll_urls(task_queue)
         return {
             "queues": [
                 {"signedPollUrl": q.signed_poll_url, "signedDeleteUrl": q.signed_delete_url}
@@ -464,7 +464,7 @@ class Handlers:
         )
         self.workers.refuse_quarantined(
             WorkerKey(
-                queue=TaskQueue(record.provisioner_id, record.worker_type),
+                task_queue=TaskQueue(record.provisioner_id, record.worker_type),
                 worker_group=body["workerGroup"],
                 worker_id=body["workerId"],
             )
@@ -480,10 +480,12 @@ class Handlers:
         return self.claim_body(claimed)
 
     async def claimWork(self, request: web.Request, body: Any) -> Body:
-        queue = task_queue(request.match_info)
-        await self._require(request, self._worker_requirement(f"queue:claim-work:{queue}", body))
+        task_queue = task_queue_of(request.match_info)
+        await self._require(
+            request, self._worker_requirement(f"queue:claim-work:{task_queue}", body)
+        )
         claimed = await self.dispatch.claim_work(
-            queue,
+            task_queue,
             worker_group=body["workerGroup"],
             worker_id=body["workerId"],
             count=int(body["tasks"]),
@@ -530,7 +532,7 @@ class Handlers:
             _permit(auth, f"queue:claim-task:{record.task_queue_id}")
             self.workers.refuse_quarantined(
                 WorkerKey(
-                    queue=TaskQueue(record.provisioner_id, record.worker_type),
+                    task_queue=TaskQueue(record.provisioner_id, record.worker_type),
                     worker_group=worker_group,
                     worker_id=worker_id,
                 )
@@ -598,7 +600,7 @@ class Handlers:
     @staticmethod
     def _worker(request: web.Request) -> WorkerKey:
         return WorkerKey(
-            queue=task_queue(request.match_info),
+            task_queue=task_queue_of(request.match_info),
             worker_group=request.match_info["workerGroup"],
             worker_id=request.match_info["workerId"],
         )
@@ -610,11 +612,11 @@ class Handlers:
         return keyset.page_body(request, "taskQueues", page, lambda found: found.to_api())
 
     async def getTaskQueue(self, request: web.Request, body: Any) -> Body:
-        return (await self.workers.task_queue(task_queue(request.match_info))).to_api()
+        return (await self.workers.task_queue(task_queue_of(request.match_info))).to_api()
 
     async def listPendingTasks(self, request: web.Request, body: Any) -> Body:
         page = await self.workers.pending_runs(
-            task_queue(request.match_info),
+            task_queue_of(request.match_info),
             limit=_limit(request),
             after=keyset.after(request, (int, str)),
         )
@@ -632,7 +634,7 @@ class Handlers:
 
     async def listClaimedTasks(self, request: web.Request, body: Any) -> Body:
         page = await self.workers.claimed_runs(
-            task_queue(request.match_info),
+            task_queue_of(request.match_info),
             limit=_limit(request),
             after=keyset.after(request, (int, str)),
         )
@@ -651,11 +653,12 @@ class Handlers:
         return keyset.page_body(request, "tasks", page, claimed)
 
     async def taskQueueCountsBatch(self, request: web.Request, body: Any) -> Body:
-        queues = [TaskQueue.parse(task_queue_id) for task_queue_id in body["taskQueueIds"]]
-        counts = await self.workers.run_counts(queues)
+        task_queues = [TaskQueue.parse(task_queue_id) for task_queue_id in body["taskQueueIds"]]
+        counts = await self.workers.run_counts(task_queues)
         return {
             "taskQueueCounts": [
-                _counts_body(queue, found) for queue, found in zip(queues, counts, strict=True)
+                _counts_body(task_queue, found)
+                for task_queue, found in zip(task_queues, counts, strict=True)
             ]
         }
 
@@ -680,13 +683,13 @@ class Handlers:
         )
 
     async def getWorkerType(self, request: web.Request, body: Any) -> Body:
-        found = await self.workers.task_queue(task_queue(request.match_info))
+        found = await self.workers.task_queue(task_queue_of(request.match_info))
         return {**found.worker_type_to_api(), "actions": []}
 
     async def listWorkers(self, request: web.Request, body: Any) -> Body:
         quarantined = request.query.get("quarantined")
         page = await self.workers.workers(
-            task_queue(request.match_info),
+            task_queue_of(request.match_info),
             quarantined=None if quarantined is None else quarantined == "true",
             limit=_limit(request),
             after=keyset.after(request, (str, str)),
@@ -699,7 +702,7 @@ class Handlers:
 
     async def declareWorker(self, request: web.Request, body: Any) -> Body:
         worker = self._worker(request)
-        pool = f"{worker.queue}/{worker.worker_group}/{worker.worker_id}"
+        pool = f"{worker.task_queue}/{worker.worker_group}/{worker.worker_id}"
         # one scope per property given: an empty body needs none (as in Taskcluster)
         await self._require(
             request, {"AllOf": [f"queue:declare-worker:{pool}#{name}" for name in body]}
@@ -711,7 +714,7 @@ class Handlers:
         worker = self._worker(request)
         auth = await self.auth.require(
             request,
-            f"queue:quarantine-worker:{worker.queue}/{worker.worker_group}/{worker.worker_id}",
+            f"queue:quarantine-worker:{worker.task_queue}/{worker.worker_group}/{worker.worker_id}",
         )
         assert isinstance(auth, Auth)  # a scope was required, so the caller is a client
         quarantined = await self.workers.quarantine(

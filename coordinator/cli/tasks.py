@@ -47,10 +47,10 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 """What a process killed by SIGPIPE reports (128 + 13), as ``yes | head`` leaves it."""
 
-ROW = "{task_id:<22}  {state:<11}  {queue:<32}  {created:<20}  {name}"
+ROW = "{task_id:<22}  {state:<11}  {task_queue:<32}  {created:<20}  {name}"
 """Fixed widths, so each row can be printed as it streams in: a slugid is 22 characters, the
 longest state ``unscheduled`` 11, ``created`` to the second 20."""
-QUEUE_WIDTH = 32
+TASK_QUEUE_WIDTH = 32
 NAME_WIDTH = 60
 
 DESCRIPTION = """\
@@ -313,7 +313,7 @@ def _fit(text: str, width: int) -> str:
 
 def table_header() -> str:
     return ROW.format(
-        task_id="TASK ID", state="STATE", queue="TASK QUEUE", created="CREATED", name="NAME"
+        task_id="TASK ID", state="STATE", task_queue="TASK QUEUE", created="CREATED", name="NAME"
     )
 
 
@@ -322,12 +322,12 @@ def table_row(item: Mapping[str, Any]) -> str:
     status = item.get("status") or {}
     task = item.get("task") or {}
     metadata = task.get("metadata") or {}
-    queue = status.get("taskQueueId") or task.get("taskQueueId") or "-"
+    task_queue = status.get("taskQueueId") or task.get("taskQueueId") or "-"
     created = str(task.get("created") or "-")
     return ROW.format(
         task_id=str(status.get("taskId") or "-"),
         state=str(status.get("state") or "-"),
-        queue=_fit(str(queue), QUEUE_WIDTH),
+        task_queue=_fit(str(task_queue), TASK_QUEUE_WIDTH),
         # to the second, UTC: 2026-11-23T10:00:00.000Z -> 2026-11-23T10:00:00Z
         created=created[:19] + "Z" if len(created) >= 19 else created,
         name=_fit(str(metadata.get("name") or ""), NAME_WIDTH),

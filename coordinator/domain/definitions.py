@@ -139,8 +139,8 @@ def task_queue_of(body: Mapping[str, Any]) -> tuple[str, str]:
         if provisioner_id is None or worker_type is None:
             raise InputError("the task needs taskQueueId, or provisionerId and workerType")
         return provisioner_id, worker_type
-    queue = TaskQueue.parse(task_queue_id)
-    queue_provisioner, queue_worker_type = queue.provisioner_id, queue.worker_type
+    task_queue = TaskQueue.parse(task_queue_id)
+    queue_provisioner, queue_worker_type = task_queue.provisioner_id, task_queue.worker_type
     if provisioner_id not in (None, queue_provisioner):
         raise InputError(
             f"provisionerId {provisioner_id!r} contradicts taskQueueId {task_queue_id!r}"

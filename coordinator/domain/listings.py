@@ -40,7 +40,7 @@ class PendingCount:
     """How many pending runs (visible or delayed) one task queue has: as many hints should be
     in its Azure queues."""
 
-    queue: TaskQueue
+    task_queue: TaskQueue
     pending: int
 
 

@@ -34,12 +34,12 @@ UNSPECIFIED = "[unspecified]"
 Stability = Literal["experimental", "stable", "deprecated"]
 
 
-def task_queue_fields(queue: TaskQueue) -> dict[str, str]:
+def task_queue_fields(task_queue: TaskQueue) -> dict[str, str]:
     """``provisionerId``, ``workerType`` and ``taskQueueId`` of a task queue."""
     return {
-        "provisionerId": queue.provisioner_id,
-        "workerType": queue.worker_type,
-        "taskQueueId": str(queue),
+        "provisionerId": task_queue.provisioner_id,
+        "workerType": task_queue.worker_type,
+        "taskQueueId": str(task_queue),
     }
 
 
@@ -47,12 +47,12 @@ def task_queue_fields(queue: TaskQueue) -> dict[str, str]:
 class WorkerKey:
     """One worker: its task queue, workerGroup and workerId."""
 
-    queue: TaskQueue
+    task_queue: TaskQueue
     worker_group: str
     worker_id: str
 
     def __str__(self) -> str:
-        return f"{self.worker_group}/{self.worker_id} of task queue {self.queue}"
+        return f"{self.worker_group}/{self.worker_id} of task queue {self.task_queue}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,14 +77,14 @@ def recent_tasks(
 class TaskQueueSighting:
     """A task queue seen at ``seen``, to be listed until at least ``expires``."""
 
-    queue: TaskQueue
+    task_queue: TaskQueue
     seen: int
     expires: int
 
     def merged(self, later: TaskQueueSighting) -> TaskQueueSighting:
         """This sighting and a later one of the same queue, as one."""
         return TaskQueueSighting(
-            queue=self.queue,
+            task_queue=self.task_queue,
             seen=max(self.seen, later.seen),
             expires=max(self.expires, later.expires),
         )
@@ -114,7 +114,7 @@ class WorkerSighting:
 class TaskQueueRecord:
     """A task queue as stored; also what the worker-type views show."""
 
-    queue: TaskQueue
+    task_queue: TaskQueue
     expires: int
     last_date_active: int
     description: str = ""
@@ -123,7 +123,7 @@ class TaskQueueRecord:
     def to_api(self) -> dict[str, Any]:
         """The task queue as getTaskQueue and listTaskQueues answer it."""
         return {
-            "taskQueueId": str(self.queue),
+            "taskQueueId": str(self.task_queue),
             "stability": self.stability,
             "description": self.description,
             "expires": to_iso(self.expires),
@@ -132,7 +132,7 @@ class TaskQueueRecord:
 
     def worker_type_to_api(self) -> dict[str, Any]:
         """The task queue as listWorkerTypes lists it (getWorkerType adds ``actions``)."""
-        return {**task_queue_fields(self.queue), **self.to_api()}
+        return {**task_queue_fields(self.task_queue), **self.to_api()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -219,7 +219,7 @@ class WorkerRecord:
     def to_api(self) -> dict[str, Any]:
         """The worker as getWorker, declareWorker and quarantineWorker answer it."""
         return {
-            **task_queue_fields(self.key.queue),
+            **task_queue_fields(self.key.task_queue),
             "workerGroup": self.key.worker_group,
             "workerId": self.key.worker_id,
             "recentTasks": [task.to_api() for task in self.recent_tasks],

@@ -23,8 +23,8 @@ async def run_once(workers: WorkerService, metrics: ServiceMetrics) -> int:
     after: Key | None = None
     while True:
         page = await workers.task_queues(limit=PAGE, after=after)
-        queues = [record.queue for record in page.items]
-        counts.update(zip(queues, await workers.run_counts(queues), strict=True))
+        task_queues = [record.task_queue for record in page.items]
+        counts.update(zip(task_queues, await workers.run_counts(task_queues), strict=True))
         if page.next_after is None:
             break
         after = page.next_after

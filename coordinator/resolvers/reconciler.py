@@ -36,10 +36,12 @@ async def run_once(service: TaskService, azure_queues: QueueService, *, budget: 
     for pending in await service.pending_by_task_queue():
         if put >= budget:
             break
-        queue = pending.queue
+        task_queue = pending.task_queue
         try:
             counts = [
-                await azure_queues.hint_count(queue.provisioner_id, queue.worker_type, priority)
+                await azure_queues.hint_count(
+                    task_queue.provisioner_id, task_queue.worker_type, priority
+                )
                 for priority in PRIORITIES
             ]
         except QueueUnavailable:
@@ -49,10 +51,10 @@ async def run_once(service: TaskService, azure_queues: QueueService, *, budget: 
             continue
         log.warning(
             "hints missing, putting them again taskQueueId=%s pending=%d inAzure=%d",
-            queue,
+            task_queue,
             pending.pending,
             sum(counts),
         )
-        for record in await service.oldest_pending(queue, limit=min(deficit, budget - put)):
+        for record in await service.oldest_pending(task_queue, limit=min(deficit, budget - put)):
             put += await service.hints.publish(hint_for(record))
     return put

@@ -64,19 +64,19 @@ class WorkDispatch:
             raise NotFound(NO_AZURE)
         return self._azure_queues
 
-    async def poll_urls(self, queue: TaskQueue) -> PollUrls:
+    async def poll_urls(self, task_queue: TaskQueue) -> PollUrls:
         """Signed poll and delete URLs of the task queue's Azure queues, highest first.
 
         :raises NotFound: the coordinator runs without Azure.
         :raises QueueUnavailable: Azure did not answer.
         """
         return await self._require_azure_queues().poll_urls(
-            queue.provisioner_id, queue.worker_type, now=self._service.clock()
+            task_queue.provisioner_id, task_queue.worker_type, now=self._service.clock()
         )
 
     async def claim_work(
         self,
-        queue: TaskQueue,
+        task_queue: TaskQueue,
         *,
         worker_group: str,
         worker_id: str,
@@ -87,11 +87,11 @@ class WorkDispatch:
         coordinator runs without Azure."""
         self._require_azure_queues()
         assert self._claim_work is not None
-        worker = WorkerKey(queue=queue, worker_group=worker_group, worker_id=worker_id)
+        worker = WorkerKey(task_queue=task_queue, worker_group=worker_group, worker_id=worker_id)
         self._workers.worker_seen(worker)
         claimed = await self._claim_work.claim(
-            queue.provisioner_id,
-            queue.worker_type,
+            task_queue.provisioner_id,
+            task_queue.worker_type,
             worker_group=worker_group,
             worker_id=worker_id,
             count=count,
@@ -102,15 +102,15 @@ class WorkDispatch:
             self._workers.run_held(record, len(record.runs) - 1, claimed=True)
         return claimed
 
-    async def pending_count(self, queue: TaskQueue) -> int:
+    async def pending_count(self, task_queue: TaskQueue) -> int:
         """Azure's approximate count (an upper bound, cached), or the store's exact count
         when there is no Azure or it is unreachable."""
         if self._azure_queues is not None:
             try:
                 return await self._azure_queues.pending_count(
-                    queue.provisioner_id, queue.worker_type
+                    task_queue.provisioner_id, task_queue.worker_type
                 )
             except QueueUnavailable as error:
                 log.warning("pendingTasks from the store: Azure unavailable error=%r", error)
-        counts = await self._service.run_counts(queue.provisioner_id, queue.worker_type)
+        counts = await self._service.run_counts(task_queue.provisioner_id, task_queue.worker_type)
         return counts.pending

@@ -101,8 +101,8 @@ class ServiceMetrics:
         drain."""
         none = RunCounts(pending=0, delayed=0, running=0)
         self._gauged |= counts.keys()
-        for queue in self._gauged:
-            found = counts.get(queue, none)
-            labels = (queue.provisioner_id, queue.worker_type)
+        for task_queue in self._gauged:
+            found = counts.get(task_queue, none)
+            labels = (task_queue.provisioner_id, task_queue.worker_type)
             self._pending.labels(*labels).set(found.pending)
             self._claimed.labels(*labels).set(found.running)

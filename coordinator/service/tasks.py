@@ -542,10 +542,10 @@ class TaskService:
         """How many pending runs each task queue has (as many hints should be in Azure)."""
         return await self._store.pending_by_task_queue()
 
-    async def oldest_pending(self, queue: TaskQueue, *, limit: int) -> list[TaskRecord]:
+    async def oldest_pending(self, task_queue: TaskQueue, *, limit: int) -> list[TaskRecord]:
         """Up to ``limit`` tasks of the queue whose last run is pending, the earliest
         claimable first."""
-        return (await self._store.pending_runs(queue, limit=limit, after=None)).items
+        return (await self._store.pending_runs(task_queue, limit=limit, after=None)).items
 
     async def delete_expired(self, limit: int) -> int:
         """Delete tasks past ``expires`` (with their dependency edges); how many."""

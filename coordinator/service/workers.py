@@ -66,12 +66,12 @@ def _add(buffer: dict[K, S], key: K, sighting: S, *, older: bool = False) -> Non
         buffer[key] = present.merged(sighting)
 
 
-def _queue_order(queue: TaskQueue) -> tuple[str, str]:
-    return (queue.provisioner_id, queue.worker_type)
+def _queue_order(task_queue: TaskQueue) -> tuple[str, str]:
+    return (task_queue.provisioner_id, task_queue.worker_type)
 
 
 def _worker_order(key: WorkerKey) -> tuple[str, str, str, str]:
-    return (*_queue_order(key.queue), key.worker_group, key.worker_id)
+    return (*_queue_order(key.task_queue), key.worker_group, key.worker_id)
 
 
 class WorkerService:
@@ -83,7 +83,7 @@ class WorkerService:
     def __init__(self, *, store: Store, clock: Clock = wall_clock) -> None:
         self._store = store
         self.clock = clock
-        self._queues: dict[TaskQueue, TaskQueueSighting] = {}
+        self._task_queues: dict[TaskQueue, TaskQueueSighting] = {}
         self._workers: dict[WorkerKey, WorkerSighting] = {}
         self._written: dict[TaskQueue | WorkerKey, int] = {}
         """When this process last buffered a sighting of each queue and worker."""
@@ -99,8 +99,8 @@ class WorkerService:
     def task_created(self, record: TaskRecord) -> None:
         """createTask: the task's queue is seen, listed at least until the task's deadline."""
         now = self.clock()
-        queue = TaskQueue(record.provisioner_id, record.worker_type)
-        self._see_queue(queue, now=now, expires=max(now + SEEN_EXPIRY, record.deadline))
+        task_queue = TaskQueue(record.provisioner_id, record.worker_type)
+        self._see_queue(task_queue, now=now, expires=max(now + SEEN_EXPIRY, record.deadline))
 
     def worker_seen(self, key: WorkerKey) -> None:
         """The worker asked for work (a claimWork poll)."""
@@ -112,7 +112,7 @@ class WorkerService:
         run = record.runs[run_id]
         assert run.worker_group is not None and run.worker_id is not None  # a held run
         key = WorkerKey(
-            queue=TaskQueue(record.provisioner_id, record.worker_type),
+            task_queue=TaskQueue(record.provisioner_id, record.worker_type),
             worker_group=run.worker_group,
             worker_id=run.worker_id,
         )
@@ -123,14 +123,18 @@ class WorkerService:
     def _see_worker(self, key: WorkerKey, claimed: tuple[RecentTask, ...]) -> None:
         now = self.clock()
         expires = now + SEEN_EXPIRY
-        self._see_queue(key.queue, now=now, expires=expires)
+        self._see_queue(key.task_queue, now=now, expires=expires)
         if self._due(key, now) or claimed:
             sighting = WorkerSighting(key=key, seen=now, expires=expires, recent_tasks=claimed)
             _add(self._workers, key, sighting)
 
-    def _see_queue(self, queue: TaskQueue, *, now: int, expires: int) -> None:
-        if self._due(queue, now):
-            _add(self._queues, queue, TaskQueueSighting(queue=queue, seen=now, expires=expires))
+    def _see_queue(self, task_queue: TaskQueue, *, now: int, expires: int) -> None:
+        if self._due(task_queue, now):
+            _add(
+                self._task_queues,
+                task_queue,
+                TaskQueueSighting(task_queue=task_queue, seen=now, expires=expires),
+            )
 
     def _due(self, key: TaskQueue | WorkerKey, now: int) -> bool:
         """Whether a sighting of ``key`` that claimed nothing is to be written now (and if so,
@@ -148,22 +152,25 @@ class WorkerService:
             if now - self._forgotten >= SEEN_INTERVAL:
                 self._forgotten = now
                 self._written = {k: t for k, t in self._written.items() if now - t < SEEN_INTERVAL}
-            queues, self._queues = self._queues, {}
+            task_queues, self._task_queues = self._task_queues, {}
             workers, self._workers = self._workers, {}
             try:
                 # In one order on every replica, so that two replicas writing the same rows
                 # at once take their row locks in the same order and cannot deadlock.
                 await self._store.record_sightings(
-                    [queues[queue] for queue in sorted(queues, key=_queue_order)],
+                    [
+                        task_queues[task_queue]
+                        for task_queue in sorted(task_queues, key=_queue_order)
+                    ],
                     [workers[key] for key in sorted(workers, key=_worker_order)],
                 )
             except BaseException:
-                for queue, queue_sighting in queues.items():
-                    _add(self._queues, queue, queue_sighting, older=True)
+                for task_queue, queue_sighting in task_queues.items():
+                    _add(self._task_queues, task_queue, queue_sighting, older=True)
                 for key, worker_sighting in workers.items():
                     _add(self._workers, key, worker_sighting, older=True)
                 raise
-            return len(queues) + len(workers)
+            return len(task_queues) + len(workers)
 
     # --- quarantine -----------------------------------------------------------------------
 
@@ -211,8 +218,8 @@ class WorkerService:
         log.info(
             "worker quarantine set provisionerId=%s workerType=%s workerGroup=%s workerId=%s "
             "quarantineUntil=%s clientId=%s",
-            key.queue.provisioner_id,
-            key.queue.worker_type,
+            key.task_queue.provisioner_id,
+            key.task_queue.worker_type,
             key.worker_group,
             key.worker_id,
             to_iso(until),
@@ -228,7 +235,7 @@ class WorkerService:
         now = self.clock()
         until = now + SEEN_EXPIRY if expires is None else expires
         await self._store.record_sightings(
-            [TaskQueueSighting(queue=key.queue, seen=now, expires=until)],
+            [TaskQueueSighting(task_queue=key.task_queue, seen=now, expires=until)],
             [WorkerSighting(key=key, seen=now, expires=until)],
         )
         await self.flush()
@@ -239,12 +246,12 @@ class WorkerService:
 
     # --- reads ----------------------------------------------------------------------------
 
-    async def task_queue(self, queue: TaskQueue) -> TaskQueueRecord:
+    async def task_queue(self, task_queue: TaskQueue) -> TaskQueueRecord:
         """getTaskQueue, getWorkerType. :raises NotFound: unknown or expired."""
         await self.flush()
-        found = await self._store.task_queue(queue, now=self.clock())
+        found = await self._store.task_queue(task_queue, now=self.clock())
         if found is None:
-            raise NotFound(f"task queue {queue} not found (never seen, or expired)")
+            raise NotFound(f"task queue {task_queue} not found (never seen, or expired)")
         return found
 
     async def task_queues(
@@ -277,37 +284,37 @@ class WorkerService:
         if (
             found is None
             or not found.listed(now)
-            or await self._store.task_queue(key.queue, now=now) is None
+            or await self._store.task_queue(key.task_queue, now=now) is None
         ):
             raise NotFound(f"worker {key} not found (never seen, or expired)")
         return found
 
     async def workers(
-        self, queue: TaskQueue, *, quarantined: bool | None, limit: int, after: Key | None
+        self, task_queue: TaskQueue, *, quarantined: bool | None, limit: int, after: Key | None
     ) -> Page[WorkerRecord, Key]:
         """listWorkers: ``quarantined`` true or false keeps only those, ``None`` both."""
         await self.flush()
         return await self._store.workers(
-            queue, now=self.clock(), quarantined=quarantined, limit=limit, after=after
+            task_queue, now=self.clock(), quarantined=quarantined, limit=limit, after=after
         )
 
     async def pending_runs(
-        self, queue: TaskQueue, *, limit: int, after: Key | None
+        self, task_queue: TaskQueue, *, limit: int, after: Key | None
     ) -> Page[TaskRecord, Key]:
         """listPendingTasks: the queue's pending runs, the oldest claimable first."""
-        return await self._store.pending_runs(queue, limit=limit, after=after)
+        return await self._store.pending_runs(task_queue, limit=limit, after=after)
 
     async def claimed_runs(
-        self, queue: TaskQueue, *, limit: int, after: Key | None
+        self, task_queue: TaskQueue, *, limit: int, after: Key | None
     ) -> Page[TaskRecord, Key]:
         """listClaimedTasks: the queue's running runs, the oldest claim first."""
-        return await self._store.claimed_runs(queue, limit=limit, after=after)
+        return await self._store.claimed_runs(task_queue, limit=limit, after=after)
 
-    async def run_counts(self, queues: Sequence[TaskQueue]) -> list[RunCounts]:
-        """Exact counts of each of ``queues`` (distinct), in order, in one store query."""
-        found = await self._store.run_counts_of(queues, now=self.clock())
+    async def run_counts(self, task_queues: Sequence[TaskQueue]) -> list[RunCounts]:
+        """Exact counts of each of ``task_queues`` (distinct), in order, in one store query."""
+        found = await self._store.run_counts_of(task_queues, now=self.clock())
         none = RunCounts(pending=0, delayed=0, running=0)
-        return [found.get(queue, none) for queue in queues]
+        return [found.get(task_queue, none) for task_queue in task_queues]
 
     # --- the worker sweeper ---------------------------------------------------------------
 

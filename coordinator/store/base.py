@@ -220,7 +220,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def record_sightings(
-        self, queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
+        self, task_queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
     ) -> None:
         """Create or refresh the task queues and workers seen, in one transaction.
 
@@ -233,7 +233,7 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def task_queue(self, queue: TaskQueue, *, now: int) -> TaskQueueRecord | None:
+    async def task_queue(self, task_queue: TaskQueue, *, now: int) -> TaskQueueRecord | None:
         """The task queue, or ``None`` if unknown or expired (``expires <= now``)."""
 
     @abc.abstractmethod
@@ -260,7 +260,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def workers(
         self,
-        queue: TaskQueue,
+        task_queue: TaskQueue,
         *,
         now: int,
         quarantined: bool | None,
@@ -284,21 +284,21 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def pending_runs(
-        self, queue: TaskQueue, *, limit: int, after: Key | None
+        self, task_queue: TaskQueue, *, limit: int, after: Key | None
     ) -> Page[TaskRecord, Key]:
         """Tasks of the queue whose last run is pending, by the key ``(visibleAt, taskId)``:
         the oldest claimable first."""
 
     @abc.abstractmethod
     async def claimed_runs(
-        self, queue: TaskQueue, *, limit: int, after: Key | None
+        self, task_queue: TaskQueue, *, limit: int, after: Key | None
     ) -> Page[TaskRecord, Key]:
         """Tasks of the queue whose last run is running, by the key ``(started, taskId)``:
         the oldest claim first."""
 
     @abc.abstractmethod
     async def run_counts_of(
-        self, queues: Sequence[TaskQueue], *, now: int
+        self, task_queues: Sequence[TaskQueue], *, now: int
     ) -> dict[TaskQueue, RunCounts]:
         """:meth:`run_counts` of distinct queues in one query; a queue with neither pending
         nor running runs may be absent."""

@@ -312,27 +312,27 @@ class PostgresStore(SQLStore):
     # --- task queues and workers ----------------------------------------------------------
 
     async def record_sightings(
-        self, queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
+        self, task_queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
     ) -> None:
-        if queues or workers:
+        if task_queues or workers:
             # One statement (one round trip, one transaction); each side as a JSON array of
             # rows, which the statement unpacks with json_to_recordset.
             await self._fetch(
                 "record_sightings",
-                queues=json.dumps([queue_sighting_columns(s) for s in queues]),
+                queues=json.dumps([queue_sighting_columns(s) for s in task_queues]),
                 workers=json.dumps([worker_sighting_columns(s) for s in workers]),
                 keep=RECENT_TASKS,
             )
 
     async def run_counts_of(
-        self, queues: Sequence[TaskQueue], *, now: int
+        self, task_queues: Sequence[TaskQueue], *, now: int
     ) -> dict[TaskQueue, RunCounts]:
-        if not queues:
+        if not task_queues:
             return {}
         rows = await self._fetch(
             "run_counts_of",
-            provisioner_ids=[queue.provisioner_id for queue in queues],
-            worker_types=[queue.worker_type for queue in queues],
+            provisioner_ids=[task_queue.provisioner_id for task_queue in task_queues],
+            worker_types=[task_queue.worker_type for task_queue in task_queues],
             now=now,
         )
         return counts_from_rows(rows)

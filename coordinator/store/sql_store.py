@@ -85,7 +85,8 @@ class SQLStore(Store, abc.ABC):
     async def pending_by_task_queue(self) -> list[PendingCount]:
         return [
             PendingCount(
-                queue=TaskQueue(row["provisioner_id"], row["worker_type"]), pending=row["pending"]
+                task_queue=TaskQueue(row["provisioner_id"], row["worker_type"]),
+                pending=row["pending"],
             )
             for row in await self._fetch("pending_by_task_queue")
         ]
@@ -142,8 +143,8 @@ class SQLStore(Store, abc.ABC):
 
     # --- task queues and workers ----------------------------------------------------------
 
-    async def task_queue(self, queue: TaskQueue, *, now: int) -> TaskQueueRecord | None:
-        rows = await self._fetch("task_queue", **queue_columns(queue), now=now)
+    async def task_queue(self, task_queue: TaskQueue, *, now: int) -> TaskQueueRecord | None:
+        rows = await self._fetch("task_queue", **queue_columns(task_queue), now=now)
         return task_queue_from_row(rows[0]) if rows else None
 
     async def task_queues(
@@ -159,7 +160,7 @@ class SQLStore(Store, abc.ABC):
         return keyed_page(
             [task_queue_from_row(row) for row in rows],
             limit,
-            lambda found: (found.queue.provisioner_id, found.queue.worker_type),
+            lambda found: (found.task_queue.provisioner_id, found.task_queue.worker_type),
         )
 
     async def provisioner(self, provisioner_id: str, *, now: int) -> ProvisionerRecord | None:
@@ -184,7 +185,7 @@ class SQLStore(Store, abc.ABC):
 
     async def workers(
         self,
-        queue: TaskQueue,
+        task_queue: TaskQueue,
         *,
         now: int,
         quarantined: bool | None,
@@ -193,7 +194,7 @@ class SQLStore(Store, abc.ABC):
     ) -> Page[WorkerRecord, Key]:
         rows = await self._fetch(
             "workers",
-            **queue_columns(queue),
+            **queue_columns(task_queue),
             now=now,
             quarantined=quarantined,
             limit=limit + 1,
@@ -222,28 +223,31 @@ class SQLStore(Store, abc.ABC):
         return {worker_key_from_row(row): row["quarantine_until"] for row in rows}
 
     async def pending_runs(
-        self, queue: TaskQueue, *, limit: int, after: Key | None
+        self, task_queue: TaskQueue, *, limit: int, after: Key | None
     ) -> Page[TaskRecord, Key]:
         rows = await self._fetch(
             "pending_runs",
-            **queue_columns(queue),
+            **queue_columns(task_queue),
             limit=limit + 1,
             **after_time(after, "visible_at"),
         )
         return keyed_page([record_from_row(row) for row in rows], limit, _pending_key)
 
     async def claimed_runs(
-        self, queue: TaskQueue, *, limit: int, after: Key | None
+        self, task_queue: TaskQueue, *, limit: int, after: Key | None
     ) -> Page[TaskRecord, Key]:
         rows = await self._fetch(
-            "claimed_runs", **queue_columns(queue), limit=limit + 1, **after_time(after, "started")
+            "claimed_runs",
+            **queue_columns(task_queue),
+            limit=limit + 1,
+            **after_time(after, "started"),
         )
         return keyed_page([record_from_row(row) for row in rows], limit, _claimed_key)
 
     async def delete_expired_workers(self, now: int, limit: int) -> int:
         workers = await self._fetch("delete_expired_workers", now=now, limit=limit)
-        queues = await self._fetch("delete_expired_task_queues", now=now, limit=limit)
-        return len(workers) + len(queues)
+        task_queues = await self._fetch("delete_expired_task_queues", now=now, limit=limit)
+        return len(workers) + len(task_queues)
 
 
 def _task_group(row: Row) -> TaskGroup:

@@ -359,10 +359,12 @@ class SQLiteStore(SQLStore):
     # --- task queues and workers ----------------------------------------------------------
 
     async def record_sightings(
-        self, queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
+        self, task_queues: Sequence[TaskQueueSighting], workers: Sequence[WorkerSighting]
     ) -> None:
         def record(conn: sqlite3.Connection) -> None:
-            conn.executemany(_Q["upsert_task_queue"], [queue_sighting_columns(s) for s in queues])
+            conn.executemany(
+                _Q["upsert_task_queue"], [queue_sighting_columns(s) for s in task_queues]
+            )
             # The recent tasks are merged here, in the transaction that writes them back:
             # one process owns the file, so nothing can write in between.
             upserts = []
@@ -375,19 +377,22 @@ class SQLiteStore(SQLStore):
                 upserts.append(worker_sighting_columns(sighting, merged))
             conn.executemany(_Q["upsert_worker"], upserts)
 
-        if queues or workers:
+        if task_queues or workers:
             await self._run(record)
 
     async def run_counts_of(
-        self, queues: Sequence[TaskQueue], *, now: int
+        self, task_queues: Sequence[TaskQueue], *, now: int
     ) -> dict[TaskQueue, RunCounts]:
-        if not queues:
+        if not task_queues:
             return {}
         params: dict[str, Any] = {"now": now}
-        for index, queue in enumerate(queues):
-            params[f"p{index}"], params[f"w{index}"] = queue.provisioner_id, queue.worker_type
+        for index, task_queue in enumerate(task_queues):
+            params[f"p{index}"], params[f"w{index}"] = (
+                task_queue.provisioner_id,
+                task_queue.worker_type,
+            )
         statement = _Q["run_counts_of"].format(
-            queues=",".join(f"(:p{index}, :w{index})" for index in range(len(queues)))
+            queues=",".join(f"(:p{index}, :w{index})" for index in range(len(task_queues)))
         )
         rows = await self._run_scan(lambda conn: conn.execute(statement, params).fetchall())
         return counts_from_rows(rows)

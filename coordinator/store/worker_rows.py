@@ -28,13 +28,13 @@ BEFORE_EVERY_TIME = -(2**63)
 """Less than any stored time: where a listing keyed by a time starts (BIGINT's minimum)."""
 
 
-def queue_columns(queue: TaskQueue) -> dict[str, str]:
-    return {"provisioner_id": queue.provisioner_id, "worker_type": queue.worker_type}
+def queue_columns(task_queue: TaskQueue) -> dict[str, str]:
+    return {"provisioner_id": task_queue.provisioner_id, "worker_type": task_queue.worker_type}
 
 
 def worker_columns(key: WorkerKey) -> dict[str, str]:
     return {
-        **queue_columns(key.queue),
+        **queue_columns(key.task_queue),
         "worker_group": key.worker_group,
         "worker_id": key.worker_id,
     }
@@ -42,7 +42,7 @@ def worker_columns(key: WorkerKey) -> dict[str, str]:
 
 def queue_sighting_columns(sighting: TaskQueueSighting) -> dict[str, Any]:
     return {
-        **queue_columns(sighting.queue),
+        **queue_columns(sighting.task_queue),
         "seen": sighting.seen,
         "expires": sighting.expires,
     }
@@ -81,7 +81,7 @@ def note_json(note: QuarantineNote) -> str:
 
 def task_queue_from_row(row: Row) -> TaskQueueRecord:
     return TaskQueueRecord(
-        queue=TaskQueue(row["provisioner_id"], row["worker_type"]),
+        task_queue=TaskQueue(row["provisioner_id"], row["worker_type"]),
         expires=row["expires"],
         last_date_active=row["last_date_active"],
         description=row["description"],
@@ -99,7 +99,7 @@ def provisioner_from_row(row: Row) -> ProvisionerRecord:
 
 def worker_key_from_row(row: Row) -> WorkerKey:
     return WorkerKey(
-        queue=TaskQueue(row["provisioner_id"], row["worker_type"]),
+        task_queue=TaskQueue(row["provisioner_id"], row["worker_type"]),
         worker_group=row["worker_group"],
         worker_id=row["worker_id"],
     )

@@ -710,22 +710,26 @@ def test_store_from_url_rejects_other_urls(url: str) -> None:
 # --- task queues and workers ----------------------------------------------------------------
 
 DAY = 24 * HOUR
-QUEUE = TaskQueue("prov", "wt")
+TASK_QUEUE = TaskQueue("prov", "wt")
 
 
-def worker_key(worker_id: str = "w", queue: TaskQueue = QUEUE) -> WorkerKey:
-    return WorkerKey(queue=queue, worker_group="wg", worker_id=worker_id)
+def worker_key(worker_id: str = "w", task_queue: TaskQueue = TASK_QUEUE) -> WorkerKey:
+    return WorkerKey(task_queue=task_queue, worker_group="wg", worker_id=worker_id)
 
 
 def seen(
-    worker_id: str = "w", *, at: int = NOW, claimed: range = range(0), queue: TaskQueue = QUEUE
+    worker_id: str = "w",
+    *,
+    at: int = NOW,
+    claimed: range = range(0),
+    task_queue: TaskQueue = TASK_QUEUE,
 ) -> tuple[TaskQueueSighting, WorkerSighting]:
     """A worker's sighting at ``at`` (with its queue's) that claimed tasks ``t<n>``."""
     runs = tuple(RecentTask(task_id=f"t{n}", run_id=0) for n in claimed)
     return (
-        TaskQueueSighting(queue=queue, seen=at, expires=at + DAY),
+        TaskQueueSighting(task_queue=task_queue, seen=at, expires=at + DAY),
         WorkerSighting(
-            key=worker_key(worker_id, queue), seen=at, expires=at + DAY, recent_tasks=runs
+            key=worker_key(worker_id, task_queue), seen=at, expires=at + DAY, recent_tasks=runs
         ),
     )
 
@@ -737,10 +741,10 @@ async def test_sightings_create_then_refresh_task_queues_and_workers(store: Stor
     late_queue, late_worker = seen(at=NOW - HOUR, claimed=range(15, 25))
     await store.record_sightings([late_queue], [late_worker])
 
-    assert await store.task_queue(QUEUE, now=NOW) == TaskQueueRecord(
-        queue=QUEUE, expires=NOW + DAY, last_date_active=NOW
+    assert await store.task_queue(TASK_QUEUE, now=NOW) == TaskQueueRecord(
+        task_queue=TASK_QUEUE, expires=NOW + DAY, last_date_active=NOW
     )
-    assert await store.task_queue(QUEUE, now=NOW + DAY) is None  # expired
+    assert await store.task_queue(TASK_QUEUE, now=NOW + DAY) is None  # expired
     worker = await store.worker(worker_key())
     assert worker is not None
     assert (worker.first_claim, worker.last_date_active, worker.expires) == (NOW, NOW, NOW + DAY)
@@ -750,8 +754,8 @@ async def test_sightings_create_then_refresh_task_queues_and_workers(store: Stor
 
 
 async def test_task_queues_provisioners_and_workers_page_by_their_keys(store: Store) -> None:
-    queues = [TaskQueue(p, wt) for p in ("a", "a-b", "b") for wt in ("x", "y")]
-    sightings = [seen(f"w{n}", queue=queue) for n, queue in enumerate(queues)]
+    task_queues = [TaskQueue(p, wt) for p in ("a", "a-b", "b") for wt in ("x", "y")]
+    sightings = [seen(f"w{n}", task_queue=task_queue) for n, task_queue in enumerate(task_queues)]
     more_workers = [seen(f"v{n}")[1] for n in range(3)]
     await store.record_sightings(
         [queue_seen for queue_seen, _ in sightings],
@@ -766,11 +770,11 @@ async def test_task_queues_provisioners_and_workers_page_by_their_keys(store: St
         return [item for page in pages for item in page.items]
 
     listed = await every_page(lambda after: store.task_queues(now=NOW, limit=2, after=after))
-    assert [found.queue for found in listed] == queues
+    assert [found.task_queue for found in listed] == task_queues
     of_a = await every_page(
         lambda after: store.task_queues(now=NOW, limit=1, after=after, provisioner_id="a")
     )
-    assert [str(found.queue) for found in of_a] == ["a/x", "a/y"]
+    assert [str(found.task_queue) for found in of_a] == ["a/x", "a/y"]
     provisioners = await every_page(lambda after: store.provisioners(now=NOW, limit=2, after=after))
     assert [found.provisioner_id for found in provisioners] == ["a", "a-b", "b"]
     assert await store.provisioner("a-b", now=NOW) == ProvisionerRecord(
@@ -787,7 +791,7 @@ async def test_task_queues_provisioners_and_workers_page_by_their_keys(store: St
     )
     assert [found.key.worker_id for found in in_a_x] == ["w0"]
     in_prov_wt = await every_page(
-        lambda after: store.workers(QUEUE, now=NOW, quarantined=None, limit=2, after=after)
+        lambda after: store.workers(TASK_QUEUE, now=NOW, quarantined=None, limit=2, after=after)
     )
     assert [found.key.worker_id for found in in_prov_wt] == ["v0", "v1", "v2"]
 
@@ -806,7 +810,9 @@ async def test_quarantine_keeps_a_worker_listed_and_is_recorded(store: Store) ->
     assert await store.quarantined_workers(NOW) == {worker_key("q"): NOW + 3 * DAY}
 
     async def listed(now: int, quarantined: bool | None = None) -> list[str]:
-        page = await store.workers(QUEUE, now=now, quarantined=quarantined, limit=10, after=None)
+        page = await store.workers(
+            TASK_QUEUE, now=now, quarantined=quarantined, limit=10, after=None
+        )
         return [found.key.worker_id for found in page.items]
 
     assert await listed(NOW) == ["free", "q"]
@@ -840,9 +846,9 @@ async def test_pending_and_claimed_runs_page_oldest_first(store: Store) -> None:
             pages.append(await read(pages[-1].next_after))
         return [record.task_id for page in pages for record in page.items]
 
-    pending = await every_page(lambda after: store.pending_runs(QUEUE, limit=1, after=after))
+    pending = await every_page(lambda after: store.pending_runs(TASK_QUEUE, limit=1, after=after))
     assert pending == ["a", "b", "later"]
-    claimed = await every_page(lambda after: store.claimed_runs(QUEUE, limit=1, after=after))
+    claimed = await every_page(lambda after: store.claimed_runs(TASK_QUEUE, limit=1, after=after))
     assert claimed == ["d", "c"]
     empty = await store.pending_runs(TaskQueue("prov", "none"), limit=5, after=None)
     assert empty == Page(items=[], next_after=None)
@@ -856,8 +862,8 @@ async def test_run_counts_of_counts_many_queues_in_one_call(store: Store) -> Non
     await create(store, "o1", worker_type="other")
     unknown = TaskQueue("prov", "none")
 
-    counts = await store.run_counts_of([QUEUE, TaskQueue("prov", "other"), unknown], now=NOW)
-    assert counts[QUEUE] == RunCounts(pending=1, delayed=1, running=1)
+    counts = await store.run_counts_of([TASK_QUEUE, TaskQueue("prov", "other"), unknown], now=NOW)
+    assert counts[TASK_QUEUE] == RunCounts(pending=1, delayed=1, running=1)
     assert counts[TaskQueue("prov", "other")] == RunCounts(pending=1, delayed=0, running=0)
     assert unknown not in counts
     assert await store.run_counts_of([], now=NOW) == {}

@@ -142,10 +142,10 @@ async def test_task_queues_and_workers_through_the_official_client(
         await root.createTask(task_id, task_definition(provisionerId=prov, workerType=worker_type))
 
     # --- a task queue is there as soon as a task was created in it (reads need no credentials)
-    queue = await anonymous.getTaskQueue(pool)
-    assert queue["taskQueueId"] == pool
-    assert (queue["stability"], queue["description"]) == ("experimental", "")
-    assert from_iso(queue["expires"]) > from_iso(queue["lastDateActive"])
+    task_queue = await anonymous.getTaskQueue(pool)
+    assert task_queue["taskQueueId"] == pool
+    assert (task_queue["stability"], task_queue["description"]) == ("experimental", "")
+    assert from_iso(task_queue["expires"]) > from_iso(task_queue["lastDateActive"])
     listed = await pages(anonymous.listTaskQueues, key="taskQueues", limit=1)
     assert [q["taskQueueId"] for q in listed if q["taskQueueId"].startswith(prov)] == [
         other,
@@ -297,7 +297,7 @@ async def test_a_quarantine_reaches_another_replica_within_a_second(
     until = to_iso(wall_clock() + 10 * MINUTE)
     await first.admin.quarantineWorker(prov, WT, "wg", "w1", {"quarantineUntil": until})
     quarantined_at = time.monotonic()
-    key = WorkerKey(queue=TaskQueue(prov, WT), worker_group="wg", worker_id="w1")
+    key = WorkerKey(task_queue=TaskQueue(prov, WT), worker_group="wg", worker_id="w1")
 
     # Watched in the second replica's copy, not by claiming: a claim that came too early
     # would take the task.
@@ -393,9 +393,9 @@ async def test_claims_and_creates_only_buffer_their_sightings(
         "POST", f"/task/{task_id}/runs/0/claim", {"workerGroup": "wg", "workerId": "w1"}
     )
     assert claimed.status == 200
-    key = WorkerKey(queue=TaskQueue("prov", "wt"), worker_group="wg", worker_id="w1")
+    key = WorkerKey(task_queue=TaskQueue("prov", "wt"), worker_group="wg", worker_id="w1")
     assert await parts.store.worker(key) is None
-    assert await parts.store.task_queue(key.queue, now=parts.service.clock()) is None
+    assert await parts.store.task_queue(key.task_queue, now=parts.service.clock()) is None
     assert await parts.workers.flush() == 2  # the queue and the worker, one store write
     stored = await parts.store.worker(key)
     assert stored is not None and [run.task_id for run in stored.recent_tasks] == [task_id]
@@ -405,7 +405,7 @@ async def test_claims_and_creates_only_buffer_their_sightings(
 async def test_sightings_without_a_claim_are_written_once_per_interval(store: Store) -> None:
     clock = FakeClock()
     workers = WorkerService(store=store, clock=clock)
-    key = WorkerKey(queue=TaskQueue("prov", "wt"), worker_group="wg", worker_id="w1")
+    key = WorkerKey(task_queue=TaskQueue("prov", "wt"), worker_group="wg", worker_id="w1")
     workers.worker_seen(key)
     workers.worker_seen(key)
     assert await workers.flush() == 2

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from coordinator.api.endpoints import ENDPOINTS, PARAMETERS, task_queue
+from coordinator.api.endpoints import ENDPOINTS, PARAMETERS, task_queue_of
 from coordinator.api.errors import ApiError, InputValidationError
 from coordinator.api.openapi import build_openapi
 from coordinator.api.validation import (
@@ -553,8 +553,8 @@ def test_task_queue_variants() -> None:
     ):
         assert (name, f"{prefix}/{{provisionerId}}/{{workerType}}{suffix}") in routes
         assert (name, f"{prefix}/{{taskQueueId}}{suffix}") in routes
-    assert task_queue({"taskQueueId": "proj/wt"}) == TaskQueue("proj", "wt")
-    assert task_queue({"provisionerId": "proj", "workerType": "wt"}) == TaskQueue("proj", "wt")
+    assert task_queue_of({"taskQueueId": "proj/wt"}) == TaskQueue("proj", "wt")
+    assert task_queue_of({"provisionerId": "proj", "workerType": "wt"}) == TaskQueue("proj", "wt")
 
 
 # --- OpenAPI ---------------------------------------------------------------------------------
