@@ -241,9 +241,11 @@ class Fleet:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2 * (self.stop_wait + KILL_WAIT)):
                 await asyncio.gather(*(stop(slot) for slot in list(self._current)))
+        # Only an orphan (no longer its slot's current incarnation, never signalled) or a
+        # process whose stop above timed out is still running here.
         await asyncio.gather(
             *(
-                self._end(incarnation, process, signal.SIGTERM, end=incarnation.end or "stopped")
+                self._end(incarnation, process, signal.SIGTERM, end=incarnation.end or "orphan")
                 for incarnation, process in self._spawned
                 if process.returncode is None
             )
