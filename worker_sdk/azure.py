@@ -2,7 +2,9 @@
 
 Owns Azure's wire format and nothing more: the ``numofmessages`` parameter, the
 ``QueueMessagesList`` XML, the ``{{messageId}}``/``{{popReceipt}}`` placeholders of the delete
-URL, and the hint message text, ``base64(JSON {"taskId", "runId", "hintId"})``. The SAS
+and release URLs, and the hint message text, ``base64(JSON {"taskId", "runId", "hintId"})``.
+A release is Azure's Update Message without a body: the release URL carries the short
+``visibilitytimeout`` the coordinator chose, so the message only becomes visible again. The SAS
 signature lives in the URLs' query strings, so URLs are sent exactly as given (never
 re-quoted) and never logged whole.
 """
@@ -59,7 +61,17 @@ def poll_url(signed_poll_url: str, count: int) -> str:
 
 
 def delete_url(template: str, message: QueueMessage) -> str:
-    """The Delete Message URL for ``message``.
+    """The Delete Message URL for ``message``, from a ``signedDeleteUrl``."""
+    return _message_url(template, message)
+
+
+def release_url(template: str, message: QueueMessage) -> str:
+    """The Update Message URL that releases ``message``, from a ``signedReleaseUrl``."""
+    return _message_url(template, message)
+
+
+def _message_url(template: str, message: QueueMessage) -> str:
+    """``template`` with the message's id and pop receipt in place of the placeholders.
 
     Pop receipts are base64 and may hold ``+``, ``/`` and ``=``, which would change meaning
     inside a URL, so both values are percent-encoded before substitution.
@@ -138,10 +150,20 @@ async def delete_message(session: aiohttp.ClientSession, url: str) -> None:
     await _request(session, "DELETE", url)
 
 
+async def release_message(session: aiohttp.ClientSession, url: str) -> None:
+    """PUT (Update Message, no body) through a URL from :func:`release_url`: the message
+    becomes visible again once the URL's ``visibilitytimeout`` has passed."""
+    await _request(session, "PUT", url)
+
+
 async def _request(session: aiohttp.ClientSession, method: str, url: str) -> str:
     with no_answer_fails(method, url):
         async with session.request(
-            method, URL(url, encoded=True), timeout=AZURE_TIMEOUT
+            method,
+            URL(url, encoded=True),
+            # an explicit empty body: Update Message wants a Content-Length
+            data=b"" if method == "PUT" else None,
+            timeout=AZURE_TIMEOUT,
         ) as response:
             text = await response.text()
             status = response.status

@@ -1,6 +1,6 @@
 """``queue-worker``: run a handler function as a worker from the command line.
 
-    queue-worker --root-url URL (--provisioner-id P --worker-type W | --task-queue P/W ...) \\
+    queue-worker [--root-url URL ...] (--provisioner-id P --worker-type W | --task-queue P/W ...) \\
         [--polling strict|weighted [--weight PRIORITY=W ...]] \\
         [--worker-group G] [--worker-id ID] [--capacity N] [--claim-work] \\
         [--grace-period SECONDS] [--dequeue-warning N] [--retry-failures] \\
@@ -13,7 +13,9 @@ not given), ``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN`` and, for tem
 credentials, ``TASKCLUSTER_CERTIFICATE``. Without credentials requests go unsigned. The
 current directory is importable, so ``queue-worker examples.hello:handle`` works from a
 checkout. Exit status: 0 after a graceful stop, 1 when the coordinator refuses the worker,
-2 for bad arguments. ``--processes N`` runs N such workers under a supervisor
+2 for bad arguments. ``--root-url`` repeated names replicas of one coordinator in order of
+preference (``Worker(root_urls=)``): the worker fails over to the next while one does not
+answer, and stays with the one that does. ``--processes N`` runs N such workers under a supervisor
 (:mod:`worker_sdk.supervisor`). ``--no-batching`` sends one request per claim, reclaim and
 report instead of batches of runs (``Worker(batching=False)``), and ``--empty-queue-skip``
 sets how long an Azure queue that answered empty is left alone (``Worker(empty_queue_skip=)``),
@@ -34,6 +36,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from hawk_signing import Credentials
 from worker_sdk.errors import RequestFailed
@@ -63,7 +66,7 @@ log = logging.getLogger(__name__)
 class Options:
     """Everything the command line and the environment say, validated."""
 
-    root_url: str
+    root_urls: tuple[str, ...]
     credentials: Credentials | None
     task_queues: tuple[TaskQueue, ...]
     polling: Polling
@@ -106,6 +109,13 @@ def _skip(text: str) -> float:
     return value
 
 
+def _root_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL")
+    return text.rstrip("/")
+
+
 def _task_queue(text: str) -> TaskQueue:
     try:
         return TaskQueue.parse(text)
@@ -131,7 +141,16 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Credentials come from TASKCLUSTER_CLIENT_ID, TASKCLUSTER_ACCESS_TOKEN and "
         "TASKCLUSTER_CERTIFICATE.",
     )
-    parser.add_argument("--root-url", help="coordinator root URL (default: $TASKCLUSTER_ROOT_URL)")
+    parser.add_argument(
+        "--root-url",
+        action="append",
+        type=_root_url,
+        default=[],
+        metavar="URL",
+        help="coordinator root URL (default: $TASKCLUSTER_ROOT_URL); repeat it for replicas of "
+        "one coordinator, in order of preference: the worker fails over to the next while one "
+        "does not answer",
+    )
     parser.add_argument("--provisioner-id", help="with --worker-type: a task queue")
     parser.add_argument("--worker-type", help="with --provisioner-id: a task queue")
     parser.add_argument(
@@ -235,9 +254,17 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
     """Read the arguments and the environment; exits with status 2 on bad input."""
     parser = _parser()
     args = parser.parse_args(argv)
-    root_url = args.root_url or environ.get("TASKCLUSTER_ROOT_URL")
-    if not root_url:
-        parser.error("give --root-url or set TASKCLUSTER_ROOT_URL")
+    root_urls: list[str] = args.root_url
+    if not root_urls:
+        from_environment = environ.get("TASKCLUSTER_ROOT_URL")
+        if not from_environment:
+            parser.error("give --root-url or set TASKCLUSTER_ROOT_URL")
+        try:
+            root_urls = [_root_url(from_environment)]
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"TASKCLUSTER_ROOT_URL: {error}")
+    if len(set(root_urls)) != len(root_urls):
+        parser.error("a --root-url is given twice: give each replica once")
     if ":" not in args.handler:
         parser.error(f"handler {args.handler!r} is not of the form package.module:function")
     client_id = environ.get("TASKCLUSTER_CLIENT_ID")
@@ -262,7 +289,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         else None
     )
     return Options(
-        root_url=root_url.rstrip("/"),
+        root_urls=tuple(root_urls),
         credentials=credentials,
         task_queues=task_queues,
         polling=args.polling,
@@ -321,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return asyncio.run(supervisor.run())
     worker = Worker(
-        root_url=options.root_url,
+        root_urls=options.root_urls,
         credentials=options.credentials,
         task_queues=options.task_queues,
         polling=options.polling,

@@ -7,11 +7,17 @@ a request). Requests are signed by :mod:`hawk_signing` exactly as the official `
 client signs them, or not at all without credentials. Every failure surfaces as
 :class:`~worker_sdk.errors.RequestFailed`; retrying is the caller's business, because only the
 caller knows its deadline.
+
+A client may know several root URLs (replicas of one coordinator sharing one store): each
+request goes to the one that answered last, and to the next in turn while one does not answer
+(no connection, a timeout, a 5xx or 429), within the same call; the first that answers is the
+one used from then on. With one root URL a failure is raised at once, as it comes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,6 +36,8 @@ from worker_sdk.errors import RequestFailed, check_status, no_answer_fails
 
 _T = TypeVar("_T")
 
+log = logging.getLogger(__name__)
+
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
 """claimWork long-polls about 20 s on the server before answering."""
@@ -37,11 +45,14 @@ CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
 
 @dataclass(frozen=True, kw_only=True)
 class SignedQueue:
-    """One Azure queue as ``pollTaskUrls`` hands it out: where to get and delete messages."""
+    """One Azure queue as ``pollTaskUrls`` hands it out: where to get, delete and release
+    messages."""
 
     poll_url: str
     delete_url: str
     """Still holds the literal ``{{messageId}}`` and ``{{popReceipt}}`` placeholders."""
+    release_url: str | None
+    """Like ``delete_url``; ``None`` from a coordinator that does not sign release URLs."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,11 +140,16 @@ class CoordinatorClient:
         self,
         *,
         session: aiohttp.ClientSession,
-        root_url: str,
+        root_url: str | None = None,
+        root_urls: Sequence[str] = (),
         credentials: Credentials | None,
     ) -> None:
+        """:param root_url: the coordinator; or ``root_urls``, its replicas in order of
+        preference (see the module docs), not both."""
         self._session = session
-        self._base = root_url.rstrip("/") + "/api/queue/v1"
+        self._bases = tuple(url + "/api/queue/v1" for url in root_urls_of(root_url, root_urls))
+        self._current = 0
+        """Index into ``_bases`` of the root URL that answered last."""
         self._credentials = credentials
 
     async def ping(self) -> None:
@@ -155,7 +171,11 @@ class CoordinatorClient:
         with _parsing(answer, "pollTaskUrls"):
             expires = _parse_time(answer.body["expires"])
             queues = tuple(
-                SignedQueue(poll_url=str(q["signedPollUrl"]), delete_url=str(q["signedDeleteUrl"]))
+                SignedQueue(
+                    poll_url=str(q["signedPollUrl"]),
+                    delete_url=str(q["signedDeleteUrl"]),
+                    release_url=str(q["signedReleaseUrl"]) if "signedReleaseUrl" in q else None,
+                )
                 for q in answer.body["queues"]
             )
         expires_at = timing.deadline(
@@ -275,7 +295,49 @@ class CoordinatorClient:
         credentials: Credentials | None = None,
         long_poll: bool = False,
     ) -> _Answer:
-        url = self._base + "".join("/" + quote(segment, safe="") for segment in segments)
+        """The request at the root URL that answered last, then at each other in turn while
+        they do not answer; raises the last one's failure when none answers."""
+        path = "".join("/" + quote(segment, safe="") for segment in segments)
+        index = self._current
+        others = [(index + step) % len(self._bases) for step in range(1, len(self._bases))]
+        while True:
+            try:
+                answer = await self._call_at(
+                    self._bases[index] + path,
+                    method,
+                    body=body,
+                    credentials=credentials,
+                    long_poll=long_poll,
+                )
+            except RequestFailed as error:
+                if not error.transient or not others:
+                    raise
+                log.warning(
+                    "coordinator not answering, trying the next one rootUrl=%s next=%s error=%s",
+                    _root_of(self._bases[index]),
+                    _root_of(self._bases[others[0]]),
+                    error,
+                )
+                index = others.pop(0)
+                continue
+            if index != self._current:
+                log.info(
+                    "coordinator failover rootUrl=%s previous=%s",
+                    _root_of(self._bases[index]),
+                    _root_of(self._bases[self._current]),
+                )
+                self._current = index
+            return answer
+
+    async def _call_at(
+        self,
+        url: str,
+        method: str,
+        *,
+        body: Mapping[str, Any] | None,
+        credentials: Credentials | None,
+        long_poll: bool,
+    ) -> _Answer:
         # Routes without an input schema get no body at all, like the official client sends.
         content = json.dumps(body, separators=(",", ":")) if body is not None else ""
         content_type = "application/json" if content else ""
@@ -321,6 +383,25 @@ class CoordinatorClient:
             sent_at=sent_at,
             server_time=_server_time(date),
         )
+
+
+def root_urls_of(root_url: str | None, root_urls: Sequence[str]) -> tuple[str, ...]:
+    """The coordinator root URLs a client or worker is given, in order of preference, each
+    without a trailing ``/``: ``root_url`` alone or ``root_urls``; ``ValueError`` for neither,
+    both, an empty or repeated one."""
+    if (root_url is None) == (not root_urls):
+        raise ValueError("give root_url, or root_urls for several replicas (not both)")
+    urls = tuple(url.rstrip("/") for url in ([root_url] if root_url is not None else root_urls))
+    for position, url in enumerate(urls):
+        if not url:
+            raise ValueError("a root URL is empty")
+        if url in urls[:position]:
+            raise ValueError(f"root URL {url} is given twice")
+    return urls
+
+
+def _root_of(base: str) -> str:
+    return base.removesuffix("/api/queue/v1")
 
 
 @contextmanager

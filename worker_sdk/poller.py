@@ -19,6 +19,14 @@ and leaves an Azure queue that answered empty alone for a short jittered while
 (``empty_queue_skip``): a worker whose work sits in its lowest priority then stops paying a
 get on each empty higher one every pass, and work that arrives in a higher priority waits at
 most that long (1 s by default) behind the lower ones.
+
+A hint :class:`AzurePoller` took but could not claim because no coordinator answered (no
+connection, a timeout, a 5xx, once its short retries are spent) is released through the
+queue's ``signedReleaseUrl``: Azure makes it visible again within seconds, for a worker whose
+coordinator answers, instead of hiding it for the poll visibility timeout (300 s). So are the
+hints taken just as the worker stops. A coordinator that signs no release URLs (older ones)
+gets the old behaviour: the claim is retried in place for up to a minute, then the hint waits
+out its visibility timeout.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import collections
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypedDict, Unpack
 
@@ -47,7 +56,11 @@ MAX_BATCH = azure.MAX_MESSAGES
 """Azure's ``numofmessages`` limit; claimWork's ``tasks`` stops at the same 32."""
 CLAIM_RETRY_WINDOW = 60.0
 """How long a claim that failed transiently (5xx, network) is retried before its hint is
-left to reappear after the poll visibility timeout."""
+left to reappear after the poll visibility timeout (a coordinator without release URLs)."""
+RELEASE_RETRY_WINDOW = 2.0
+"""How long a claim that failed transiently is retried before its hint is released (a
+coordinator with release URLs): long enough to ride out a dropped connection, short because a
+released hint reaches another worker within seconds, while one kept here reaches nobody."""
 REFUSED_RETRY_WINDOW = 20.0
 """How long a claim the coordinator refuses (401, 403) is retried before the worker stops:
 long enough to ride out a clients file being fixed (the coordinator re-reads it), short
@@ -238,8 +251,8 @@ class AzurePoller(_Polling):
         claims; pauses before answering ``[]`` when every queue was empty (or skipped, having
         been empty a moment ago)."""
         if self._coordinator_lost:
-            # Every hint taken hides for the poll visibility timeout (300 s) and the poll
-            # URL's SAS cannot release it: taking hints no claim can follow strands them.
+            # A hint taken now could not be claimed: it would hide for the poll visibility
+            # timeout (300 s), or with a release URL come back only after a needless round.
             await self._coordinator_answers()
         queues = [
             queue
@@ -334,9 +347,12 @@ class AzurePoller(_Polling):
                 runs.setdefault((hint.task_id, hint.run_id), []).append(message)
         if not runs or self._stopping.is_set():
             # Claiming now would only lead to reporting worker-shutdown, which spends one of
-            # the task's retries; the hints come back when their visibility timeout ends.
+            # the task's retries: hand the hints to another worker.
+            if runs and queue.urls.release_url is not None:
+                log.info("worker stopping, releasing hints queue=%s runs=%d", queue.name, len(runs))
+                await self._release(queue, runs)
             return []
-        outcomes = await self._claim(list(runs), queue.name)
+        outcomes = await self._claim(list(runs), queue)
         # return_exceptions: one failed claim must not discard the runs the others claimed.
         results = await asyncio.gather(
             *(
@@ -360,7 +376,7 @@ class AzurePoller(_Polling):
                 raise failure
         if any(failure.transient for failure in failures):
             log.warning(
-                "coordinator not answering, hints left alone until it does error=%s", failures[0]
+                "coordinator not answering, no more hints taken until it does error=%s", failures[0]
             )
             self._coordinator_lost = True
         raise _Transient() from failures[0]
@@ -396,12 +412,22 @@ class AzurePoller(_Polling):
         outcome: Claim | RequestFailed,
     ) -> Claim | None:
         """Act on how the claim of a run ended: delete its messages when it was claimed or
-        cannot be; raise the RequestFailed when the hint must be kept."""
+        cannot be; release them when no coordinator answered and the queue has a release URL;
+        raise the RequestFailed when the hint is not deleted."""
         task_id, run_id = run
         name = queue.name
         if isinstance(outcome, RequestFailed):
             if outcome.status not in DEAD_HINT_STATUSES:
-                if not outcome.refused:  # a refusal was logged as an ERROR when it came
+                if outcome.transient and queue.urls.release_url is not None:
+                    log.warning(
+                        "claim failed, releasing hint taskId=%s runId=%s queue=%s error=%s",
+                        task_id,
+                        run_id,
+                        name,
+                        outcome,
+                    )
+                    await self._release(queue, {run: messages})
+                elif not outcome.refused:  # a refusal was logged as an ERROR when it came
                     log.warning(
                         "claim failed, hint kept taskId=%s runId=%s queue=%s error=%s",
                         task_id,
@@ -437,14 +463,19 @@ class AzurePoller(_Polling):
         deletes.add_done_callback(self._deleting.discard)
         return claim
 
-    async def _claim(self, runs: list[tuple[str, int]], name: str) -> list[Claim | RequestFailed]:
+    async def _claim(
+        self, runs: list[tuple[str, int]], queue: _AzureQueue
+    ) -> list[Claim | RequestFailed]:
         """Claim ``runs``, retrying in place those that failed transiently for up to
-        :data:`CLAIM_RETRY_WINDOW`: the message stays hidden from every other worker until its
-        visibility timeout (300 s) ends, so giving up at once would leave its run waiting that
-        long after a short coordinator outage. A refusal (401, 403) is retried for
+        :data:`RELEASE_RETRY_WINDOW` when the queue has a release URL (the hint is released
+        then), else :data:`CLAIM_RETRY_WINDOW`: the message stays hidden from every other
+        worker until its visibility timeout (300 s) ends, so giving up at once would leave its
+        run waiting that long after a short coordinator outage. A refusal (401, 403) is retried for
         :data:`REFUSED_RETRY_WINDOW`, in case the worker's scopes are being fixed. Each retry
         is one request for every run still to be retried; the answer is each run's last
         outcome, in order."""
+        name = queue.name
+        releasable = queue.urls.release_url is not None
         started = time.monotonic()
         outcomes: dict[tuple[str, int], Claim | RequestFailed] = {}
         todo = runs
@@ -461,7 +492,7 @@ class AzurePoller(_Polling):
                 for run in todo
                 if isinstance(failure := outcomes[run], RequestFailed)
                 and not self._stopping.is_set()
-                and retry_by < started + _claim_retry_window(failure)
+                and retry_by < started + _claim_retry_window(failure, releasable=releasable)
             ]
             if not todo:
                 return [outcomes[run] for run in runs]
@@ -532,6 +563,44 @@ class AzurePoller(_Polling):
             self._metrics.delete_failures.inc()
             log.warning(
                 "hint delete failed taskId=%s runId=%s queue=%s messageId=%s error=%s",
+                task_id,
+                run_id,
+                queue.name,
+                message.message_id,
+                error,
+            )
+
+    async def _release(
+        self, queue: _AzureQueue, runs: Mapping[tuple[str, int], list[azure.QueueMessage]]
+    ) -> None:
+        """Make the messages hinting at ``runs`` visible again within seconds (Update Message
+        through the queue's release URL, which it must have)."""
+        template = queue.urls.release_url
+        assert template is not None
+        await asyncio.gather(
+            *(
+                self._release_one(queue, template, message, task_id=task_id, run_id=run_id)
+                for (task_id, run_id), messages in runs.items()
+                for message in messages
+            )
+        )
+
+    async def _release_one(
+        self,
+        queue: _AzureQueue,
+        template: str,
+        message: azure.QueueMessage,
+        *,
+        task_id: str,
+        run_id: int,
+    ) -> None:
+        try:
+            await azure.release_message(self._session, azure.release_url(template, message))
+        except RequestFailed as error:
+            # Not retried: the message reappears after its visibility timeout anyway (and a
+            # 404 or PopReceiptMismatch means it is gone, or taken again, already).
+            log.warning(
+                "hint release failed taskId=%s runId=%s queue=%s messageId=%s error=%s",
                 task_id,
                 run_id,
                 queue.name,
@@ -679,10 +748,11 @@ def _log_refusal(task_id: str, run_id: int, name: str, error: RequestFailed) -> 
     )
 
 
-def _claim_retry_window(error: RequestFailed) -> float:
-    """How long after its first try a claim that failed with ``error`` is still retried."""
+def _claim_retry_window(error: RequestFailed, *, releasable: bool) -> float:
+    """How long after its first try a claim that failed with ``error`` is still retried;
+    ``releasable``: its hint can be released once the tries end."""
     if error.transient:
-        return CLAIM_RETRY_WINDOW
+        return RELEASE_RETRY_WINDOW if releasable else CLAIM_RETRY_WINDOW
     if error.refused:
         return REFUSED_RETRY_WINDOW
     return 0.0

@@ -25,7 +25,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import aiohttp
@@ -33,7 +33,7 @@ import aiohttp
 from hawk_signing import Credentials
 from worker_sdk import timing
 from worker_sdk.batches import RunBatches
-from worker_sdk.client import Claim, CoordinatorClient, Resolution
+from worker_sdk.client import Claim, CoordinatorClient, Resolution, root_urls_of
 from worker_sdk.errors import RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
@@ -109,6 +109,9 @@ def _identifier(text: str) -> str:
 class Worker:
     """Claims runs of its task queues and hands each to ``handler``; see the package docs.
 
+    The coordinator is at ``root_url``; or give ``root_urls``, replicas of one coordinator in
+    order of preference: every request goes to the one that answered last, and to the next
+    while one does not answer (see :mod:`worker_sdk.client`).
     The task queues are ``task_queues`` (``"provisionerId/workerType"`` strings or
     :class:`~worker_sdk.priorities.TaskQueue`), and ``provisioner_id``/``worker_type`` when
     given: at least one in all. ``polling`` orders their Azure queues: ``"strict"`` highest
@@ -142,7 +145,8 @@ class Worker:
     def __init__(
         self,
         *,
-        root_url: str,
+        root_url: str | None = None,
+        root_urls: Sequence[str] = (),
         credentials: Credentials | Mapping[str, Any] | None,
         handler: Handler,
         provisioner_id: str | None = None,
@@ -177,7 +181,6 @@ class Worker:
             raise ValueError(
                 f"empty_queue_skip must be finite and not negative, not {empty_queue_skip}"
             )
-        self._root_url = root_url
         self._credentials = (
             credentials
             if credentials is None or isinstance(credentials, Credentials)
@@ -206,6 +209,7 @@ class Worker:
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be none or process, not {isolation!r}")
         self._isolation = ProcessIsolation(handler) if isolation == "process" else None
+        self._root_urls = root_urls_of(root_url, root_urls)
         self._handler = handler
         # Also true for objects with an ``async def __call__``.
         self._handler_is_async = inspect.iscoroutinefunction(
@@ -271,7 +275,7 @@ class Worker:
                 if self._metrics_port is not None:
                     stack.callback(self.metrics.serve(self._metrics_port))
                 client = CoordinatorClient(
-                    session=session, root_url=self._root_url, credentials=self._credentials
+                    session=session, root_urls=self._root_urls, credentials=self._credentials
                 )
                 batches = RunBatches(client=client, enabled=self._settings.batching)
                 # Closed before the session: by then only batches nobody waits for are left.
@@ -279,7 +283,7 @@ class Worker:
                 log.info(
                     "worker started taskQueues=%s workerGroup=%s workerId=%s capacity=%d"
                     " mode=%s polling=%s isolation=%s batching=%s emptyQueueSkip=%g"
-                    " pollsInFlight=%d",
+                    " pollsInFlight=%d rootUrls=%s",
                     ",".join(map(str, self._identity.task_queues)),
                     self._identity.worker_group,
                     self._identity.worker_id,
@@ -290,6 +294,7 @@ class Worker:
                     "on" if self._settings.batching else "off",
                     self._settings.empty_queue_skip,
                     self._polls_in_flight,
+                    ",".join(self._root_urls),
                 )
                 await self._serve(session, client, batches)
         finally:

@@ -6,7 +6,7 @@ one async ``QueueServiceClient`` per process and
 
 * puts hints (:meth:`QueueService.put_hint`, through :class:`~coordinator.azure.put.HintPutter`)
   that expire at the task's deadline and may stay invisible for a retry delay;
-* signs poll/delete URLs for workers (:meth:`QueueService.poll_urls`);
+* signs poll/delete/release URLs for workers (:meth:`QueueService.poll_urls`);
 * estimates pending work (:meth:`QueueService.pending_count`);
 * receives, deletes and releases hints for the server-side ``claimWork``;
 * deletes queues that stayed unused and empty (:meth:`QueueService.sweep_unused`).
@@ -60,6 +60,10 @@ class QueueSettings:
         one storage account: lowercase letters, digits and single hyphens, at most
         :data:`~coordinator.azure.names.MAX_PREFIX_LENGTH` characters.
     :param poll_visibility_s: how long a message a worker fetched stays invisible to others.
+    :param release_visibility_s: how long a message a worker released (through its release
+        URL, having found no coordinator to claim its run) stays invisible: long enough that
+        the releasing worker, which stops taking hints until a coordinator answers, does not
+        take it straight back.
     :param sas_start_skew_ms: signed URLs are valid from this long before ``now`` (clock skew).
     :param sas_life_ms: signed URLs expire this long after ``now``.
     :param pending_cache_s: how long :meth:`QueueService.pending_count` reuses a sum.
@@ -71,6 +75,7 @@ class QueueSettings:
 
     prefix: str = "qc-"
     poll_visibility_s: int = 300
+    release_visibility_s: int = 1
     sas_start_skew_ms: int = 15 * 60_000
     sas_life_ms: int = 30 * 60_000
     pending_cache_s: float = 20.0
@@ -83,10 +88,12 @@ class QueueSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SignedQueue:
-    """The signed URLs of one queue, as a worker receives them."""
+    """The signed URLs of one queue, as a worker receives them; the delete and release URLs
+    hold the literal ``{{messageId}}`` and ``{{popReceipt}}`` placeholders."""
 
     signed_poll_url: str
     signed_delete_url: str
+    signed_release_url: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -329,11 +336,13 @@ class QueueService:
         return True
 
     async def poll_urls(self, provisioner_id: str, worker_type: str, *, now: int) -> PollUrls:
-        """Signed poll and delete URLs for the worker type's queues, highest priority first
-        (docs/protocol.md), creating the queues if needed.
+        """Signed poll, delete and release URLs for the worker type's queues, highest priority
+        first (docs/protocol.md), creating the queues if needed.
 
-        Each SAS allows only ``p`` (get and delete messages) on its own queue, from
-        ``now - sas_start_skew_ms`` until ``expires = now + sas_life_ms``.
+        The poll and delete URLs' SAS allows only ``p`` (get and delete messages), the release
+        URL's only ``u`` (Update Message, which sets the message's visibility timeout to
+        ``release_visibility_s``), each on its own queue, from ``now - sas_start_skew_ms``
+        until ``expires = now + sas_life_ms``.
         """
         priorities = PRIORITIES  # highest first
         names = [self.name(provisioner_id, worker_type, p) for p in priorities]
@@ -349,14 +358,20 @@ class QueueService:
         queues = []
         for name in names:
             sas = self._account.queue_sas(name, permission="p", start_ms=start, expiry_ms=expiry)
+            update_sas = self._account.queue_sas(
+                name, permission="u", start_ms=start, expiry_ms=expiry
+            )
             url = self._client(name).url
+            message = f"{url}/messages/{{{{messageId}}}}?popreceipt={{{{popReceipt}}}}"
             queues.append(
                 SignedQueue(
                     signed_poll_url=(
                         f"{url}/messages?visibilitytimeout={self.settings.poll_visibility_s}&{sas}"
                     ),
-                    signed_delete_url=(
-                        f"{url}/messages/{{{{messageId}}}}?popreceipt={{{{popReceipt}}}}&{sas}"
+                    signed_delete_url=f"{message}&{sas}",
+                    signed_release_url=(
+                        f"{message}&visibilitytimeout={self.settings.release_visibility_s}"
+                        f"&{update_sas}"
                     ),
                 )
             )

@@ -1,6 +1,7 @@
-"""Service SAS tokens for one queue: ``p`` (get and delete) for workers' poll URLs, ``a`` (add)
-for the coordinator's own hint puts. Signed on the real clock, whatever clock the lifecycle
-runs on: Azure checks them against its own."""
+"""Service SAS tokens for one queue: ``p`` (get and delete) for workers' poll and delete URLs,
+``u`` (update, nothing else) for their release URLs, ``a`` (add) for the coordinator's own hint
+puts. Signed on the real clock, whatever clock the lifecycle runs on: Azure checks them against
+its own."""
 
 from __future__ import annotations
 
