@@ -423,7 +423,11 @@ class Handlers:
         urls = await self.dispatch.poll_urls(task_queue)
         return {
             "queues": [
-                {"signedPollUrl": q.signed_poll_url, "signedDeleteUrl": q.signed_delete_url}
+                {
+                    "signedPollUrl": q.signed_poll_url,
+                    "signedDeleteUrl": q.signed_delete_url,
+                    "signedReleaseUrl": q.signed_release_url,
+                }
                 for q in urls.queues
             ],
             "expires": to_iso(urls.expires),
