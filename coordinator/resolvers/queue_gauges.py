@@ -28,5 +28,5 @@ async def run_once(workers: WorkerService, metrics: ServiceMetrics) -> int:
         if page.next_after is None:
             break
         after = page.next_after
-    metrics.set_queue_counts(counts)
+    metrics.set_task_queue_counts(counts)
     return 0

@@ -23,7 +23,7 @@ from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import Run
 from coordinator.domain.task_queues import TaskQueue
 
-_QUEUE_LABELS = ("provisionerId", "workerType")
+_TASK_QUEUE_LABELS = ("provisionerId", "workerType")
 
 
 class ServiceMetrics:
@@ -64,13 +64,13 @@ class ServiceMetrics:
         self._pending = Gauge(
             "queue_pending_tasks",
             "Claimable pending runs per task queue (exact, refreshed every few seconds).",
-            _QUEUE_LABELS,
+            _TASK_QUEUE_LABELS,
             registry=reg,
         )
         self._claimed = Gauge(
             "queue_claimed_tasks",
             "Running runs per task queue (exact, refreshed every few seconds).",
-            _QUEUE_LABELS,
+            _TASK_QUEUE_LABELS,
             registry=reg,
         )
         self._gauged: set[TaskQueue] = set()
@@ -95,7 +95,7 @@ class ServiceMetrics:
         if count:
             self._resolver_actions.labels(resolver).inc(count)
 
-    def set_queue_counts(self, counts: Mapping[TaskQueue, RunCounts]) -> None:
+    def set_task_queue_counts(self, counts: Mapping[TaskQueue, RunCounts]) -> None:
         """Set the gauges of every task queue in ``counts``; a queue gauged before but absent
         now (expired, or no longer listed) reads 0 rather than vanishing, so a graph shows it
         drain."""

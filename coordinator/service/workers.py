@@ -66,12 +66,12 @@ def _add(buffer: dict[K, S], key: K, sighting: S, *, older: bool = False) -> Non
         buffer[key] = present.merged(sighting)
 
 
-def _queue_order(task_queue: TaskQueue) -> tuple[str, str]:
+def _task_queue_order(task_queue: TaskQueue) -> tuple[str, str]:
     return (task_queue.provisioner_id, task_queue.worker_type)
 
 
 def _worker_order(key: WorkerKey) -> tuple[str, str, str, str]:
-    return (*_queue_order(key.task_queue), key.worker_group, key.worker_id)
+    return (*_task_queue_order(key.task_queue), key.worker_group, key.worker_id)
 
 
 class WorkerService:
@@ -100,7 +100,7 @@ class WorkerService:
         """createTask: the task's queue is seen, listed at least until the task's deadline."""
         now = self.clock()
         task_queue = TaskQueue(record.provisioner_id, record.worker_type)
-        self._see_queue(task_queue, now=now, expires=max(now + SEEN_EXPIRY, record.deadline))
+        self._see_task_queue(task_queue, now=now, expires=max(now + SEEN_EXPIRY, record.deadline))
 
     def worker_seen(self, key: WorkerKey) -> None:
         """The worker asked for work (a claimWork poll)."""
@@ -123,12 +123,12 @@ class WorkerService:
     def _see_worker(self, key: WorkerKey, claimed: tuple[RecentTask, ...]) -> None:
         now = self.clock()
         expires = now + SEEN_EXPIRY
-        self._see_queue(key.task_queue, now=now, expires=expires)
+        self._see_task_queue(key.task_queue, now=now, expires=expires)
         if self._due(key, now) or claimed:
             sighting = WorkerSighting(key=key, seen=now, expires=expires, recent_tasks=claimed)
             _add(self._workers, key, sighting)
 
-    def _see_queue(self, task_queue: TaskQueue, *, now: int, expires: int) -> None:
+    def _see_task_queue(self, task_queue: TaskQueue, *, now: int, expires: int) -> None:
         if self._due(task_queue, now):
             _add(
                 self._task_queues,
@@ -160,13 +160,13 @@ class WorkerService:
                 await self._store.record_sightings(
                     [
                         task_queues[task_queue]
-                        for task_queue in sorted(task_queues, key=_queue_order)
+                        for task_queue in sorted(task_queues, key=_task_queue_order)
                     ],
                     [workers[key] for key in sorted(workers, key=_worker_order)],
                 )
             except BaseException:
-                for task_queue, queue_sighting in task_queues.items():
-                    _add(self._task_queues, task_queue, queue_sighting, older=True)
+                for task_queue, task_queue_sighting in task_queues.items():
+                    _add(self._task_queues, task_queue, task_queue_sighting, older=True)
                 for key, worker_sighting in workers.items():
                     _add(self._workers, key, worker_sighting, older=True)
                 raise

@@ -44,6 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 from asyncpg.exceptions import (
     InsufficientResourcesError,
+    InternalClientError,
     OperatorInterventionError,
     PostgresConnectionError,
 )
@@ -66,7 +67,7 @@ from coordinator.store.sqlfiles import migrations, queries
 from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
     counts_from_rows,
-    queue_sighting_columns,
+    task_queue_sighting_columns,
     worker_sighting_columns,
 )
 
@@ -112,14 +113,17 @@ def _is_outage(error: BaseException) -> bool:
     out), SQLSTATE class 08 (connection exception, a connection closed mid-statement included),
     57 (operator intervention: shutting down, starting up, a statement canceled) or 53
     (insufficient resources: too many connections, a full disk). asyncpg raises the bare
-    ``InterfaceError`` for a closed connection or pool; its subclasses are client mistakes."""
+    ``InterfaceError`` for a closed connection or pool (its subclasses are client mistakes),
+    and ``InternalClientError`` for a connection whose protocol the server left mid-exchange
+    (seen when a fast shutdown ends an idle connection that a call then takes)."""
     return (
         isinstance(
             error,
             OSError
             | PostgresConnectionError
             | OperatorInterventionError
-            | InsufficientResourcesError,
+            | InsufficientResourcesError
+            | InternalClientError,
         )
         or type(error) is asyncpg.InterfaceError
     )
@@ -142,11 +146,14 @@ class PostgresStore(SQLStore):
     """Store in one PostgreSQL database (or schema, via ``search_path``).
 
     :param dsn: a ``postgresql://`` or ``postgres://`` URL, as asyncpg accepts it.
-    :param min_size: connections the pool opens at :meth:`open` and keeps.
+    :param min_size: connections the pool opens at :meth:`open` and keeps, reconnecting
+        them in the background when the server drops them. The default, 0, opens connections
+        as calls need them (then keeps them while they are used): asyncpg logs a traceback for
+        every background reconnection that fails, so a server outage would fill the log.
     :param max_size: connections the pool may open under load; calls beyond that wait.
     """
 
-    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 10) -> None:
+    def __init__(self, dsn: str, *, min_size: int = 0, max_size: int = 10) -> None:
         self._dsn = dsn
         self._min_size = min_size
         self._max_size = max_size
@@ -319,7 +326,7 @@ class PostgresStore(SQLStore):
             # rows, which the statement unpacks with json_to_recordset.
             await self._fetch(
                 "record_sightings",
-                queues=json.dumps([queue_sighting_columns(s) for s in task_queues]),
+                queues=json.dumps([task_queue_sighting_columns(s) for s in task_queues]),
                 workers=json.dumps([worker_sighting_columns(s) for s in workers]),
                 keep=RECENT_TASKS,
             )

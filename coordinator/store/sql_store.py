@@ -30,7 +30,7 @@ from coordinator.store.worker_rows import (
     after_time,
     note_json,
     provisioner_from_row,
-    queue_columns,
+    task_queue_columns,
     task_queue_from_row,
     worker_columns,
     worker_from_row,
@@ -144,7 +144,7 @@ class SQLStore(Store, abc.ABC):
     # --- task queues and workers ----------------------------------------------------------
 
     async def task_queue(self, task_queue: TaskQueue, *, now: int) -> TaskQueueRecord | None:
-        rows = await self._fetch("task_queue", **queue_columns(task_queue), now=now)
+        rows = await self._fetch("task_queue", **task_queue_columns(task_queue), now=now)
         return task_queue_from_row(rows[0]) if rows else None
 
     async def task_queues(
@@ -194,7 +194,7 @@ class SQLStore(Store, abc.ABC):
     ) -> Page[WorkerRecord, Key]:
         rows = await self._fetch(
             "workers",
-            **queue_columns(task_queue),
+            **task_queue_columns(task_queue),
             now=now,
             quarantined=quarantined,
             limit=limit + 1,
@@ -227,7 +227,7 @@ class SQLStore(Store, abc.ABC):
     ) -> Page[TaskRecord, Key]:
         rows = await self._fetch(
             "pending_runs",
-            **queue_columns(task_queue),
+            **task_queue_columns(task_queue),
             limit=limit + 1,
             **after_time(after, "visible_at"),
         )
@@ -238,7 +238,7 @@ class SQLStore(Store, abc.ABC):
     ) -> Page[TaskRecord, Key]:
         rows = await self._fetch(
             "claimed_runs",
-            **queue_columns(task_queue),
+            **task_queue_columns(task_queue),
             limit=limit + 1,
             **after_time(after, "started"),
         )

@@ -44,8 +44,8 @@ from coordinator.store.sqlite_group_commit import GroupCommit, Where
 from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
     counts_from_rows,
-    queue_sighting_columns,
     recent_from_json,
+    task_queue_sighting_columns,
     worker_columns,
     worker_sighting_columns,
 )
@@ -363,7 +363,7 @@ class SQLiteStore(SQLStore):
     ) -> None:
         def record(conn: sqlite3.Connection) -> None:
             conn.executemany(
-                _Q["upsert_task_queue"], [queue_sighting_columns(s) for s in task_queues]
+                _Q["upsert_task_queue"], [task_queue_sighting_columns(s) for s in task_queues]
             )
             # The recent tasks are merged here, in the transaction that writes them back:
             # one process owns the file, so nothing can write in between.

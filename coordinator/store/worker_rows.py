@@ -28,21 +28,21 @@ BEFORE_EVERY_TIME = -(2**63)
 """Less than any stored time: where a listing keyed by a time starts (BIGINT's minimum)."""
 
 
-def queue_columns(task_queue: TaskQueue) -> dict[str, str]:
+def task_queue_columns(task_queue: TaskQueue) -> dict[str, str]:
     return {"provisioner_id": task_queue.provisioner_id, "worker_type": task_queue.worker_type}
 
 
 def worker_columns(key: WorkerKey) -> dict[str, str]:
     return {
-        **queue_columns(key.task_queue),
+        **task_queue_columns(key.task_queue),
         "worker_group": key.worker_group,
         "worker_id": key.worker_id,
     }
 
 
-def queue_sighting_columns(sighting: TaskQueueSighting) -> dict[str, Any]:
+def task_queue_sighting_columns(sighting: TaskQueueSighting) -> dict[str, Any]:
     return {
-        **queue_columns(sighting.task_queue),
+        **task_queue_columns(sighting.task_queue),
         "seen": sighting.seen,
         "expires": sighting.expires,
     }

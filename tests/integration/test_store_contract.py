@@ -735,11 +735,11 @@ def seen(
 
 
 async def test_sightings_create_then_refresh_task_queues_and_workers(store: Store) -> None:
-    queue_seen, worker_seen = seen(claimed=range(15))
-    await store.record_sightings([queue_seen], [worker_seen])
+    task_queue_seen, worker_seen = seen(claimed=range(15))
+    await store.record_sightings([task_queue_seen], [worker_seen])
     # An earlier sighting arriving late moves nothing back; recent tasks keep the last 20.
-    late_queue, late_worker = seen(at=NOW - HOUR, claimed=range(15, 25))
-    await store.record_sightings([late_queue], [late_worker])
+    late_task_queue, late_worker = seen(at=NOW - HOUR, claimed=range(15, 25))
+    await store.record_sightings([late_task_queue], [late_worker])
 
     assert await store.task_queue(TASK_QUEUE, now=NOW) == TaskQueueRecord(
         task_queue=TASK_QUEUE, expires=NOW + DAY, last_date_active=NOW
@@ -758,7 +758,7 @@ async def test_task_queues_provisioners_and_workers_page_by_their_keys(store: St
     sightings = [seen(f"w{n}", task_queue=task_queue) for n, task_queue in enumerate(task_queues)]
     more_workers = [seen(f"v{n}")[1] for n in range(3)]
     await store.record_sightings(
-        [queue_seen for queue_seen, _ in sightings],
+        [task_queue_seen for task_queue_seen, _ in sightings],
         [worker_seen for _, worker_seen in sightings] + more_workers,
     )
 
