@@ -14,6 +14,8 @@ pytest_plugins = [
     "tests.fixtures.stores",
     "tests.fixtures.coordinator",
     "tests.fixtures.flow",
+    "tests.fixtures.sdk",
+    "tests.fixtures.workers",
 ]
 
 

@@ -33,8 +33,8 @@ from devharness import azurite as azurite_module
 from devharness.azurite import AzuriteProcess
 from devharness.ports import free_port
 from devharness.processes import end_processes, spawn
+from devharness.tasks import task_definition
 from devharness.waiting import wait_until
-from tests.fixtures.coordinator import task_definition
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

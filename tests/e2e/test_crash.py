@@ -15,7 +15,7 @@ from typing import Any
 from coordinator.domain.records import from_iso
 from coordinator.service.clock import wall_clock
 from devharness.waiting import wait_until
-from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator
+from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, runs
 
 MakeProcess = Callable[..., CoordinatorProcess]
 
@@ -23,50 +23,19 @@ RESOLVER_INTERVAL = 200
 """ms: the restarted coordinator's resolvers look often."""
 
 
-async def status(c: RunningCoordinator, task_id: str) -> dict[str, Any]:
-    result = await c.call("GET", f"/task/{task_id}/status")
-    assert result.status == 200, result.body
-    body: dict[str, Any] = result.body["status"]
-    return body
-
-
 async def snapshot(c: RunningCoordinator, task_ids: list[str]) -> dict[str, Any]:
     """Everything the API says about each task: definition and full status."""
     shot: dict[str, Any] = {}
     for task_id in task_ids:
-        definition = await c.call("GET", f"/task/{task_id}")
-        assert definition.status == 200, definition.body
-        shot[task_id] = {"task": definition.body, "status": await status(c, task_id)}
+        definition = await c.ok("GET", f"/task/{task_id}")
+        shot[task_id] = {"task": definition, "status": await c.status(task_id)}
     return shot
-
-
-async def post(c: RunningCoordinator, path: str, body: Any = None) -> dict[str, Any]:
-    result = await c.call("POST", path, body)
-    assert result.status == 200, (path, result.body)
-    answer: dict[str, Any] = result.body
-    return answer
-
-
-async def claim(c: RunningCoordinator, task_id: str, run_id: int, worker_id: str) -> str:
-    """Claim a run; returns its takenUntil."""
-    claimed = await post(
-        c, f"/task/{task_id}/runs/{run_id}/claim", {"workerGroup": "wg", "workerId": worker_id}
-    )
-    taken_until: str = claimed["takenUntil"]
-    return taken_until
 
 
 async def kill(process: CoordinatorProcess) -> None:
     assert process.process is not None
     await process.kill()
     assert process.process.returncode == -signal.SIGKILL
-
-
-def runs(task_status: dict[str, Any]) -> list[tuple[str, str, str | None]]:
-    return [
-        (run["state"], run["reasonCreated"], run.get("reasonResolved"))
-        for run in task_status["runs"]
-    ]
 
 
 async def test_every_task_and_run_survives_a_sigkill(coordinator_process: MakeProcess) -> None:
@@ -77,30 +46,30 @@ async def test_every_task_and_run_survives_a_sigkill(coordinator_process: MakePr
     pending = [await c.create() for _ in range(4)]
     running = [await c.create() for _ in range(3)]
     for i, task_id in enumerate(running):
-        await claim(c, task_id, 0, f"runner-{i}")
-    await post(c, f"/task/{running[0]}/runs/0/reclaim")
+        await c.claim(task_id, 0, worker_id=f"runner-{i}")
+    await c.ok("POST", f"/task/{running[0]}/runs/0/reclaim")
 
     completed = await c.create()
     started_by_it = await c.create(dependencies=[completed])
     waiting_all_resolved = await c.create(dependencies=[completed], requires="all-resolved")
-    await claim(c, completed, 0, "finisher")
-    await post(c, f"/task/{completed}/runs/0/completed")
+    await c.claim(completed, 0, worker_id="finisher")
+    await c.report(completed, 0, "completed")
 
     blocker = await c.create()
     blocked = [await c.create(dependencies=[blocker, completed]) for _ in range(2)]
 
     failed = await c.create()
-    await claim(c, failed, 0, "failer")
-    await post(c, f"/task/{failed}/runs/0/failed")
+    await c.claim(failed, 0, worker_id="failer")
+    await c.report(failed, 0, "failed")
     retried = await c.create()
-    await claim(c, retried, 0, "shutdown")
-    await post(c, f"/task/{retried}/runs/0/exception", {"reason": "worker-shutdown"})
+    await c.claim(retried, 0, worker_id="shutdown")
+    await c.report(retried, 0, "exception", "worker-shutdown")
     canceled = await c.create(dependencies=[blocker])
-    await post(c, f"/task/{canceled}/cancel")
+    await c.ok("POST", f"/task/{canceled}/cancel")
 
     async def dependents_started() -> bool:
         wanted = (started_by_it, waiting_all_resolved)
-        return [(await status(c, t))["state"] for t in wanted] == ["pending"] * len(wanted)
+        return [(await c.status(t))["state"] for t in wanted] == ["pending"] * len(wanted)
 
     # the in-line dependency notification runs after the report's answer: let it finish, so
     # that the snapshot is a state at rest
@@ -139,14 +108,14 @@ async def test_every_task_and_run_survives_a_sigkill(coordinator_process: MakePr
     assert await snapshot(c, everything) == before
 
     # and the restarted coordinator carries on from there
-    await post(c, f"/task/{running[1]}/runs/0/reclaim")
-    await post(c, f"/task/{running[2]}/runs/0/completed")
-    assert (await status(c, running[2]))["state"] == "completed"
-    await claim(c, blocker, 0, "late")
-    await post(c, f"/task/{blocker}/runs/0/completed")
+    await c.ok("POST", f"/task/{running[1]}/runs/0/reclaim")
+    await c.report(running[2], 0, "completed")
+    assert (await c.status(running[2]))["state"] == "completed"
+    await c.claim(blocker, 0, worker_id="late")
+    await c.report(blocker, 0, "completed")
 
     async def blocked_started() -> bool:
-        return [(await status(c, t))["state"] for t in blocked] == ["pending"] * len(blocked)
+        return [(await c.status(t))["state"] for t in blocked] == ["pending"] * len(blocked)
 
     await wait_until(blocked_started, within=10, what="the blocked tasks to start")
 
@@ -164,7 +133,7 @@ async def test_claims_that_expire_while_the_coordinator_is_down_are_resolved_aft
     untouched = [await c.create() for _ in range(2)]
     taken_until = {}
     for i, task_id in enumerate([*retrying, exhausted]):
-        taken_until[task_id] = await claim(c, task_id, 0, f"worker-{i}")
+        taken_until[task_id] = (await c.claim(task_id, 0, worker_id=f"worker-{i}"))["takenUntil"]
     everything = [*retrying, exhausted, dependent, *untouched]
     before = await snapshot(c, everything)
     for task_id in taken_until:
@@ -183,7 +152,7 @@ async def test_claims_that_expire_while_the_coordinator_is_down_are_resolved_aft
     c = await second.start()
 
     async def resolved_by_the_resolvers() -> bool:
-        states = [(await status(c, t))["state"] for t in [*retrying, exhausted, dependent]]
+        states = [(await c.status(t))["state"] for t in [*retrying, exhausted, dependent]]
         return states == ["pending"] * len(retrying) + ["exception", "pending"]
 
     await wait_until(resolved_by_the_resolvers, within=10, what="the expired claims")

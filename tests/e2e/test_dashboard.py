@@ -18,8 +18,9 @@ import slugid
 import taskcluster.aio
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from tests.fixtures.coordinator import RunningCoordinator, task_definition
-from tests.integration.test_taskcluster_client import StartCoordinator, start_secured
+from devharness.tasks import task_definition
+from tests.fixtures.clients import start_secured
+from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
@@ -56,8 +57,9 @@ class Seed:
     async def create(self, name: str, worker_type: str = "builder", **fields: Any) -> str:
         task_id: str = slugid.nice()
         fields = {"taskGroupId": self.group, **fields}
-        body = task_definition(provisionerId="dash", workerType=worker_type, **fields)
-        body["metadata"]["name"] = name
+        body = task_definition(
+            provisionerId="dash", workerType=worker_type, metadata={"name": name}, **fields
+        )
         await self.queue.createTask(task_id, body)
         self.ids[name] = task_id
         return task_id

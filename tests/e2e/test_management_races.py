@@ -5,7 +5,7 @@ Nothing may be left inconsistent: a deleted task is gone for every reader, its h
 consumed and dropped by the workers (a claim of a deleted task is a 404, a dead hint), a
 worker holding one of its runs is told 404 and forgets it; a cancelled task is resolved
 exactly once; no run starts twice, no worker dies, the coordinator logs no internal error.
-Set up by the ``e2e`` fixture of tests/e2e/test_workers_e2e.py (coordinator process with Hawk
+Set up by the ``e2e`` fixture (tests/fixtures/workers.py: coordinator process with Hawk
 authentication, real Azurite, journaling handler).
 """
 
@@ -18,12 +18,8 @@ import slugid
 
 from coordinator.api.clients import ensure_root_client
 from devharness.api import call
-from tests.e2e import test_workers_e2e
-from tests.e2e.test_workers_e2e import WORKER_TYPE, MakeE2E, started_by
-from tests.fixtures.coordinator import task_definition
-
-e2e = test_workers_e2e.e2e
-"""The fixture, shared with tests/e2e/test_workers_e2e.py."""
+from devharness.tasks import task_definition
+from tests.fixtures.workers import WORKER_TYPE, MakeE2E, started_by
 
 PER_BATCH = 60
 

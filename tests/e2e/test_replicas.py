@@ -37,15 +37,11 @@ import slugid
 from coordinator.api.clients import ensure_root_client
 from devharness.api import call
 from devharness.azurite import AzuriteProcess
+from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from hawk_signing import Credentials
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import (
-    CoordinatorProcess,
-    RunningCoordinator,
-    base_config,
-    task_definition,
-)
+from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, base_config
 
 N_TASKS = 60
 ABANDON_EVERY = 2

@@ -12,13 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
-    BATCH_ROUTES,
-    WORKER,
-    CoordinatorDouble,
-    double_fixture,
-    eventually,
-)
+from tests.coordinator_double import BATCH_ROUTES, WORKER, CoordinatorDouble, eventually
 from worker_sdk import TaskRun
 
 REPO = Path(__file__).resolve().parents[2]

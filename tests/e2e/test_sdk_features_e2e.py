@@ -4,8 +4,8 @@ worker meets a coordinator that refuses it or does not answer.
 
 Real ``queue-worker`` processes (and, where a module constant must be shortened, an
 in-process :class:`~worker_sdk.Worker`) against a real ``queue-coordinator serve`` process
-with Hawk authentication on and a real Azurite, set up by the ``e2e`` fixture of
-tests/e2e/test_workers_e2e.py, whose journaling handler (tests/e2e_handlers.py) records what ran.
+with Hawk authentication on and a real Azurite, set up by the ``e2e`` fixture
+(tests/fixtures/workers.py), whose journaling handler (tests/e2e_handlers.py) records what ran.
 """
 
 from __future__ import annotations
@@ -21,12 +21,9 @@ import slugid
 
 from coordinator.api.clients import add_client
 from coordinator.azure.hint_codec import encode_hint
-from tests.e2e import test_workers_e2e
-from tests.e2e.test_workers_e2e import E2E, MODES, WORKER_GROUP, WORKER_TYPE, MakeE2E
+from tests.fixtures.sdk import running
+from tests.fixtures.workers import E2E, MODES, WORKER_GROUP, WORKER_TYPE, MakeE2E
 from worker_sdk import TaskRun, poller
-
-e2e = test_workers_e2e.e2e
-"""The fixture, shared with tests/e2e/test_workers_e2e.py."""
 
 OTHER_WORKER_TYPE = "e2e-other"
 
@@ -269,8 +266,7 @@ async def test_no_hints_are_taken_while_the_coordinator_does_not_answer(
         await s.eventually(present, what=f"{count}x {text!r}")
 
     caplog.set_level(logging.INFO, logger="worker_sdk")
-    running = asyncio.create_task(worker.run())
-    try:
+    async with running(worker):
         await logged("poll urls refreshed")
         await s.coordinator_process.kill()
         unknown = [slugid.nice() for _ in range(3)]
@@ -288,7 +284,4 @@ async def test_no_hints_are_taken_while_the_coordinator_does_not_answer(
         await logged("hint not claimable", count=2)
         task_id = await s.create()
         await s.resolved(task_id)
-    finally:
-        worker.stop()
-        await asyncio.wait_for(running, timeout=30)
     assert ran == [task_id]

@@ -17,12 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
-    CoordinatorDouble,
-    double_fixture,
-    eventually,
-)
-from tests.integration.test_sdk_worker import make_worker, reports, running
+from tests.coordinator_double import CoordinatorDouble, eventually
+from tests.fixtures.sdk import make_worker, reports, running
 from worker_sdk import MalformedPayload, RetryTask, TaskRun
 from worker_sdk.isolation import HandlerError
 

@@ -26,8 +26,9 @@ from coordinator.service.clock import wall_clock
 from devharness.api import call
 from devharness.ports import free_port
 from devharness.processes import REPO, child_env
+from devharness.tasks import METADATA, task_definition
 from hawk_signing import Credentials
-from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
+from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 
 ROOT = {"clientId": "root", "accessToken": "root-token-" + "r" * 33}
 MANAGER = {"clientId": "ops/manager", "accessToken": "manager-token-" + "m" * 30}
@@ -141,7 +142,7 @@ async def tasks(start_coordinator: StartCoordinator, tmp_path: Path) -> Tasks:
     group = slugid.nice()
 
     def named(name: str) -> dict[str, Any]:
-        metadata = {**task_definition()["metadata"], "name": name}
+        metadata = {**METADATA, "name": name}
         return {"taskGroupId": group, "workerType": "cli-wt", "metadata": metadata}
 
     first = await create(coordinator, tags={"team": "red"}, **named("first task"))

@@ -17,45 +17,23 @@ import slugid
 
 from coordinator.domain.records import to_iso
 from coordinator.service.clock import wall_clock
+from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from tests.fixtures.coordinator import (
+    CLAIM_FIELDS,
+    WORKER,
     FakeClock,
     RunningCoordinator,
     StartCoordinator,
-    task_definition,
 )
 
 ISO_MS_Z = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
-WORKER = {"workerGroup": "wg", "workerId": "w1"}
-OTHER_WORKER = {"workerGroup": "wg", "workerId": "w2"}
 CLAIM_TIMEOUT_MS = 1_200_000
 
 
 def whole_second_clock() -> FakeClock:
     """A clock at the current whole second, so expected timestamps are easy to write down."""
     return FakeClock((wall_clock() // 1000) * 1000)
-
-
-async def status_of(c: RunningCoordinator, task_id: str) -> dict[str, Any]:
-    response = await c.call("GET", f"/task/{task_id}/status")
-    assert response.status == 200, response.body
-    status: dict[str, Any] = response.body["status"]
-    return status
-
-
-async def claim(
-    c: RunningCoordinator, task_id: str, run_id: int = 0, worker: dict[str, str] = WORKER
-) -> dict[str, Any]:
-    response = await c.call("POST", f"/task/{task_id}/runs/{run_id}/claim", worker)
-    assert response.status == 200, response.body
-    body: dict[str, Any] = response.body
-    return body
-
-
-async def post(c: RunningCoordinator, path: str, body: Any = None) -> Any:
-    response = await c.call("POST", path, body)
-    assert response.status == 200, response.body
-    return response.body
 
 
 def assert_conflict(response: Any, fragment: str) -> None:
@@ -195,7 +173,7 @@ async def test_create_task_fills_defaults_and_normalises_times(
             "scheduled": to_iso(clock.now),
         }
     ]
-    assert await status_of(c, task_id) == status
+    assert await c.status(task_id) == status
 
     definition = await c.call("GET", f"/task/{task_id}")
     assert definition.status == 200
@@ -254,7 +232,7 @@ async def test_create_task_keeps_given_fields(start_coordinator: StartCoordinato
     assert task["tags"] == {"kind": "test"}
     assert task["extra"] == {"n": [1, 2]}
     assert task["payload"] == {"command": ["true"]}
-    status = await status_of(c, task_id)
+    status = await c.status(task_id)
     assert status["retriesLeft"] == 0
     assert status["schedulerId"] == "sched"
     assert status["taskGroupId"] == group
@@ -269,8 +247,8 @@ async def test_a_payload_beyond_64_bit_integers_and_ascii_comes_back_exactly(
     payload = {"big": 2**70, "negative": -(2**64), "max": 2**63 - 1, "text": "Grüße ✓ 名前"}
     task_id = await c.create(payload=payload)
     assert (await c.call("GET", f"/task/{task_id}")).body["payload"] == payload
-    assert (await claim(c, task_id))["task"]["payload"] == payload
-    batch = await post(c, "/claim-runs", {**WORKER, "runs": [{"taskId": task_id, "runId": 0}]})
+    assert (await c.claim(task_id))["task"]["payload"] == payload
+    batch = await c.ok("POST", "/claim-runs", {**WORKER, "runs": [{"taskId": task_id, "runId": 0}]})
     assert batch["claims"][0]["task"]["payload"] == payload
 
 
@@ -280,7 +258,7 @@ async def test_integral_float_retries_are_stored_as_an_integer(
     c = await start_coordinator()
     task_id = await c.create(retries=3.0)  # JSON Schema counts 3.0 as an integer
     task = (await c.call("GET", f"/task/{task_id}")).body
-    status = await status_of(c, task_id)
+    status = await c.status(task_id)
     assert type(task["retries"]) is int and task["retries"] == 3
     assert type(status["retriesLeft"]) is int and status["retriesLeft"] == 3
     # the same task sent with 3 is the same definition
@@ -310,13 +288,13 @@ async def test_create_task_is_idempotent(start_coordinator: StartCoordinator) ->
 
     # after the task progressed, a repeat returns the current status
     clock.advance(5)
-    await claim(c, task_id)
+    await c.claim(task_id)
     clock.advance(5)
     repeat = await c.call("PUT", f"/task/{task_id}", body)
     assert repeat.status == 200
     assert repeat.body["status"]["state"] == "running"
     assert repeat.body["status"]["runs"][0]["workerId"] == "w1"
-    assert repeat.body == {"status": await status_of(c, task_id)}
+    assert repeat.body == {"status": await c.status(task_id)}
 
 
 @pytest.mark.parametrize(
@@ -368,7 +346,7 @@ async def test_unknown_task_is_resource_not_found(
 async def test_error_request_info_echoes_the_payload(start_coordinator: StartCoordinator) -> None:
     c = await start_coordinator()
     task_id = slugid.nice()
-    response = await c.call("POST", f"/task/{task_id}/runs/0/claim", WORKER)
+    response = await c.try_claim(task_id, 0)
     assert response.status == 404
     assert response.body["requestInfo"]["method"] == "claimTask"
     assert response.body["requestInfo"]["params"] == {"taskId": task_id, "runId": "0"}
@@ -384,20 +362,20 @@ async def test_schedule_task_with_unresolved_dependencies(
     c = await start_coordinator()
     dependency = await c.create()
     task_id = await c.create(dependencies=[dependency])
-    assert (await status_of(c, task_id))["state"] == "unscheduled"
+    assert (await c.status(task_id))["state"] == "unscheduled"
 
-    status = (await post(c, f"/task/{task_id}/schedule"))["status"]
+    status = (await c.ok("POST", f"/task/{task_id}/schedule"))["status"]
     assert status["state"] == "pending"
     assert [(r["runId"], r["reasonCreated"]) for r in status["runs"]] == [(0, "scheduled")]
 
     # idempotent: a second schedule adds nothing
-    again = (await post(c, f"/task/{task_id}/schedule"))["status"]
+    again = (await c.ok("POST", f"/task/{task_id}/schedule"))["status"]
     assert again == status
     # and the dependency's completion later adds nothing either
-    await claim(c, dependency)
-    await post(c, f"/task/{dependency}/runs/0/completed")
+    await c.claim(dependency)
+    await c.report(dependency, 0, "completed")
     await c.parts.service.drain()
-    assert await status_of(c, task_id) == status
+    assert await c.status(task_id) == status
 
 
 async def test_schedule_task_past_deadline_conflicts(start_coordinator: StartCoordinator) -> None:
@@ -413,13 +391,13 @@ async def test_schedule_task_past_deadline_conflicts(start_coordinator: StartCoo
 async def test_rerun_task(start_coordinator: StartCoordinator) -> None:
     c = await start_coordinator()
     task_id = await c.create(retries=2)
-    await claim(c, task_id)
-    await post(c, f"/task/{task_id}/runs/0/exception", {"reason": "intermittent-task"})
-    await claim(c, task_id, 1)
-    await post(c, f"/task/{task_id}/runs/1/failed")
-    assert (await status_of(c, task_id))["retriesLeft"] == 1
+    await c.claim(task_id)
+    await c.report(task_id, 0, "exception", "intermittent-task")
+    await c.claim(task_id, 1)
+    await c.report(task_id, 1, "failed")
+    assert (await c.status(task_id))["retriesLeft"] == 1
 
-    status = (await post(c, f"/task/{task_id}/rerun"))["status"]
+    status = (await c.ok("POST", f"/task/{task_id}/rerun"))["status"]
     assert status["state"] == "pending"
     assert status["retriesLeft"] == 2  # restored
     assert [(r["state"], r["reasonCreated"]) for r in status["runs"]] == [
@@ -428,7 +406,7 @@ async def test_rerun_task(start_coordinator: StartCoordinator) -> None:
         ("pending", "rerun"),
     ]
     # on a pending task it is a no-op
-    assert (await post(c, f"/task/{task_id}/rerun"))["status"] == status
+    assert (await c.ok("POST", f"/task/{task_id}/rerun"))["status"] == status
 
 
 async def test_rerun_unscheduled_task_conflicts(start_coordinator: StartCoordinator) -> None:
@@ -436,13 +414,13 @@ async def test_rerun_unscheduled_task_conflicts(start_coordinator: StartCoordina
     task_id = await c.create(dependencies=[await c.create()])
     response = await c.call("POST", f"/task/{task_id}/rerun")
     assert_conflict(response, "unscheduled")
-    assert (await status_of(c, task_id))["runs"] == []
+    assert (await c.status(task_id))["runs"] == []
 
 
 async def test_cancel_unscheduled_task(start_coordinator: StartCoordinator) -> None:
     c = await start_coordinator()
     task_id = await c.create(dependencies=[await c.create()])
-    status = (await post(c, f"/task/{task_id}/cancel"))["status"]
+    status = (await c.ok("POST", f"/task/{task_id}/cancel"))["status"]
     assert status["state"] == "exception"
     [run] = status["runs"]
     assert (run["state"], run["reasonCreated"], run["reasonResolved"]) == (
@@ -456,18 +434,18 @@ async def test_cancel_unscheduled_task(start_coordinator: StartCoordinator) -> N
 async def test_cancel_pending_task(start_coordinator: StartCoordinator) -> None:
     c = await start_coordinator()
     task_id = await c.create()
-    status = (await post(c, f"/task/{task_id}/cancel"))["status"]
+    status = (await c.ok("POST", f"/task/{task_id}/cancel"))["status"]
     assert [(r["state"], r["reasonResolved"]) for r in status["runs"]] == [
         ("exception", "canceled")
     ]
-    assert_conflict(await c.call("POST", f"/task/{task_id}/runs/0/claim", WORKER), "not pending")
+    assert_conflict(await c.try_claim(task_id, 0), "not pending")
 
 
 async def test_cancel_running_task(start_coordinator: StartCoordinator) -> None:
     c = await start_coordinator()
     task_id = await c.create()
-    await claim(c, task_id)
-    status = (await post(c, f"/task/{task_id}/cancel"))["status"]
+    await c.claim(task_id)
+    status = (await c.ok("POST", f"/task/{task_id}/cancel"))["status"]
     assert status["state"] == "exception"
     assert status["runs"][0]["reasonResolved"] == "canceled"
     assert status["runs"][0]["workerId"] == "w1"
@@ -479,9 +457,9 @@ async def test_cancel_running_task(start_coordinator: StartCoordinator) -> None:
 async def test_cancel_resolved_task_is_a_no_op(start_coordinator: StartCoordinator) -> None:
     c = await start_coordinator()
     task_id = await c.create()
-    await claim(c, task_id)
-    completed = (await post(c, f"/task/{task_id}/runs/0/completed"))["status"]
-    status = (await post(c, f"/task/{task_id}/cancel"))["status"]
+    await c.claim(task_id)
+    completed = await c.report(task_id, 0, "completed")
+    status = (await c.ok("POST", f"/task/{task_id}/cancel"))["status"]
     assert status == completed
     assert status["state"] == "completed"
 
@@ -494,16 +472,8 @@ async def test_claim_returns_the_claim(start_coordinator: StartCoordinator) -> N
     c = await start_coordinator(clock=clock)
     task_id = await c.create(now_ms=clock.now, scopes=["secrets:get:x"])
     clock.advance(2)
-    body = await claim(c, task_id)
-    assert set(body) == {
-        "status",
-        "runId",
-        "workerGroup",
-        "workerId",
-        "takenUntil",
-        "task",
-        "credentials",
-    }
+    body = await c.claim(task_id)
+    assert set(body) == CLAIM_FIELDS
     assert body["runId"] == 0
     assert (body["workerGroup"], body["workerId"]) == ("wg", "w1")
     assert body["takenUntil"] == to_iso(clock.now + CLAIM_TIMEOUT_MS)
@@ -516,7 +486,7 @@ async def test_claim_returns_the_claim(start_coordinator: StartCoordinator) -> N
     assert set(credentials) >= {"clientId", "accessToken", "certificate"}
     assert all(isinstance(credentials[k], str) and credentials[k] for k in credentials)
     assert "secrets:get:x" in credentials["certificate"]
-    assert body["status"] == await status_of(c, task_id)
+    assert body["status"] == await c.status(task_id)
 
 
 async def test_claim_repeat_and_claim_by_another_worker(
@@ -525,15 +495,15 @@ async def test_claim_repeat_and_claim_by_another_worker(
     clock = FakeClock()
     c = await start_coordinator(clock=clock)
     task_id = await c.create(now_ms=clock.now)
-    first = await claim(c, task_id)
+    first = await c.claim(task_id)
     clock.advance(30)
-    repeat = await claim(c, task_id)
+    repeat = await c.claim(task_id)
     assert repeat["takenUntil"] == first["takenUntil"]
     assert repeat["status"] == first["status"]
 
-    other = await c.call("POST", f"/task/{task_id}/runs/0/claim", OTHER_WORKER)
+    other = await c.try_claim(task_id, 0, worker_id="w2")
     assert_conflict(other, "already claimed by wg/w1")
-    assert (await status_of(c, task_id))["runs"][0]["workerId"] == "w1"
+    assert (await c.status(task_id))["runs"][0]["workerId"] == "w1"
 
 
 async def test_claim_past_deadline_conflicts(start_coordinator: StartCoordinator) -> None:
@@ -541,7 +511,7 @@ async def test_claim_past_deadline_conflicts(start_coordinator: StartCoordinator
     c = await start_coordinator(clock=clock)
     task_id = await c.create(now_ms=clock.now)  # deadline in one hour
     clock.advance(3600)
-    response = await c.call("POST", f"/task/{task_id}/runs/0/claim", WORKER)
+    response = await c.try_claim(task_id, 0)
     assert_conflict(response, "past its deadline")
 
 
@@ -549,7 +519,7 @@ async def test_reclaim_extends_the_claim(start_coordinator: StartCoordinator) ->
     clock = whole_second_clock()
     c = await start_coordinator(clock=clock)
     task_id = await c.create(now_ms=clock.now)
-    claimed = await claim(c, task_id)
+    claimed = await c.claim(task_id)
     clock.advance(600)
     response = await c.call("POST", f"/task/{task_id}/runs/0/reclaim")
     assert response.status == 200, response.body
@@ -560,14 +530,14 @@ async def test_reclaim_extends_the_claim(start_coordinator: StartCoordinator) ->
     assert (body["runId"], body["workerGroup"], body["workerId"]) == (0, "wg", "w1")
     assert set(body["credentials"]) >= {"clientId", "accessToken", "certificate"}
     assert body["credentials"]["certificate"] != claimed["credentials"]["certificate"]
-    assert (await status_of(c, task_id))["runs"][0]["takenUntil"] == body["takenUntil"]
+    assert (await c.status(task_id))["runs"][0]["takenUntil"] == body["takenUntil"]
 
 
 async def test_reclaim_resolved_run_conflicts(start_coordinator: StartCoordinator) -> None:
     c = await start_coordinator()
     task_id = await c.create()
-    await claim(c, task_id)
-    await post(c, f"/task/{task_id}/runs/0/completed")
+    await c.claim(task_id)
+    await c.report(task_id, 0, "completed")
     response = await c.call("POST", f"/task/{task_id}/runs/0/reclaim")
     assert_conflict(response, "is completed, not running")
 
@@ -576,7 +546,7 @@ async def test_reclaim_past_deadline_conflicts(start_coordinator: StartCoordinat
     clock = FakeClock()
     c = await start_coordinator(clock=clock, run_resolvers=False)
     task_id = await c.create(now_ms=clock.now)
-    await claim(c, task_id)
+    await c.claim(task_id)
     clock.advance(3600)
     assert_conflict(await c.call("POST", f"/task/{task_id}/runs/0/reclaim"), "past its deadline")
 
@@ -608,8 +578,8 @@ async def test_report_repeat_is_accepted_and_a_different_report_conflicts(
 ) -> None:
     c = await start_coordinator()
     task_id = await c.create()
-    await claim(c, task_id)
-    reported = (await post(c, f"/task/{task_id}/runs/0/{path}", body))["status"]
+    await c.claim(task_id)
+    reported = (await c.ok("POST", f"/task/{task_id}/runs/0/{path}", body))["status"]
     assert reported["state"] == state
     [run] = reported["runs"]  # these never retry
     assert (run["state"], run["reasonResolved"]) == (state, reason)
@@ -621,7 +591,7 @@ async def test_report_repeat_is_accepted_and_a_different_report_conflicts(
 
     different = await c.call("POST", f"/task/{task_id}/runs/0/{other_path}", other_body)
     assert_conflict(different, "not running")
-    assert await status_of(c, task_id) == reported
+    assert await c.status(task_id) == reported
 
 
 async def test_report_on_a_pending_run_conflicts(start_coordinator: StartCoordinator) -> None:
@@ -640,8 +610,8 @@ async def test_retrying_exception_adds_a_run(
 ) -> None:
     c = await start_coordinator()
     task_id = await c.create(retries=3)
-    await claim(c, task_id)
-    status = (await post(c, f"/task/{task_id}/runs/0/exception", {"reason": reason}))["status"]
+    await c.claim(task_id)
+    status = await c.report(task_id, 0, "exception", reason)
     assert status["state"] == "pending"
     assert status["retriesLeft"] == 2
     assert [(r["state"], r.get("reasonResolved"), r["reasonCreated"]) for r in status["runs"]] == [
@@ -649,27 +619,25 @@ async def test_retrying_exception_adds_a_run(
         ("pending", None, reason_created),
     ]
     # the repeat is still accepted and adds nothing more
-    repeat = await post(c, f"/task/{task_id}/runs/0/exception", {"reason": reason})
+    repeat = await c.ok("POST", f"/task/{task_id}/runs/0/exception", {"reason": reason})
     assert repeat["status"] == status
     # the old run can no longer be claimed; the new one can
-    assert_conflict(
-        await c.call("POST", f"/task/{task_id}/runs/0/claim", WORKER), "is not the last run"
-    )
-    assert (await claim(c, task_id, 1, OTHER_WORKER))["runId"] == 1
+    assert_conflict(await c.try_claim(task_id, 0), "is not the last run")
+    assert (await c.claim(task_id, 1, worker_id="w2"))["runId"] == 1
 
 
 async def test_retries_exhaust(start_coordinator: StartCoordinator) -> None:
     c = await start_coordinator()
     task_id = await c.create(retries=2)
     for run_id in range(3):
-        await claim(c, task_id, run_id)
-        await post(c, f"/task/{task_id}/runs/{run_id}/exception", {"reason": "worker-shutdown"})
-    status = await status_of(c, task_id)
+        await c.claim(task_id, run_id)
+        await c.report(task_id, run_id, "exception", "worker-shutdown")
+    status = await c.status(task_id)
     assert status["state"] == "exception"
     assert status["retriesLeft"] == 0
     assert [r["reasonCreated"] for r in status["runs"]] == ["scheduled", "retry", "retry"]
     assert all(r["reasonResolved"] == "worker-shutdown" for r in status["runs"])
-    missing = await c.call("POST", f"/task/{task_id}/runs/3/claim", WORKER)
+    missing = await c.try_claim(task_id, 3)
     assert missing.status == 404
 
 
@@ -681,8 +649,8 @@ async def test_other_exception_reasons_never_retry(
 ) -> None:
     c = await start_coordinator()
     task_id = await c.create(retries=5)
-    await claim(c, task_id)
-    status = (await post(c, f"/task/{task_id}/runs/0/exception", {"reason": reason}))["status"]
+    await c.claim(task_id)
+    status = await c.report(task_id, 0, "exception", reason)
     assert status["state"] == "exception"
     assert status["retriesLeft"] == 5
     assert len(status["runs"]) == 1
@@ -697,23 +665,23 @@ async def test_dependent_becomes_pending_when_its_dependencies_complete(
     c = await start_coordinator()
     first, second = await c.create(), await c.create()
     dependent = await c.create(dependencies=[first, second])
-    assert (await status_of(c, dependent))["state"] == "unscheduled"
+    assert (await c.status(dependent))["state"] == "unscheduled"
 
-    await claim(c, first)
-    await post(c, f"/task/{first}/runs/0/completed")
+    await c.claim(first)
+    await c.report(first, 0, "completed")
     await c.parts.service.drain()
-    assert (await status_of(c, dependent))["state"] == "unscheduled"  # second still pending
+    assert (await c.status(dependent))["state"] == "unscheduled"  # second still pending
 
-    await claim(c, second)
-    await post(c, f"/task/{second}/runs/0/completed")
+    await c.claim(second)
+    await c.report(second, 0, "completed")
 
     async def pending() -> bool:
-        return bool((await status_of(c, dependent))["state"] == "pending")
+        return bool((await c.status(dependent))["state"] == "pending")
 
     await wait_until(pending, within=10, what="the dependent to become pending")
-    [run] = (await status_of(c, dependent))["runs"]
+    [run] = (await c.status(dependent))["runs"]
     assert run["reasonCreated"] == "scheduled"
-    assert (await claim(c, dependent))["status"]["state"] == "running"
+    assert (await c.claim(dependent))["status"]["state"] == "running"
 
 
 async def test_dependency_completed_before_creation_schedules_at_once(
@@ -721,8 +689,8 @@ async def test_dependency_completed_before_creation_schedules_at_once(
 ) -> None:
     c = await start_coordinator()
     dependency = await c.create()
-    await claim(c, dependency)
-    await post(c, f"/task/{dependency}/runs/0/completed")
+    await c.claim(dependency)
+    await c.report(dependency, 0, "completed")
     dependent = slugid.nice()
     response = await c.call("PUT", f"/task/{dependent}", task_definition(dependencies=[dependency]))
     assert response.status == 200
@@ -741,15 +709,15 @@ async def test_failed_dependency(
     dependent = await c.create(dependencies=[dependency], requires=requires)
     # a sibling that needs only resolution: once it is pending, the dependents were examined
     witness = await c.create(dependencies=[dependency], requires="all-resolved")
-    await claim(c, dependency)
-    await post(c, f"/task/{dependency}/runs/0/failed")
+    await c.claim(dependency)
+    await c.report(dependency, 0, "failed")
 
     async def witness_pending() -> bool:
-        return bool((await status_of(c, witness))["state"] == "pending")
+        return bool((await c.status(witness))["state"] == "pending")
 
     await wait_until(witness_pending, within=10, what="dependents of the failed task examined")
     await c.parts.service.drain()
-    assert (await status_of(c, dependent))["state"] == expected
+    assert (await c.status(dependent))["state"] == expected
 
 
 # --- listings -------------------------------------------------------------------------------
@@ -788,7 +756,7 @@ async def test_list_task_group_pages(start_coordinator: StartCoordinator) -> Non
     assert whole.status == 200
     assert "continuationToken" not in whole.body
     entry = whole.body["tasks"][0]
-    assert entry["status"] == await status_of(c, entry["status"]["taskId"])
+    assert entry["status"] == await c.status(entry["status"]["taskId"])
     assert entry["task"] == (await c.call("GET", f"/task/{entry['status']['taskId']}")).body
 
 
@@ -830,10 +798,10 @@ async def test_pending_tasks_and_task_queue_counts(start_coordinator: StartCoord
     c = await start_coordinator()
     tasks = [await c.create(provisionerId="count-prov", workerType="count-wt") for _ in range(4)]
     await c.create(provisionerId="count-prov", workerType="elsewhere")
-    await claim(c, tasks[0])
-    await claim(c, tasks[1])
-    await claim(c, tasks[2])
-    await post(c, f"/task/{tasks[2]}/runs/0/completed")
+    await c.claim(tasks[0])
+    await c.claim(tasks[1])
+    await c.claim(tasks[2])
+    await c.report(tasks[2], 0, "completed")
 
     ids = {
         "provisionerId": "count-prov",

@@ -29,8 +29,8 @@ from coordinator.resolvers import hint_keeper
 from devharness.azurite import AzuriteProcess
 from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import FakeClock, RunningCoordinator
-from tests.fixtures.flow import WORKER, WT, Flow, Start
+from tests.fixtures.coordinator import WORKER, FakeClock, RunningCoordinator, runs
+from tests.fixtures.flow import WT, Flow, Start
 
 
 def hint_text(task_id: str, run_id: int) -> str:
@@ -42,10 +42,6 @@ async def stored(coord: RunningCoordinator, task_id: str) -> Any:
     response = await coord.call("GET", f"/task/{task_id}/status")
     assert response.status in (200, 404), response.body
     return response.body["status"] if response.status == 200 else None
-
-
-def run_states(status: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
-    return [(r["state"], r["reasonCreated"], r.get("reasonResolved")) for r in status["runs"]]
 
 
 # --- pollTaskUrls, the worker's cycle -------------------------------------------------------
@@ -67,9 +63,9 @@ async def test_workers_poll_highest_priority_first_claim_and_delete(flow: Flow) 
         assert decoded is not None
         task_id, run_id = decoded
         seen.append(task_id)
-        assert await flow.claim(coord, task_id, run_id) == 200
+        await coord.claim(task_id, run_id)
         assert await flow.delete(signed["signedDeleteUrl"], messages[0]) == 204
-        assert (await flow.status(coord, task_id))["state"] == "running"
+        assert (await coord.status(task_id))["state"] == "running"
     assert seen == [by_priority[p] for p in PRIORITIES]
 
     # Deleted, not merely invisible for the poll's 300 s.
@@ -130,11 +126,11 @@ async def test_duplicate_stale_unknown_and_undecodable_hints_are_harmless_to_cla
     duplicated = await flow.create(coord)
     await flow.send(hint_text(duplicated, 0))
     completed = await flow.create(coord)  # its run-0 hint becomes stale
-    assert await flow.claim(coord, completed, 0) == 200
-    await flow.report(coord, completed, 0, "completed")
+    await coord.claim(completed, 0)
+    await coord.report(completed, 0, "completed")
     retried = await flow.create(coord)  # run 0 stale, run 1 pending
-    assert await flow.claim(coord, retried, 0) == 200
-    await flow.report(coord, retried, 0, "exception", "worker-shutdown")
+    await coord.claim(retried, 0)
+    await coord.report(retried, 0, "exception", "worker-shutdown")
     unknown = slugid.nice()
     await flow.send(hint_text(unknown, 0))
     await flow.send("not a hint at all")
@@ -150,7 +146,7 @@ async def test_duplicate_stale_unknown_and_undecodable_hints_are_harmless_to_cla
         if decoded is not None:
             task_id, run_id = decoded
             before = await stored(coord, task_id)
-            answer = await flow.claim(coord, task_id, run_id, worker_id=f"w{number}")
+            answer = (await coord.try_claim(task_id, run_id, worker_id=f"w{number}")).status
             after = await stored(coord, task_id)
             answers.append((decoded, answer))
             if answer != 200:
@@ -175,9 +171,7 @@ async def test_duplicate_stale_unknown_and_undecodable_hints_are_harmless_to_cla
     )
     assert await flow.count() == 0
     assert (await coord.call("GET", f"/task/{unknown}/status")).status == 404
-    assert run_states(await flow.status(coord, completed)) == [
-        ("completed", "scheduled", "completed")
-    ]
+    assert runs(await coord.status(completed)) == [("completed", "scheduled", "completed")]
 
 
 async def test_junk_hints_are_deleted_by_claimWork_without_touching_the_store(
@@ -185,23 +179,23 @@ async def test_junk_hints_are_deleted_by_claimWork_without_touching_the_store(
 ) -> None:
     coord = await flow.coordinator(run_resolvers=False)
     completed = await flow.create(coord, priority="highest")
-    assert await flow.claim(coord, completed, 0) == 200
-    await flow.report(coord, completed, 0, "completed")
+    await coord.claim(completed, 0)
+    await coord.report(completed, 0, "completed")
     canceled = await flow.create(coord, priority="high")
     assert (await coord.call("POST", f"/task/{canceled}/cancel")).status == 200
     running = await flow.create(coord, priority="high")
-    assert await flow.claim(coord, running, 0, worker_id="other") == 200
+    await coord.claim(running, 0, worker_id="other")
     await flow.poll_urls(coord)  # creates every priority's queue
     for text in (hint_text(slugid.nice(), 0), "%%% garbage", hint_text(running, 0)):
         await flow.send(text, priority="very-high")
     wanted = await flow.create(coord)  # lowest: every junk hint comes first
     junk = [completed, canceled, running]
-    before = {task_id: await flow.status(coord, task_id) for task_id in junk}
+    before = {task_id: await coord.status(task_id) for task_id in junk}
 
     claims = await flow.claim_work(coord)
 
     assert [(c["status"]["taskId"], c["runId"]) for c in claims] == [(wanted, 0)]
-    assert {task_id: await flow.status(coord, task_id) for task_id in junk} == before
+    assert {task_id: await coord.status(task_id) for task_id in junk} == before
     for priority in PRIORITIES:
         assert await flow.count(priority) == 0, f"junk left in the {priority} queue"
 
@@ -213,12 +207,12 @@ async def test_a_canceled_tasks_hint_never_becomes_a_claim(flow: Flow) -> None:
     canceled = await coord.call("POST", f"/task/{task_id}/cancel")
     assert canceled.status == 200
     before = canceled.body["status"]
-    assert run_states(before) == [("exception", "scheduled", "canceled")]
+    assert runs(before) == [("exception", "scheduled", "canceled")]
 
     assert await flow.claim_work(coord) == []
     assert await flow.count() == 0  # the stale hint was deleted, not left to come back
-    assert await flow.claim(coord, task_id, 0) == 409
-    assert await flow.status(coord, task_id) == before
+    assert (await coord.try_claim(task_id, 0)).status == 409
+    assert await coord.status(task_id) == before
 
 
 # --- claimWork ------------------------------------------------------------------------------
@@ -236,8 +230,8 @@ async def test_concurrent_claimWork_callers_get_distinct_runs(flow: Flow) -> Non
     claimed = [(c["status"]["taskId"], c["runId"], c["workerId"]) for r in results for c in r]
     assert {(task_id, run_id) for task_id, run_id, _ in claimed} == {(t, 0) for t in task_ids}
     for task_id, _, worker_id in claimed:
-        runs = (await flow.status(coord, task_id))["runs"]
-        assert [(r["state"], r["workerId"]) for r in runs] == [("running", worker_id)]
+        task_runs = (await coord.status(task_id))["runs"]
+        assert [(r["state"], r["workerId"]) for r in task_runs] == [("running", worker_id)]
     assert await flow.count() == 0
 
 
@@ -251,7 +245,7 @@ async def test_claimWork_hands_out_the_highest_priority_first(flow: Flow) -> Non
     assert [c["status"]["taskId"] for c in claims] == [
         by_priority[p] for p in ("highest", "medium", "low")
     ]
-    assert (await flow.status(coord, by_priority["lowest"]))["state"] == "pending"
+    assert (await coord.status(by_priority["lowest"]))["state"] == "pending"
 
 
 async def test_claimWork_without_work_answers_empty_after_the_long_poll(flow: Flow) -> None:
@@ -305,8 +299,8 @@ async def test_claimWork_stops_when_the_client_goes_away(flow: Flow) -> None:
 
     # Well before the 60 s long poll would end by itself.
     await wait_until(stopped, within=5, what="the abandoned claimWork to stop")
-    assert run_states(await flow.status(coord, task_id)) == [("pending", "scheduled", None)], (
-        await flow.status(coord, task_id)
+    assert runs(await coord.status(task_id)) == [("pending", "scheduled", None)], (
+        await coord.status(task_id)
     )
     claims = await flow.claim_work(coord, worker_id="w2")
     assert [(c["status"]["taskId"], c["workerId"]) for c in claims] == [(task_id, "w2")]
@@ -322,11 +316,11 @@ async def test_createTask_and_scheduleTask_put_hints(flow: Flow) -> None:
 
     blocker = await flow.create(coord)
     waiting = await flow.create(coord, dependencies=[blocker])
-    assert (await flow.status(coord, waiting))["state"] == "unscheduled"
+    assert (await coord.status(waiting))["state"] == "unscheduled"
     assert (waiting, 0) not in await flow.peek()
     response = await coord.call("POST", f"/task/{waiting}/schedule")
     assert response.status == 200
-    assert run_states(response.body["status"]) == [("pending", "scheduled", None)]
+    assert runs(response.body["status"]) == [("pending", "scheduled", None)]
     await flow.wait_for_hint(waiting, 0)
 
 
@@ -334,14 +328,14 @@ async def test_dependency_resolution_puts_a_hint(flow: Flow) -> None:
     coord = await flow.coordinator()
     dependency = await flow.create(coord)
     dependent = await flow.create(coord, dependencies=[dependency])
-    assert (await flow.status(coord, dependent))["state"] == "unscheduled"
-    assert await flow.claim(coord, dependency, 0) == 200
+    assert (await coord.status(dependent))["state"] == "unscheduled"
+    await coord.claim(dependency, 0)
     assert (dependent, 0) not in await flow.peek()
 
-    await flow.report(coord, dependency, 0, "completed")
+    await coord.report(dependency, 0, "completed")
 
     await flow.wait_for_hint(dependent, 0)
-    assert run_states(await flow.status(coord, dependent)) == [("pending", "scheduled", None)]
+    assert runs(await coord.status(dependent)) == [("pending", "scheduled", None)]
 
 
 @pytest.mark.parametrize(
@@ -353,11 +347,11 @@ async def test_retrying_exceptions_put_a_hint_for_the_new_run(
 ) -> None:
     coord = await flow.coordinator()
     task_id = await flow.create(coord, priority="very-low")
-    assert await flow.claim(coord, task_id, 0) == 200
+    await coord.claim(task_id, 0)
 
-    status = await flow.report(coord, task_id, 0, "exception", reason)
+    status = await coord.report(task_id, 0, "exception", reason)
 
-    assert run_states(status) == [
+    assert runs(status) == [
         ("exception", "scheduled", reason),
         ("pending", reason_created, None),
     ]
@@ -371,13 +365,13 @@ async def test_claim_expiry_puts_a_hint_for_the_retry(flow: Flow) -> None:
     clock = FakeClock()
     coord = await flow.coordinator(clock=clock, claim_timeout=60_000)
     task_id = await flow.create(coord, now=clock.now)
-    assert await flow.claim(coord, task_id, 0) == 200
+    await coord.claim(task_id, 0)
     assert (task_id, 1) not in await flow.peek()
 
     clock.advance(61)
 
     await flow.wait_for_hint(task_id, 1)
-    assert run_states(await flow.status(coord, task_id)) == [
+    assert runs(await coord.status(task_id)) == [
         ("exception", "scheduled", "claim-expired"),
         ("pending", "retry", None),
     ]
@@ -386,14 +380,14 @@ async def test_claim_expiry_puts_a_hint_for_the_retry(flow: Flow) -> None:
 async def test_rerunTask_puts_a_hint(flow: Flow) -> None:
     coord = await flow.coordinator()
     task_id = await flow.create(coord)
-    assert await flow.claim(coord, task_id, 0) == 200
-    await flow.report(coord, task_id, 0, "failed")
+    await coord.claim(task_id, 0)
+    await coord.report(task_id, 0, "failed")
     assert (task_id, 1) not in await flow.peek()
 
     response = await coord.call("POST", f"/task/{task_id}/rerun")
 
     assert response.status == 200
-    assert run_states(response.body["status"])[-1] == ("pending", "rerun", None)
+    assert runs(response.body["status"])[-1] == ("pending", "rerun", None)
     await flow.wait_for_hint(task_id, 1)
 
 
@@ -404,7 +398,7 @@ async def test_retry_delay_hides_the_retry_hint_for_a_while(flow: Flow) -> None:
     assert [c["status"]["taskId"] for c in claims] == [task_id]  # run 0's hint is gone
 
     reported = time.monotonic()
-    await flow.report(coord, task_id, 0, "exception", "worker-shutdown")
+    await coord.report(task_id, 0, "exception", "worker-shutdown")
 
     # Put (Azure counts it) but invisible: no worker can see it yet.
     assert await flow.count() == 1
@@ -432,7 +426,7 @@ async def test_the_api_survives_an_azurite_outage_and_hints_come_back(
 
         await azurite.stop()
         during = await flow.create(coord)
-        assert run_states(await flow.status(coord, during)) == [("pending", "scheduled", None)]
+        assert runs(await coord.status(during)) == [("pending", "scheduled", None)]
         pending = await coord.call("GET", f"/pending/{flow.prov}/{WT}")
         assert pending.status == 200, pending.body
         assert pending.body["pendingTasks"] == 2  # from the store meanwhile
@@ -492,7 +486,7 @@ async def test_pendingTasks_agrees_with_the_exact_counts_once_hints_are_consumed
         for message in await flow.get(signed["signedPollUrl"], count=2 - taken):
             decoded = decode_hint(message["MessageText"])
             assert decoded is not None
-            assert await flow.claim(coord, *decoded) == 200
+            await coord.claim(*decoded)
             assert await flow.delete(signed["signedDeleteUrl"], message) == 204
             taken += 1
     assert taken == 2

@@ -18,12 +18,12 @@ import slugid
 from coordinator.domain.records import to_iso
 from coordinator.service.clock import wall_clock
 from devharness.api import Response, read
-from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
+from devharness.tasks import METADATA, task_definition
+from tests.fixtures.coordinator import WORKER, RunningCoordinator, StartCoordinator
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
 DAY = 24 * HOUR
-WORKER = {"workerGroup": "wg", "workerId": "w1"}
 
 
 def assert_error(response: Response, status: int, code: str, *fragments: str) -> None:
@@ -200,12 +200,12 @@ SCHEMA_CASES: list[tuple[str, Overrides, str]] = [
     ("payload-array", lambda t, n: {"payload": []}, "body.payload: [] is not of type 'object'"),
     (
         "owner-not-email",
-        lambda t, n: {"metadata": {**task_definition()["metadata"], "owner": "nobody"}},
+        lambda t, n: {"metadata": {**METADATA, "owner": "nobody"}},
         "body.metadata.owner: 'nobody' is not a 'email'",
     ),
     (
         "source-not-http",
-        lambda t, n: {"metadata": {**task_definition()["metadata"], "source": "ftp://x"}},
+        lambda t, n: {"metadata": {**METADATA, "source": "ftp://x"}},
         "body.metadata.source: 'ftp://x' does not match",
     ),
     (
@@ -515,7 +515,7 @@ async def test_bad_claim_body(
     task_id = await c.create()
     response = await c.call("POST", f"/task/{task_id}/runs/0/claim", body)
     assert_error(response, 400, "InputValidationError", "task-claim-request", fragment)
-    status = (await c.call("GET", f"/task/{task_id}/status")).body["status"]
+    status = await c.status(task_id)
     assert status["state"] == "pending"
 
 
@@ -535,10 +535,10 @@ async def test_bad_exception_reason(
 ) -> None:
     c = await start_coordinator()
     task_id = await c.create()
-    await c.call("POST", f"/task/{task_id}/runs/0/claim", WORKER)
+    await c.claim(task_id)
     response = await c.call("POST", f"/task/{task_id}/runs/0/exception", body)
     assert_error(response, 400, "InputValidationError", "task-exception-request", fragment)
-    status = (await c.call("GET", f"/task/{task_id}/status")).body["status"]
+    status = await c.status(task_id)
     assert status["state"] == "running"
 
 

@@ -23,15 +23,11 @@ from coordinator.domain.records import from_iso, to_iso
 from coordinator.resolvers import expiry_sweeper
 from coordinator.service.clock import wall_clock
 from devharness.api import call
+from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from hawk_signing import Credentials
-from tests.fixtures.coordinator import (
-    FakeClock,
-    RunningCoordinator,
-    StartCoordinator,
-    task_definition,
-)
-from tests.integration.test_taskcluster_client import write_clients
+from tests.fixtures.clients import write_clients
+from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoordinator
 
 NDJSON = {"Accept": "application/x-ndjson"}
 STATES = ("unscheduled", "pending", "delayed", "running", "completed", "failed", "exception")
@@ -68,12 +64,6 @@ async def started(start: StartCoordinator, store_url: str, **config: Any) -> Pop
     return Population(c=c, clock=clock)
 
 
-async def ok(c: RunningCoordinator, method: str, path: str, body: Any = None) -> Any:
-    response = await c.call(method, path, body)
-    assert response.status == 200, (path, response.body)
-    return response.body
-
-
 async def make(
     p: Population,
     name: str,
@@ -99,7 +89,7 @@ async def make(
     if project is not None:
         body["projectId"] = project
     task_id = slugid.nice()
-    status = (await ok(p.c, "PUT", f"/task/{task_id}", body))["status"]
+    status = (await p.c.ok("PUT", f"/task/{task_id}", body))["status"]
     made = Made(
         task_id=task_id,
         queue=queue,
@@ -116,15 +106,13 @@ async def make(
 
 
 async def claim(p: Population, made: Made) -> None:
-    body = {"workerGroup": "wg", "workerId": "w1"}
-    await ok(p.c, "POST", f"/task/{made.task_id}/runs/0/claim", body)
+    await p.c.claim(made.task_id)
     made.state = "running"
 
 
 async def resolve(p: Population, made: Made, how: str) -> None:
     """Resolve a claimed task ``how`` (completed, failed, exception) at the clock's now."""
-    body = {"reason": "malformed-payload"} if how == "exception" else None
-    await ok(p.c, "POST", f"/task/{made.task_id}/runs/0/{how}", body)
+    await p.c.report(made.task_id, 0, how, "malformed-payload")
     made.state, made.resolved = how, p.clock.now
     p.clock.advance(1)
 
@@ -177,7 +165,7 @@ async def listed(p: Population, path: str, params: str) -> list[str]:
     token: str | None = None
     while True:
         page_query = params + "&limit=2" + (f"&continuationToken={token}" if token else "")
-        body = await ok(p.c, "GET", f"{path}?{page_query}")
+        body = await p.c.ok("GET", f"{path}?{page_query}")
         ids += [item["status"]["taskId"] for item in body["tasks"]]
         token = body.get("continuationToken")
         if token is None:
@@ -302,7 +290,7 @@ async def test_every_filter_alone_and_combined_lists_streams_and_counts_what_it_
         assert [line["status"]["taskId"] for line in lines] == sorted(expected), name
         for line in lines:
             assert "payload" not in line["task"] and "extra" not in line["task"], name
-        counts = await ok(p.c, "GET", f"/tasks/count?{params}")
+        counts = await p.c.ok("GET", f"/tasks/count?{params}")
         assert counts["total"] == len(expected), name
         assert counts["states"] == {
             state: sum(1 for t in p.tasks.values() if t.task_id in expected and t.state == state)
@@ -315,11 +303,11 @@ async def test_a_listing_carries_definitions_and_statuses_and_a_summary_leaves_o
 ) -> None:
     p = await started(start_coordinator, store_url)
     made = await make(p, "x", queue="mgmt/a", scheduler="s1", group=G1, payload={"big": "x" * 100})
-    full = await ok(p.c, "GET", f"/tasks?taskGroupId={G1}")
+    full = await p.c.ok("GET", f"/tasks?taskGroupId={G1}")
     [item] = full["tasks"]
-    assert item["task"] == await ok(p.c, "GET", f"/task/{made.task_id}")
-    assert item["status"] == (await ok(p.c, "GET", f"/task/{made.task_id}/status"))["status"]
-    summary = await ok(p.c, "GET", f"/tasks/summary?taskGroupId={G1}")
+    assert item["task"] == await p.c.ok("GET", f"/task/{made.task_id}")
+    assert item["status"] == await p.c.status(made.task_id)
+    summary = await p.c.ok("GET", f"/tasks/summary?taskGroupId={G1}")
     expected = {k: v for k, v in item["task"].items() if k not in ("payload", "extra")}
     assert summary["tasks"] == [{"status": item["status"], "task": expected}]
     assert "continuationToken" not in full
@@ -331,13 +319,13 @@ async def test_continuation_tokens_are_bound_to_their_query_and_cannot_be_forged
     p = await started(start_coordinator, store_url)
     for n in range(3):
         await make(p, f"t{n}", queue="mgmt/a", scheduler="s1", group=G1)
-    first = await ok(p.c, "GET", "/tasks?taskQueueId=mgmt%2Fa&limit=1")
+    first = await p.c.ok("GET", "/tasks?taskQueueId=mgmt%2Fa&limit=1")
     token = first["continuationToken"]
     # the same query may change its limit
-    second = await ok(p.c, "GET", f"/tasks?taskQueueId=mgmt%2Fa&limit=5&continuationToken={token}")
+    second = await p.c.ok("GET", f"/tasks?taskQueueId=mgmt%2Fa&limit=5&continuationToken={token}")
     assert len(second["tasks"]) == 2
     # parameters in another order are the same query
-    await ok(p.c, "GET", f"/tasks?limit=1&continuationToken={token}&taskQueueId=mgmt%2Fa")
+    await p.c.ok("GET", f"/tasks?limit=1&continuationToken={token}&taskQueueId=mgmt%2Fa")
     encoded, mac = token.split(".")
     forged_key = encoded[:-1] + ("A" if encoded[-1] != "A" else "B")
     flipped_mac = mac[:-1] + ("A" if mac[-1] != "A" else "B")
@@ -353,7 +341,7 @@ async def test_continuation_tokens_are_bound_to_their_query_and_cannot_be_forged
         response = await p.c.call("GET", path)
         assert response.status == 400, (path, response.body)
         assert "continuationToken" in response.body["message"], response.body
-    group_page = await ok(p.c, "GET", f"/task-group/{G1}/list?limit=1")
+    group_page = await p.c.ok("GET", f"/task-group/{G1}/list?limit=1")
     group_token = group_page["continuationToken"]
     response = await p.c.call("GET", f"/tasks?taskQueueId=mgmt%2Fa&continuationToken={group_token}")
     assert response.status == 400, response.body
@@ -366,8 +354,8 @@ async def test_replicas_on_one_database_continue_each_other_s_listings(
     two = await start_coordinator(store_url=postgres_schema_url, run_resolvers=False)
     for n in range(3):
         await make(one, f"t{n}", queue="mgmt/a", scheduler="s1", group=G1)
-    token = (await ok(one.c, "GET", "/tasks?schedulerId=s1&limit=1"))["continuationToken"]
-    rest = await ok(two, "GET", f"/tasks?schedulerId=s1&continuationToken={token}")
+    token = (await one.c.ok("GET", "/tasks?schedulerId=s1&limit=1"))["continuationToken"]
+    rest = await two.ok("GET", f"/tasks?schedulerId=s1&continuationToken={token}")
     assert len(rest["tasks"]) == 2
 
 
@@ -415,16 +403,16 @@ async def test_cancel_tasks_cancels_the_unresolved_matches_only(
     start_coordinator: StartCoordinator, store_url: str
 ) -> None:
     p = await population(await started(start_coordinator, store_url))
-    body = await ok(p.c, "POST", "/tasks/cancel?taskQueueId=mgmt%2Fa")
+    body = await p.c.ok("POST", "/tasks/cancel?taskQueueId=mgmt%2Fa")
     # a (pending), b (running) and e (delayed) are mgmt/a's unresolved tasks; g is resolved
     assert body == {"cancelled": 3}
     for name in ("a", "b", "e"):
-        status = (await ok(p.c, "GET", f"/task/{p.tasks[name].task_id}/status"))["status"]
+        status = await p.c.status(p.tasks[name].task_id)
         assert status["state"] == "exception", name
         assert status["runs"][-1]["reasonResolved"] == "canceled", name
-    assert await ok(p.c, "POST", "/tasks/cancel?taskQueueId=mgmt%2Fa") == {"cancelled": 0}
-    assert await ok(p.c, "POST", "/tasks/cancel?state=completed") == {"cancelled": 0}
-    f = (await ok(p.c, "GET", f"/task/{p.tasks['f'].task_id}/status"))["status"]
+    assert await p.c.ok("POST", "/tasks/cancel?taskQueueId=mgmt%2Fa") == {"cancelled": 0}
+    assert await p.c.ok("POST", "/tasks/cancel?state=completed") == {"cancelled": 0}
+    f = await p.c.status(p.tasks["f"].task_id)
     assert f["state"] == "unscheduled", "other queues are untouched"
 
 
@@ -432,17 +420,17 @@ async def test_delete_tasks_removes_the_matches_their_tags_and_edges(
     start_coordinator: StartCoordinator, store_url: str
 ) -> None:
     p = await population(await started(start_coordinator, store_url))
-    assert await ok(p.c, "DELETE", "/tasks?tag=kind%3Abuild") == {"deleted": 3}
+    assert await p.c.ok("DELETE", "/tasks?tag=kind%3Abuild") == {"deleted": 3}
     for name in ("a", "c", "g"):
         response = await p.c.call("GET", f"/task/{p.tasks[name].task_id}/status")
         assert response.status == 404, name
-    assert (await ok(p.c, "GET", "/tasks/count?tag=kind%3Abuild"))["total"] == 0
-    assert (await ok(p.c, "GET", "/tasks/count?tag=os%3Alinux"))["total"] == 0
+    assert (await p.c.ok("GET", "/tasks/count?tag=kind%3Abuild"))["total"] == 0
+    assert (await p.c.ok("GET", "/tasks/count?tag=os%3Alinux"))["total"] == 0
     # f depends on a: the edge went with a, though f stays
     store = p.c.parts.store
     assert (await store.dependents(p.tasks["a"].task_id, limit=10, after=None)).items == []
-    assert (await ok(p.c, "GET", "/tasks/count?schedulerId=s1"))["total"] == 3
-    assert await ok(p.c, "DELETE", "/tasks?tag=kind%3Abuild") == {"deleted": 0}
+    assert (await p.c.ok("GET", "/tasks/count?schedulerId=s1"))["total"] == 3
+    assert await p.c.ok("DELETE", "/tasks?tag=kind%3Abuild") == {"deleted": 0}
 
 
 async def test_a_worker_holding_a_run_of_a_deleted_task_gets_404_on_reclaim_and_report(
@@ -451,7 +439,7 @@ async def test_a_worker_holding_a_run_of_a_deleted_task_gets_404_on_reclaim_and_
     p = await started(start_coordinator, store_url)
     made = await make(p, "x", queue="mgmt/a", scheduler="s1", group=G1)
     await claim(p, made)
-    assert await ok(p.c, "DELETE", f"/tasks?taskGroupId={G1}") == {"deleted": 1}
+    assert await p.c.ok("DELETE", f"/tasks?taskGroupId={G1}") == {"deleted": 1}
     for path in ("reclaim", "completed"):
         response = await p.c.call("POST", f"/task/{made.task_id}/runs/0/{path}")
         assert response.status == 404, (path, response.body)
@@ -505,7 +493,7 @@ async def test_resolved_ttls_delete_resolved_tasks_early_each_by_its_state(
     start = p.clock.now
 
     async def present() -> set[str]:
-        found = await ok(p.c, "GET", "/tasks?state=completed&state=failed&state=exception")
+        found = await p.c.ok("GET", "/tasks?state=completed&state=failed&state=exception")
         return {item["status"]["taskId"] for item in found["tasks"]}
 
     p.clock.now = _resolved(c) + 60_000 - 1
@@ -522,7 +510,7 @@ async def test_resolved_ttls_delete_resolved_tasks_early_each_by_its_state(
     # the unresolved tasks stay, however long
     p.clock.now = start + 30 * 86_400_000
     assert await expiry_sweeper.run_once(service, management) == 0
-    assert (await ok(p.c, "GET", "/tasks/count?schedulerId=s1"))["total"] == 4
+    assert (await p.c.ok("GET", "/tasks/count?schedulerId=s1"))["total"] == 4
 
 
 async def test_without_ttls_resolved_tasks_stay_until_they_expire(
@@ -531,7 +519,7 @@ async def test_without_ttls_resolved_tasks_stay_until_they_expire(
     p = await population(await started(start_coordinator, store_url))
     p.clock.advance(86_400)
     assert await expiry_sweeper.run_once(p.c.parts.service, p.c.parts.management) == 0
-    assert (await ok(p.c, "GET", "/tasks/count?state=completed"))["total"] == 1
+    assert (await p.c.ok("GET", "/tasks/count?state=completed"))["total"] == 1
 
 
 async def test_a_task_past_its_ttl_is_gone_within_a_few_resolver_intervals(
@@ -539,10 +527,8 @@ async def test_a_task_past_its_ttl_is_gone_within_a_few_resolver_intervals(
 ) -> None:
     c = await start_coordinator(resolver_interval=200, completed_ttl=500)
     task_id = await c.create()
-    await ok(c, "POST", f"/task/{task_id}/runs/0/claim", {"workerGroup": "wg", "workerId": "w"})
-    resolved = from_iso(
-        (await ok(c, "POST", f"/task/{task_id}/runs/0/completed"))["status"]["runs"][0]["resolved"]
-    )
+    await c.claim(task_id, worker_id="w")
+    resolved = from_iso((await c.report(task_id, 0, "completed"))["runs"][0]["resolved"])
 
     async def gone() -> bool:
         return (await c.call("GET", f"/task/{task_id}/status")).status == 404

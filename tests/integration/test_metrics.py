@@ -3,9 +3,6 @@ gauges, hint and resolver counters, and one registry per app."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
 from pathlib import Path
 
 import slugid
@@ -13,34 +10,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.api import call
 from devharness.azurite import AzuriteProcess
+from devharness.tasks import task_definition
+from devharness.waiting import wait_until
 from hawk_signing import Credentials
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import (
-    FakeClock,
-    RunningCoordinator,
-    StartCoordinator,
-    task_definition,
-)
+from tests.fixtures.clients import start_secured
+from tests.fixtures.coordinator import WORKER, FakeClock, RunningCoordinator, StartCoordinator
 
-ROOT = Credentials(client_id="root", access_token="root-token")
-WORKER_BODY = {"workerGroup": "wg", "workerId": "w1"}
 QUEUE = {"provisionerId": "test-prov", "workerType": "test-wt"}
 
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def write_root_client(path: Path) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "issuer": "root",
-                "clients": [{"clientId": "root", "accessToken": "root-token", "scopes": ["*"]}],
-            }
-        )
-    )
-    path.chmod(0o600)
-    return path
 
 
 async def scrape(
@@ -65,13 +45,12 @@ def value(samples: Samples, metric: str, /, **labels: str) -> float:
 async def test_counters_after_a_known_sequence(
     start_coordinator: StartCoordinator, tmp_path: Path
 ) -> None:
-    coordinator = await start_coordinator(
-        auth_enabled=True, clients_file=write_root_client(tmp_path / "clients.json")
-    )
+    coordinator, clients = await start_secured(start_coordinator, tmp_path / "clients.json", {})
+    root = Credentials.from_json(clients["root"])
 
     async def signed(method: str, path: str, body: object = None) -> int:
         response = await call(
-            coordinator.session, method, coordinator.api + path, body, credentials=ROOT
+            coordinator.session, method, coordinator.api + path, body, credentials=root
         )
         return response.status
 
@@ -79,7 +58,7 @@ async def test_counters_after_a_known_sequence(
     for task_id in ids:
         assert await signed("PUT", f"/task/{task_id}", task_definition()) == 200
     for task_id in ids[:3]:
-        assert await signed("POST", f"/task/{task_id}/runs/0/claim", WORKER_BODY) == 200
+        assert await signed("POST", f"/task/{task_id}/runs/0/claim", WORKER) == 200
     assert await signed("POST", f"/task/{ids[0]}/runs/0/completed") == 200
     assert await signed("POST", f"/task/{ids[1]}/runs/0/failed") == 200
     assert await signed("POST", f"/task/{ids[3]}/cancel") == 200
@@ -103,15 +82,13 @@ async def test_counters_after_a_known_sequence(
     assert value(samples, "queue_hints_put_total") == 0
 
     # ids[2] is claimed, ids[4] pending: the gauges show them within the refresh interval
-    deadline = time.monotonic() + 15
-    while True:
+    async def gauges_caught_up() -> bool:
         samples = await scrape(coordinator)
         pending = value(samples, "queue_pending_tasks", **QUEUE)
         claimed = value(samples, "queue_claimed_tasks", **QUEUE)
-        if (pending, claimed) == (1, 1) or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.5)
-    assert (pending, claimed) == (1, 1)
+        return (pending, claimed) == (1, 1)
+
+    await wait_until(gauges_caught_up, within=15, interval=0.5, what="1 pending and 1 claimed")
 
 
 async def test_hints_resolver_actions_and_one_registry_per_app(
@@ -124,22 +101,22 @@ async def test_hints_resolver_actions_and_one_registry_per_app(
         queue_prefix=azure_namespace.queue_prefix,
     )
     other = await start_coordinator()
-    task_id = await coordinator.create(**task_definition(clock.now))
-    await coordinator.create(**task_definition(clock.now))
-    claimed = await coordinator.call("POST", f"/task/{task_id}/runs/0/claim", WORKER_BODY)
-    assert claimed.status == 200
+    task_id = await coordinator.create(now_ms=clock.now)
+    await coordinator.create(now_ms=clock.now)
+    await coordinator.claim(task_id)
     # hint confirmations wait a second of real time, and the clock is about to jump past the
     # hint keeper's grace: written now, or the keeper would put the second task's hint again
     await coordinator.parts.service.hints.flush()
     clock.advance(1300)  # past the 1,200 s claim: the claim resolver expires it and retries
-    deadline = time.monotonic() + 15
-    while True:
+    samples: Samples = {}
+
+    async def claim_expired() -> bool:
+        nonlocal samples
         samples = await scrape(coordinator)
-        expired = value(samples, "queue_exception_tasks_total", reasonResolved="claim-expired")
-        if expired or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.2)
-    assert expired == 1
+        return bool(value(samples, "queue_exception_tasks_total", reasonResolved="claim-expired"))
+
+    await wait_until(claim_expired, within=15, interval=0.2, what="an expired claim counted")
+    assert value(samples, "queue_exception_tasks_total", reasonResolved="claim-expired") == 1
     assert value(samples, "queue_resolver_actions_total", resolver="claim-resolver") == 1
     # two first runs and the retry of the expired one
     assert value(samples, "queue_hints_put_total") == 3

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
 
 import pytest
 import slugid
@@ -19,45 +18,14 @@ import slugid
 from coordinator.resolvers import claim_resolver
 from coordinator.service.tasks import TaskService
 from devharness.api import Response
-from tests.fixtures.coordinator import (
-    FakeClock,
-    RunningCoordinator,
-    StartCoordinator,
-    task_definition,
-)
+from devharness.tasks import task_definition
+from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoordinator, runs
 
 CLAIM_TIMEOUT_S = 1_200
 """The fixture default (``Config.claim_timeout``), in seconds."""
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-async def status(c: RunningCoordinator, task_id: str) -> dict[str, Any]:
-    result = await c.call("GET", f"/task/{task_id}/status")
-    assert result.status == 200, result.body
-    body: dict[str, Any] = result.body["status"]
-    return body
-
-
-def claim_request(
-    c: RunningCoordinator, task_id: str, worker_id: str, run_id: int = 0
-) -> asyncio.Future[Response]:
-    return asyncio.ensure_future(
-        c.call(
-            "POST",
-            f"/task/{task_id}/runs/{run_id}/claim",
-            {"workerGroup": "wg", "workerId": worker_id},
-        )
-    )
-
-
-def runs(task_status: dict[str, Any]) -> list[tuple[str, str, str | None]]:
-    """Each run as (state, reasonCreated, reasonResolved)."""
-    return [
-        (run["state"], run["reasonCreated"], run.get("reasonResolved"))
-        for run in task_status["runs"]
-    ]
 
 
 CLAIM_EXPIRED_AND_RETRIED = [
@@ -74,7 +42,7 @@ async def claimed_tasks(c: RunningCoordinator, clock: FakeClock, count: int) -> 
     )
     assert [r.status for r in created] == [200] * count
     claims = await asyncio.gather(
-        *(claim_request(c, t, f"worker-{i}") for i, t in enumerate(task_ids))
+        *(c.try_claim(t, worker_id=f"worker-{i}") for i, t in enumerate(task_ids))
     )
     assert [r.status for r in claims] == [200] * count, [r.body for r in claims]
     return task_ids
@@ -90,7 +58,7 @@ async def test_fifty_workers_claiming_one_run_exactly_one_wins(
     task_id = await c.create()
     workers = [f"worker-{i}" for i in range(50)]
 
-    answers = await asyncio.gather(*(claim_request(c, task_id, w) for w in workers))
+    answers = await asyncio.gather(*(c.try_claim(task_id, worker_id=w) for w in workers))
 
     assert Counter(a.status for a in answers) == {200: 1, 409: 49}
     winner = next(w for w, a in zip(workers, answers, strict=True) if a.status == 200)
@@ -99,7 +67,7 @@ async def test_fifty_workers_claiming_one_run_exactly_one_wins(
     for answer in answers:
         if answer.status == 409:
             assert answer.body["code"] == "RequestConflict"
-    after = await status(c, task_id)
+    after = await c.status(task_id)
     assert runs(after) == [("running", "scheduled", None)]
     assert after["runs"][0]["workerGroup"] == "wg"
     assert after["runs"][0]["workerId"] == winner
@@ -137,7 +105,7 @@ async def test_concurrent_claim_resolver_passes_resolve_each_run_exactly_once(
 
     assert sum(passes) == 30, passes
     for task_id in task_ids:
-        after = await status(c, task_id)
+        after = await c.status(task_id)
         assert runs(after) == CLAIM_EXPIRED_AND_RETRIED, (task_id, after)
         assert after["retriesLeft"] == 4
     assert await claim_resolver.run_once(main) == 0
@@ -162,7 +130,7 @@ async def test_report_completed_racing_claim_expiry_has_exactly_one_outcome(
     assert {a.status for a in answers} <= {200, 409}, [a.body for a in answers]
     assert resolved == sum(a.status == 409 for a in answers)
     for task_id, answer in zip(task_ids, answers, strict=True):
-        after = await status(c, task_id)
+        after = await c.status(task_id)
         if answer.status == 200:
             # the worker's report landed first: the resolver then found nothing to expire
             assert runs(after) == [("completed", "scheduled", "completed")], after
@@ -186,7 +154,7 @@ async def test_reports_and_a_resolver_pass_meeting_in_the_middle(
     task_ids: list[str] = []
     for i in range(20):
         task_ids.append(await c.create(now_ms=clock.now))
-        assert (await claim_request(c, task_ids[-1], f"worker-{i}")).status == 200
+        assert (await c.try_claim(task_ids[-1], worker_id=f"worker-{i}")).status == 200
         clock.advance(0.001)  # distinct takenUntil: the pass's order is task_ids' order
     clock.advance(CLAIM_TIMEOUT_S + 1)
 
@@ -201,9 +169,9 @@ async def test_reports_and_a_resolver_pass_meeting_in_the_middle(
     # the resolver took a prefix, the reports the rest; nothing was done twice or lost
     assert statuses == [409] * resolved + [200] * (20 - resolved), statuses
     for task_id in task_ids[:resolved]:
-        assert runs(await status(c, task_id)) == CLAIM_EXPIRED_AND_RETRIED
+        assert runs(await c.status(task_id)) == CLAIM_EXPIRED_AND_RETRIED
     for task_id in task_ids[resolved:]:
-        assert runs(await status(c, task_id)) == [("completed", "scheduled", "completed")]
+        assert runs(await c.status(task_id)) == [("completed", "scheduled", "completed")]
 
 
 async def test_reclaim_racing_claim_expiry_has_exactly_one_outcome(
@@ -225,7 +193,7 @@ async def test_reclaim_racing_claim_expiry_has_exactly_one_outcome(
     assert {a.status for a in answers} <= {200, 409}, [a.body for a in answers]
     assert resolved == sum(a.status == 409 for a in answers)
     for task_id, answer in zip(task_ids, answers, strict=True):
-        after = await status(c, task_id)
+        after = await c.status(task_id)
         if answer.status == 200:
             assert runs(after) == [("running", "scheduled", None)], after
             assert after["runs"][0]["takenUntil"] == answer.body["takenUntil"]
@@ -248,7 +216,7 @@ async def test_concurrent_create_task_with_the_same_body_makes_one_task(
     answers = await asyncio.gather(*(c.call("PUT", f"/task/{task_id}", body) for _ in range(20)))
 
     assert [a.status for a in answers] == [200] * 20, [a.body for a in answers]
-    after = await status(c, task_id)
+    after = await c.status(task_id)
     assert runs(after) == [("pending", "scheduled", None)]
     for answer in answers:
         assert answer.body["status"]["taskId"] == task_id
@@ -282,4 +250,4 @@ async def test_concurrent_create_task_with_different_bodies_one_wins(
     assert again.status == 200, again.body
     loser = bodies[(winner + 1) % len(bodies)]
     assert (await c.call("PUT", f"/task/{task_id}", loser)).status == 409
-    assert runs(await status(c, task_id)) == [("pending", "scheduled", None)]
+    assert runs(await c.status(task_id)) == [("pending", "scheduled", None)]

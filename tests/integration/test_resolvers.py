@@ -22,14 +22,10 @@ from coordinator.resolvers import (
     hint_keeper,
 )
 from devharness.azurite import AzuriteProcess
+from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import (
-    FakeClock,
-    RunningCoordinator,
-    StartCoordinator,
-    task_definition,
-)
+from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoordinator, runs
 
 SECOND = 1_000
 CLAIM_TIMEOUT = 1_200 * SECOND
@@ -52,34 +48,6 @@ async def create(c: RunningCoordinator, clock: FakeClock, **overrides: Any) -> s
     return await c.create(now_ms=clock.now, **overrides)
 
 
-async def status(c: RunningCoordinator, task_id: str) -> dict[str, Any]:
-    result = await c.call("GET", f"/task/{task_id}/status")
-    assert result.status == 200, result.body
-    body: dict[str, Any] = result.body["status"]
-    return body
-
-
-async def claim(
-    c: RunningCoordinator, task_id: str, run_id: int = 0, worker_id: str = "worker-1"
-) -> dict[str, Any]:
-    result = await c.call(
-        "POST",
-        f"/task/{task_id}/runs/{run_id}/claim",
-        {"workerGroup": "wg", "workerId": worker_id},
-    )
-    assert result.status == 200, result.body
-    body: dict[str, Any] = result.body
-    return body
-
-
-def runs(task_status: dict[str, Any]) -> list[tuple[str, str, str | None]]:
-    """Each run as (state, reasonCreated, reasonResolved)."""
-    return [
-        (run["state"], run["reasonCreated"], run.get("reasonResolved"))
-        for run in task_status["runs"]
-    ]
-
-
 # --- claim resolver ---------------------------------------------------------------------------
 
 
@@ -89,17 +57,17 @@ async def test_an_expired_claim_becomes_claim_expired_and_a_retry_run_is_added(
     c, clock = await started(start_coordinator)
     service = c.parts.service
     task_id = await create(c, clock)
-    claimed = await claim(c, task_id)
+    claimed = await c.claim(task_id, worker_id="worker-1")
     taken_until = from_iso(claimed["takenUntil"])
     assert taken_until == clock.now + CLAIM_TIMEOUT
 
     clock.now = taken_until - 1
     assert await claim_resolver.run_once(service) == 0
-    assert runs(await status(c, task_id)) == [("running", "scheduled", None)]
+    assert runs(await c.status(task_id)) == [("running", "scheduled", None)]
 
     clock.now = taken_until
     assert await claim_resolver.run_once(service) == 1
-    after = await status(c, task_id)
+    after = await c.status(task_id)
     assert after["state"] == "pending"
     assert after["retriesLeft"] == 4
     assert runs(after) == [
@@ -114,11 +82,9 @@ async def test_an_expired_claim_becomes_claim_expired_and_a_retry_run_is_added(
 
     # nothing left to do, and the retry run is the one workers may claim now
     assert await claim_resolver.run_once(service) == 0
-    stale = await c.call(
-        "POST", f"/task/{task_id}/runs/0/claim", {"workerGroup": "wg", "workerId": "w2"}
-    )
+    stale = await c.try_claim(task_id, 0, worker_id="w2")
     assert stale.status == 409, stale.body
-    assert (await claim(c, task_id, run_id=1, worker_id="w2"))["runId"] == 1
+    assert (await c.claim(task_id, run_id=1, worker_id="w2"))["runId"] == 1
 
 
 async def test_claim_expiry_with_no_retries_left_leaves_the_task_in_exception(
@@ -128,11 +94,11 @@ async def test_claim_expiry_with_no_retries_left_leaves_the_task_in_exception(
     service = c.parts.service
     task_id = await create(c, clock, retries=0)
     dependent = await create(c, clock, dependencies=[task_id], requires="all-resolved")
-    await claim(c, task_id)
+    await c.claim(task_id)
 
     clock.advance(CLAIM_TIMEOUT / SECOND)
     assert await claim_resolver.run_once(service) == 1
-    after = await status(c, task_id)
+    after = await c.status(task_id)
     assert after["state"] == "exception"
     assert after["retriesLeft"] == 0
     assert runs(after) == [("exception", "scheduled", "claim-expired")]
@@ -140,7 +106,7 @@ async def test_claim_expiry_with_no_retries_left_leaves_the_task_in_exception(
 
     # the task resolved, so its all-resolved dependent starts
     await service.drain()
-    assert runs(await status(c, dependent)) == [("pending", "scheduled", None)]
+    assert runs(await c.status(dependent)) == [("pending", "scheduled", None)]
 
 
 async def test_retries_are_used_up_one_claim_expiry_at_a_time(
@@ -150,17 +116,17 @@ async def test_retries_are_used_up_one_claim_expiry_at_a_time(
     service = c.parts.service
     task_id = await create(c, clock, retries=1)
 
-    await claim(c, task_id, run_id=0)
+    await c.claim(task_id, run_id=0)
     clock.advance(CLAIM_TIMEOUT / SECOND)
     assert await claim_resolver.run_once(service) == 1
-    middle = await status(c, task_id)
+    middle = await c.status(task_id)
     assert middle["retriesLeft"] == 0
     assert runs(middle) == [("exception", "scheduled", "claim-expired"), ("pending", "retry", None)]
 
-    await claim(c, task_id, run_id=1)
+    await c.claim(task_id, run_id=1)
     clock.advance(CLAIM_TIMEOUT / SECOND)
     assert await claim_resolver.run_once(service) == 1
-    final = await status(c, task_id)
+    final = await c.status(task_id)
     assert final["state"] == "exception"
     assert final["retriesLeft"] == 0
     assert runs(final) == [
@@ -175,7 +141,7 @@ async def test_a_reclaim_between_the_scan_and_the_transition_wins(
     c, clock = await started(start_coordinator)
     service = c.parts.service
     task_id = await create(c, clock)
-    seen = from_iso((await claim(c, task_id))["takenUntil"])
+    seen = from_iso((await c.claim(task_id))["takenUntil"])
 
     clock.now = seen + 1
     # the resolver's scan observes the expired claim ...
@@ -198,13 +164,13 @@ async def test_a_reclaim_between_the_scan_and_the_transition_wins(
     assert not (
         await service.apply(task_id, expire_what_the_scan_saw, action="claim-expired")
     ).changed
-    still = await status(c, task_id)
+    still = await c.status(task_id)
     assert runs(still) == [("running", "scheduled", None)]
     assert still["runs"][0]["takenUntil"] == to_iso(renewed)
 
     # a fresh pass observes the renewed takenUntil and acts on it
     assert await claim_resolver.run_once(service) == 1
-    assert runs(await status(c, task_id)) == [
+    assert runs(await c.status(task_id)) == [
         ("exception", "scheduled", "claim-expired"),
         ("pending", "retry", None),
     ]
@@ -216,14 +182,14 @@ async def test_a_reclaim_before_the_pass_keeps_the_run(
     c, clock = await started(start_coordinator)
     service = c.parts.service
     task_id = await create(c, clock)
-    first = from_iso((await claim(c, task_id))["takenUntil"])
+    first = from_iso((await c.claim(task_id))["takenUntil"])
 
     clock.now = first - 1
     reclaimed = await c.call("POST", f"/task/{task_id}/runs/0/reclaim")
     assert reclaimed.status == 200, reclaimed.body
     clock.now = first + 1
     assert await claim_resolver.run_once(service) == 0
-    assert runs(await status(c, task_id)) == [("running", "scheduled", None)]
+    assert runs(await c.status(task_id)) == [("running", "scheduled", None)]
 
 
 # --- deadline resolver ------------------------------------------------------------------------
@@ -239,12 +205,11 @@ async def test_deadline_exceeded_for_unscheduled_pending_and_running_tasks(
     pending = await create(c, clock)
     unscheduled = await create(c, clock, dependencies=[pending])
     running = await create(c, clock)
-    await claim(c, running, worker_id="runner")
+    await c.claim(running, worker_id="runner")
     completed = await create(c, clock)
-    await claim(c, completed)
-    report = await c.call("POST", f"/task/{completed}/runs/0/completed")
-    assert report.status == 200, report.body
-    completed_before = await status(c, completed)
+    await c.claim(completed)
+    await c.report(completed, 0, "completed")
+    completed_before = await c.status(completed)
 
     # the deadline has passed but not the delay: nothing yet
     clock.now = deadline + delay - 1
@@ -252,25 +217,25 @@ async def test_deadline_exceeded_for_unscheduled_pending_and_running_tasks(
     # the running task's claim ran out long ago, but past the deadline the claim resolver
     # leaves it to the deadline resolver
     assert await claim_resolver.run_once(service) == 0
-    assert (await status(c, running))["state"] == "running"
-    assert (await status(c, pending))["state"] == "pending"
-    assert (await status(c, unscheduled))["state"] == "unscheduled"
+    assert (await c.status(running))["state"] == "running"
+    assert (await c.status(pending))["state"] == "pending"
+    assert (await c.status(unscheduled))["state"] == "unscheduled"
 
     clock.now = deadline + delay
     assert await deadline_resolver.run_once(service, delay=delay) == 3
     resolved_at = to_iso(clock.now)
 
-    unscheduled_after = await status(c, unscheduled)
+    unscheduled_after = await c.status(unscheduled)
     assert unscheduled_after["state"] == "exception"
     assert runs(unscheduled_after) == [("exception", "exception", "deadline-exceeded")]
     assert unscheduled_after["runs"][0]["resolved"] == resolved_at
 
-    pending_after = await status(c, pending)
+    pending_after = await c.status(pending)
     assert pending_after["state"] == "exception"
     assert runs(pending_after) == [("exception", "scheduled", "deadline-exceeded")]
     assert pending_after["runs"][0]["resolved"] == resolved_at
 
-    running_after = await status(c, running)
+    running_after = await c.status(running)
     assert running_after["state"] == "exception"
     assert runs(running_after) == [("exception", "scheduled", "deadline-exceeded")]
     assert running_after["runs"][0]["workerId"] == "runner"
@@ -278,7 +243,7 @@ async def test_deadline_exceeded_for_unscheduled_pending_and_running_tasks(
     # no retry past the deadline, whatever the budget
     assert running_after["retriesLeft"] == 5
 
-    assert await status(c, completed) == completed_before
+    assert await c.status(completed) == completed_before
     assert await deadline_resolver.run_once(service, delay=delay) == 0
 
 
@@ -294,10 +259,10 @@ async def test_the_deadline_resolver_honours_the_delay_it_is_given(
     assert await deadline_resolver.run_once(service, delay=60 * SECOND) == 0
     clock.now = deadline + 60 * SECOND - 1
     assert await deadline_resolver.run_once(service, delay=60 * SECOND) == 0
-    assert (await status(c, task_id))["state"] == "pending"
+    assert (await c.status(task_id))["state"] == "pending"
     clock.now = deadline + 60 * SECOND
     assert await deadline_resolver.run_once(service, delay=60 * SECOND) == 1
-    assert runs(await status(c, task_id)) == [("exception", "scheduled", "deadline-exceeded")]
+    assert runs(await c.status(task_id)) == [("exception", "scheduled", "deadline-exceeded")]
 
 
 # --- dependency resolver ----------------------------------------------------------------------
@@ -325,19 +290,19 @@ async def test_a_lost_dependency_notification_is_finished_by_the_dependency_reso
     dependency = await create(c, clock)
     dependent = await create(c, clock, dependencies=[dependency])
     bystander = await create(c, clock, dependencies=[dependency, await create(c, clock)])
-    await claim(c, dependency)
+    await c.claim(dependency)
 
     await _resolve_without_notifying(c, dependency, state="completed", now=clock.now)
-    assert (await status(c, dependency))["state"] == "completed"
+    assert (await c.status(dependency))["state"] == "completed"
     assert await c.parts.store.tasks_to_notify(100) == [dependency]
-    assert (await status(c, dependent))["state"] == "unscheduled"
+    assert (await c.status(dependent))["state"] == "unscheduled"
 
     assert await dependency_resolver.run_once(service) == 1
-    after = await status(c, dependent)
+    after = await c.status(dependent)
     assert runs(after) == [("pending", "scheduled", None)]
     assert after["runs"][0]["scheduled"] == to_iso(clock.now)
     # a dependent still waiting for another dependency stays unscheduled
-    assert (await status(c, bystander))["state"] == "unscheduled"
+    assert (await c.status(bystander))["state"] == "unscheduled"
     assert await c.parts.store.tasks_to_notify(100) == []
     assert await dependency_resolver.run_once(service) == 0
 
@@ -350,14 +315,14 @@ async def test_the_dependency_resolver_clears_the_flag_of_a_dependency_that_fail
     dependency = await create(c, clock)
     all_completed = await create(c, clock, dependencies=[dependency])
     all_resolved = await create(c, clock, dependencies=[dependency], requires="all-resolved")
-    await claim(c, dependency)
+    await c.claim(dependency)
 
     await _resolve_without_notifying(c, dependency, state="failed", now=clock.now)
     assert await c.parts.store.tasks_to_notify(100) == [dependency]
 
     assert await dependency_resolver.run_once(service) == 1
-    assert (await status(c, all_completed))["state"] == "unscheduled"
-    assert runs(await status(c, all_resolved)) == [("pending", "scheduled", None)]
+    assert (await c.status(all_completed))["state"] == "unscheduled"
+    assert runs(await c.status(all_resolved)) == [("pending", "scheduled", None)]
     assert await c.parts.store.tasks_to_notify(100) == []
 
 
@@ -368,12 +333,11 @@ async def test_the_in_line_notification_schedules_dependents_and_clears_the_flag
     service = c.parts.service
     dependency = await create(c, clock)
     dependent = await create(c, clock, dependencies=[dependency])
-    await claim(c, dependency)
+    await c.claim(dependency)
 
-    report = await c.call("POST", f"/task/{dependency}/runs/0/completed")
-    assert report.status == 200, report.body
+    await c.report(dependency, 0, "completed")
     await service.drain()
-    assert runs(await status(c, dependent)) == [("pending", "scheduled", None)]
+    assert runs(await c.status(dependent)) == [("pending", "scheduled", None)]
     assert await c.parts.store.tasks_to_notify(100) == []
     assert await dependency_resolver.run_once(service) == 0
 
@@ -405,8 +369,8 @@ async def test_the_expiry_sweeper_deletes_expired_tasks_and_leaves_the_others(
             gone = await c.call("GET", path)
             assert gone.status == 404, gone.body
             assert gone.body["code"] == "ResourceNotFound"
-    assert (await status(c, long_lived))["state"] == "pending"
-    assert (await status(c, dependent))["state"] == "unscheduled"
+    assert (await c.status(long_lived))["state"] == "pending"
+    assert (await c.status(dependent))["state"] == "unscheduled"
     # the deleted task's dependency edges went with it
     page = await c.parts.store.dependents(short_lived[0], limit=10, after=None)
     assert page.items == []
@@ -426,7 +390,7 @@ async def test_the_hint_keeper_does_nothing_without_azure(
     assert await c.parts.store.hints_due(clock.now, 10) == [task_id]
     assert await hint_keeper.run_once(service, grace=0) == 0
     assert await c.parts.store.hints_due(clock.now, 10) == [task_id]
-    assert (await status(c, task_id))["state"] == "pending"
+    assert (await c.status(task_id))["state"] == "pending"
 
 
 async def test_the_hint_keeper_puts_a_hint_the_coordinator_died_before_putting(
@@ -465,7 +429,7 @@ async def test_the_hint_keeper_puts_a_hint_the_coordinator_died_before_putting(
     )
     assert [(hint.task_id, hint.run_id) for hint in received] == [(task_id, 0)]
     # and the hint leads a worker to a claimable run
-    assert (await claim(c, task_id))["runId"] == 0
+    assert (await c.claim(task_id))["runId"] == 0
 
 
 # --- the background runner --------------------------------------------------------------------
@@ -477,15 +441,15 @@ async def test_the_background_resolvers_act_without_being_called(
     clock = FakeClock()
     c = await start_coordinator(clock=clock, run_resolvers=True, resolver_interval=50)
     claimed = await create(c, clock)
-    await claim(c, claimed)
+    await c.claim(claimed)
     late = await create(c, clock, deadline=to_iso(clock.now + 2 * CLAIM_TIMEOUT))
     dependency = await create(c, clock)
     dependent = await create(c, clock, dependencies=[dependency])
-    await claim(c, dependency)
+    await c.claim(dependency)
     await _resolve_without_notifying(c, dependency, state="completed", now=clock.now)
 
     async def dependent_started() -> bool:
-        state: str = (await status(c, dependent))["state"]
+        state: str = (await c.status(dependent))["state"]
         return state == "pending"
 
     await wait_until(dependent_started, within=5, what="the dependency resolver")
@@ -493,17 +457,17 @@ async def test_the_background_resolvers_act_without_being_called(
     clock.advance(CLAIM_TIMEOUT / SECOND)
 
     async def claim_expired() -> bool:
-        return runs(await status(c, claimed)) == [
+        return runs(await c.status(claimed)) == [
             ("exception", "scheduled", "claim-expired"),
             ("pending", "retry", None),
         ]
 
     await wait_until(claim_expired, within=5, what="the claim resolver")
-    assert (await status(c, late))["state"] == "pending"
+    assert (await c.status(late))["state"] == "pending"
 
     clock.advance(2 * CLAIM_TIMEOUT / SECOND + 60)
 
     async def deadline_exceeded() -> bool:
-        return runs(await status(c, late)) == [("exception", "scheduled", "deadline-exceeded")]
+        return runs(await c.status(late)) == [("exception", "scheduled", "deadline-exceeded")]
 
     await wait_until(deadline_exceeded, within=5, what="the deadline resolver")

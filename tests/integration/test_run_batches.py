@@ -18,29 +18,20 @@ import pytest
 import slugid
 
 from devharness.api import call
+from devharness.tasks import task_definition
 from hawk_signing import Credentials
+from tests.fixtures.clients import start_secured, worker_scopes
 from tests.fixtures.coordinator import (
+    CLAIM_FIELDS,
+    WORKER,
     FakeClock,
     RunningCoordinator,
     StartCoordinator,
-    task_definition,
 )
-from tests.integration.test_taskcluster_client import start_secured, worker_scopes
-
-WORKER = {"workerGroup": "wg", "workerId": "w1"}
 
 
 def refs(task_ids: list[str], run_id: int = 0) -> list[dict[str, Any]]:
     return [{"taskId": task_id, "runId": run_id} for task_id in task_ids]
-
-
-async def created(c: RunningCoordinator, count: int, **overrides: Any) -> list[str]:
-    task_ids = [slugid.nice() for _ in range(count)]
-    body = {"tasks": [{"taskId": t, "task": task_definition(**overrides)} for t in task_ids]}
-    response = await c.call("PUT", "/tasks", body)
-    assert response.status == 200, response.body
-    assert all("status" in item for item in response.body["tasks"]), response.body
-    return task_ids
 
 
 async def claim_runs(
@@ -53,13 +44,6 @@ async def claim_runs(
     return claims
 
 
-async def state_of(c: RunningCoordinator, task_id: str) -> dict[str, Any]:
-    response = await c.call("GET", f"/task/{task_id}/status")
-    assert response.status == 200, response.body
-    status: dict[str, Any] = response.body["status"]
-    return status
-
-
 def error_of(item: dict[str, Any]) -> tuple[int, str]:
     return item["error"]["status"], item["error"]["code"]
 
@@ -68,8 +52,8 @@ async def test_claim_runs_claims_each_run_and_answers_the_others_per_item(
     start_coordinator: StartCoordinator, store_url: str
 ) -> None:
     c = await start_coordinator(store_url=store_url)
-    pending = await created(c, 3)
-    [taken] = await created(c, 1)
+    pending = await c.create_many(3)
+    [taken] = await c.create_many(1)
     await claim_runs(c, refs([taken]), {"workerGroup": "wg", "workerId": "other"})
     unknown = slugid.nice()
     runs = [*refs(pending[:2]), *refs([taken, unknown]), {"taskId": pending[2], "runId": 1}]
@@ -79,28 +63,20 @@ async def test_claim_runs_claims_each_run_and_answers_the_others_per_item(
     for claim, task_id in zip(claims[:2], pending, strict=False):
         assert claim["status"]["taskId"] == task_id
         assert (claim["runId"], claim["workerId"]) == (0, "w1")
-        assert set(claim) == {
-            "status",
-            "runId",
-            "workerGroup",
-            "workerId",
-            "takenUntil",
-            "task",
-            "credentials",
-        }
-        assert claim["status"] == await state_of(c, task_id)
+        assert set(claim) == CLAIM_FIELDS
+        assert claim["status"] == await c.status(task_id)
     assert claims[2]["taskId"] == taken and error_of(claims[2]) == (409, "RequestConflict")
     assert "already claimed by wg/other" in claims[2]["error"]["message"]
     assert error_of(claims[3]) == (404, "ResourceNotFound")
     assert error_of(claims[4]) == (404, "ResourceNotFound")
-    assert (await state_of(c, pending[2]))["state"] == "pending"
+    assert (await c.status(pending[2]))["state"] == "pending"
 
 
 async def test_a_repeated_claim_is_answered_again_as_claim_task_does(
     start_coordinator: StartCoordinator,
 ) -> None:
     c = await start_coordinator()
-    task_ids = await created(c, 2)
+    task_ids = await c.create_many(2)
     first = await claim_runs(c, refs(task_ids))
     again = await claim_runs(c, refs(task_ids))
     assert [a["takenUntil"] for a in again] == [f["takenUntil"] for f in first]
@@ -111,7 +87,7 @@ async def test_two_runs_of_one_task_in_one_batch_are_applied_one_after_the_other
     start_coordinator: StartCoordinator, store_url: str
 ) -> None:
     c = await start_coordinator(store_url=store_url)
-    [task_id] = await created(c, 1, retries=1)
+    [task_id] = await c.create_many(1, retries=1)
     await claim_runs(c, refs([task_id]))
     response = await c.call(
         "POST",
@@ -139,7 +115,7 @@ async def test_reclaim_and_resolve_runs(
 ) -> None:
     clock = FakeClock()
     c = await start_coordinator(store_url=store_url, clock=clock)
-    task_ids = await created(c, 4, retries=1)
+    task_ids = await c.create_many(4, retries=1)
     claims = await claim_runs(c, refs(task_ids))
     clock.advance(600)
 
@@ -162,12 +138,12 @@ async def test_reclaim_and_resolve_runs(
     assert [a["status"]["state"] for a in answers[:3]] == ["completed", "failed", "pending"]
     assert [a["taskId"] for a in answers] == task_ids
     assert error_of(answers[3]) == (404, "ResourceNotFound")
-    retried = await state_of(c, task_ids[2])
+    retried = await c.status(task_ids[2])
     assert [(r["state"], r.get("reasonResolved")) for r in retried["runs"]] == [
         ("exception", "worker-shutdown"),
         ("pending", None),
     ]
-    assert (await state_of(c, task_ids[3]))["state"] == "running"
+    assert (await c.status(task_ids[3]))["state"] == "running"
 
     # repeating a report answers the same; reclaiming a resolved run is a conflict
     response = await c.call("POST", "/resolve-runs", {"reports": reports[:1]})
@@ -235,21 +211,21 @@ async def test_bad_batches_are_400_and_write_nothing(
     start_coordinator: StartCoordinator, path: str, body: dict[str, Any], fragment: str
 ) -> None:
     c = await start_coordinator()
-    [task_id] = await created(c, 1)
+    [task_id] = await c.create_many(1)
     await claim_runs(c, refs([task_id]))
-    before = await state_of(c, task_id)
+    before = await c.status(task_id)
     response = await c.call("POST", path, body)
     assert response.status == 400, response.body
     assert response.body["code"] == "InputValidationError"
     assert fragment in response.body["message"], response.body["message"]
-    assert await state_of(c, task_id) == before
+    assert await c.status(task_id) == before
 
 
 async def test_concurrent_batches_hold_each_run_exactly_once(
     start_coordinator: StartCoordinator, store_url: str
 ) -> None:
     c = await start_coordinator(store_url=store_url)
-    task_ids = await created(c, 32)
+    task_ids = await c.create_many(32)
     workers = [{"workerGroup": "wg", "workerId": f"w{i}"} for i in range(6)]
     # every worker asks for every run, each in its own order
     batches = await asyncio.gather(
@@ -268,7 +244,7 @@ async def test_concurrent_batches_hold_each_run_exactly_once(
             assert holder == worker["workerId"]
     assert sorted(holders) == sorted(task_ids)
     for task_id, worker_id in holders.items():
-        [run] = (await state_of(c, task_id))["runs"]
+        [run] = (await c.status(task_id))["runs"]
         assert (run["state"], run["workerId"]) == ("running", worker_id)
 
     # reports racing the same runs: exactly one resolution each
@@ -333,7 +309,7 @@ async def test_batch_scopes(start_coordinator: StartCoordinator, tmp_path: Path)
     refused = await as_client("/claim-runs", claim, "worker/elsewhere")
     assert refused.status == 403 and "queue:worker-id:wg/w1" in refused.body["message"]
     for task_id in task_ids:
-        assert (await state_of(c, task_id))["state"] == "pending"
+        assert (await c.status(task_id))["state"] == "pending"
 
     response = await as_client("/claim-runs", claim, "worker/prov")
     assert response.status == 200, response.body

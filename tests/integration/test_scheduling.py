@@ -5,9 +5,7 @@ is about it; Azure's own time is real."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,29 +16,12 @@ import slugid
 from coordinator.azure.hint_codec import decode_hint
 from coordinator.domain.records import from_iso, to_iso
 from devharness.api import call as signed_call
-from devharness.processes import child_env, spawn
+from devharness.tasks import task_definition
 from hawk_signing import Credentials
-from tests.fixtures.coordinator import (
-    FakeClock,
-    RunningCoordinator,
-    StartCoordinator,
-    task_definition,
-)
+from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoordinator
 from tests.fixtures.flow import Flow
 
-WORKER = {"workerGroup": "wg", "workerId": "w1"}
 SECOND = 1000
-
-
-async def claim(c: RunningCoordinator, task_id: str, run_id: int) -> Any:
-    return await c.call("POST", f"/task/{task_id}/runs/{run_id}/claim", WORKER)
-
-
-async def status(c: RunningCoordinator, task_id: str) -> dict[str, Any]:
-    response = await c.call("GET", f"/task/{task_id}/status")
-    assert response.status == 200, response.body
-    result: dict[str, Any] = response.body["status"]
-    return result
 
 
 async def counts(c: RunningCoordinator) -> tuple[int, int, int]:
@@ -60,9 +41,9 @@ async def test_a_not_before_task_is_delayed_and_refused_until_then(
     not_before = clock.now + 60 * SECOND
     task_id = await c.create(notBefore=to_iso(not_before))
 
-    assert (await status(c, task_id))["runs"][0]["state"] == "pending"
+    assert (await c.status(task_id))["runs"][0]["state"] == "pending"
     assert await counts(c) == (0, 1, 0)
-    early = await claim(c, task_id, 0)
+    early = await c.try_claim(task_id, 0)
     assert early.status == 409, early.body
     assert f"can't be claimed before {to_iso(not_before)}" in early.body["message"]
     definition = (await c.call("GET", f"/task/{task_id}")).body
@@ -70,7 +51,7 @@ async def test_a_not_before_task_is_delayed_and_refused_until_then(
 
     clock.now = not_before
     assert await counts(c) == (1, 0, 0)
-    assert (await claim(c, task_id, 0)).status == 200
+    assert (await c.try_claim(task_id, 0)).status == 200
     assert await counts(c) == (0, 0, 1)
 
 
@@ -114,24 +95,24 @@ async def test_retries_are_spaced_as_the_tasks_policy_says(
     c = await start_coordinator(clock=clock, run_resolvers=False)
     task_id = await c.create(retries=3, retryDelay={"base": 10, "factor": 3, "max": 60})
     for run_id, delay in enumerate([10, 30, 60]):
-        assert (await claim(c, task_id, run_id)).status == 200
+        assert (await c.try_claim(task_id, run_id)).status == 200
         reported = await c.call(
             "POST", f"/task/{task_id}/runs/{run_id}/exception", {"reason": "intermittent-task"}
         )
         assert reported.status == 200, reported.body
         retry = reported.body["status"]["runs"][-1]
         assert (retry["state"], retry["reasonCreated"]) == ("pending", "task-retry")
-        assert (await claim(c, task_id, run_id + 1)).status == 409
+        assert (await c.try_claim(task_id, run_id + 1)).status == 409
         assert await counts(c) == (0, 1, 0)
         clock.advance(delay)
-    assert (await claim(c, task_id, 3)).status == 200
+    assert (await c.try_claim(task_id, 3)).status == 200
 
 
 async def test_a_tasks_claim_timeout_sets_taken_until(start_coordinator: StartCoordinator) -> None:
     clock = FakeClock()
     c = await start_coordinator(clock=clock, run_resolvers=False)
     task_id = await c.create(claimTimeout=30)
-    claimed = await claim(c, task_id, 0)
+    claimed = await c.try_claim(task_id, 0)
     assert claimed.status == 200
     assert claimed.body["takenUntil"] == to_iso(clock.now + 30 * SECOND)
     clock.advance(10)
@@ -195,13 +176,11 @@ async def test_create_tasks_answers_each_item_as_create_task_would(
         assert (await c.call("GET", f"/task/{refused['taskId']}")).status == 404
 
     # the dependency inside the batch is real: completing it schedules the dependent
-    assert (await claim(c, first["taskId"], 0)).status == 200
-    done = await c.call("POST", f"/task/{first['taskId']}/runs/0/completed")
-    assert done.status == 200
-    assert (await claim(c, existing, 0)).status == 200
-    assert (await c.call("POST", f"/task/{existing}/runs/0/completed")).status == 200
+    for task_id in (first["taskId"], existing):
+        await c.claim(task_id, 0)
+        await c.report(task_id, 0, "completed")
     await c.parts.service.drain()
-    assert (await status(c, dependent["taskId"]))["state"] == "pending"
+    assert (await c.status(dependent["taskId"]))["state"] == "pending"
 
 
 @pytest.mark.parametrize("count", [0, 1001])
@@ -283,50 +262,27 @@ async def test_a_delayed_task_stays_invisible_then_is_claimed(flow: Flow) -> Non
     lowest = urls[-1]
     messages = await flow.get(lowest["signedPollUrl"])
     assert [decode_hint(m["MessageText"]) for m in messages] == [(task_id, 0)]
-    assert await flow.claim(coord, task_id, 0) == 200
+    await coord.claim(task_id, 0)
 
 
 async def test_a_thousand_tasks_in_one_request_each_get_a_hint(flow: Flow) -> None:
     # a grace longer than the batch takes: the hint keeper must not re-put what is in flight
     coord = await flow.coordinator(hint_grace=60_000)
-    items = [
-        {"taskId": slugid.nice(), "task": task_definition(provisionerId=flow.prov, workerType="wt")}
-        for _ in range(1000)
-    ]
-    response = await coord.call("PUT", "/tasks", {"tasks": items})
-    assert response.status == 200, response.body
+    await coord.create_many(1000, provisionerId=flow.prov, workerType="wt")
     assert await flow.count() == 1000
     await coord.parts.service.drain()
     assert not await coord.parts.service.hints_due(int(time.time() * 1000) + 60_000, 10)
-
-
-async def test_the_scheduling_example_creates_its_batch(
-    start_coordinator: StartCoordinator, tmp_path: Path
-) -> None:
-    c = await start_coordinator(run_resolvers=False)
-    env = child_env(
-        TASKCLUSTER_ROOT_URL=c.url,
-        TASKCLUSTER_CLIENT_ID="examples",
-        TASKCLUSTER_ACCESS_TOKEN="not checked: auth is off",
-    )
-    log = tmp_path / "example.log"
-    process = await spawn([sys.executable, "-m", "examples.scheduling"], env=env, log=log)
-    assert await asyncio.wait_for(process.wait(), 60) == 0, log.read_text()
-    states = [json.loads(line.split(" ", 1)[1]) for line in log.read_text().splitlines()]
-    assert states == ["pending", "pending", "pending", "unscheduled"]
-    response = await c.call("GET", "/task-queues/examples%2Fscheduling/counts")
-    assert (response.body["pending"], response.body["delayed"]) == (2, 1)
 
 
 async def test_a_retry_hint_appears_when_the_tasks_policy_says(flow: Flow) -> None:
     coord = await flow.coordinator(hint_grace=60_000)
     task_id = await flow.create(coord, retries=2, retryDelay={"schedule": [2]})
     await flow.wait_for_hint(task_id, 0)
-    assert await flow.claim(coord, task_id, 0) == 200
+    await coord.claim(task_id, 0)
     reported = time.monotonic()
-    await flow.report(coord, task_id, 0, "exception", "intermittent-task")
+    await coord.report(task_id, 0, "exception", "intermittent-task")
     assert await flow.count() == 2  # run 0's hint was never deleted here; run 1's is invisible
     assert (task_id, 1) not in await flow.peek()
     await flow.wait_for_hint(task_id, 1)
     assert time.monotonic() - reported >= 1.5
-    assert await flow.claim(coord, task_id, 1) == 200
+    await coord.claim(task_id, 1)

@@ -1,7 +1,7 @@
 """Authentication and scopes through the coordinator's real endpoints (docs/protocol.md).
 
-The official ``taskcluster`` client (113.x, ``taskcluster.aio``; 3.0.2 for pollTaskUrls)
-against a coordinator with authentication on and a clients file of narrowly scoped clients:
+The official ``taskcluster`` client (113.x, ``taskcluster.aio``) against a coordinator with
+authentication on and a clients file of narrowly scoped clients:
 
 - credentials that do not verify, and none at all on a protected endpoint, are 401, and the
   rejected request changes nothing;
@@ -11,7 +11,8 @@ against a coordinator with authentication on and a clients file of narrowly scop
 - a claim's temporary credentials reclaim and resolve their run and nothing else, and expire
   at ``takenUntil`` (plus Taskcluster's 5 minutes of certificate skew), on the coordinator's
   injected clock;
-- pollTaskUrls answers only callers holding ``queue:poll-task-urls:<prov>/<wt>``.
+- pollTaskUrls answers only callers holding ``queue:poll-task-urls:<prov>/<wt>`` (through
+  client 3.0.2, in tests/e2e/test_taskcluster_3.py).
 
 Client-side clock skew uses freezegun on the client's call only; the coordinator runs on a
 :class:`FakeClock`, which freezegun does not move.
@@ -20,7 +21,6 @@ Client-side clock skew uses freezegun on the client's call only; the coordinator
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,20 +34,17 @@ import taskcluster
 from freezegun import freeze_time
 
 from coordinator.domain.records import from_iso
-from devharness.azurite import AzuriteProcess
-from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import FakeClock, RunningCoordinator, task_definition
-from tests.integration.test_taskcluster_client import (
+from devharness.tasks import task_definition
+from tests.fixtures.clients import (
     Credentials,
     Queue,
     certificate,
+    missing_scopes,
     rejected,
-    run_tc3,
     start_secured,
     worker_scopes,
 )
-
-StartCoordinator = Callable[..., Awaitable[RunningCoordinator]]
+from tests.fixtures.coordinator import WORKER, FakeClock, RunningCoordinator, StartCoordinator
 
 PROV, WT = "prov", "wt"
 POOL = f"{PROV}/{WT}"
@@ -127,15 +124,6 @@ async def secured(start_coordinator: StartCoordinator, tmp_path: Path) -> Secure
         start_coordinator, tmp_path / "clients.json", CLIENTS, clock=clock
     )
     return Secured(coordinator=coordinator, creds=creds, clock=clock)
-
-
-def missing(body: dict[str, Any]) -> str:
-    """What a 403 body says the caller lacks (the scope, or the JSON of an expression)."""
-    assert body["code"] == "InsufficientScopes", body
-    return str(body["message"].split("missing the following scopes:")[1].split("```")[1].strip())
-
-
-CLAIM = {"workerGroup": "wg", "workerId": "w1"}
 
 
 # --- 401 --------------------------------------------------------------------------------------
@@ -221,7 +209,7 @@ async def test_create_task_priority_ladder(secured: Secured) -> None:
     status, error = await rejected(low.createTask(task_id, secured.definition(priority="high")))
     assert status == 403
     assert "Client ID creator/low does not have sufficient scopes" in error["message"]
-    assert json.loads(missing(error)) == {
+    assert json.loads(missing_scopes(error)) == {
         "AnyOf": [
             f"queue:create-task:highest:{POOL}",
             f"queue:create-task:very-high:{POOL}",
@@ -232,7 +220,7 @@ async def test_create_task_priority_ladder(secured: Secured) -> None:
     # The ladder is per worker pool.
     other = secured.definition(priority="lowest", workerType="other")
     status, error = await rejected(highest.createTask(slugid.nice(), other))
-    assert status == 403 and f"queue:create-task:highest:{PROV}/other" in missing(error)
+    assert status == 403 and f"queue:create-task:highest:{PROV}/other" in missing_scopes(error)
 
 
 async def test_each_route_needs_its_scope(secured: Secured) -> None:
@@ -243,14 +231,14 @@ async def test_each_route_needs_its_scope(secured: Secured) -> None:
     bad = secured.definition(routes=["index.project.a", "notify.email.x@example.com.on-failed"])
     status, error = await rejected(routes.createTask(task_id, bad))
     assert status == 403
-    assert missing(error) == "queue:route:notify.email.x@example.com.on-failed"
+    assert missing_scopes(error) == "queue:route:notify.email.x@example.com.on-failed"
     assert not await secured.exists(task_id)
     # A client without any route scope may still create tasks without routes.
     plain = await secured.queue("creator/low").createTask(slugid.nice(), secured.definition())
     assert plain["status"]["state"] == "pending"
     status, error = await rejected(secured.queue("creator/low").createTask(slugid.nice(), ok))
     assert status == 403
-    assert json.loads(missing(error)) == {
+    assert json.loads(missing_scopes(error)) == {
         "AllOf": ["queue:route:index.project.a", "queue:route:index.project.b.c"]
     }
 
@@ -262,11 +250,11 @@ async def test_the_caller_must_hold_every_task_scope(secured: Secured) -> None:
     task_id = slugid.nice()
     too_much = secured.definition(scopes=["secrets:get:project/build", "secrets:get:other/x"])
     status, error = await rejected(delegating.createTask(task_id, too_much))
-    assert status == 403 and missing(error) == "secrets:get:other/x"
+    assert status == 403 and missing_scopes(error) == "secrets:get:other/x"
     # A task scope ending in * needs a held scope covering the whole prefix.
     wildcard = secured.definition(scopes=["secrets:get:*"])
     status, error = await rejected(delegating.createTask(task_id, wildcard))
-    assert status == 403 and missing(error) == "secrets:get:*"
+    assert status == 403 and missing_scopes(error) == "secrets:get:*"
     assert not await secured.exists(task_id)
 
 
@@ -279,14 +267,14 @@ async def test_producer_and_worker_endpoints_require_their_scopes(secured: Secur
     assert canceled["status"]["state"] == "exception"
     status, error = await rejected(producer.cancelTask(elsewhere))
     other_group = (await secured.queue().task(elsewhere))["taskGroupId"]
-    assert status == 403 and json.loads(missing(error)) == {
+    assert status == 403 and json.loads(missing_scopes(error)) == {
         "AnyOf": [
             f"queue:cancel-task:-/{other_group}/{elsewhere}",
             "queue:cancel-task-in-project:none",
         ]
     }
     status, error = await rejected(producer.scheduleTask(in_group))
-    assert status == 403 and f"queue:schedule-task:-/{GROUP}/{in_group}" in missing(error)
+    assert status == 403 and f"queue:schedule-task:-/{GROUP}/{in_group}" in missing_scopes(error)
     rerun = await producer.rerunTask(in_group)
     assert rerun["status"]["runs"][-1]["reasonCreated"] == "rerun"
 
@@ -294,17 +282,17 @@ async def test_producer_and_worker_endpoints_require_their_scopes(secured: Secur
     status, error = await rejected(
         worker.claimTask(elsewhere, "0", {"workerGroup": "other", "workerId": "w1"})
     )
-    assert status == 403 and missing(error) == "queue:worker-id:other/w1"
-    status, error = await rejected(stranger.claimTask(elsewhere, "0", CLAIM))
-    assert status == 403 and missing(error) == f"queue:claim-task:{POOL}"
-    status, error = await rejected(stranger.claimWork(POOL, {**CLAIM, "tasks": 1}))
-    assert status == 403 and missing(error) == f"queue:claim-work:{POOL}"
+    assert status == 403 and missing_scopes(error) == "queue:worker-id:other/w1"
+    status, error = await rejected(stranger.claimTask(elsewhere, "0", WORKER))
+    assert status == 403 and missing_scopes(error) == f"queue:claim-task:{POOL}"
+    status, error = await rejected(stranger.claimWork(POOL, {**WORKER, "tasks": 1}))
+    assert status == 403 and missing_scopes(error) == f"queue:claim-work:{POOL}"
     assert await secured.state(elsewhere) == ("pending",)
-    claim = await worker.claimTask(elsewhere, "0", CLAIM)
+    claim = await worker.claimTask(elsewhere, "0", WORKER)
     assert claim["status"]["state"] == "running"
     # A worker's own credentials do not resolve runs: the claim's credentials do.
     status, error = await rejected(worker.reportCompleted(elsewhere, "0"))
-    assert status == 403 and missing(error) == f"queue:resolve-task:{elsewhere}/0"
+    assert status == 403 and missing_scopes(error) == f"queue:resolve-task:{elsewhere}/0"
 
 
 # --- temporary credentials of a claim -------------------------------------------------------
@@ -314,7 +302,7 @@ async def test_claim_credentials_cover_their_run_and_nothing_else(secured: Secur
     mine = await secured.create(scopes=["secrets:get:project/build"])
     other = await secured.create()
     worker = secured.queue("worker")
-    claim = await worker.claimTask(mine, "0", CLAIM)
+    claim = await worker.claimTask(mine, "0", WORKER)
     assert certificate(claim["credentials"])["scopes"] == [
         f"queue:reclaim-task:{mine}/0",
         f"queue:resolve-task:{mine}/0",
@@ -331,23 +319,23 @@ async def test_claim_credentials_cover_their_run_and_nothing_else(secured: Secur
         f"queue:cancel-task:-/{GROUP}/{mine}": run.cancelTask(mine),
         f"queue:rerun-task:-/{GROUP}/{mine}": run.rerunTask(mine),
         f"queue:create-task:lowest:{POOL}": run.createTask(slugid.nice(), secured.definition()),
-        f"queue:claim-task:{POOL}": run.claimTask(other, "0", CLAIM),
+        f"queue:claim-task:{POOL}": run.claimTask(other, "0", WORKER),
     }
     for scope, call in refused.items():
         status, error = await rejected(call)
-        assert status == 403 and scope in missing(error), (scope, error)
+        assert status == 403 and scope in missing_scopes(error), (scope, error)
     assert await secured.state(other) == ("pending",)
 
     # Resolving the run with worker-shutdown makes run 1; run 0's credentials can't touch it.
     retried = await run.reportException(mine, "0", {"reason": "worker-shutdown"})
     assert [r["state"] for r in retried["status"]["runs"]] == ["exception", "pending"]
-    claim_1 = await worker.claimTask(mine, "1", CLAIM)
+    claim_1 = await worker.claimTask(mine, "1", WORKER)
     for scope, call in {
         f"queue:reclaim-task:{mine}/1": run.reclaimTask(mine, "1"),
         f"queue:resolve-task:{mine}/1": run.reportCompleted(mine, "1"),
     }.items():
         status, error = await rejected(call)
-        assert status == 403 and missing(error) == scope
+        assert status == 403 and missing_scopes(error) == scope
     assert await secured.state(mine) == ("exception", "running")
     done = await secured.as_(claim_1["credentials"]).reportCompleted(mine, "1")
     assert done["status"]["state"] == "completed"
@@ -371,7 +359,7 @@ async def test_claim_credentials_expire_at_taken_until(
     secured = Secured(coordinator=coordinator, creds=creds, clock=clock)
     t0 = clock.now
     task_id = await secured.create()
-    claim = await secured.queue("worker").claimTask(task_id, "0", CLAIM)
+    claim = await secured.queue("worker").claimTask(task_id, "0", WORKER)
     issued = certificate(claim["credentials"])
     assert issued["expiry"] == from_iso(claim["takenUntil"]) == t0 + 60_000
     assert issued["start"] == t0
@@ -396,53 +384,3 @@ async def test_claim_credentials_expire_at_taken_until(
     # Permanent credentials still verify at this server time (12 minutes of Hawk skew).
     canceled = await secured.queue("root").cancelTask(task_id)
     assert canceled["status"]["runs"][0]["reasonResolved"] == "canceled"
-
-
-# --- pollTaskUrls ------------------------------------------------------------------------------
-
-
-async def test_poll_task_urls_only_for_holders_of_the_poll_scope(
-    start_coordinator: StartCoordinator,
-    azurite: AzuriteProcess,
-    azure_namespace: AzureNamespace,
-    tmp_path: Path,
-) -> None:
-    prov = azure_namespace.provisioner_id
-    coordinator, creds = await start_secured(
-        start_coordinator,
-        tmp_path / "clients.json",
-        {"worker": worker_scopes(prov), "worker/other-pool": worker_scopes(prov, "other")},
-        azure_connection_string=azurite.connection_string,
-        queue_prefix=azure_namespace.queue_prefix,
-    )
-    task_id = slugid.nice()
-    root = Queue("aio", coordinator.url, creds["root"])
-    await root.createTask(task_id, task_definition(provisionerId=prov, workerType=WT))
-    claim = await Queue("aio", coordinator.url, creds["worker"]).claimTask(task_id, "0", CLAIM)
-
-    def poll(credentials: Credentials | None, worker_type: str = WT) -> dict[str, Any]:
-        return {"method": "pollTaskUrls", "args": [prov, worker_type], "credentials": credentials}
-
-    results = await run_tc3(
-        coordinator.api,
-        [
-            poll(creds["worker"]),
-            poll(creds["root"]),
-            poll(creds["worker"], "other"),
-            poll(creds["worker/other-pool"]),
-            poll(claim["credentials"]),
-            poll(None),
-        ],
-    )
-    granted, root_granted, wrong_type, other_pool, run_credentials, anonymous = results
-    assert len(granted["result"]["queues"]) == 7
-    assert len(root_granted["result"]["queues"]) == 7
-    for refused, scope in (
-        (wrong_type, f"queue:poll-task-urls:{prov}/other"),
-        (other_pool, f"queue:poll-task-urls:{prov}/{WT}"),
-        (run_credentials, f"queue:poll-task-urls:{prov}/{WT}"),
-    ):
-        assert refused["error"]["status"] == 403, refused
-        assert missing(refused["error"]["body"]) == scope
-    assert anonymous["error"]["status"] == 401
-    assert f"queue:poll-task-urls:{prov}/{WT}" in anonymous["error"]["body"]["message"]

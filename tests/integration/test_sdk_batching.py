@@ -23,16 +23,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.waiting import wait_until
 from hawk_signing import Credentials
-from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
-    BATCH_ROUTES,
-    CoordinatorDouble,
-    double_fixture,
-    eventually,
-    hint_text,
+from tests.coordinator_double import BATCH_ROUTES, CoordinatorDouble, eventually, hint_text
+from tests.fixtures.sdk import (
+    MakeSetup,
+    last_run,
+    make_worker,
+    renewed,
+    reports,
+    run_until,
+    running,
 )
-from tests.integration.test_sdk_real import Setup, last_run, run_until
-from tests.integration.test_sdk_real import setup as setup  # the fixture
-from tests.integration.test_sdk_worker import make_worker, renewed, reports, running
 from worker_sdk import RequestFailed, TaskRun
 from worker_sdk.batches import MAX_RUNS, RunBatches
 from worker_sdk.client import CoordinatorClient, Resolution, RunReport
@@ -403,7 +403,7 @@ async def requests_served(root_url: str) -> dict[str, float]:
 
 @pytest.mark.parametrize("batching", [True, False], ids=["batching", "no-batching"])
 async def test_a_real_worker_claims_reclaims_and_reports_through_the_batch_routes(
-    setup: Callable[..., Awaitable[Setup]], batching: bool
+    setup: MakeSetup, batching: bool
 ) -> None:
     """Twelve runs claimed from one Azure get, reclaimed together, released together."""
     s = await setup(claim_timeout=3_000)

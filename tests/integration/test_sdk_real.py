@@ -10,143 +10,20 @@ conflict (the task canceled mid-run), and shutdown handing runs back for a retry
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import slugid
-import taskcluster.aio
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.api.clients import ensure_root_client
-from devharness.azurite import AzuriteProcess
 from devharness.ports import free_port
 from devharness.waiting import wait_until
-from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import StartCoordinator, task_definition
-from worker_sdk import Backoff, Credentials, MalformedPayload, TaskRun, Worker
-
-WORKER_TYPE = "sdk-wt"
-
-
-@dataclass(kw_only=True)
-class Setup:
-    root_url: str
-    credentials: Credentials
-    provisioner_id: str
-    queue: Any
-    """The official ``taskcluster.aio.Queue``, signed as root."""
-
-    async def create(
-        self, *, priority: str = "lowest", payload: Any = None, worker_type: str = WORKER_TYPE
-    ) -> str:
-        task_id: str = slugid.nice()
-        definition = task_definition(
-            provisionerId=self.provisioner_id,
-            workerType=worker_type,
-            priority=priority,
-            payload={} if payload is None else payload,
-        )
-        await self.queue.createTask(task_id, definition)
-        return task_id
-
-    async def status(self, task_id: str) -> dict[str, Any]:
-        status: dict[str, Any] = (await self.queue.status(task_id))["status"]
-        return status
-
-    async def resolved(self, *task_ids: str) -> None:
-        async def all_resolved() -> bool:
-            for task_id in task_ids:
-                if (await self.status(task_id))["state"] in ("pending", "running"):
-                    return False
-            return True
-
-        await wait_until(all_resolved, what=f"{len(task_ids)} tasks resolved")
-
-    def worker(
-        self, handler: Callable[[TaskRun], Awaitable[None] | None], **options: Any
-    ) -> Worker:
-        settings: dict[str, Any] = {
-            "worker_group": "sdk-group",
-            "worker_id": "sdk-worker",
-            "idle_delay": 0.1,
-            "backoff": Backoff(base=0.05, cap=0.5),
-            "handle_signals": False,
-            **options,
-        }
-        return Worker(
-            root_url=self.root_url,
-            credentials=self.credentials,
-            provisioner_id=self.provisioner_id,
-            worker_type=WORKER_TYPE,
-            handler=handler,
-            **settings,
-        )
-
-
-@pytest.fixture
-async def setup(
-    start_coordinator: StartCoordinator,
-    azurite: AzuriteProcess,
-    azure_namespace: AzureNamespace,
-    tmp_path: Path,
-) -> AsyncIterator[Callable[..., Awaitable[Setup]]]:
-    """``await setup(**config)``: a coordinator with auth on, and a root-signed producer."""
-    sessions = []
-
-    async def make(**config: Any) -> Setup:
-        clients_file = tmp_path / "clients.json"
-        root = ensure_root_client(clients_file)
-        coordinator = await start_coordinator(
-            azure_connection_string=azurite.connection_string,
-            queue_prefix=azure_namespace.queue_prefix,
-            auth_enabled=True,
-            clients_file=clients_file,
-            resolver_interval=100,
-            **config,
-        )
-        credentials = {"clientId": root.client_id, "accessToken": root.access_token}
-        session = taskcluster.aio.createSession()
-        sessions.append(session)
-        # A copy: the official client turns the values of the dict it gets into bytes.
-        queue = taskcluster.aio.Queue(
-            {"rootUrl": coordinator.url, "credentials": dict(credentials)}, session=session
-        )
-        return Setup(
-            root_url=coordinator.url,
-            credentials=Credentials.from_json(credentials),
-            provisioner_id=azure_namespace.provisioner_id,
-            queue=queue,
-        )
-
-    yield make
-    for session in sessions:
-        await session.close()
-
-
-async def run_until(worker: Worker, done: Callable[[], Awaitable[None]]) -> float:
-    """Run ``worker`` until ``done`` returns, then stop it gracefully; the seconds that took."""
-    running = asyncio.create_task(worker.run())
-    try:
-        await done()
-    finally:
-        stopped_at = time.monotonic()
-        worker.stop()
-        await asyncio.wait_for(running, timeout=30)
-    return time.monotonic() - stopped_at
-
-
-def last_run(status: dict[str, Any]) -> tuple[str, str | None]:
-    run = status["runs"][-1]
-    return run["state"], run.get("reasonResolved")
+from tests.fixtures.sdk import MakeSetup, Overlap, last_run, run_until
+from worker_sdk import MalformedPayload, TaskRun
 
 
 async def test_tasks_run_highest_priority_first_and_outcomes_are_reported(
-    setup: Callable[..., Awaitable[Setup]],
+    setup: MakeSetup,
 ) -> None:
     s = await setup()
     tasks = {
@@ -178,7 +55,7 @@ async def test_tasks_run_highest_priority_first_and_outcomes_are_reported(
 
 @pytest.mark.parametrize("claim_work", [False, True], ids=["azure", "claimWork"])
 async def test_one_worker_serves_two_task_queues_by_priority(
-    setup: Callable[..., Awaitable[Setup]], claim_work: bool
+    setup: MakeSetup, claim_work: bool
 ) -> None:
     """Polling Azure, the priority order holds across the task queues; with claimWork the
     coordinator keeps it within each task queue."""
@@ -207,29 +84,20 @@ async def test_one_worker_serves_two_task_queues_by_priority(
 
 
 async def test_claim_work_mode_runs_tasks_without_polling_azure(
-    setup: Callable[..., Awaitable[Setup]],
+    setup: MakeSetup,
 ) -> None:
     s = await setup()
     task_ids = [await s.create(priority="medium") for _ in range(4)]
-    active: set[str] = set()
-    most = 0
-
-    async def handle(run: TaskRun) -> None:
-        nonlocal most
-        active.add(run.task_id)
-        most = max(most, len(active))
-        await asyncio.sleep(0.3)
-        active.discard(run.task_id)
-
+    handle = Overlap(lambda: asyncio.sleep(0.3))
     worker = s.worker(handle, capacity=3, claim_work=True)
     stopping = await run_until(worker, lambda: s.resolved(*task_ids))
     assert [last_run(await s.status(t)) for t in task_ids] == [("completed", "completed")] * 4
-    assert most == 3
+    assert handle.most == 3
     assert stopping < 3, "the worker hangs up on its ~20 s long poll instead of waiting"
 
 
 async def test_reclaims_keep_a_run_alive_with_fresh_temporary_credentials(
-    setup: Callable[..., Awaitable[Setup]],
+    setup: MakeSetup,
 ) -> None:
     s = await setup(claim_timeout=3_000)
     task_id = await s.create()
@@ -251,7 +119,7 @@ async def test_reclaims_keep_a_run_alive_with_fresh_temporary_credentials(
 
 
 async def test_a_task_canceled_mid_run_cancels_the_handler_and_nothing_is_reported(
-    setup: Callable[..., Awaitable[Setup]],
+    setup: MakeSetup,
 ) -> None:
     s = await setup(claim_timeout=3_000)
     task_id = await s.create()
@@ -279,7 +147,7 @@ async def test_a_task_canceled_mid_run_cancels_the_handler_and_nothing_is_report
 
 
 async def test_shutdown_hands_unfinished_runs_back_for_a_retry(
-    setup: Callable[..., Awaitable[Setup]],
+    setup: MakeSetup,
 ) -> None:
     s = await setup()
     task_id = await s.create()
@@ -300,7 +168,7 @@ async def test_shutdown_hands_unfinished_runs_back_for_a_retry(
     ]
 
 
-async def test_worker_metrics_on_its_metrics_port(setup: Callable[..., Awaitable[Setup]]) -> None:
+async def test_worker_metrics_on_its_metrics_port(setup: MakeSetup) -> None:
     s = await setup()
     for do in ("ok", "boom", "malformed"):
         await s.create(payload={"do": do})

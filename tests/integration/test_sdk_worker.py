@@ -15,20 +15,14 @@ import base64
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from tests.coordinator_double import (  # noqa: F401 (double_fixture provides "double")
-    WORKER,
-    CoordinatorDouble,
-    double_fixture,
-    eventually,
-    hint_text,
-)
+from tests.coordinator_double import WORKER, CoordinatorDouble, eventually, hint_text
+from tests.fixtures.sdk import Overlap, make_worker, renewed, reports, running
 from worker_sdk import (
     Backoff,
     InternalError,
@@ -37,65 +31,8 @@ from worker_sdk import (
     ResourceUnavailable,
     RetryTask,
     TaskRun,
-    Worker,
     poller,
 )
-
-FAST = Backoff(base=0.01, cap=0.05)
-
-
-def make_worker(
-    coordinator: CoordinatorDouble,
-    handler: Callable[[TaskRun], Awaitable[None] | None],
-    **options: Any,
-) -> Worker:
-    """A worker of the double's task queue ``prov/wt``, quick to poll and to retry."""
-    settings: dict[str, Any] = {
-        "root_url": coordinator.root_url,
-        "credentials": WORKER,
-        "provisioner_id": "prov",
-        "worker_type": "wt",
-        "worker_group": "grp",
-        "worker_id": "w1",
-        "idle_delay": 0.05,
-        "backoff": FAST,
-        "handle_signals": False,
-        **options,
-    }
-    return Worker(handler=handler, **settings)
-
-
-@asynccontextmanager
-async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
-    """Run the worker for the duration of the block, then stop it and wait for it."""
-    task = asyncio.create_task(worker.run())
-    try:
-        yield task
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, timeout=30)
-
-
-def reports(coordinator: CoordinatorDouble) -> dict[str, tuple[str, str | None]]:
-    """The outcome reported for each task: ``(kind, reason)``."""
-    return {task_id: (kind, reason) for task_id, _, kind, reason in coordinator.reports}
-
-
-async def renewed(run: TaskRun, times: int) -> None:
-    """Wait until the worker has renewed the run's claim ``times`` times.
-
-    Watched from the worker's side: the double may have counted a reclaim whose answer has
-    not arrived, and a single report signed with the credentials it replaced would fail.
-    """
-    seen = [run.credentials.access_token]
-
-    def enough() -> bool:
-        if run.credentials.access_token != seen[-1]:
-            seen.append(run.credentials.access_token)
-        return len(seen) > times
-
-    await eventually(enough, what=f"{times} reclaims of {run.task_id}")
-
 
 MODES = pytest.mark.parametrize("batches", [True, False], ids=["batches", "single"])
 """Run the test with the double's batch routes (``batches``) and without them."""
@@ -138,25 +75,17 @@ async def test_polls_ask_for_the_free_capacity_and_never_exceed_it(
     for n in range(3):
         double.add_task(f"t{n}", priority="highest")
     release = asyncio.Event()
-    active: set[str] = set()
-    most = 0
-
-    async def handle(run: TaskRun) -> None:
-        nonlocal most
-        active.add(run.task_id)
-        most = max(most, len(active))
-        await release.wait()
-        active.discard(run.task_id)
+    handle = Overlap(release.wait)
 
     async with running(make_worker(double, handle, capacity=2)):
-        await eventually(lambda: len(active) == 2, what="two runs")
+        await eventually(lambda: len(handle.active) == 2, what="two runs")
         polls_while_full = len(double.routes("getMessages"))
         release.set()
         await eventually(lambda: len(double.reports) == 3, what="three reports")
     polls = double.routes("getMessages")
     assert polls[:2] == ["highest:1", "highest:1"], "two polls, each for half the capacity"
     assert "highest:1" in polls[polls_while_full:], "one slot free after a run finished"
-    assert most == 2
+    assert handle.most == 2
 
 
 async def test_a_worker_refuses_no_polls_in_flight(double: CoordinatorDouble) -> None:

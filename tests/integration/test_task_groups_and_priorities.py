@@ -12,9 +12,10 @@ import aiohttp
 import pytest
 import slugid
 
-from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
+from devharness.tasks import task_definition
+from tests.fixtures.clients import Queue, rejected, start_secured
+from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 from tests.fixtures.flow import Flow
-from tests.integration.test_taskcluster_client import Queue, rejected, start_secured
 
 KINDS = ["sync", "aio"]
 GROUP_SCOPES = ["queue:seal-task-group:-/*", "queue:cancel-task-group:-/*"]
@@ -179,12 +180,12 @@ async def test_change_task_priority_moves_a_pending_runs_hint(
     assert (await queue.task(task_id))["priority"] == "highest"
     await flow.wait_for_hint(task_id, 0, priority="highest")
     # the old hint is stale: claimed through the new one, the old one answers 409
-    assert await flow.claim(coord, task_id, 0) == 200
-    assert await flow.claim(coord, task_id, 0, worker_id="w2") == 409
+    await coord.claim(task_id, 0)
+    assert (await coord.try_claim(task_id, 0, worker_id="w2")).status == 409
     # a running run keeps its claim; a resolved task can't change any more
     same = await queue.changeTaskPriority(task_id, {"newPriority": "lowest"})
     assert same["status"]["state"] == "running"
-    await flow.report(coord, task_id, 0, "completed")
+    await coord.report(task_id, 0, "completed")
     status, error = await rejected(queue.changeTaskPriority(task_id, {"newPriority": "high"}))
     assert status == 409 and "resolved" in error["message"]
     status, error = await rejected(queue.changeTaskPriority(task_id, {"newPriority": "normal"}))
@@ -199,8 +200,8 @@ async def test_change_task_group_priority_changes_every_unresolved_task(
     group = slugid.nice()
     pending = [await flow.create(coord, taskGroupId=group) for _ in range(3)]
     resolved = await flow.create(coord, taskGroupId=group)
-    assert await flow.claim(coord, resolved, 0) == 200
-    await flow.report(coord, resolved, 0, "failed")
+    await coord.claim(resolved, 0)
+    await coord.report(resolved, 0, "failed")
 
     answer = await queue.changeTaskGroupPriority(group, {"newPriority": "very-high"})
     assert answer["tasksAffected"] == 3 and sorted(answer["taskIds"]) == sorted(pending)

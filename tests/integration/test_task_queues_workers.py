@@ -27,21 +27,11 @@ from coordinator.service.clock import wall_clock
 from coordinator.service.workers import SEEN_INTERVAL, WorkerService
 from coordinator.store.base import Store
 from devharness.azurite import AzuriteProcess
+from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import (
-    FakeClock,
-    RunningCoordinator,
-    StartCoordinator,
-    task_definition,
-)
-from tests.integration.test_taskcluster_client import (
-    WT,
-    Queue,
-    rejected,
-    start_secured,
-    worker_scopes,
-)
+from tests.fixtures.clients import WT, Queue, rejected, start_secured, worker_scopes
+from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoordinator
 
 MINUTE = 60_000
 KINDS = ["sync", "aio"]
@@ -389,10 +379,7 @@ async def test_claims_and_creates_only_buffer_their_sightings(
     c = await start_coordinator(run_resolvers=False)
     parts = c.parts
     task_id = await c.create(provisionerId="prov", workerType="wt")
-    claimed = await c.call(
-        "POST", f"/task/{task_id}/runs/0/claim", {"workerGroup": "wg", "workerId": "w1"}
-    )
-    assert claimed.status == 200
+    await c.claim(task_id)
     key = WorkerKey(task_queue=TaskQueue("prov", "wt"), worker_group="wg", worker_id="w1")
     assert await parts.store.worker(key) is None
     assert await parts.store.task_queue(key.task_queue, now=parts.service.clock()) is None

@@ -12,6 +12,7 @@ from coordinator.domain.definitions import definitions_match, normalise
 from coordinator.domain.errors import InputError
 from coordinator.domain.json_text import compact, exact_loads
 from coordinator.domain.records import from_iso, to_iso
+from devharness.tasks import task_definition
 
 TASK_ID = "Jgj3vp06TJCopdyHUgtfww"
 GROUP_ID = "UIEP9rD1THSeI8Dzu24stg"
@@ -30,21 +31,10 @@ def at(ms: int) -> str:
 
 
 def minimal(**changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "provisionerId": "proj",
-        "workerType": "wt",
-        "created": at(NOW),
-        "deadline": at(NOW + DAY),
-        "payload": {"command": ["true"]},
-        "metadata": {
-            "name": "t",
-            "description": "d",
-            "owner": "someone@example.com",
-            "source": "https://example.com/t",
-        },
-    }
-    body.update(changes)
-    return body
+    """The smallest valid createTask body, created at ``NOW`` with a deadline a day later;
+    ``changes`` replace its fields."""
+    fields = {"provisionerId": "proj", "workerType": "wt", "payload": {"command": ["true"]}}
+    return task_definition(NOW, lifetime_ms=DAY, **{**fields, **changes})
 
 
 def norm(body: dict[str, Any], *, task_id: str = TASK_ID) -> dict[str, Any]:

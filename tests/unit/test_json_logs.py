@@ -13,7 +13,7 @@ from coordinator.domain.records import record_from_definition
 from coordinator.logs import KEY_VALUE_FORMAT, JsonFormatter, KeyValueFormatter
 from coordinator.service.clock import wall_clock
 from coordinator.service.transitions import log_changes
-from tests.fixtures.coordinator import task_definition
+from devharness.tasks import task_definition
 
 TASK_ID = "fN1LcKYkTkC7C3Fh6NtB2A"
 

@@ -42,6 +42,7 @@ from coordinator.domain.records import (
     to_iso,
 )
 from coordinator.domain.task_queues import PRIORITIES, priority_level
+from devharness.tasks import task_definition
 
 # --- constants and factories ---------------------------------------------------------------
 
@@ -100,27 +101,20 @@ def definition(
 ) -> dict[str, Any]:
     """A minimal normalised task definition (as createTask stores it); ``scheduling`` adds
     fields such as ``notBefore`` or ``retryDelay``."""
-    return {
+    return task_definition(
+        T0,
+        provisionerId=PROVISIONER,
+        workerType=WORKER_TYPE,
+        schedulerId="ci",
+        taskGroupId=GROUP_ID,
+        dependencies=list(dependencies),
+        requires=requires,
+        priority=priority,
+        retries=retries,
+        deadline=to_iso(deadline),
+        expires=to_iso(expires),
         **scheduling,
-        "provisionerId": PROVISIONER,
-        "workerType": WORKER_TYPE,
-        "schedulerId": "ci",
-        "taskGroupId": GROUP_ID,
-        "dependencies": list(dependencies),
-        "requires": requires,
-        "priority": priority,
-        "retries": retries,
-        "created": to_iso(T0),
-        "deadline": to_iso(deadline),
-        "expires": to_iso(expires),
-        "payload": {},
-        "metadata": {
-            "name": "test task",
-            "description": "a task for lifecycle tests",
-            "owner": "tests@example.com",
-            "source": "https://example.com/tests",
-        },
-    }
+    )
 
 
 def new_task(**fields: Any) -> TaskRecord:

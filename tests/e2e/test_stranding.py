@@ -13,12 +13,11 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-import slugid
 
 from devharness.azurite import AzuriteProcess
 from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
+from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 from tests.fixtures.flow import WT, Flow
 
 
@@ -39,16 +38,6 @@ def flow(
     return Flow(start_coordinator, persistent.connection_string, azure_namespace, http)
 
 
-async def create_many(flow: Flow, coord: RunningCoordinator, count: int) -> set[str]:
-    items = [
-        {"taskId": slugid.nice(), "task": task_definition(provisionerId=flow.prov, workerType=WT)}
-        for _ in range(count)
-    ]
-    response = await coord.call("PUT", "/tasks", {"tasks": items})
-    assert response.status == 200, response.body
-    return {item["taskId"] for item in items}
-
-
 async def claim_all(flow: Flow, coord: RunningCoordinator, task_ids: set[str]) -> None:
     """Claim and complete every run through claimWork, within a bounded time."""
     left = set(task_ids)
@@ -56,7 +45,7 @@ async def claim_all(flow: Flow, coord: RunningCoordinator, task_ids: set[str]) -
     async def drained() -> bool:
         for claim in await flow.claim_work(coord, tasks=32):
             task_id = claim["status"]["taskId"]
-            await flow.report(coord, task_id, claim["runId"], "completed")
+            await coord.report(task_id, claim["runId"], "completed")
             left.discard(task_id)
         return not left
 
@@ -68,7 +57,7 @@ async def test_hints_azurite_lost_in_a_crash_come_back(
 ) -> None:
     # a short grace and interval: the test waits seconds, not the default minute
     coord = await flow.coordinator(reconcile_interval=1_000, hint_grace=60_000)
-    task_ids = await create_many(flow, coord, 200)
+    task_ids = set(await coord.create_many(200, provisionerId=flow.prov, workerType=WT))
     await persistent.stop(signum=signal.SIGKILL)
     await persistent.start()
     survived = await flow.count()
@@ -80,7 +69,7 @@ async def test_hints_azurite_lost_in_a_crash_come_back(
 
 async def test_hints_of_a_queue_cleared_by_hand_come_back(flow: Flow) -> None:
     coord = await flow.coordinator(reconcile_interval=1_000, hint_grace=60_000)
-    task_ids = await create_many(flow, coord, 20)
+    task_ids = set(await coord.create_many(20, provisionerId=flow.prov, workerType=WT))
     assert await flow.count() == 20
     async with flow.queue("lowest") as queue:
         await queue.clear_messages()
