@@ -40,6 +40,7 @@ from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.management import TaskManagement
 from coordinator.service.tasks import Permit, RunReport, TaskService
 from coordinator.service.workers import WorkerService
+from coordinator.store.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +281,9 @@ class Handlers:
     async def heartbeat(self, request: web.Request, body: Any) -> Body:
         try:
             await self.service.check_store()
-        except Exception as error:  # whatever the driver raises, the answer is the same
+        except StoreUnavailable:
+            raise  # error_middleware: 503 naming the store, with Retry-After
+        except Exception as error:  # whatever else the driver raises, the check fails too
             raise ServiceUnavailable(f"the store does not answer: {error!r}") from error
         return {}
 
