@@ -254,34 +254,38 @@ class AzurePoller(_Polling):
             # A hint taken now could not be claimed: it would hide for the poll visibility
             # timeout (300 s), or with a release URL come back only after a needless round.
             await self._coordinator_answers()
-        queues = [
-            queue
+        azure_queues = [
+            azure_queue
             for task_queue in self._identity.task_queues
-            for queue in await self._signed_queues(task_queue)
+            for azure_queue in await self._azure_queues(task_queue)
         ]
-        for queue in self._settings.order.arrange(queues, lambda q: q.priority, self._rng):
+        for azure_queue in self._settings.order.arrange(
+            azure_queues, lambda q: q.priority, self._rng
+        ):
             if self._stopping.is_set():
                 return []
-            if time.monotonic() < self._empty_until.get(queue.key, 0.0):
+            if time.monotonic() < self._empty_until.get(azure_queue.key, 0.0):
                 continue
             try:
                 messages = await azure.get_messages(
-                    self._session, azure.poll_url(queue.urls.poll_url, count)
+                    self._session, azure.poll_url(azure_queue.urls.poll_url, count)
                 )
             except RequestFailed as error:
                 if error.status == 404:
                     # The coordinator creates queues lazily and deletes idle ones.
-                    log.debug("queue missing queue=%s", queue.name)
+                    log.debug("queue missing queue=%s", azure_queue.name)
                     messages = []
                 else:
                     if not error.transient:
                         # Most likely an expired or rejected signature: get new URLs first.
-                        self._urls.pop(queue.task_queue, None)
+                        self._urls.pop(azure_queue.task_queue, None)
                     raise _Transient() from error
             if messages:
-                return await self._take_all(queue, messages)
+                return await self._take_all(azure_queue, messages)
             skip = self._settings.empty_queue_skip
-            self._empty_until[queue.key] = time.monotonic() + self._rng.uniform(skip / 2, skip)
+            self._empty_until[azure_queue.key] = time.monotonic() + self._rng.uniform(
+                skip / 2, skip
+            )
         # Nothing anywhere: the idle pause already spaces the gets out, so the next pass asks
         # every queue again (a skip outlasting the pause would only delay picking work up).
         self._empty_until.clear()
@@ -306,7 +310,7 @@ class AzurePoller(_Polling):
         self._coordinator_lost = False
         log.info("coordinator answers again, polling resumed")
 
-    async def _signed_queues(self, task_queue: TaskQueue) -> list[_AzureQueue]:
+    async def _azure_queues(self, task_queue: TaskQueue) -> list[_AzureQueue]:
         cached = self._urls.get(task_queue)
         if cached is None or time.monotonic() >= cached[0].refresh_at:
             try:
@@ -317,7 +321,7 @@ class AzurePoller(_Polling):
                 if error.transient:
                     raise _Transient() from error
                 raise
-            queues = [
+            azure_queues = [
                 _AzureQueue(
                     task_queue=task_queue,
                     priority=priority_at(index),
@@ -326,7 +330,7 @@ class AzurePoller(_Polling):
                 )
                 for index, signed in enumerate(urls.queues)
             ]
-            cached = self._urls[task_queue] = (urls, queues)
+            cached = self._urls[task_queue] = (urls, azure_queues)
             log.info(
                 "poll urls refreshed taskQueue=%s queues=%d expires=%s",
                 task_queue,
@@ -336,11 +340,11 @@ class AzurePoller(_Polling):
         return cached[1]
 
     async def _take_all(
-        self, queue: _AzureQueue, messages: list[azure.QueueMessage]
+        self, azure_queue: _AzureQueue, messages: list[azure.QueueMessage]
     ) -> list[Claim]:
         """Claim the runs one get's messages hint at, each run once however many messages
         name it, and delete the messages unless their claim must be retried."""
-        hints = await asyncio.gather(*(self._hint(queue, message) for message in messages))
+        hints = await asyncio.gather(*(self._hint(azure_queue, message) for message in messages))
         runs: dict[tuple[str, int], list[azure.QueueMessage]] = {}
         for message, hint in zip(messages, hints, strict=True):
             if hint is not None:
@@ -348,15 +352,17 @@ class AzurePoller(_Polling):
         if not runs or self._stopping.is_set():
             # Claiming now would only lead to reporting worker-shutdown, which spends one of
             # the task's retries: hand the hints to another worker.
-            if runs and queue.urls.release_url is not None:
-                log.info("worker stopping, releasing hints queue=%s runs=%d", queue.name, len(runs))
-                await self._release(queue, runs)
+            if runs and azure_queue.urls.release_url is not None:
+                log.info(
+                    "worker stopping, releasing hints queue=%s runs=%d", azure_queue.name, len(runs)
+                )
+                await self._release(azure_queue, runs)
             return []
-        outcomes = await self._claim(list(runs), queue)
+        outcomes = await self._claim(list(runs), azure_queue)
         # return_exceptions: one failed claim must not discard the runs the others claimed.
         results = await asyncio.gather(
             *(
-                self._settle_hints(queue, run, run_messages, outcome)
+                self._settle_hints(azure_queue, run, run_messages, outcome)
                 for (run, run_messages), outcome in zip(runs.items(), outcomes, strict=True)
             ),
             return_exceptions=True,
@@ -382,7 +388,7 @@ class AzurePoller(_Polling):
         raise _Transient() from failures[0]
 
     async def _hint(
-        self, queue: _AzureQueue, message: azure.QueueMessage
+        self, azure_queue: _AzureQueue, message: azure.QueueMessage
     ) -> azure.AzureHint | None:
         """The hint a message holds; ``None`` for a poison one, which is deleted."""
         try:
@@ -390,23 +396,23 @@ class AzurePoller(_Polling):
         except azure.PoisonHint as error:
             log.warning(
                 "poison hint deleted queue=%s messageId=%s dequeueCount=%d error=%s",
-                queue.name,
+                azure_queue.name,
                 message.message_id,
                 message.dequeue_count,
                 error,
             )
-            await self._delete(queue, message, task_id="-", run_id="-")
+            await self._delete(azure_queue, message, task_id="-", run_id="-")
             return None
         if message.dequeue_count > self._settings.dequeue_warning:
             self._metrics.dequeue_warnings.inc()
             log.warning(
-                DEQUEUE_WARNING, hint.task_id, hint.run_id, queue.name, message.dequeue_count
+                DEQUEUE_WARNING, hint.task_id, hint.run_id, azure_queue.name, message.dequeue_count
             )
         return hint
 
     async def _settle_hints(
         self,
-        queue: _AzureQueue,
+        azure_queue: _AzureQueue,
         run: tuple[str, int],
         messages: list[azure.QueueMessage],
         outcome: Claim | RequestFailed,
@@ -415,10 +421,10 @@ class AzurePoller(_Polling):
         cannot be; release them when no coordinator answered and the queue has a release URL;
         raise the RequestFailed when the hint is not deleted."""
         task_id, run_id = run
-        name = queue.name
+        name = azure_queue.name
         if isinstance(outcome, RequestFailed):
             if outcome.status not in DEAD_HINT_STATUSES:
-                if outcome.transient and queue.urls.release_url is not None:
+                if outcome.transient and azure_queue.urls.release_url is not None:
                     log.warning(
                         "claim failed, releasing hint taskId=%s runId=%s queue=%s error=%s",
                         task_id,
@@ -426,7 +432,7 @@ class AzurePoller(_Polling):
                         name,
                         outcome,
                     )
-                    await self._release(queue, {run: messages})
+                    await self._release(azure_queue, {run: messages})
                 elif not outcome.refused:  # a refusal was logged as an ERROR when it came
                     log.warning(
                         "claim failed, hint kept taskId=%s runId=%s queue=%s error=%s",
@@ -457,14 +463,17 @@ class AzurePoller(_Polling):
             claim = outcome
         # The claim's answer is all the handler waits for; the deletes go on meanwhile.
         deletes = asyncio.gather(
-            *(self._delete(queue, message, task_id=task_id, run_id=run_id) for message in messages)
+            *(
+                self._delete(azure_queue, message, task_id=task_id, run_id=run_id)
+                for message in messages
+            )
         )
         self._deleting.add(deletes)
         deletes.add_done_callback(self._deleting.discard)
         return claim
 
     async def _claim(
-        self, runs: list[tuple[str, int]], queue: _AzureQueue
+        self, runs: list[tuple[str, int]], azure_queue: _AzureQueue
     ) -> list[Claim | RequestFailed]:
         """Claim ``runs``, retrying in place those that failed transiently for up to
         :data:`RELEASE_RETRY_WINDOW` when the queue has a release URL (the hint is released
@@ -474,8 +483,8 @@ class AzurePoller(_Polling):
         :data:`REFUSED_RETRY_WINDOW`, in case the worker's scopes are being fixed. Each retry
         is one request for every run still to be retried; the answer is each run's last
         outcome, in order."""
-        name = queue.name
-        releasable = queue.urls.release_url is not None
+        name = azure_queue.name
+        releasable = azure_queue.urls.release_url is not None
         started = time.monotonic()
         outcomes: dict[tuple[str, int], Claim | RequestFailed] = {}
         todo = runs
@@ -547,7 +556,7 @@ class AzurePoller(_Polling):
 
     async def _delete(
         self,
-        queue: _AzureQueue,
+        azure_queue: _AzureQueue,
         message: azure.QueueMessage,
         *,
         task_id: str,
@@ -555,7 +564,7 @@ class AzurePoller(_Polling):
     ) -> None:
         try:
             await azure.delete_message(
-                self._session, azure.delete_url(queue.urls.delete_url, message)
+                self._session, azure.delete_url(azure_queue.urls.delete_url, message)
             )
         except RequestFailed as error:
             # Not retried: the message reappears after its visibility timeout, and the claim
@@ -565,21 +574,21 @@ class AzurePoller(_Polling):
                 "hint delete failed taskId=%s runId=%s queue=%s messageId=%s error=%s",
                 task_id,
                 run_id,
-                queue.name,
+                azure_queue.name,
                 message.message_id,
                 error,
             )
 
     async def _release(
-        self, queue: _AzureQueue, runs: Mapping[tuple[str, int], list[azure.QueueMessage]]
+        self, azure_queue: _AzureQueue, runs: Mapping[tuple[str, int], list[azure.QueueMessage]]
     ) -> None:
         """Make the messages hinting at ``runs`` visible again within seconds (Update Message
         through the queue's release URL, which it must have)."""
-        template = queue.urls.release_url
+        template = azure_queue.urls.release_url
         assert template is not None
         await asyncio.gather(
             *(
-                self._release_one(queue, template, message, task_id=task_id, run_id=run_id)
+                self._release_one(azure_queue, template, message, task_id=task_id, run_id=run_id)
                 for (task_id, run_id), messages in runs.items()
                 for message in messages
             )
@@ -587,7 +596,7 @@ class AzurePoller(_Polling):
 
     async def _release_one(
         self,
-        queue: _AzureQueue,
+        azure_queue: _AzureQueue,
         template: str,
         message: azure.QueueMessage,
         *,
@@ -603,7 +612,7 @@ class AzurePoller(_Polling):
                 "hint release failed taskId=%s runId=%s queue=%s messageId=%s error=%s",
                 task_id,
                 run_id,
-                queue.name,
+                azure_queue.name,
                 message.message_id,
                 error,
             )

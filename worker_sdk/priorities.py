@@ -111,15 +111,17 @@ class PollOrder:
     weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
 
     def arrange(
-        self, queues: Sequence[_T], priority_of: Callable[[_T], str], rng: random.Random
+        self, azure_queues: Sequence[_T], priority_of: Callable[[_T], str], rng: random.Random
     ) -> list[_T]:
-        """``queues`` in the order to poll them this pass."""
+        """``azure_queues`` in the order to poll them this pass."""
         if self.polling == "strict":
             # sorted is stable: at equal priority the given order stays.
-            return sorted(queues, key=lambda queue: -LEVELS[priority_of(queue)])
+            return sorted(azure_queues, key=lambda azure_queue: -LEVELS[priority_of(azure_queue)])
         # 1 - random() lies in (0, 1]: u = 0 would tie every weight at key 0.
         return sorted(
-            queues,
-            key=lambda queue: (1.0 - rng.random()) ** (1.0 / self.weights[priority_of(queue)]),
+            azure_queues,
+            key=lambda azure_queue: (
+                (1.0 - rng.random()) ** (1.0 / self.weights[priority_of(azure_queue)])
+            ),
             reverse=True,
         )
