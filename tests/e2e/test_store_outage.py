@@ -24,9 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.azurite import AzuriteProcess
 from devharness.postgres import Cluster, postgres_bindir, throwaway_cluster
+from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
+from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 from worker_sdk import Backoff, TaskRun, Worker
 
 BINDIR = postgres_bindir()

@@ -13,6 +13,7 @@ import logging
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -21,8 +22,9 @@ import slugid
 from coordinator.resolvers.runner import Actor, Runner
 from coordinator.store import sqlite as sqlite_store
 from coordinator.store.sqlite import SQLiteStore
+from devharness.tasks import task_definition
 from devharness.waiting import wait_until
-from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator, task_definition
+from tests.fixtures.coordinator import StartCoordinator
 
 OUTAGE_LOGGER = "coordinator.store.outages"
 
@@ -66,9 +68,12 @@ def lock(tmp_path: Path) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
-async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, str], object]:
-    async with session.get(url) as response:
-        return response.status, dict(response.headers), await response.json()
+async def answer(
+    session: aiohttp.ClientSession, method: str, url: str, body: Any = None
+) -> tuple[int, str | None, Any]:
+    """Status, ``Retry-After`` and JSON body of one request."""
+    async with session.request(method, url, json=body) as response:
+        return response.status, response.headers.get("Retry-After"), await response.json()
 
 
 async def test_a_locked_database_is_a_503_with_the_store_named_until_it_is_free(
@@ -77,32 +82,23 @@ async def test_a_locked_database_is_a_503_with_the_store_named_until_it_is_free(
     captured: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
-    c: RunningCoordinator = await start_coordinator()
+    c = await start_coordinator()
     store = f"sqlite://{tmp_path / 'coordinator.db'}"
     existing = await c.create()
 
     lock.execute("BEGIN EXCLUSIVE")
-    created = await c.call("PUT", f"/task/{slugid.nice()}", task_definition())
-    status = await c.call("GET", f"/task/{existing}/status")
-    heartbeat = await get(c.session, c.url + "/__heartbeat__")
-    async with c.session.put(c.api + f"/task/{slugid.nice()}", json=task_definition()) as response:
-        retry_after = response.headers.get("Retry-After")
-        assert response.status == 503
+    created = await answer(c.session, "PUT", c.api + f"/task/{slugid.nice()}", task_definition())
+    status = await answer(c.session, "GET", c.api + f"/task/{existing}/status")
+    heartbeat = await answer(c.session, "GET", c.url + "/__heartbeat__")
     lock.execute("COMMIT")
 
-    for answer in (created, status):
-        assert answer.status == 503, answer.body
-        assert answer.body["code"] == "ServiceUnavailable"
-        assert answer.body["message"] == (
-            f"the store {store} is unavailable: OperationalError: database is locked; retry later"
-        )
-    assert retry_after == "2"
-    code, headers, body = heartbeat
-    assert code == 503 and headers["Retry-After"] == "2"
-    assert isinstance(body, dict) and store in body["message"]
+    message = f"the store {store} is unavailable: OperationalError: database is locked"
+    for code, retry_after, body in (created, status, heartbeat):
+        assert (code, retry_after, body["code"]) == (503, "2", "ServiceUnavailable"), body
+        assert body["message"] == f"{message}; retry later"
 
     async def heartbeat_ok() -> bool:
-        return (await get(c.session, c.url + "/__heartbeat__"))[0] == 200
+        return (await answer(c.session, "GET", c.url + "/__heartbeat__"))[0] == 200
 
     await wait_until(heartbeat_ok, within=10, what="the heartbeat once the lock is gone")
     assert (await c.call("GET", f"/task/{existing}/status")).status == 200
