@@ -5,11 +5,11 @@ statements; this module knows nothing of tasks.
 One ``sqlite3`` connection serves every call, one call's statements at a time, so a
 multi-statement call can never interleave with another coroutine's.
 
-Where each call runs is a matter of CPU, measured in docs/performance-history.md: a statement run on a
-helper thread while the event loop is busy costs three to four times its own CPU in hand-offs
-of the interpreter lock. So the short calls of the request path (:attr:`Where.LOOP`) run their
-statements on the event loop, and only their COMMIT, which waits for the fsync, goes to the
-store thread (a transaction that wrote nothing commits on the loop). Calls that scan
+Where each call runs is a matter of CPU, measured in docs/performance-history.md: a statement
+run on a helper thread while the event loop is busy costs three to four times its own CPU in
+hand-offs of the interpreter lock. So the short calls of the request path (:attr:`Where.LOOP`)
+run their statements on the event loop, and only their COMMIT, which waits for the fsync, goes
+to the store thread (a transaction that wrote nothing commits on the loop). Calls that scan
 (:attr:`Where.THREAD`: counts, filtered listings, sweeps) run wholly on the store thread, in
 their own transaction, so a long scan never stalls the loop.
 
