@@ -55,7 +55,7 @@ from coordinator.store.factory import open_store, sqlite_path
 from coordinator.store.rows import insert_columns, tag_rows
 
 PROVISIONER_ID: Final = "bench"
-QUEUES: Final = tuple(f"wt-{number:02d}" for number in range(20))
+WORKER_TYPES: Final = tuple(f"wt-{number:02d}" for number in range(20))
 """The worker types; the task queues are ``bench/<worker type>``."""
 SCHEDULERS: Final = tuple(f"scheduler-{number}" for number in range(10))
 PROJECTS: Final = tuple(f"project-{number}" for number in range(5))
@@ -170,7 +170,7 @@ _MAX_DEADLINE: Final = Config().max_deadline
 class Shape:
     """Everything a task's row depends on but its ids and its time."""
 
-    queue: str
+    worker_type: str
     kind: str
     platform: str
     end_state: EndState
@@ -194,7 +194,7 @@ class Ids:
 def _body(shape: Shape, ids: Ids, created: int) -> dict[str, Any]:
     """The createTask body a producer would have sent."""
     body: dict[str, Any] = {
-        "taskQueueId": f"{PROVISIONER_ID}/{shape.queue}",
+        "taskQueueId": f"{PROVISIONER_ID}/{shape.worker_type}",
         "schedulerId": ids.scheduler,
         "projectId": ids.project,
         "taskGroupId": ids.group,
@@ -256,7 +256,7 @@ def build(shape: Shape, ids: Ids, created: int) -> tuple[TaskRecord, int]:
                 record,
                 run_id=run_id,
                 worker_group=WORKER_GROUP,
-                worker_id=f"{shape.queue}-{shape.pace}",
+                worker_id=f"{shape.worker_type}-{shape.pace}",
                 now=at,
                 timing=timing,
             )
@@ -528,7 +528,11 @@ def chunks(
             end_state = "pending"  # nothing unresolved in the group yet to wait for
         kind = kinds.draw(rng)
         shape = Shape(
-            rng.choice(QUEUES), kind, rng.choice(PLATFORMS), end_state, rng.randrange(len(PACES))
+            rng.choice(WORKER_TYPES),
+            kind,
+            rng.choice(PLATFORMS),
+            end_state,
+            rng.randrange(len(PACES)),
         )
         template = templates.get(shape)
         if template is None:

@@ -53,7 +53,7 @@ from coordinator.api.filters import task_filter
 from coordinator.domain.records import to_iso
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.store.postgres import filtered_statement
-from devharness.bulk_tasks import DAY, PROVISIONER_ID, QUEUES, Filled, fill
+from devharness.bulk_tasks import DAY, PROVISIONER_ID, WORKER_TYPES, Filled, fill
 from devharness.postgres import ADMIN_DSN, throwaway_database
 from devharness.processes import ServeProcess, serving
 from devharness.query_plans import Plan, Statement, parameters, postgres_plan
@@ -97,14 +97,14 @@ def queries(filled: Filled) -> tuple[list[Query], list[Query]]:
     their filter typically does: one queue of 20, one state, one scheduler of 10, one group,
     one project of 5, the rarest and the commonest ``kind`` tag, a one-day window ten days
     back."""
-    queue = f"{PROVISIONER_ID}/{QUEUES[7]}"
+    task_queue_id = f"{PROVISIONER_ID}/{WORKER_TYPES[7]}"
     # a group created 3 days ago (78 % of the way through the stream): it has pending tasks
     group = filled.task_group_ids[int(len(filled.task_group_ids) * 0.78)]
     day = [to_iso(filled.now - 10 * DAY), to_iso(filled.now - 9 * DAY)]
     created = (("createdAfter", day[0]), ("createdBefore", day[1]))
     resolved = (("resolvedAfter", day[0]), ("resolvedBefore", day[1]))
     listed = [
-        Query(label="taskQueueId", params=(("taskQueueId", queue),)),
+        Query(label="taskQueueId", params=(("taskQueueId", task_queue_id),)),
         Query(label="state=pending", params=(("state", "pending"),)),
         Query(label="schedulerId", params=(("schedulerId", "scheduler-3"),)),
         Query(label="taskGroupId", params=(("taskGroupId", group),)),
@@ -115,7 +115,7 @@ def queries(filled: Filled) -> tuple[list[Query], list[Query]]:
         Query(label="resolved, one day", params=resolved),
         Query(
             label="taskQueueId + state=pending",
-            params=(("taskQueueId", queue), ("state", "pending")),
+            params=(("taskQueueId", task_queue_id), ("state", "pending")),
         ),
         Query(
             label="taskGroupId + state=pending",
@@ -127,10 +127,10 @@ def queries(filled: Filled) -> tuple[list[Query], list[Query]]:
         ),
     ]
     counted = [
-        Query(label="taskQueueId", params=(("taskQueueId", queue),)),
+        Query(label="taskQueueId", params=(("taskQueueId", task_queue_id),)),
         Query(
             label="taskQueueId + state=pending",
-            params=(("taskQueueId", queue), ("state", "pending")),
+            params=(("taskQueueId", task_queue_id), ("state", "pending")),
         ),
         Query(label="state=completed", params=(("state", "completed"),)),
         Query(label="projectId", params=(("projectId", "project-2"),)),

@@ -15,7 +15,7 @@ import pytest
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.store.factory import sqlite_path
-from devharness.bulk_tasks import DAY, PROVISIONER_ID, QUEUES, SCHEDULERS, Filled, fill
+from devharness.bulk_tasks import DAY, PROVISIONER_ID, SCHEDULERS, WORKER_TYPES, Filled, fill
 from devharness.query_plans import Plan, Statement, postgres_plan, sqlite_plan
 
 TASKS = 20_000
@@ -28,7 +28,7 @@ def _filters(filled: Filled) -> dict[str, TaskFilter]:
     ten_days_ago = filled.now - 10 * DAY
     return {
         "queue + state": TaskFilter(
-            task_queue=TaskQueue(PROVISIONER_ID, QUEUES[7]), states=("pending",)
+            task_queue=TaskQueue(PROVISIONER_ID, WORKER_TYPES[7]), states=("pending",)
         ),
         "task group": TaskFilter(task_group_id=group),
         "scheduler": TaskFilter(scheduler_id=SCHEDULERS[3]),
