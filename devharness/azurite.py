@@ -38,6 +38,8 @@ DEFAULT_PORT = 10001
 """Azurite's own default queue port, used by the command line."""
 
 _OUTPUT_TAIL_LINES = 40
+READER_GRACE = 10.0
+"""Seconds to wait for Azurite's output to close once the process has exited."""
 
 
 class AzuriteError(Exception):
@@ -195,8 +197,12 @@ class AzuriteProcess:
             return
         await end_processes([process], signum=signum, wait=grace)
         if reader is not None:
-            # The pipe closes when the process exits; the reader then ends by itself.
-            await reader
+            # The pipe closes when the process exits and the reader then ends by itself, unless
+            # something the process started still holds the pipe: never wait on that forever.
+            try:
+                await asyncio.wait_for(reader, timeout=READER_GRACE)
+            except TimeoutError:
+                logger.warning("azurite output still open %.0f s after exit", READER_GRACE)
         logger.info("azurite stopped pid=%s code=%s", process.pid, process.returncode)
 
     async def __aenter__(self) -> AzuriteProcess:
