@@ -407,7 +407,7 @@ def test_root_url_and_credentials_come_from_the_taskcluster_environment() -> Non
             "TASKCLUSTER_ACCESS_TOKEN": "token",
         },
     )
-    assert options.root_url == "http://127.0.0.1:8080"
+    assert options.root_urls == ("http://127.0.0.1:8080",)
     assert options.credentials == Credentials(client_id="worker", access_token="token")
     assert options.task_queues == (TaskQueue("prov", "wt"),)
     assert options.handler == "examples.hello:handle"
@@ -442,7 +442,7 @@ def test_flags_win_over_the_environment_and_certificates_make_temporary_credenti
             "TASKCLUSTER_CERTIFICATE": '{"version":1}',
         },
     )
-    assert options.root_url == "http://coordinator:9000"
+    assert options.root_urls == ("http://coordinator:9000",)
     assert (options.worker_group, options.worker_id) == ("grp", "w7")
     assert (options.capacity, options.claim_work, options.grace_period) == (8, True, 5.0)
     assert options.dequeue_warning == 3
