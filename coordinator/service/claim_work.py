@@ -21,6 +21,7 @@ from coordinator.azure.queues import QueueService, ReceivedHint
 from coordinator.domain.errors import DomainError
 from coordinator.domain.records import TaskRecord
 from coordinator.service.tasks import TaskService
+from coordinator.store.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,12 @@ class ClaimWork:
                     type(error).__name__,
                 )
                 await self._forget(hint)
+                continue
+            except StoreUnavailable:
+                # An outage, logged once by the store: another worker may claim it later.
+                log.debug("claim deferred, store unavailable taskId=%s", hint.task_id)
+                with contextlib.suppress(Exception):
+                    await self.azure_queues.release(hint)
                 continue
             except Exception:
                 log.exception(

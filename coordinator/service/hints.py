@@ -28,6 +28,7 @@ from coordinator.service.background import Background
 from coordinator.service.clock import Clock
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.store.base import Store
+from coordinator.store.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,8 @@ class HintPublisher:
             return
         try:
             await self._store.confirm_hints(batch)
+        except StoreUnavailable:
+            pass  # the store logs its outage once; the hint keeper puts these again
         except Exception as error:
             log.warning(
                 "hints not confirmed, the hint keeper will put them again hints=%d error=%r",
