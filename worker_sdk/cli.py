@@ -1,6 +1,7 @@
 """``queue-worker``: run a handler function as a worker from the command line.
 
-    queue-worker [--root-url URL ...] (--provisioner-id P --worker-type W | --task-queue P/W ...) \\
+    queue-worker [--root-url URL ...] \\
+        (--provisioner-id P --worker-type W | --task-queue P/W ...) \\
         [--polling strict|weighted [--weight PRIORITY=W ...]] \\
         [--worker-group G] [--worker-id ID] [--capacity N] [--claim-work] \\
         [--grace-period SECONDS] [--dequeue-warning N] [--retry-failures] \\
@@ -15,12 +16,12 @@ current directory is importable, so ``queue-worker examples.hello:handle`` works
 checkout. Exit status: 0 after a graceful stop, 1 when the coordinator refuses the worker,
 2 for bad arguments. ``--root-url`` repeated names replicas of one coordinator in order of
 preference (``Worker(root_urls=)``): the worker fails over to the next while one does not
-answer, and stays with the one that does. ``--processes N`` runs N such workers under a supervisor
-(:mod:`worker_sdk.supervisor`). ``--no-batching`` sends one request per claim, reclaim and
-report instead of batches of runs (``Worker(batching=False)``), and ``--empty-queue-skip``
-sets how long an Azure queue that answered empty is left alone (``Worker(empty_queue_skip=)``),
-``--polls-in-flight`` how many Azure gets and their claims run at once
-(``Worker(polls_in_flight=)``).
+answer, and stays with the one that does. ``--processes N`` runs N such workers under a
+supervisor (:mod:`worker_sdk.supervisor`). ``--no-batching`` sends one request per claim,
+reclaim and report instead of batches of runs (``Worker(batching=False)``), and
+``--empty-queue-skip`` sets how long an Azure queue that answered empty is left alone
+(``Worker(empty_queue_skip=)``), ``--polls-in-flight`` how many Azure gets and their claims
+run at once (``Worker(polls_in_flight=)``).
 """
 
 from __future__ import annotations
