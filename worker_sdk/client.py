@@ -174,7 +174,7 @@ class CoordinatorClient:
                 SignedQueue(
                     poll_url=str(q["signedPollUrl"]),
                     delete_url=str(q["signedDeleteUrl"]),
-                    release_url=str(q["signedReleaseUrl"]) if "signedReleaseUrl" in q else None,
+                    release_url=str(q["signedReleaseUrl"]) if q.get("signedReleaseUrl") else None,
                 )
                 for q in answer.body["queues"]
             )
