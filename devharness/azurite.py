@@ -1,14 +1,17 @@
-"""The Azurite queue emulator as a child process, for the tests, the scripts and ``./scripts/dev``.
+"""The Azurite emulator (queue and blob services) as a child process, for the tests, the
+scripts and ``./scripts/dev``.
 
-:class:`AzuriteProcess` owns one ``azurite-queue`` process from the pinned npm package
-(``node_modules/.bin/azurite-queue``): it picks the port, starts the process, waits until it
-answers HTTP, and stops it again; it can be restarted on the same port (with ``location`` the
-queues survive a restart, with in-memory persistence they do not). ``connection_string``
-points at Azurite's well-known ``devstoreaccount1`` account.
+:class:`AzuriteProcess` owns one ``azurite`` process from the pinned npm package
+(``node_modules/.bin/azurite``), serving queues (hints) and blobs (artifacts): it picks the
+ports, starts the process, waits until both services answer HTTP, and stops it again; it can be
+restarted on the same ports (with ``location`` queues and blobs survive a restart, with
+in-memory persistence they do not). ``connection_string`` points at Azurite's well-known
+``devstoreaccount1`` account and names both endpoints. Azurite cannot leave its table service
+out, so that one listens on a port the system picks and nothing uses.
 
-``python -m devharness.azurite [--location DIR] [--port N]`` runs Azurite in the foreground
-for ``./scripts/dev``: it prints the connection string on stdout once Azurite answers, and
-stops Azurite on SIGINT/SIGTERM.
+``python -m devharness.azurite [--location DIR] [--port N] [--blob-port N]`` runs Azurite in
+the foreground for ``./scripts/dev``: it prints the connection string on stdout once Azurite
+answers, and stops Azurite on SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ import collections
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import aiohttp
 
 from devharness.ports import free_port
 from devharness.processes import end_processes
@@ -36,6 +42,8 @@ ACCOUNT_KEY = (
 DEFAULT_NODE_MODULES = Path(__file__).resolve().parent.parent / "node_modules"
 DEFAULT_PORT = 10001
 """Azurite's own default queue port, used by the command line."""
+DEFAULT_BLOB_PORT = 10000
+"""Azurite's own default blob port, used by the command line."""
 
 _OUTPUT_TAIL_LINES = 40
 READER_GRACE = 10.0
@@ -47,9 +55,10 @@ class AzuriteError(Exception):
 
 
 class AzuriteProcess:
-    """One ``azurite-queue`` child process.
+    """One ``azurite`` child process serving queues and blobs.
 
     :param port: queue port; 0 picks a free one now, which then stays fixed across restarts.
+    :param blob_port: blob port, chosen the same way.
     :param host: listening address.
     :param location: directory for persistent data (created if missing); ``None`` keeps
         everything in memory.
@@ -61,6 +70,7 @@ class AzuriteProcess:
         self,
         *,
         port: int = 0,
+        blob_port: int = 0,
         host: str = "127.0.0.1",
         location: Path | None = None,
         node_modules: Path = DEFAULT_NODE_MODULES,
@@ -68,6 +78,7 @@ class AzuriteProcess:
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
+        self.blob_port = blob_port or _free_port_besides(host, self.port)
         self.location = location
         self.node_modules = node_modules
         self.start_timeout = start_timeout
@@ -81,10 +92,16 @@ class AzuriteProcess:
         return f"http://{self.host}:{self.port}/{ACCOUNT_NAME}"
 
     @property
+    def blob_endpoint(self) -> str:
+        """The account's blob endpoint, as a connection string's ``BlobEndpoint``."""
+        return f"http://{self.host}:{self.blob_port}/{ACCOUNT_NAME}"
+
+    @property
     def connection_string(self) -> str:
         return (
             f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT_NAME};"
             f"AccountKey={ACCOUNT_KEY};QueueEndpoint={self.endpoint};"
+            f"BlobEndpoint={self.blob_endpoint};"
         )
 
     @property
@@ -94,11 +111,20 @@ class AzuriteProcess:
     def command(self) -> list[str]:
         """The command line :meth:`start` runs."""
         command = [
-            str(self.node_modules / ".bin" / "azurite-queue"),
+            str(self.node_modules / ".bin" / "azurite"),
             "--queueHost",
             self.host,
             "--queuePort",
             str(self.port),
+            "--blobHost",
+            self.host,
+            "--blobPort",
+            str(self.blob_port),
+            "--tableHost",
+            self.host,
+            # unused, and it cannot be switched off: the system picks its port
+            "--tablePort",
+            "0",
             # Node 20 machines run an Azurite older than the SDK's API version.
             "--skipApiVersionCheck",
             "--loose",
@@ -114,14 +140,14 @@ class AzuriteProcess:
         return command
 
     async def start(self) -> None:
-        """Spawn Azurite and return once it answers HTTP on its port.
+        """Spawn Azurite and return once both its queue and blob services answer HTTP.
 
         Raises :class:`AzuriteError` (with Azurite's last output lines) if it exits or does
         not answer within ``start_timeout``.
         """
         if self.running:
             raise AzuriteError(f"Azurite is already running on port {self.port}")
-        executable = self.node_modules / ".bin" / "azurite-queue"
+        executable = self.node_modules / ".bin" / "azurite"
         if not executable.exists():
             raise AzuriteError(f"{executable} not found; run `npm ci` in the repository first")
         if self.location is not None:
@@ -135,37 +161,47 @@ class AzuriteProcess:
         )
         self._reader = asyncio.create_task(self._read_output(self._process))
         logger.info(
-            "azurite starting pid=%s port=%s location=%s",
+            "azurite starting pid=%s port=%s blob_port=%s location=%s",
             self._process.pid,
             self.port,
+            self.blob_port,
             self.location or "memory",
         )
         process = self._process
         try:
             try:
-                await wait_until_answers(
-                    f"{self.endpoint}?comp=list",
-                    within=self.start_timeout,
-                    # An unauthenticated request is refused, but only Azurite says so with
-                    # this header: something else may hold a port we picked.
-                    accept=lambda response: response.headers.get("Server", "").startswith(
-                        "Azurite-Queue"
-                    ),
-                    exit_code=lambda: process.returncode,
-                )
+                # Azurite opens both services together: the blob one answers soon after the
+                # queue one does.
+                for endpoint, server in (
+                    (self.endpoint, "Azurite-Queue"),
+                    (self.blob_endpoint, "Azurite-Blob"),
+                ):
+                    await wait_until_answers(
+                        f"{endpoint}?comp=list",
+                        within=self.start_timeout,
+                        # An unauthenticated request is refused, but only Azurite says so with
+                        # this header: something else may hold a port we picked.
+                        accept=_served_by(server),
+                        exit_code=lambda: process.returncode,
+                    )
             except ProcessExited:
                 raise AzuriteError(
                     f"Azurite exited while starting:\n{self.output_tail()}"
                 ) from None
             except WaitTimeout:
                 raise AzuriteError(
-                    f"Azurite did not answer on {self.endpoint} within "
+                    f"Azurite did not answer on {endpoint} within "
                     f"{self.start_timeout} s:\n{self.output_tail()}"
                 ) from None
         except BaseException:
             await self.stop()
             raise
-        logger.info("azurite ready pid=%s endpoint=%s", self._process.pid, self.endpoint)
+        logger.info(
+            "azurite ready pid=%s endpoint=%s blob_endpoint=%s",
+            self._process.pid,
+            self.endpoint,
+            self.blob_endpoint,
+        )
 
     async def _read_output(self, process: asyncio.subprocess.Process) -> None:
         # Draining the pipe keeps Azurite from blocking on a full buffer; the tail explains a
@@ -213,6 +249,20 @@ class AzuriteProcess:
         await self.stop()
 
 
+def _free_port_besides(host: str, taken: int) -> int:
+    """A free port other than ``taken`` (which is free too until Azurite binds it)."""
+    for _ in range(10):
+        port = free_port(host)
+        if port != taken:
+            return port
+    raise AzuriteError(f"no free port on {host} besides {taken}")
+
+
+def _served_by(server: str) -> Callable[[aiohttp.ClientResponse], bool]:
+    """Whether an answer comes from the Azurite service whose ``Server`` header starts so."""
+    return lambda response: response.headers.get("Server", "").startswith(server)
+
+
 async def _run_foreground(azurite: AzuriteProcess) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -236,14 +286,17 @@ async def _run_foreground(azurite: AzuriteProcess) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m devharness.azurite",
-        description="Run the Azurite queue emulator in the foreground and print its "
-        "connection string once it answers.",
+        description="Run the Azurite emulator (queues and blobs) in the foreground and print "
+        "its connection string once it answers.",
     )
     parser.add_argument(
         "--location", type=Path, help="data directory (default: keep everything in memory)"
     )
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help="queue port; 0 picks a free one"
+    )
+    parser.add_argument(
+        "--blob-port", type=int, default=DEFAULT_BLOB_PORT, help="blob port; 0 picks a free one"
     )
     parser.add_argument("--host", default="127.0.0.1", help="listening address")
     parser.add_argument(
@@ -256,7 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     azurite = AzuriteProcess(
-        port=args.port, host=args.host, location=args.location, node_modules=args.node_modules
+        port=args.port,
+        blob_port=args.blob_port,
+        host=args.host,
+        location=args.location,
+        node_modules=args.node_modules,
     )
     try:
         return asyncio.run(_run_foreground(azurite))
