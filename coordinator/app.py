@@ -77,7 +77,7 @@ def _actors(
     management: TaskManagement,
     azure_queues: QueueService | None,
 ) -> list[Actor]:
-    seconds = config.resolver_interval / 1000
+    seconds = config.resolver_interval_ms / 1000
     actors = [
         Actor(
             name="claim-resolver",
@@ -86,7 +86,7 @@ def _actors(
         ),
         Actor(
             name="deadline-resolver",
-            run_once=lambda: deadline_resolver.run_once(service, delay=config.deadline_delay),
+            run_once=lambda: deadline_resolver.run_once(service, delay_ms=config.deadline_delay_ms),
             interval=seconds,
         ),
         Actor(
@@ -96,7 +96,7 @@ def _actors(
         ),
         Actor(
             name="hint-keeper",
-            run_once=lambda: hint_keeper.run_once(service, grace=config.hint_grace),
+            run_once=lambda: hint_keeper.run_once(service, grace_ms=config.hint_grace_ms),
             interval=seconds,
         ),
         Actor(
@@ -111,7 +111,7 @@ def _actors(
             Actor(
                 name="reconciler",
                 run_once=lambda: reconciler.run_once(service, azure_queues),
-                interval=config.reconcile_interval / 1000,
+                interval=config.reconcile_interval_ms / 1000,
                 busy_at=500,
             )
         )
@@ -126,7 +126,7 @@ def _actors(
 
 
 def _worker_actors(config: Config, workers: WorkerService) -> list[Actor]:
-    seconds = config.resolver_interval / 1000
+    seconds = config.resolver_interval_ms / 1000
     return [
         Actor(
             name="sightings-flusher",
@@ -159,8 +159,8 @@ def _queue_service(config: Config) -> QueueService | None:
             config.azure_connection_string,
             QueueSettings(
                 prefix=config.queue_prefix,
-                poll_visibility_s=max(1, config.poll_visibility // 1000),
-                pending_cache_s=config.pending_cache / 1000,
+                poll_visibility_s=max(1, config.poll_visibility_ms // 1000),
+                pending_cache_s=config.pending_cache_ms / 1000,
             ),
         )
     except ValueError as error:
@@ -198,16 +198,17 @@ def build_app(
             store=store,
             hints=azure_queues,
             timing=Timing(
-                claim_timeout=config.claim_timeout, retry_delay_base=config.retry_delay_base
+                claim_timeout_ms=config.claim_timeout_ms,
+                retry_delay_base_ms=config.retry_delay_base_ms,
             ),
-            max_deadline=config.max_deadline,
+            max_deadline_ms=config.max_deadline_ms,
             clock=clock,
             metrics=service_metrics,
         )
         management = TaskManagement(
             service=service,
             store=store,
-            ttls=ResolvedTTLs(completed_ms=config.completed_ttl, failed_ms=config.failed_ttl),
+            ttls=ResolvedTTLs(completed_ms=config.completed_ttl_ms, failed_ms=config.failed_ttl_ms),
         )
         app[keyset.TOKEN_KEY] = await management.token_key()
         workers = WorkerService(store=store, clock=clock)
@@ -217,7 +218,7 @@ def build_app(
             service=service,
             azure_queues=azure_queues,
             workers=workers,
-            claim_work_timeout=config.claim_work_timeout / 1000,
+            claim_work_timeout_s=config.claim_work_timeout_ms / 1000,
         )
         runner = Runner(
             [

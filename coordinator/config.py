@@ -56,14 +56,14 @@ class Config:
         pollTaskUrls; claimWork is then unavailable too); ``./scripts/dev`` always sets one.
     :param queue_prefix: prefix of every Azure queue name, so deployments can share an account.
     :param auth_enabled: Hawk authentication and scope checks; off only for local experiments.
-    :param resolver_interval: how often each background resolver scans (ms).
-    :param poll_visibility: how long a hint a worker fetched through its signed poll URL stays
+    :param resolver_interval_ms: how often each background resolver scans (ms).
+    :param poll_visibility_ms: how long a hint a worker fetched through its signed poll URL stays
         hidden from other workers (ms; the ``visibilitytimeout`` of the URL).
-    :param pending_cache: how long a pendingTasks count from Azure is reused (ms).
-    :param completed_ttl: how long a completed task is kept after it resolved (ms; ``None``:
+    :param pending_cache_ms: how long a pendingTasks count from Azure is reused (ms).
+    :param completed_ttl_ms: how long a completed task is kept after it resolved (ms; ``None``:
         until its ``expires``).
-    :param failed_ttl: the same for failed and exception tasks.
-    :param reconcile_interval: how often the reconciler compares the store's pending runs with
+    :param failed_ttl_ms: the same for failed and exception tasks.
+    :param reconcile_interval_ms: how often the reconciler compares the store's pending runs with
         Azure's message counts and puts lost hints again (ms).
     """
 
@@ -76,20 +76,20 @@ class Config:
     queue_prefix: str = "qc-"
     clients_file: Path = Path(".data/clients.json")
     auth_enabled: bool = True
-    claim_timeout: int = 1_200_000
-    retry_delay_base: int = 0
-    max_deadline: int = 5 * 86_400_000
-    deadline_delay: int = 10_000
-    resolver_interval: int = 1_000
-    hint_grace: int = 30_000
-    reconcile_interval: int = 30_000
-    claim_work_timeout: int = 20_000
-    poll_visibility: int = 300_000
-    pending_cache: int = 20_000
+    claim_timeout_ms: int = 1_200_000
+    retry_delay_base_ms: int = 0
+    max_deadline_ms: int = 5 * 86_400_000
+    deadline_delay_ms: int = 10_000
+    resolver_interval_ms: int = 1_000
+    hint_grace_ms: int = 30_000
+    reconcile_interval_ms: int = 30_000
+    claim_work_timeout_ms: int = 20_000
+    poll_visibility_ms: int = 300_000
+    pending_cache_ms: int = 20_000
     max_body_bytes: int = 1_048_576
     max_batch_body_bytes: int = 16 * 1_048_576
-    completed_ttl: int | None = None
-    failed_ttl: int | None = None
+    completed_ttl_ms: int | None = None
+    failed_ttl_ms: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -112,16 +112,16 @@ class Config:
             queue_prefix=env.get("COORDINATOR_QUEUE_PREFIX") or "qc-",
             clients_file=Path(env.get("COORDINATOR_CLIENTS_FILE") or data_dir / "clients.json"),
             auth_enabled=_flag(env, "COORDINATOR_AUTH", True),
-            claim_timeout=_seconds(env, "COORDINATOR_CLAIM_TIMEOUT", 1200),
-            retry_delay_base=_seconds(env, "COORDINATOR_RETRY_DELAY_BASE", 0),
-            max_deadline=_seconds(env, "COORDINATOR_MAX_DEADLINE", 5 * 86_400),
-            deadline_delay=_seconds(env, "COORDINATOR_DEADLINE_DELAY", 10),
-            resolver_interval=_seconds(env, "COORDINATOR_RESOLVER_INTERVAL", 1),
-            hint_grace=_seconds(env, "COORDINATOR_HINT_GRACE", 30),
-            reconcile_interval=_seconds(env, "COORDINATOR_RECONCILE_INTERVAL", 30),
-            claim_work_timeout=_seconds(env, "COORDINATOR_CLAIM_WORK_TIMEOUT", 20),
-            poll_visibility=_seconds(env, "COORDINATOR_POLL_VISIBILITY", 300),
-            pending_cache=_seconds(env, "COORDINATOR_PENDING_CACHE", 20),
-            completed_ttl=_optional_seconds(env, "COORDINATOR_COMPLETED_TTL"),
-            failed_ttl=_optional_seconds(env, "COORDINATOR_FAILED_TTL"),
+            claim_timeout_ms=_seconds(env, "COORDINATOR_CLAIM_TIMEOUT", 1200),
+            retry_delay_base_ms=_seconds(env, "COORDINATOR_RETRY_DELAY_BASE", 0),
+            max_deadline_ms=_seconds(env, "COORDINATOR_MAX_DEADLINE", 5 * 86_400),
+            deadline_delay_ms=_seconds(env, "COORDINATOR_DEADLINE_DELAY", 10),
+            resolver_interval_ms=_seconds(env, "COORDINATOR_RESOLVER_INTERVAL", 1),
+            hint_grace_ms=_seconds(env, "COORDINATOR_HINT_GRACE", 30),
+            reconcile_interval_ms=_seconds(env, "COORDINATOR_RECONCILE_INTERVAL", 30),
+            claim_work_timeout_ms=_seconds(env, "COORDINATOR_CLAIM_WORK_TIMEOUT", 20),
+            poll_visibility_ms=_seconds(env, "COORDINATOR_POLL_VISIBILITY", 300),
+            pending_cache_ms=_seconds(env, "COORDINATOR_PENDING_CACHE", 20),
+            completed_ttl_ms=_optional_seconds(env, "COORDINATOR_COMPLETED_TTL"),
+            failed_ttl_ms=_optional_seconds(env, "COORDINATOR_FAILED_TTL"),
         )

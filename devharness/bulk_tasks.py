@@ -163,7 +163,7 @@ PACES: Final = ((5_000, 120_000), (30_000, 600_000), (120_000, 1_500_000), (10_0
 task resolved in the recent band ends before ``now``."""
 
 WORKER_GROUP: Final = "bench-workers"
-_MAX_DEADLINE: Final = Config().max_deadline
+_MAX_DEADLINE: Final = Config().max_deadline_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +232,7 @@ def build(shape: Shape, ids: Ids, created: int) -> tuple[TaskRecord, int]:
     went through its end state's transitions, and the row's version (one per write)."""
     timing = lifecycle.Timing()
     definition = definitions.normalise(
-        ids.task, _body(shape, ids, created), now=created, max_deadline=_MAX_DEADLINE
+        ids.task, _body(shape, ids, created), now=created, max_deadline_ms=_MAX_DEADLINE
     )
     record = lifecycle.create(record_from_definition(ids.task, definition), now=created).record
     version = 1

@@ -162,7 +162,7 @@ class CoordinatorDouble:
         self.tasks: dict[str, Task] = {}
         self.queues: dict[str, list[Message]] = {priority: [] for priority in PRIORITIES}
         self.credentials: Credentials | None = WORKER
-        self.claim_timeout = 1200.0
+        self.claim_timeout_s = 1200.0
         self.url_life = 1800.0
         self.visibility_timeout: float | None = None
         """Overrides the poll URL's visibilitytimeout, to see kept messages come back."""
@@ -548,7 +548,7 @@ class CoordinatorDouble:
 
     def _issue(self, task_id: str, run_id: int, run: Run) -> None:
         """A new takenUntil and new temporary credentials, as claim and reclaim give."""
-        run.taken_until = datetime.now(UTC) + timedelta(seconds=self.claim_timeout)
+        run.taken_until = datetime.now(UTC) + timedelta(seconds=self.claim_timeout_s)
         run.certificate = {
             "version": 1,
             "scopes": [f"queue:reclaim-task:{task_id}/{run_id}"],

@@ -26,12 +26,12 @@ _MS_PER = (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("secon
 
 
 def normalise(
-    task_id: str, body: Mapping[str, Any], *, now: int, max_deadline: int
+    task_id: str, body: Mapping[str, Any], *, now: int, max_deadline_ms: int
 ) -> dict[str, Any]:
     """The normalised definition of a schema-valid createTask body.
 
     :param now: the server's time, epoch milliseconds.
-    :param max_deadline: how far past ``now`` the deadline may be (ms).
+    :param max_deadline_ms: how far past ``now`` the deadline may be (ms).
     :raises InputError: saying which rule the body breaks.
 
     ``payload`` and ``extra`` are shared with ``body``, not copied: neither may be mutated
@@ -40,7 +40,7 @@ def normalise(
     provisioner_id, worker_type = task_queue_of(body)
     created = _time(body, "created")
     deadline = _time(body, "deadline")
-    _check_times(created=created, deadline=deadline, now=now, limit=max_deadline)
+    _check_times(created=created, deadline=deadline, now=now, limit=max_deadline_ms)
     # only now: a deadline in year 9999 has no year after it, and was refused just above
     expires = _time(body, "expires") if "expires" in body else _one_year_after(deadline)
     if expires < deadline:

@@ -84,18 +84,18 @@ class TransitionResult:
 class Timing:
     """Durations (milliseconds) the transitions need from configuration.
 
-    :param claim_timeout: how long a claim or reclaim holds a run.
-    :param retry_delay_base: the ``c`` of the ``c·2^n`` delay before an automatic retry's
+    :param claim_timeout_ms: how long a claim or reclaim holds a run.
+    :param retry_delay_base_ms: the ``c`` of the ``c·2^n`` delay before an automatic retry's
         hint becomes visible; 0 retries at once.
     """
 
-    claim_timeout: int = 1_200_000
-    retry_delay_base: int = 0
+    claim_timeout_ms: int = 1_200_000
+    retry_delay_base_ms: int = 0
 
 
-def claim_timeout(record: TaskRecord, timing: Timing) -> int:
+def claim_timeout_ms(record: TaskRecord, timing: Timing) -> int:
     """How long a claim or reclaim of ``record``'s runs lasts (ms)."""
-    return record.claim_timeout or timing.claim_timeout
+    return record.claim_timeout_ms or timing.claim_timeout_ms
 
 
 def unchanged(record: TaskRecord) -> TransitionResult:
@@ -117,7 +117,7 @@ def hint_for(record: TaskRecord) -> Hint:
 
 
 def _add_pending_run(
-    record: TaskRecord, *, reason: str, now: int, delay: int = 0, **changes: object
+    record: TaskRecord, *, reason: str, now: int, delay_ms: int = 0, **changes: object
 ) -> TransitionResult:
     run = Run(
         run_id=len(record.runs),
@@ -125,7 +125,7 @@ def _add_pending_run(
         reason_created=reason,
         scheduled=now,
         # notBefore holds for every run; a past one means now
-        visible_at=max(now + delay, record.not_before or 0),
+        visible_at=max(now + delay_ms, record.not_before or 0),
     )
     new = record.replace(runs=(*record.runs, run), hint_needed=True, **changes)
     return TransitionResult(record=new, hint=hint_for(new))
@@ -181,17 +181,17 @@ def _resolve_maybe_retry(
     definition_retries: int = record.definition["retries"]
     retry = definition_retries - record.retries_left + 1
     if record.retry_delay is None:
-        delay = RetryDelay(base=timing.retry_delay_base).before(retry)
+        delay_ms = RetryDelay(base=timing.retry_delay_base_ms).before(retry)
     elif reason == "worker-shutdown":
-        delay = 0  # the task did nothing wrong: its worker went away
+        delay_ms = 0  # the task did nothing wrong: its worker went away
     else:
-        delay = record.retry_delay.before(retry)
+        delay_ms = record.retry_delay.before(retry)
     resolved = _resolve_last_run(record, state="exception", reason=reason, now=now)
     return _add_pending_run(
         resolved,
         reason=retry_reason,
         now=now,
-        delay=delay,
+        delay_ms=delay_ms,
         retries_left=record.retries_left - 1,
     )
 
@@ -313,7 +313,7 @@ def claim(
     now: int,
     timing: Timing,
 ) -> TransitionResult:
-    """claimTask: the worker takes the pending last run until ``now + claim_timeout``.
+    """claimTask: the worker takes the pending last run until ``now + claim_timeout_ms``.
 
     The same worker repeating a claim of the run it holds gets the same answer again.
     """
@@ -341,7 +341,7 @@ def claim(
             "worker_group": worker_group,
             "worker_id": worker_id,
             "started": now,
-            "taken_until": now + claim_timeout(record, timing),
+            "taken_until": now + claim_timeout_ms(record, timing),
         }
     )
     return TransitionResult(
@@ -350,13 +350,13 @@ def claim(
 
 
 def reclaim(record: TaskRecord, *, run_id: int, now: int, timing: Timing) -> TransitionResult:
-    """reclaimTask: extend the claim to ``now + claim_timeout`` (never shortening it)."""
+    """reclaimTask: extend the claim to ``now + claim_timeout_ms`` (never shortening it)."""
     run = _run(record, run_id)
     _require_before_deadline(record, now, "reclaimed")
     _require_last(record, run)
     if run.state != "running":
         raise Conflict(f"run {run_id} of task {record.task_id} is {run.state}, not running")
-    taken_until = max(run.taken_until or 0, now + claim_timeout(record, timing))
+    taken_until = max(run.taken_until or 0, now + claim_timeout_ms(record, timing))
     return TransitionResult(
         record=record.with_last_run(Run(**{**run.to_stored(), "taken_until": taken_until}))
     )

@@ -2,8 +2,10 @@
 
 Times are integers, milliseconds since the Unix epoch (UTC), everywhere inside the
 coordinator; they become ISO 8601 strings (``2026-11-22T05:53:44.123Z``) only at the API
-boundary (:func:`to_iso`, :func:`from_iso`). A record's ``version`` is the compare-and-set
-token: every stored write must name the version it read.
+boundary (:func:`to_iso`, :func:`from_iso`). So a point in time needs no unit in its name
+(``deadline``, ``visible_at``, ``now``); a duration always says it (``claim_timeout_ms``).
+A record's ``version`` is the compare-and-set token: every stored write must name the version it
+read.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ class TaskRecord:
     :param not_before: no run may be claimed before it (``notBefore``).
     :param retry_delay: the task's own retry policy (``retryDelay``), else the coordinator's.
     :param retry_priority: the priority automatic retries are queued at (``retryPriority``).
-    :param claim_timeout: how long this task's claims last (``claimTimeout``, in ms), else the
+    :param claim_timeout_ms: how long this task's claims last (``claimTimeout``, in ms), else the
         coordinator's.
     :param definition_changed: a transition changed ``definition`` (its priority), so the
         next compare-and-set writes it too; false in every record read from the store.
@@ -147,7 +149,7 @@ class TaskRecord:
     not_before: int | None = None
     retry_delay: RetryDelay | None = None
     retry_priority: str | None = None
-    claim_timeout: int | None = None
+    claim_timeout_ms: int | None = None
     runs: tuple[Run, ...] = ()
     hint_needed: bool = False
     notify_dependents: bool = False
@@ -304,6 +306,8 @@ def record_from_definition(
             else None
         ),
         retry_priority=definition.get("retryPriority"),
-        claim_timeout=definition["claimTimeout"] * 1000 if "claimTimeout" in definition else None,
+        claim_timeout_ms=definition["claimTimeout"] * 1000
+        if "claimTimeout" in definition
+        else None,
         **{"retries_left": definition["retries"], **stored},
     )

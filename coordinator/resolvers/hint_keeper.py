@@ -2,7 +2,7 @@
 
 A pending run's hint is confirmed once Azure accepted it. If the coordinator died between the
 store write and the put, or Azure was unreachable, the run stays ``hint_needed`` and this pass
-puts it again after ``grace`` (long enough for an in-flight put to have finished), so no
+puts it again after ``grace_ms`` (long enough for an in-flight put to have finished), so no
 pending run is stranded without a hint."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from coordinator.domain.lifecycle import hint_for
 from coordinator.service.tasks import TaskService
 
 
-async def run_once(service: TaskService, *, grace: int, limit: int = 500) -> int:
+async def run_once(service: TaskService, *, grace_ms: int, limit: int = 500) -> int:
     """Put up to ``limit`` overdue hints; returns how many were put."""
     if not service.hints.enabled:
         return 0
@@ -20,7 +20,7 @@ async def run_once(service: TaskService, *, grace: int, limit: int = 500) -> int
     # the publisher's delay first, or a grace shorter than that delay would put them again.
     await service.hints.flush()
     put = 0
-    for task_id in await service.hints_due(service.clock() - grace, limit):
+    for task_id in await service.hints_due(service.clock() - grace_ms, limit):
         try:
             record = await service.get(task_id)
         except NotFound:

@@ -1,6 +1,6 @@
 """Server-side claimWork: the coordinator polls Azure on a worker's behalf.
 
-For deployments whose workers cannot reach Azure. One call long-polls up to ``timeout``: it
+For deployments whose workers cannot reach Azure. One call long-polls up to ``timeout_s``: it
 walks the task queue's Azure queues in priority order, claims what the hints point at, deletes
 each hint after a definitive answer (a claim, or a domain refusal: the hint is stale) and
 releases it (visibility 0) after anything else, and returns as soon as at least one claim
@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 class ClaimWork:
     """Long-polling claims for one coordinator process.
 
-    :param timeout: how long one call waits for work (seconds).
-    :param idle_poll: seconds between Azure polls while a queue is empty.
-    :param visibility_timeout: how long a received hint stays hidden while it is claimed.
+    :param timeout_s: how long one call waits for work (seconds).
+    :param idle_poll_s: seconds between Azure polls while a queue is empty.
+    :param visibility_timeout_s: how long a received hint stays hidden while it is claimed.
     """
 
     def __init__(
@@ -39,15 +39,15 @@ class ClaimWork:
         *,
         service: TaskService,
         azure_queues: QueueService,
-        timeout: float = 20.0,
-        idle_poll: float = 1.0,
-        visibility_timeout: int = 60,
+        timeout_s: float = 20.0,
+        idle_poll_s: float = 1.0,
+        visibility_timeout_s: int = 60,
     ) -> None:
         self.service = service
         self.azure_queues = azure_queues
-        self.timeout = timeout
-        self.idle_poll = idle_poll
-        self.visibility_timeout = visibility_timeout
+        self.timeout_s = timeout_s
+        self.idle_poll_s = idle_poll_s
+        self.visibility_timeout_s = visibility_timeout_s
         self._wakeups: defaultdict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
 
     def wake(self, provisioner_id: str, worker_type: str) -> None:
@@ -67,14 +67,14 @@ class ClaimWork:
         disconnected: Callable[[], bool],
         quarantined: Callable[[], bool],
     ) -> list[TaskRecord]:
-        """Claim up to ``count`` runs; an empty list after ``timeout`` without work.
+        """Claim up to ``count`` runs; an empty list after ``timeout_s`` without work.
 
         :param disconnected: true once the client went away; the poll then stops.
         :param quarantined: true while the worker is quarantined: it then gets nothing, at the
             end of the poll as Taskcluster answers (an answer at once would have it ask again
             at once, in a loop), unless the quarantine ends during the poll.
         """
-        give_up = time.monotonic() + self.timeout
+        give_up = time.monotonic() + self.timeout_s
         wakeup = self._wakeups[(provisioner_id, worker_type)]
         while True:
             wakeup.clear()
@@ -83,7 +83,7 @@ class ClaimWork:
                     provisioner_id,
                     worker_type,
                     max_messages=count,
-                    visibility_timeout=self.visibility_timeout,
+                    visibility_timeout=self.visibility_timeout_s,
                 )
                 claimed = await self._claim_hints(
                     hints, worker_group=worker_group, worker_id=worker_id
@@ -94,7 +94,7 @@ class ClaimWork:
             if remaining <= 0 or disconnected():
                 return []
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), min(self.idle_poll, remaining))
+                await asyncio.wait_for(wakeup.wait(), min(self.idle_poll_s, remaining))
             # The client may have gone while we waited: claiming for it now would leave the
             # run running for nobody until its claim expires.
             if disconnected():

@@ -35,7 +35,7 @@ class WorkDispatch:
 
     :param azure_queues: ``None`` when the coordinator runs without Azure.
     :param workers: sees the workers that poll and claim, and knows the quarantined ones.
-    :param claim_work_timeout: how long one claimWork call waits for work (seconds).
+    :param claim_work_timeout_s: how long one claimWork call waits for work (seconds).
     """
 
     def __init__(
@@ -44,7 +44,7 @@ class WorkDispatch:
         service: TaskService,
         azure_queues: QueueService | None,
         workers: WorkerService,
-        claim_work_timeout: float,
+        claim_work_timeout_s: float,
     ) -> None:
         self._service = service
         self._azure_queues = azure_queues
@@ -52,7 +52,7 @@ class WorkDispatch:
         self._claim_work: ClaimWork | None = None
         if azure_queues is not None:
             claim_work = ClaimWork(
-                service=service, azure_queues=azure_queues, timeout=claim_work_timeout
+                service=service, azure_queues=azure_queues, timeout_s=claim_work_timeout_s
             )
             service.hints.listeners.append(
                 lambda hint: claim_work.wake(hint.provisioner_id, hint.worker_type)

@@ -72,7 +72,7 @@ class TaskService:
     :param store: the task store (the truth).
     :param hints: where hints are put; ``None`` when running without Azure.
     :param timing: claim timeout and retry delay for the transitions.
-    :param max_deadline: how far in the future a deadline may be (ms).
+    :param max_deadline_ms: how far in the future a deadline may be (ms).
     :param clock: epoch-milliseconds clock; tests inject their own.
     :param metrics: the observer of runs resolved and hints put (the app's registry).
     """
@@ -83,14 +83,14 @@ class TaskService:
         store: Store,
         hints: HintSink | None,
         timing: Timing,
-        max_deadline: int,
+        max_deadline_ms: int,
         clock: Clock = wall_clock,
         metrics: ServiceMetrics | None = None,
     ) -> None:
         self._store = store
         self.metrics = metrics if metrics is not None else ServiceMetrics()
         self.timing = timing
-        self.max_deadline = max_deadline
+        self.max_deadline_ms = max_deadline_ms
         self.clock = clock
         self._background = Background()
         self.hints = HintPublisher(
@@ -182,7 +182,9 @@ class TaskService:
         :raises Conflict: the taskId exists with a different definition.
         """
         now = self.clock()
-        definition = definitions.normalise(task_id, body, now=now, max_deadline=self.max_deadline)
+        definition = definitions.normalise(
+            task_id, body, now=now, max_deadline_ms=self.max_deadline_ms
+        )
         record = record_from_definition(task_id, definition)
         if record.dependencies:
             await self.dependencies.check(record)
@@ -222,7 +224,7 @@ class TaskService:
         for index, (task_id, body) in enumerate(items):
             try:
                 definition = definitions.normalise(
-                    task_id, body, now=now, max_deadline=self.max_deadline
+                    task_id, body, now=now, max_deadline_ms=self.max_deadline_ms
                 )
             except InputError as error:
                 results[index] = error

@@ -39,7 +39,7 @@ async def kill(process: CoordinatorProcess) -> None:
 
 
 async def test_every_task_and_run_survives_a_sigkill(coordinator_process: MakeProcess) -> None:
-    settings = {"resolver_interval": RESOLVER_INTERVAL}
+    settings = {"resolver_interval_ms": RESOLVER_INTERVAL}
     first = coordinator_process(**settings)
     c = await first.start()
 
@@ -123,7 +123,7 @@ async def test_every_task_and_run_survives_a_sigkill(coordinator_process: MakePr
 async def test_claims_that_expire_while_the_coordinator_is_down_are_resolved_after_restart(
     coordinator_process: MakeProcess,
 ) -> None:
-    settings = {"resolver_interval": RESOLVER_INTERVAL, "claim_timeout": 2_000}
+    settings = {"resolver_interval_ms": RESOLVER_INTERVAL, "claim_timeout_ms": 2_000}
     first = coordinator_process(**settings)
     c = await first.start()
 

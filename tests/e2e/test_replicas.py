@@ -351,10 +351,10 @@ async def cluster(
                 azure_connection_string=azurite.connection_string,
                 queue_prefix=azure_namespace.queue_prefix,
                 auth_enabled=True,
-                claim_timeout=CLAIM_TIMEOUT_MS,
-                resolver_interval=200,
-                hint_grace=1_000,
-                claim_work_timeout=1_000,
+                claim_timeout_ms=CLAIM_TIMEOUT_MS,
+                resolver_interval_ms=200,
+                hint_grace_ms=1_000,
+                claim_work_timeout_ms=1_000,
             )
         )
         for _ in range(2)

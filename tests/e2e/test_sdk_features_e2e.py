@@ -223,7 +223,7 @@ async def test_a_worker_whose_claims_get_403_leaves_the_hints_and_exits_non_zero
     e2e: MakeE2E,
 ) -> None:
     # a short poll visibility: the hints the refused worker took come back in seconds
-    s = await e2e(claim_work=False, poll_visibility=3)
+    s = await e2e(claim_work=False, poll_visibility_s=3)
     credentials = worker_client(s, "e2e-no-claims", (WORKER_TYPE,), may_claim=False)
     task_ids = [await s.create(priority="high") for _ in range(2)]
     worker = await s.start_worker("refused", capacity=2, credentials=credentials)

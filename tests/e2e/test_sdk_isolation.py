@@ -101,7 +101,7 @@ async def test_each_run_gets_a_process_and_a_crash_fails_only_its_run(
 async def test_a_lost_claim_and_a_shutdown_end_the_child(
     double: CoordinatorDouble, tmp_path: Path
 ) -> None:
-    double.claim_timeout = 2.0
+    double.claim_timeout_s = 2.0
     double.faults["reclaimRuns:t-lost/0"] = [409]  # the worker batches its reclaims
     lost, stopped = tmp_path / "lost.pid", tmp_path / "stopped.pid"
     double.add_task("t-lost", payload={"do": "hang", "pid_file": str(lost)})

@@ -56,7 +56,7 @@ async def test_hints_azurite_lost_in_a_crash_come_back(
     flow: Flow, persistent: AzuriteProcess
 ) -> None:
     # a short grace and interval: the test waits seconds, not the default minute
-    coord = await flow.coordinator(reconcile_interval=1_000, hint_grace=60_000)
+    coord = await flow.coordinator(reconcile_interval_ms=1_000, hint_grace_ms=60_000)
     task_ids = set(await coord.create_many(200, provisionerId=flow.prov, workerType=WT))
     await persistent.stop(signum=signal.SIGKILL)
     await persistent.start()
@@ -68,7 +68,7 @@ async def test_hints_azurite_lost_in_a_crash_come_back(
 
 
 async def test_hints_of_a_queue_cleared_by_hand_come_back(flow: Flow) -> None:
-    coord = await flow.coordinator(reconcile_interval=1_000, hint_grace=60_000)
+    coord = await flow.coordinator(reconcile_interval_ms=1_000, hint_grace_ms=60_000)
     task_ids = set(await coord.create_many(20, provisionerId=flow.prov, workerType=WT))
     assert await flow.count() == 20
     async with flow.queue("lowest") as queue:

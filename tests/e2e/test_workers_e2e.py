@@ -130,7 +130,7 @@ async def test_each_way_a_handler_ends_is_reported(e2e: MakeE2E, claim_work: boo
 async def test_a_handler_outliving_the_claim_timeout_completes_thanks_to_reclaims(
     e2e: MakeE2E, claim_work: bool
 ) -> None:
-    s = await e2e(claim_work=claim_work, claim_timeout=3)
+    s = await e2e(claim_work=claim_work, claim_timeout_s=3)
     task_id = await s.create(sleep=5)
     worker = await s.start_worker("w")
     await s.resolved(task_id)
@@ -148,7 +148,7 @@ async def test_a_handler_outliving_the_claim_timeout_completes_thanks_to_reclaim
 async def test_a_sigkilled_worker_s_run_expires_and_another_worker_completes_the_retry(
     e2e: MakeE2E, claim_work: bool
 ) -> None:
-    s = await e2e(claim_work=claim_work, claim_timeout=3)
+    s = await e2e(claim_work=claim_work, claim_timeout_s=3)
     task_id = await s.create(sleep=[60, 0.1])
     doomed = await s.start_worker("doomed")
     await s.journaled("start", task_id)
@@ -175,7 +175,7 @@ async def test_a_tasks_short_claim_timeout_retries_it_soon_after_its_worker_is_k
     e2e: MakeE2E,
 ) -> None:
     s = await e2e(claim_work=False)  # the coordinator's claim timeout: 20 minutes
-    task_id = await s.create(sleep=[60, 0.1], claim_timeout=30)
+    task_id = await s.create(sleep=[60, 0.1], claim_timeout_s=30)
     doomed = await s.start_worker("doomed")
     await s.journaled("start", task_id)
     doomed.signal(signal.SIGKILL)
@@ -234,7 +234,7 @@ async def test_sigterm_lets_short_handlers_finish_and_hands_long_ones_to_another
 async def test_cancel_task_cancels_the_running_handler_at_the_next_reclaim(
     e2e: MakeE2E, claim_work: bool
 ) -> None:
-    s = await e2e(claim_work=claim_work, claim_timeout=3)
+    s = await e2e(claim_work=claim_work, claim_timeout_s=3)
     task_id = await s.create(sleep=60)
     worker = await s.start_worker("w")
     await s.journaled("start", task_id)

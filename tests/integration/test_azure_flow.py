@@ -201,7 +201,7 @@ async def test_junk_hints_are_deleted_by_claimWork_without_touching_the_store(
 
 
 async def test_a_canceled_tasks_hint_never_becomes_a_claim(flow: Flow) -> None:
-    coord = await flow.coordinator(run_resolvers=False, claim_work_timeout=500)
+    coord = await flow.coordinator(run_resolvers=False, claim_work_timeout_ms=500)
     task_id = await flow.create(coord)
     await flow.wait_for_hint(task_id, 0)
     canceled = await coord.call("POST", f"/task/{task_id}/cancel")
@@ -219,7 +219,7 @@ async def test_a_canceled_tasks_hint_never_becomes_a_claim(flow: Flow) -> None:
 
 
 async def test_concurrent_claimWork_callers_get_distinct_runs(flow: Flow) -> None:
-    coord = await flow.coordinator(claim_work_timeout=10_000)
+    coord = await flow.coordinator(claim_work_timeout_ms=10_000)
     task_ids = {await flow.create(coord) for _ in range(10)}
 
     results = await asyncio.gather(
@@ -249,7 +249,7 @@ async def test_claimWork_hands_out_the_highest_priority_first(flow: Flow) -> Non
 
 
 async def test_claimWork_without_work_answers_empty_after_the_long_poll(flow: Flow) -> None:
-    coord = await flow.coordinator(claim_work_timeout=700)
+    coord = await flow.coordinator(claim_work_timeout_ms=700)
     started = time.monotonic()
     response = await coord.call("POST", f"/claim-work/{flow.prov}/{WT}", {**WORKER, "tasks": 4})
     elapsed = time.monotonic() - started
@@ -277,7 +277,7 @@ def claim_work_polls(*, idle: bool = False) -> int:
 
 
 async def test_claimWork_stops_when_the_client_goes_away(flow: Flow) -> None:
-    coord = await flow.coordinator(claim_work_timeout=60_000)
+    coord = await flow.coordinator(claim_work_timeout_ms=60_000)
     assert claim_work_polls() == 0
     async with aiohttp.ClientSession() as impatient:
         request = asyncio.ensure_future(
@@ -363,7 +363,7 @@ async def test_retrying_exceptions_put_a_hint_for_the_new_run(
 
 async def test_claim_expiry_puts_a_hint_for_the_retry(flow: Flow) -> None:
     clock = FakeClock()
-    coord = await flow.coordinator(clock=clock, claim_timeout=60_000)
+    coord = await flow.coordinator(clock=clock, claim_timeout_ms=60_000)
     task_id = await flow.create(coord, now=clock.now)
     await coord.claim(task_id, 0)
     assert (task_id, 1) not in await flow.peek()
@@ -392,7 +392,7 @@ async def test_rerunTask_puts_a_hint(flow: Flow) -> None:
 
 
 async def test_retry_delay_hides_the_retry_hint_for_a_while(flow: Flow) -> None:
-    coord = await flow.coordinator(retry_delay_base=2_000)
+    coord = await flow.coordinator(retry_delay_base_ms=2_000)
     task_id = await flow.create(coord)
     claims = await flow.claim_work(coord)
     assert [c["status"]["taskId"] for c in claims] == [task_id]  # run 0's hint is gone
@@ -420,7 +420,7 @@ async def test_the_api_survives_an_azurite_outage_and_hints_come_back(
     # hints that can appear are those the coordinator puts again.
     async with AzuriteProcess(location=tmp_path / "azurite") as azurite:
         flow = Flow(start_coordinator, azurite.connection_string, azure_namespace, http)
-        coord = await flow.coordinator(claim_work_timeout=500)
+        coord = await flow.coordinator(claim_work_timeout_ms=500)
         before = await flow.create(coord)
         await flow.wait_for_hint(before, 0)
 
@@ -461,11 +461,11 @@ async def test_hint_keeper_puts_hints_that_were_never_confirmed(
         assert await flow.peek() == []
         service = coord.parts.service
 
-        assert await hint_keeper.run_once(service, grace=60_000) == 0  # not overdue yet
+        assert await hint_keeper.run_once(service, grace_ms=60_000) == 0  # not overdue yet
         assert await flow.peek() == []
-        assert await hint_keeper.run_once(service, grace=0) == 1
+        assert await hint_keeper.run_once(service, grace_ms=0) == 1
         assert await flow.peek() == [(task_id, 0)]
-        assert await hint_keeper.run_once(service, grace=0) == 0  # confirmed now
+        assert await hint_keeper.run_once(service, grace_ms=0) == 0  # confirmed now
         assert await flow.peek() == [(task_id, 0)]
 
 
@@ -475,7 +475,7 @@ async def test_hint_keeper_puts_hints_that_were_never_confirmed(
 async def test_pendingTasks_agrees_with_the_exact_counts_once_hints_are_consumed(
     flow: Flow,
 ) -> None:
-    coord = await flow.coordinator(claim_work_timeout=500)
+    coord = await flow.coordinator(claim_work_timeout_ms=500)
     for priority in ("highest", "high", "high", "lowest", "lowest", "lowest"):
         await flow.create(coord, priority=priority)
     # Two taken the worker's way (claim, then delete the hint).

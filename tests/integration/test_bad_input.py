@@ -343,7 +343,7 @@ async def test_expires_before_deadline_names_both(start_coordinator: StartCoordi
 
 
 async def test_deadline_beyond_configured_maximum(start_coordinator: StartCoordinator) -> None:
-    c = await start_coordinator(max_deadline=DAY)
+    c = await start_coordinator(max_deadline_ms=DAY)
     now = wall_clock()
     too_far = task_definition(now, deadline=to_iso(now + DAY + HOUR))
     response = await c.call("PUT", f"/task/{slugid.nice()}", too_far)

@@ -485,7 +485,7 @@ async def test_resolved_ttls_delete_resolved_tasks_early_each_by_its_state(
     start_coordinator: StartCoordinator, store_url: str
 ) -> None:
     p = await population(
-        await started(start_coordinator, store_url, completed_ttl=60_000, failed_ttl=120_000)
+        await started(start_coordinator, store_url, completed_ttl_ms=60_000, failed_ttl_ms=120_000)
     )
     management = p.c.parts.management
     service = p.c.parts.service
@@ -525,7 +525,7 @@ async def test_without_ttls_resolved_tasks_stay_until_they_expire(
 async def test_a_task_past_its_ttl_is_gone_within_a_few_resolver_intervals(
     start_coordinator: StartCoordinator,
 ) -> None:
-    c = await start_coordinator(resolver_interval=200, completed_ttl=500)
+    c = await start_coordinator(resolver_interval_ms=200, completed_ttl_ms=500)
     task_id = await c.create()
     await c.claim(task_id, worker_id="w")
     resolved = from_iso((await c.report(task_id, 0, "completed"))["runs"][0]["resolved"])

@@ -22,7 +22,7 @@ from devharness.tasks import task_definition
 from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoordinator, runs
 
 CLAIM_TIMEOUT_S = 1_200
-"""The fixture default (``Config.claim_timeout``), in seconds."""
+"""The fixture default (``Config.claim_timeout_ms``), in seconds."""
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ async def test_concurrent_claim_resolver_passes_resolve_each_run_exactly_once(
             store=c.parts.store,
             hints=None,
             timing=main.timing,
-            max_deadline=main.max_deadline,
+            max_deadline_ms=main.max_deadline_ms,
             clock=clock,
         )
         for _ in range(replicas - 1)

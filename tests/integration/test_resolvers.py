@@ -29,7 +29,7 @@ from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoord
 
 SECOND = 1_000
 CLAIM_TIMEOUT = 1_200 * SECOND
-"""The fixture default (``Config.claim_timeout``)."""
+"""The fixture default (``Config.claim_timeout_ms``)."""
 DEADLINE_AFTER = 3_600 * SECOND
 """``task_definition`` puts the deadline one hour after ``created``."""
 
@@ -199,7 +199,7 @@ async def test_deadline_exceeded_for_unscheduled_pending_and_running_tasks(
     start_coordinator: StartCoordinator,
 ) -> None:
     delay = 10 * SECOND
-    c, clock = await started(start_coordinator, deadline_delay=delay)
+    c, clock = await started(start_coordinator, deadline_delay_ms=delay)
     service = c.parts.service
     deadline = clock.now + DEADLINE_AFTER
     pending = await create(c, clock)
@@ -213,7 +213,7 @@ async def test_deadline_exceeded_for_unscheduled_pending_and_running_tasks(
 
     # the deadline has passed but not the delay: nothing yet
     clock.now = deadline + delay - 1
-    assert await deadline_resolver.run_once(service, delay=delay) == 0
+    assert await deadline_resolver.run_once(service, delay_ms=delay) == 0
     # the running task's claim ran out long ago, but past the deadline the claim resolver
     # leaves it to the deadline resolver
     assert await claim_resolver.run_once(service) == 0
@@ -222,7 +222,7 @@ async def test_deadline_exceeded_for_unscheduled_pending_and_running_tasks(
     assert (await c.status(unscheduled))["state"] == "unscheduled"
 
     clock.now = deadline + delay
-    assert await deadline_resolver.run_once(service, delay=delay) == 3
+    assert await deadline_resolver.run_once(service, delay_ms=delay) == 3
     resolved_at = to_iso(clock.now)
 
     unscheduled_after = await c.status(unscheduled)
@@ -244,7 +244,7 @@ async def test_deadline_exceeded_for_unscheduled_pending_and_running_tasks(
     assert running_after["retriesLeft"] == 5
 
     assert await c.status(completed) == completed_before
-    assert await deadline_resolver.run_once(service, delay=delay) == 0
+    assert await deadline_resolver.run_once(service, delay_ms=delay) == 0
 
 
 async def test_the_deadline_resolver_honours_the_delay_it_is_given(
@@ -256,12 +256,12 @@ async def test_the_deadline_resolver_honours_the_delay_it_is_given(
     task_id = await create(c, clock)
 
     clock.now = deadline
-    assert await deadline_resolver.run_once(service, delay=60 * SECOND) == 0
+    assert await deadline_resolver.run_once(service, delay_ms=60 * SECOND) == 0
     clock.now = deadline + 60 * SECOND - 1
-    assert await deadline_resolver.run_once(service, delay=60 * SECOND) == 0
+    assert await deadline_resolver.run_once(service, delay_ms=60 * SECOND) == 0
     assert (await c.status(task_id))["state"] == "pending"
     clock.now = deadline + 60 * SECOND
-    assert await deadline_resolver.run_once(service, delay=60 * SECOND) == 1
+    assert await deadline_resolver.run_once(service, delay_ms=60 * SECOND) == 1
     assert runs(await c.status(task_id)) == [("exception", "scheduled", "deadline-exceeded")]
 
 
@@ -388,7 +388,7 @@ async def test_the_hint_keeper_does_nothing_without_azure(
     clock.advance(60)
     # without Azure no hint is ever confirmed: the run stays due, and the keeper is a no-op
     assert await c.parts.store.hints_due(clock.now, 10) == [task_id]
-    assert await hint_keeper.run_once(service, grace=0) == 0
+    assert await hint_keeper.run_once(service, grace_ms=0) == 0
     assert await c.parts.store.hints_due(clock.now, 10) == [task_id]
     assert (await c.status(task_id))["state"] == "pending"
 
@@ -411,18 +411,18 @@ async def test_the_hint_keeper_puts_a_hint_the_coordinator_died_before_putting(
     task_id = slugid.nice()
     body = task_definition(clock.now, provisionerId=provisioner)
     definition = definitions.normalise(
-        task_id, body, now=clock.now, max_deadline=service.max_deadline
+        task_id, body, now=clock.now, max_deadline_ms=service.max_deadline_ms
     )
     result = lifecycle.create(record_from_definition(task_id, definition), now=clock.now)
     assert await c.parts.store.insert(result.record) is not None
     created = clock.now
 
     clock.now = created + grace
-    assert await hint_keeper.run_once(service, grace=grace) == 0  # a put may be in flight
+    assert await hint_keeper.run_once(service, grace_ms=grace) == 0  # a put may be in flight
     clock.now = created + grace + 1
-    assert await hint_keeper.run_once(service, grace=grace) == 1
+    assert await hint_keeper.run_once(service, grace_ms=grace) == 1
     assert await c.parts.store.hints_due(clock.now, 10) == []
-    assert await hint_keeper.run_once(service, grace=grace) == 0
+    assert await hint_keeper.run_once(service, grace_ms=grace) == 0
 
     received = await azure_queues.receive(
         provisioner, "test-wt", max_messages=32, visibility_timeout=30
@@ -439,7 +439,7 @@ async def test_the_background_resolvers_act_without_being_called(
     start_coordinator: StartCoordinator,
 ) -> None:
     clock = FakeClock()
-    c = await start_coordinator(clock=clock, run_resolvers=True, resolver_interval=50)
+    c = await start_coordinator(clock=clock, run_resolvers=True, resolver_interval_ms=50)
     claimed = await create(c, clock)
     await c.claim(claimed)
     late = await create(c, clock, deadline=to_iso(clock.now + 2 * CLAIM_TIMEOUT))

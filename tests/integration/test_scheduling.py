@@ -267,7 +267,7 @@ async def test_a_delayed_task_stays_invisible_then_is_claimed(flow: Flow) -> Non
 
 async def test_a_thousand_tasks_in_one_request_each_get_a_hint(flow: Flow) -> None:
     # a grace longer than the batch takes: the hint keeper must not re-put what is in flight
-    coord = await flow.coordinator(hint_grace=60_000)
+    coord = await flow.coordinator(hint_grace_ms=60_000)
     await coord.create_many(1000, provisionerId=flow.prov, workerType="wt")
     assert await flow.count() == 1000
     await coord.parts.service.drain()
@@ -275,7 +275,7 @@ async def test_a_thousand_tasks_in_one_request_each_get_a_hint(flow: Flow) -> No
 
 
 async def test_a_retry_hint_appears_when_the_tasks_policy_says(flow: Flow) -> None:
-    coord = await flow.coordinator(hint_grace=60_000)
+    coord = await flow.coordinator(hint_grace_ms=60_000)
     task_id = await flow.create(coord, retries=2, retryDelay={"schedule": [2]})
     await flow.wait_for_hint(task_id, 0)
     await coord.claim(task_id, 0)

@@ -353,7 +353,7 @@ async def test_claim_credentials_expire_at_taken_until(
         tmp_path / "clients.json",
         CLIENTS,
         clock=clock,
-        claim_timeout=60_000,
+        claim_timeout_ms=60_000,
         run_resolvers=False,
     )
     secured = Secured(coordinator=coordinator, creds=creds, clock=clock)

@@ -155,7 +155,7 @@ async def test_reclaims_and_reports_of_runs_claimed_together_share_requests(
 ) -> None:
     """Runs claimed in one request come due for reclaiming at the same moment; released
     together, they end within the batch window of each other."""
-    double.claim_timeout = 1.5
+    double.claim_timeout_s = 1.5
     task_ids = [f"t{n}" for n in range(8)]
     for task_id in task_ids:
         double.add_task(task_id)
@@ -180,7 +180,7 @@ async def test_reclaims_and_reports_of_runs_claimed_together_share_requests(
 async def test_a_run_refused_its_reclaim_in_a_batch_loses_only_its_own_claim(
     double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
 ) -> None:
-    double.claim_timeout = 1.5
+    double.claim_timeout_s = 1.5
     double.add_task("t-lost")
     double.add_task("t-kept")
     double.faults["reclaimRuns:t-lost/0"] = [409]
@@ -237,7 +237,7 @@ async def test_a_run_a_batch_refuses_is_reclaimed_singly_with_its_own_credential
 ) -> None:
     """The worker's client may lack the worker-id scope that batches of reclaims need; the
     run's temporary credentials always carry the run's own scope."""
-    double.claim_timeout = 1.5
+    double.claim_timeout_s = 1.5
     double.add_task("t1")
     double.faults["reclaimRuns:t1/0"] = [403]
 
@@ -285,7 +285,7 @@ async def test_a_coordinator_without_batch_routes_is_asked_once_per_route(
     double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
 ) -> None:
     double.batch_routes = False
-    double.claim_timeout = 1.5
+    double.claim_timeout_s = 1.5
     for n in range(3):
         double.add_task(f"t{n}")
 
@@ -322,7 +322,7 @@ async def test_a_claim_batch_rejected_as_a_whole_is_claimed_singly(
 
 
 async def test_without_batching_every_step_is_its_own_request(double: CoordinatorDouble) -> None:
-    double.claim_timeout = 1.5
+    double.claim_timeout_s = 1.5
     double.add_task("t0")
     double.add_task("t1")
 
@@ -406,7 +406,7 @@ async def test_a_real_worker_claims_reclaims_and_reports_through_the_batch_route
     setup: MakeSetup, batching: bool
 ) -> None:
     """Twelve runs claimed from one Azure get, reclaimed together, released together."""
-    s = await setup(claim_timeout=3_000)
+    s = await setup(claim_timeout_ms=3_000)
     task_ids = [await s.create() for _ in range(12)]
     handled: list[str] = []
     reclaimed: set[str] = set()

@@ -99,7 +99,7 @@ async def test_claim_work_mode_runs_tasks_without_polling_azure(
 async def test_reclaims_keep_a_run_alive_with_fresh_temporary_credentials(
     setup: MakeSetup,
 ) -> None:
-    s = await setup(claim_timeout=3_000)
+    s = await setup(claim_timeout_ms=3_000)
     task_id = await s.create()
     seen: list[tuple[Any, str]] = []
 
@@ -121,7 +121,7 @@ async def test_reclaims_keep_a_run_alive_with_fresh_temporary_credentials(
 async def test_a_task_canceled_mid_run_cancels_the_handler_and_nothing_is_reported(
     setup: MakeSetup,
 ) -> None:
-    s = await setup(claim_timeout=3_000)
+    s = await setup(claim_timeout_ms=3_000)
     task_id = await s.create()
     started, cancelled = asyncio.Event(), asyncio.Event()
 

@@ -463,7 +463,7 @@ async def test_reclaims_keep_a_long_run_alive_with_fresh_credentials(
     double: CoordinatorDouble, batches: bool
 ) -> None:
     reclaims = route(double, batches, "reclaimTask")
-    double.claim_timeout = 2.0
+    double.claim_timeout_s = 2.0
     double.add_task("t-long")
     observed: list[tuple[Any, str]] = []
 
@@ -489,7 +489,7 @@ async def test_reclaims_keep_a_long_run_alive_with_fresh_credentials(
 async def test_a_reclaim_conflict_cancels_the_handler_and_reports_nothing(
     double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, batches: bool
 ) -> None:
-    double.claim_timeout = 1.5
+    double.claim_timeout_s = 1.5
     double.add_task("t-lost")
     double.faults[item_fault(double, batches, "reclaimTask", "t-lost/0")] = [409]
     cancelled = asyncio.Event()
@@ -520,7 +520,7 @@ async def test_transient_reclaim_and_report_errors_are_retried(
     double: CoordinatorDouble, batches: bool
 ) -> None:
     """With batches, failures of the whole request."""
-    double.claim_timeout = 2.0
+    double.claim_timeout_s = 2.0
     double.add_task("t1")
     reclaims = route(double, batches, "reclaimTask")
     reports_route = route(double, batches, "completed")
@@ -541,7 +541,7 @@ async def test_transient_reclaim_and_report_errors_are_retried(
 async def test_a_claim_that_cannot_be_renewed_is_given_up_at_takenuntil(
     double: CoordinatorDouble, batches: bool
 ) -> None:
-    double.claim_timeout = 2.0
+    double.claim_timeout_s = 2.0
     double.add_task("t-expiring")
     reclaims = route(double, batches, "reclaimTask")
     double.faults[reclaims] = [503] * 1000

@@ -39,8 +39,8 @@ from coordinator.store.sqlite import SQLiteStore
 NOW = 1_700_000_000_000
 MINUTE = 60_000
 HOUR = 60 * MINUTE
-TIMING = Timing(claim_timeout=20 * MINUTE)
-CLAIM = TIMING.claim_timeout
+TIMING = Timing(claim_timeout_ms=20 * MINUTE)
+CLAIM = TIMING.claim_timeout_ms
 
 # Code-point order differs from any linguistic order in case, '-', '_' and digits.
 MIXED_IDS = ["b", "B", "a-1", "a_1", "A", "0z", "-x", "Z", "_y", "ab"]

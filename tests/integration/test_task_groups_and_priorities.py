@@ -170,7 +170,7 @@ async def test_heartbeats_and_version(start_coordinator: StartCoordinator, kind:
 async def test_change_task_priority_moves_a_pending_runs_hint(
     flow: Flow, kind: str, store_url: str
 ) -> None:
-    coord = await flow.coordinator(hint_grace=60_000, store_url=store_url)
+    coord = await flow.coordinator(hint_grace_ms=60_000, store_url=store_url)
     queue = Queue(kind, coord.url)
     task_id = await flow.create(coord, priority="low")
     await flow.wait_for_hint(task_id, 0, priority="low")
@@ -195,7 +195,7 @@ async def test_change_task_priority_moves_a_pending_runs_hint(
 async def test_change_task_group_priority_changes_every_unresolved_task(
     flow: Flow, kind: str, store_url: str
 ) -> None:
-    coord = await flow.coordinator(hint_grace=60_000, store_url=store_url)
+    coord = await flow.coordinator(hint_grace_ms=60_000, store_url=store_url)
     queue = Queue(kind, coord.url)
     group = slugid.nice()
     pending = [await flow.create(coord, taskGroupId=group) for _ in range(3)]

@@ -78,7 +78,7 @@ def secure(
             store_url=store_url,
             azure_connection_string=azurite.connection_string,
             queue_prefix=azure_namespace.queue_prefix,
-            claim_work_timeout=1_000,
+            claim_work_timeout_ms=1_000,
             **overrides,
         )
         return Secured(

@@ -57,8 +57,8 @@ async def test_every_queue_method_through_the_official_client(
         },
         azure_connection_string=azurite.connection_string,
         queue_prefix=azure_namespace.queue_prefix,
-        resolver_interval=100,
-        claim_work_timeout=1_000,
+        resolver_interval_ms=100,
+        claim_work_timeout_ms=1_000,
     )
     anonymous = Queue(kind, coordinator.url)
     producer = Queue(kind, coordinator.url, creds["producer"])

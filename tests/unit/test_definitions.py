@@ -38,7 +38,7 @@ def minimal(**changes: Any) -> dict[str, Any]:
 
 
 def norm(body: dict[str, Any], *, task_id: str = TASK_ID) -> dict[str, Any]:
-    return normalise(task_id, body, now=NOW, max_deadline=MAX_DEADLINE)
+    return normalise(task_id, body, now=NOW, max_deadline_ms=MAX_DEADLINE)
 
 
 def rejects(body: dict[str, Any], *, task_id: str = TASK_ID) -> str:
@@ -200,7 +200,9 @@ def test_deadline_past_the_maximum_names_the_maximum() -> None:
 
 def test_maximum_in_other_units() -> None:
     with pytest.raises(InputError, match="the maximum is 90 minutes from now"):
-        normalise(TASK_ID, minimal(deadline=at(NOW + 2 * HOUR)), now=NOW, max_deadline=90 * MINUTE)
+        normalise(
+            TASK_ID, minimal(deadline=at(NOW + 2 * HOUR)), now=NOW, max_deadline_ms=90 * MINUTE
+        )
 
 
 def test_expires_before_deadline_is_rejected() -> None:
@@ -217,7 +219,7 @@ def test_expires_equal_to_deadline_is_accepted() -> None:
 def test_default_expires_after_29_february_is_1_march() -> None:
     now = from_iso("2028-02-28T12:00:00.000Z")
     body = minimal(created=at(now), deadline="2028-02-29T10:00:00.000Z")
-    out = normalise(TASK_ID, body, now=now, max_deadline=MAX_DEADLINE)
+    out = normalise(TASK_ID, body, now=now, max_deadline_ms=MAX_DEADLINE)
     assert out["expires"] == "2029-03-01T10:00:00.000Z"
 
 

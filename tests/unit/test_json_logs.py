@@ -22,7 +22,7 @@ def test_a_json_log_line_parses_and_carries_task_and_run_ids() -> None:
 
     now = wall_clock()
     definition = definitions.normalise(
-        TASK_ID, task_definition(now), now=now, max_deadline=86_400_000
+        TASK_ID, task_definition(now), now=now, max_deadline_ms=86_400_000
     )
     created = lifecycle.create(record_from_definition(TASK_ID, definition), now=now)
     stream = io.StringIO()

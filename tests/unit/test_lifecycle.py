@@ -63,7 +63,7 @@ T0 = from_iso("2026-03-01T12:00:00.000Z")
 DEADLINE = T0 + DAY
 EXPIRES = DEADLINE + 365 * DAY
 CLAIM_TIMEOUT = 20 * MINUTE
-TIMING = Timing(claim_timeout=CLAIM_TIMEOUT)
+TIMING = Timing(claim_timeout_ms=CLAIM_TIMEOUT)
 
 CLAIMED_AT = T0 + MINUTE
 """When :func:`running` claims run 0."""
@@ -676,7 +676,7 @@ def test_claim_takes_the_pending_run() -> None:
 
 
 def test_claim_uses_the_configured_claim_timeout() -> None:
-    result = do_claim(pending(), now=CLAIMED_AT, timing=Timing(claim_timeout=30 * SECOND))
+    result = do_claim(pending(), now=CLAIMED_AT, timing=Timing(claim_timeout_ms=30 * SECOND))
     assert result.record.taken_until == CLAIMED_AT + 30 * SECOND
 
 
@@ -797,7 +797,7 @@ def test_reclaim_may_be_repeated() -> None:
     ],
 )
 def test_reclaim_never_shortens_the_claim(timeout: int, now: int, expected: int) -> None:
-    result = check(reclaim(running(), run_id=0, now=now, timing=Timing(claim_timeout=timeout)))
+    result = check(reclaim(running(), run_id=0, now=now, timing=Timing(claim_timeout_ms=timeout)))
     assert result.record.taken_until == expected
 
 
@@ -1077,7 +1077,7 @@ def test_retrying_exception_past_the_deadline_resolves_the_task(
 @pytest.mark.parametrize(("reason", "reason_created"), RETRYING)
 def test_retry_delay_doubles_with_every_retry_used(reason: str, reason_created: str) -> None:
     base = 10 * SECOND
-    timing = Timing(claim_timeout=CLAIM_TIMEOUT, retry_delay_base=base)
+    timing = Timing(claim_timeout_ms=CLAIM_TIMEOUT, retry_delay_base_ms=base)
     record = pending(retries=4)
     now = T0
     for used in range(4):
@@ -1096,7 +1096,7 @@ def test_retry_delay_doubles_with_every_retry_used(reason: str, reason_created: 
 
 def test_retry_delay_applies_to_claim_expiry() -> None:
     base = 5 * SECOND
-    timing = Timing(claim_timeout=CLAIM_TIMEOUT, retry_delay_base=base)
+    timing = Timing(claim_timeout_ms=CLAIM_TIMEOUT, retry_delay_base_ms=base)
     record = running(retries=3)
     first_expiry = CLAIMED_AT + CLAIM_TIMEOUT
     result = check(expire_claim(record, taken_until=first_expiry, now=first_expiry, timing=timing))
@@ -1115,7 +1115,7 @@ def test_retry_delay_applies_to_claim_expiry() -> None:
 
 def test_retry_delay_restarts_after_a_rerun() -> None:
     base = 10 * SECOND
-    timing = Timing(claim_timeout=CLAIM_TIMEOUT, retry_delay_base=base)
+    timing = Timing(claim_timeout_ms=CLAIM_TIMEOUT, retry_delay_base_ms=base)
     record = running(retries=2)
     now = T0 + 5 * MINUTE
     record = do_report(record, exception("worker-shutdown"), now=now, timing=timing).record
@@ -1770,7 +1770,7 @@ def test_not_before_holds_for_runs_scheduled_by_dependencies_and_reruns() -> Non
 
 @pytest.mark.parametrize(("reason", "reason_created"), RETRYING)
 def test_a_delayed_retry_is_refused_until_it_is_due(reason: str, reason_created: str) -> None:
-    timing = Timing(claim_timeout=CLAIM_TIMEOUT, retry_delay_base=MINUTE)
+    timing = Timing(claim_timeout_ms=CLAIM_TIMEOUT, retry_delay_base_ms=MINUTE)
     record = do_report(running(), exception(reason), now=CLAIMED_AT + SECOND, timing=timing).record
     due = CLAIMED_AT + SECOND + MINUTE
     assert (record.runs[1].reason_created, record.runs[1].visible_at) == (reason_created, due)
@@ -1831,7 +1831,7 @@ def test_retry_delay_schedule_repeats_its_last_value() -> None:
 
 
 def test_a_tasks_retry_delay_replaces_the_coordinators_base() -> None:
-    timing = Timing(claim_timeout=CLAIM_TIMEOUT, retry_delay_base=MINUTE)
+    timing = Timing(claim_timeout_ms=CLAIM_TIMEOUT, retry_delay_base_ms=MINUTE)
     record = pending(retries=2, retryDelay={"schedule": [3]})
     assert retry_delays(record, "intermittent-task", 2, timing) == [3 * SECOND, 3 * SECOND]
 

@@ -409,7 +409,7 @@ def test_every_route_parameter_has_a_schema() -> None:
 
 def _record_with_runs() -> Any:
     definition = normalise(
-        TASK_ID, {**minimal(), "dependencies": [DEP_A]}, now=NOW, max_deadline=5 * 86_400_000
+        TASK_ID, {**minimal(), "dependencies": [DEP_A]}, now=NOW, max_deadline_ms=5 * 86_400_000
     )
     record = record_from_definition(TASK_ID, definition)
     done = Run(
