@@ -3,6 +3,10 @@
 The suite has three slices, one folder each: ``tests/unit`` (no I/O beyond temporary files),
 ``tests/integration`` (real SQLite, PostgreSQL and Azurite, coordinators in this process) and
 ``tests/e2e`` (processes, browsers and chaos). Each test is marked with its slice.
+
+What more than one test module uses lives in ``tests/fixtures`` (the fixtures registered
+below, and the helpers beside them; task definitions come from ``devharness.tasks``): a test
+module never imports another.
 """
 
 import pytest
@@ -16,6 +20,7 @@ pytest_plugins = [
     "tests.fixtures.flow",
     "tests.fixtures.sdk",
     "tests.fixtures.workers",
+    "tests.fixtures.replicas",
 ]
 
 

@@ -1,6 +1,7 @@
 """Two ``queue-coordinator serve`` processes sharing one PostgreSQL schema, one Azurite queue
-prefix and one clients file: the deployment docs/replicas.md promises works (replicas behind a load
-balancer, resolvers running in every replica).
+prefix and one clients file (the ``cluster`` fixture, tests/fixtures/replicas.py): the
+deployment docs/replicas.md promises works (replicas behind a load balancer, resolvers running
+in every replica).
 
 Workers are plain aiohttp and deliberately spread every step over both replicas: poll URLs
 from one, claim on the other, delete the hint on Azurite, report on the first with the
@@ -24,132 +25,20 @@ import re
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Coroutine
 from typing import Any
 
-import aiohttp
-import pytest
-import slugid
-
-from coordinator.api.clients import ensure_root_client
-from devharness.api import call
-from devharness.azurite import AzuriteProcess
-from devharness.tasks import task_definition
 from devharness.waiting import wait_until
-from hawk_signing import Credentials
-from tests.fixtures.azurite import AzureNamespace
-from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, base_config
+from tests.fixtures.coordinator import CoordinatorProcess
+from tests.fixtures.replicas import HTTP_TIMEOUT, N_TASKS, WORKER_TYPE
 
-N_TASKS = 60
-ABANDON_EVERY = 2
-"""Tasks ``0, 2, 4, ...`` have the first claim of run 0 abandoned: half of them, so the two
-claim resolvers overlap on the same rows (with fewer, they seldom meet and a broken
-compare-and-set went unnoticed when tried)."""
-CLAIM_TIMEOUT_MS = 3_000
-WORKER_TYPE = "wt"
+# Exported for tests/e2e/test_failover.py, which imports them from here for now.
+from tests.fixtures.replicas import Cluster as Cluster
+from tests.fixtures.replicas import Work as Work
+from tests.fixtures.replicas import cluster as cluster
+from tests.fixtures.replicas import create_tasks as create_tasks
+
 WORKERS = 4
-HTTP_TIMEOUT = aiohttp.ClientTimeout(total=10)
-
-MakeProcess = Callable[..., CoordinatorProcess]
-
-
-@dataclass
-class Cluster:
-    """The replicas, an HTTP session, and what the workers did."""
-
-    replicas: list[RunningCoordinator]
-    processes: list[CoordinatorProcess]
-    http: aiohttp.ClientSession
-    root: Credentials
-    provisioner_id: str
-    served: Counter[int] = field(default_factory=Counter)
-    """Requests answered, per replica index."""
-    failovers: int = 0
-    """Requests that met a dead replica and were sent to the other."""
-
-    async def call(
-        self,
-        preferred: int,
-        method: str,
-        path: str,
-        body: Any = None,
-        credentials: dict[str, str] | None = None,
-    ) -> tuple[int, Any]:
-        """One signed API request to replica ``preferred``, or to the next one while a replica
-        refuses connections or drops them (what a load balancer does)."""
-        signer = self.root if credentials is None else Credentials.from_json(credentials)
-        last_error: Exception | None = None
-        for attempt in range(len(self.replicas)):
-            index = (preferred + attempt) % len(self.replicas)
-            try:
-                response = await call(
-                    self.http,
-                    method,
-                    self.replicas[index].api + path,
-                    body,
-                    credentials=signer,
-                    request_timeout=HTTP_TIMEOUT,
-                )
-            except aiohttp.ClientConnectionError as error:
-                last_error = error
-                self.failovers += 1
-                continue
-            self.served[index] += 1
-            assert response.status < 500, f"{method} {path} on replica {index}: {response.body}"
-            return response.status, response.body
-        raise AssertionError(f"no replica answered {method} {path}: {last_error!r}")
-
-
-@dataclass
-class Work:
-    """The tasks of one test and the record of what workers did with them."""
-
-    group: str
-    bodies: dict[str, dict[str, Any]]
-    to_abandon: set[str]
-    created: set[str] = field(default_factory=set)
-    abandoned: dict[tuple[str, int], str] = field(default_factory=dict)
-    """``(taskId, runId) -> workerId`` of claims left to expire."""
-    reported: dict[tuple[str, int], str] = field(default_factory=dict)
-    """``(taskId, runId) -> workerId`` of runs reported completed."""
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @classmethod
-    def make(cls, provisioner_id: str) -> Work:
-        group = slugid.nice()
-        ids = [slugid.nice() for _ in range(N_TASKS)]
-        bodies = {
-            task_id: task_definition(
-                provisionerId=provisioner_id, workerType=WORKER_TYPE, taskGroupId=group
-            )
-            for task_id in ids
-        }
-        return cls(group=group, bodies=bodies, to_abandon=set(ids[::ABANDON_EVERY]))
-
-    def check_done(self) -> None:
-        if {key[0] for key in self.reported} >= set(self.bodies):
-            self.done.set()
-
-
-async def create_tasks(
-    cluster: Cluster, work: Work, ids: list[str], *, concurrency: int = 4
-) -> None:
-    """createTask for ``ids``, alternating replicas (by position in the whole task list)."""
-    order = list(work.bodies)
-    gate = asyncio.Semaphore(concurrency)
-
-    async def create(task_id: str) -> None:
-        async with gate:
-            status, body = await cluster.call(
-                order.index(task_id) % 2, "PUT", f"/task/{task_id}", work.bodies[task_id]
-            )
-        assert status == 200, body
-        work.created.add(task_id)
-
-    await asyncio.gather(*(create(task_id) for task_id in ids))
 
 
 async def handle(
@@ -331,44 +220,6 @@ def resolver_actions(process: CoordinatorProcess) -> int:
     """How many claims this process's claim resolver expired, from its log."""
     log = process.log_path.read_text(errors="replace")
     return sum(int(n) for n in re.findall(r"background pass actor=claim-resolver acted=(\d+)", log))
-
-
-@pytest.fixture
-async def cluster(
-    tmp_path: Path,
-    postgres_schema_url: str,
-    azurite: AzuriteProcess,
-    azure_namespace: AzureNamespace,
-    coordinator_process: MakeProcess,
-) -> AsyncIterator[Cluster]:
-    """Two replicas, started at once on a fresh schema (so they race to migrate it)."""
-    root = ensure_root_client(tmp_path / "clients.json")
-    processes = [
-        coordinator_process(
-            base_config(
-                tmp_path,
-                store_url=postgres_schema_url,
-                azure_connection_string=azurite.connection_string,
-                queue_prefix=azure_namespace.queue_prefix,
-                auth_enabled=True,
-                claim_timeout_ms=CLAIM_TIMEOUT_MS,
-                resolver_interval_ms=200,
-                hint_grace_ms=1_000,
-                claim_work_timeout_ms=1_000,
-            )
-        )
-        for _ in range(2)
-    ]
-    replicas = list(await asyncio.gather(*(process.start() for process in processes)))
-    assert replicas[0].url != replicas[1].url
-    async with aiohttp.ClientSession() as http:
-        yield Cluster(
-            replicas=replicas,
-            processes=processes,
-            http=http,
-            root=root,
-            provisioner_id=azure_namespace.provisioner_id,
-        )
 
 
 async def test_two_replicas_share_the_work_and_resolve_each_expired_claim_once(
