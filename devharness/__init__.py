@@ -7,7 +7,8 @@ Modules, each owning one concern: :mod:`devharness.ports` (a free TCP port),
 processes, ``queue-coordinator serve`` among them), :mod:`devharness.postgres` (throwaway
 databases), :mod:`devharness.api` (signed calls to the REST API),
 :mod:`devharness.azurite` (the Azurite emulator, also ``python -m devharness.azurite`` for
-``./scripts/dev``), :mod:`devharness.bulk_tasks` (a store filled with many tasks, as the
+``./scripts/dev``), :mod:`devharness.tasks` (the one createTask body factory),
+:mod:`devharness.bulk_tasks` (a store filled with many tasks, as the
 coordinator would have stored them) and :mod:`devharness.query_plans` (the plans of the
 management API's statements).
 """
