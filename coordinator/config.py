@@ -35,6 +35,19 @@ def _optional_seconds(env: Mapping[str, str], name: str) -> int | None:
     return _seconds(env, name, 0) if env.get(name) else None
 
 
+def _byte_count(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
+        raise ConfigurationError(f"{name}={raw!r} is not a positive number of bytes")
+    return int(raw)
+
+
+ARTIFACT_BACKENDS = ("directory", "azure")
+"""The values of ``COORDINATOR_ARTIFACTS``: where artifact bytes are kept."""
+
+
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -65,6 +78,13 @@ class Config:
     :param failed_ttl_ms: the same for failed and exception tasks.
     :param reconcile_interval_ms: how often the reconciler compares the store's pending runs with
         Azure's message counts and puts lost hints again (ms).
+    :param artifacts: where artifact bytes are kept: ``directory`` (files under
+        ``artifacts_dir``) or ``azure`` (block blobs in the container ``<queue_prefix>artifacts``
+        of the ``azure_connection_string`` account, downloaded straight from Azure).
+    :param artifacts_dir: the directory of the ``directory`` backend (``<data_dir>/artifacts``
+        unless set).
+    :param artifact_max_bytes: the largest artifact upload accepted (a larger Content-Length
+        is refused before any byte is read).
     """
 
     host: str = "127.0.0.1"
@@ -90,6 +110,23 @@ class Config:
     max_batch_body_bytes: int = 16 * 1_048_576
     completed_ttl_ms: int | None = None
     failed_ttl_ms: int | None = None
+    artifacts: str = "directory"
+    artifacts_dir: Path = Path(".data/artifacts")
+    artifact_max_bytes: int = 5 * 2**30
+
+    def __post_init__(self) -> None:
+        if self.artifacts not in ARTIFACT_BACKENDS:
+            raise ConfigurationError(
+                f"COORDINATOR_ARTIFACTS={self.artifacts!r} is not a place for artifacts: use "
+                "directory (files under COORDINATOR_ARTIFACTS_DIR) or azure "
+                "(AZURE_STORAGE_CONNECTION_STRING)"
+            )
+        if self.artifacts == "azure" and not self.azure_connection_string:
+            raise ConfigurationError(
+                "COORDINATOR_ARTIFACTS=azure needs AZURE_STORAGE_CONNECTION_STRING (the storage "
+                "account for the artifacts container); set it, or use "
+                "COORDINATOR_ARTIFACTS=directory"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -124,4 +161,7 @@ class Config:
             pending_cache_ms=_seconds(env, "COORDINATOR_PENDING_CACHE", 20),
             completed_ttl_ms=_optional_seconds(env, "COORDINATOR_COMPLETED_TTL"),
             failed_ttl_ms=_optional_seconds(env, "COORDINATOR_FAILED_TTL"),
+            artifacts=env.get("COORDINATOR_ARTIFACTS") or "directory",
+            artifacts_dir=Path(env.get("COORDINATOR_ARTIFACTS_DIR") or data_dir / "artifacts"),
+            artifact_max_bytes=_byte_count(env, "COORDINATOR_ARTIFACT_MAX_BYTES", 5 * 2**30),
         )
