@@ -15,6 +15,8 @@ pass one contract test suite (``tests/integration/test_store_contract.py``). The
   particular order.
 * Listings page by task id with a ``limit``; no call holds more than one page in memory.
 * ``insert`` requires unique dependencies (the API rejects duplicates before).
+* A task's artifact rows go with it, however it is deleted (:meth:`delete_expired`,
+  :meth:`delete_matching`); their bytes are not the store's (:meth:`artifacts_of_tasks`).
 
 All times are epoch milliseconds.
 """
@@ -22,8 +24,10 @@ All times are epoch milliseconds.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskCounts, TaskFilter
@@ -140,14 +144,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def delete_expired(self, now: int, limit: int) -> int:
-        """Delete up to ``limit`` tasks with ``expires <= now`` (and their dependency edges)
-        and up to ``limit`` expired task groups; return how many tasks were deleted."""
+        """Delete up to ``limit`` tasks with ``expires <= now`` (and their dependency edges
+        and artifacts) and up to ``limit`` expired task groups; return how many tasks were
+        deleted."""
 
     @abc.abstractmethod
     async def delete_matching(self, matching: TaskFilter, *, now: int, limit: int) -> int:
-        """Delete up to ``limit`` tasks that ``matching`` matches at ``now`` (with their edges
-        and tags) in one transaction; return how many were deleted. A row that a concurrent
-        compare-and-set holds is waited for, so fewer than ``limit`` means none is left."""
+        """Delete up to ``limit`` tasks that ``matching`` matches at ``now`` (with their edges,
+        tags and artifacts) in one transaction; return how many were deleted. A row that a
+        concurrent compare-and-set holds is waited for, so fewer than ``limit`` means none is
+        left."""
 
     @abc.abstractmethod
     async def pending_by_task_queue(self) -> list[PendingCount]:
@@ -307,3 +313,55 @@ class Store(abc.ABC):
     async def delete_expired_workers(self, now: int, limit: int) -> int:
         """Delete up to ``limit`` workers expired and not quarantined at ``now``, and up to
         ``limit`` expired task queues; return how many records were deleted."""
+
+    # --- artifacts --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def insert_artifact(self, artifact: Artifact) -> Artifact | None:
+        """Store a new artifact of an existing task.
+
+        :returns: ``None`` when stored; the stored artifact, unchanged, when the run has one
+            of that name already.
+        :raises InputError: the task does not exist (any more): ``Task not found``, what
+            createArtifact answers for an unknown task.
+        """
+
+    @abc.abstractmethod
+    async def replace_artifact(self, artifact: Artifact) -> None:
+        """Write a repeated createArtifact over the stored artifact of the same key: its
+        storage type, ``expires`` and details (except that an s3 artifact keeps its upload
+        state); contentType, ``created`` and the declared length stay. Nothing happens if
+        there is none."""
+
+    @abc.abstractmethod
+    async def mark_uploaded(
+        self, task_id: str, run_id: int, name: str, details: Mapping[str, Any]
+    ) -> bool:
+        """Set the details of an s3 artifact (its upload state); whether it did (``False``:
+        no such artifact, or not of type s3)."""
+
+    @abc.abstractmethod
+    async def get_artifact(self, task_id: str, run_id: int, name: str) -> Artifact | None:
+        """The artifact, expired or not; ``None`` if there is none."""
+
+    @abc.abstractmethod
+    async def list_artifacts(
+        self, task_id: str, run_id: int, *, after: str | None, limit: int
+    ) -> Page[Artifact, str]:
+        """Every artifact of the run, expired or not, in name order (code point), after the
+        name ``after``."""
+
+    @abc.abstractmethod
+    async def expired_artifacts(self, now: int, limit: int) -> list[Artifact]:
+        """Up to ``limit`` artifacts with ``expires <= now``, the earliest first (as tasks
+        expire: an artifact never outlives its task, so this reaches a task's artifacts no
+        later than :meth:`delete_expired` the task)."""
+
+    @abc.abstractmethod
+    async def delete_artifacts(self, keys: Sequence[ArtifactKey]) -> int:
+        """Delete these artifacts in one transaction; how many existed."""
+
+    @abc.abstractmethod
+    async def artifacts_of_tasks(self, task_ids: Sequence[str]) -> list[Artifact]:
+        """Every artifact of these tasks, by task, run and name: what deleting the tasks
+        deletes, whose bytes the caller deletes first."""

@@ -43,17 +43,21 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 from asyncpg.exceptions import (
+    ForeignKeyViolationError,
     InsufficientResourcesError,
     InternalClientError,
     OperatorInterventionError,
     PostgresConnectionError,
 )
 
+from coordinator.domain.artifacts import Artifact, ArtifactKey
+from coordinator.domain.errors import InputError
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
+from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
 from coordinator.store.outages import OutageWatch
 from coordinator.store.rows import (
     insert_columns,
@@ -343,3 +347,36 @@ class PostgresStore(SQLStore):
             now=now,
         )
         return counts_from_rows(rows)
+
+    # --- artifacts --------------------------------------------------------------------------
+
+    async def insert_artifact(self, artifact: Artifact) -> Artifact | None:
+        try:
+            inserted = await self._fetch("insert_artifact", **artifact_columns(artifact))
+        except ForeignKeyViolationError:
+            # the statement saw the task, and a concurrent delete removed it before the insert
+            raise InputError("Task not found") from None
+        if inserted:
+            return None
+        # A new statement, whose snapshot holds the row that the insert found in its way even
+        # if another replica committed it after the insert's snapshot was taken. Nothing there
+        # means the task does not exist (or the row went since, with its task or expired).
+        existing = await self.get_artifact(*artifact.key)
+        if existing is None:
+            raise InputError("Task not found")
+        return existing
+
+    async def delete_artifacts(self, keys: Sequence[ArtifactKey]) -> int:
+        if not keys:
+            return 0
+        deleted = await self._fetch(
+            "delete_artifacts",
+            task_ids=[task_id for task_id, _, _ in keys],
+            run_ids=[run_id for _, run_id, _ in keys],
+            names=[name for _, _, name in keys],
+        )
+        return len(deleted)
+
+    async def artifacts_of_tasks(self, task_ids: Sequence[str]) -> list[Artifact]:
+        rows = await self._fetch("artifacts_of_tasks", task_ids=list(task_ids)) if task_ids else []
+        return [artifact_from_row(row) for row in rows]

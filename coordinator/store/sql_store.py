@@ -8,9 +8,10 @@ are then written once.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from coordinator.domain.artifacts import Artifact
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
@@ -22,6 +23,12 @@ from coordinator.domain.workers import (
     TaskQueueRecord,
     WorkerKey,
     WorkerRecord,
+)
+from coordinator.store.artifact_rows import (
+    artifact_columns,
+    artifact_from_row,
+    details_json,
+    key_columns,
 )
 from coordinator.store.base import Store
 from coordinator.store.rows import Row, page_from_rows, record_from_row
@@ -248,6 +255,39 @@ class SQLStore(Store, abc.ABC):
         workers = await self._fetch("delete_expired_workers", now=now, limit=limit)
         task_queues = await self._fetch("delete_expired_task_queues", now=now, limit=limit)
         return len(workers) + len(task_queues)
+
+    # --- artifacts --------------------------------------------------------------------------
+
+    async def replace_artifact(self, artifact: Artifact) -> None:
+        await self._fetch("replace_artifact", **artifact_columns(artifact))
+
+    async def mark_uploaded(
+        self, task_id: str, run_id: int, name: str, details: Mapping[str, Any]
+    ) -> bool:
+        rows = await self._fetch(
+            "mark_uploaded", **key_columns(task_id, run_id, name), details=details_json(details)
+        )
+        return bool(rows)
+
+    async def get_artifact(self, task_id: str, run_id: int, name: str) -> Artifact | None:
+        rows = await self._fetch("get_artifact", **key_columns(task_id, run_id, name))
+        return artifact_from_row(rows[0]) if rows else None
+
+    async def list_artifacts(
+        self, task_id: str, run_id: int, *, after: str | None, limit: int
+    ) -> Page[Artifact, str]:
+        rows = await self._fetch(
+            "list_artifacts", task_id=task_id, run_id=run_id, after=after or "", limit=limit + 1
+        )
+        return keyed_page([artifact_from_row(row) for row in rows], limit, _artifact_name)
+
+    async def expired_artifacts(self, now: int, limit: int) -> list[Artifact]:
+        rows = await self._fetch("expired_artifacts", now=now, limit=limit)
+        return [artifact_from_row(row) for row in rows]
+
+
+def _artifact_name(artifact: Artifact) -> str:
+    return artifact.name
 
 
 def _task_group(row: Row) -> TaskGroup:

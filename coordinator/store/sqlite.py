@@ -25,11 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from coordinator.domain.artifacts import Artifact, ArtifactKey
+from coordinator.domain.errors import InputError
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
+from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
 from coordinator.store.outages import OutageWatch
 from coordinator.store.rows import (
     insert_columns,
@@ -84,6 +87,7 @@ SCANS = frozenset(
         "task_group_size",
         "unresolved_in_group",
         "claimed_runs",
+        "expired_artifacts",
     }
 )
 """The named statements whose cost grows with the tables rather than with what they return
@@ -396,3 +400,37 @@ class SQLiteStore(SQLStore):
         )
         rows = await self._run_scan(lambda conn: conn.execute(statement, params).fetchall())
         return counts_from_rows(rows)
+
+    # --- artifacts --------------------------------------------------------------------------
+
+    async def insert_artifact(self, artifact: Artifact) -> Artifact | None:
+        columns = artifact_columns(artifact)
+
+        def insert(conn: sqlite3.Connection) -> sqlite3.Row | None:
+            if conn.execute(_Q["insert_artifact"], columns).fetchone() is not None:
+                return None
+            existing: sqlite3.Row | None = conn.execute(_Q["get_artifact"], columns).fetchone()
+            if existing is None:
+                raise InputError("Task not found")
+            return existing
+
+        existing = await self._run(insert)
+        return None if existing is None else artifact_from_row(existing)
+
+    async def delete_artifacts(self, keys: Sequence[ArtifactKey]) -> int:
+        params = [key_columns(*key) for key in keys]
+
+        def delete(conn: sqlite3.Connection) -> int:
+            return conn.executemany(_Q["delete_artifact"], params).rowcount
+
+        return await self._run_scan(delete) if params else 0
+
+    async def artifacts_of_tasks(self, task_ids: Sequence[str]) -> list[Artifact]:
+        if not task_ids:
+            return []
+        statement = _Q["artifacts_of_tasks"].format(ids=",".join("?" * len(task_ids)))
+
+        def select(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            return conn.execute(statement, list(task_ids)).fetchall()
+
+        return [artifact_from_row(row) for row in await self._run_scan(select)]

@@ -157,3 +157,53 @@ SELECT CASE WHEN state = 'pending' AND visible_at > :now THEN 'delayed' ELSE sta
        count(*) AS tasks
 FROM tasks WHERE {filters}
 GROUP BY 1
+
+-- name: insert_artifact
+-- createArtifact, only while the task exists: no row back means the run has the name already
+-- (or the task is gone). Casts, because PostgreSQL reads a bare parameter in a select list as
+-- text.
+INSERT INTO artifacts (task_id, run_id, name, storage_type, content_type, content_length,
+                       expires, details, created)
+SELECT :task_id, CAST(:run_id AS INTEGER), :artifact_name, :storage_type,
+       :content_type, CAST(:content_length AS BIGINT), CAST(:expires AS BIGINT), :details,
+       CAST(:created AS BIGINT)
+WHERE EXISTS (SELECT 1 FROM tasks WHERE task_id = :task_id)
+ON CONFLICT (task_id, run_id, name) DO NOTHING
+RETURNING name
+
+-- name: get_artifact
+SELECT task_id, run_id, name, storage_type, content_type, content_length, expires, details,
+       created
+FROM artifacts WHERE task_id = :task_id AND run_id = :run_id AND name = :artifact_name
+
+-- name: replace_artifact
+-- A repeated createArtifact: contentType, created and the declared length stay. An s3
+-- artifact (which stays s3) keeps its details, the upload state only mark_uploaded writes,
+-- so a repeat racing an upload cannot undo it.
+UPDATE artifacts
+SET storage_type = :storage_type, expires = :expires,
+    details = CASE WHEN storage_type = 's3' AND :storage_type = 's3' THEN details
+                   ELSE :details END
+WHERE task_id = :task_id AND run_id = :run_id AND name = :artifact_name
+
+-- name: mark_uploaded
+-- Compare-and-set on the storage type: only an s3 artifact records an upload.
+UPDATE artifacts SET details = :details
+WHERE task_id = :task_id AND run_id = :run_id AND name = :artifact_name
+  AND storage_type = 's3'
+RETURNING name
+
+-- name: list_artifacts
+-- Every row, expired or not (Taskcluster lists them until they are deleted), in name order.
+SELECT task_id, run_id, name, storage_type, content_type, content_length, expires, details,
+       created
+FROM artifacts
+WHERE task_id = :task_id AND run_id = :run_id AND name > :after
+ORDER BY name LIMIT :limit
+
+-- name: expired_artifacts
+-- At or before now, as tasks expire: an artifact never expires after its task, so the
+-- artifact sweeper reaches a task's artifacts no later than the expiry sweeper the task.
+SELECT task_id, run_id, name, storage_type, content_type, content_length, expires, details,
+       created
+FROM artifacts WHERE expires <= :now ORDER BY expires LIMIT :limit

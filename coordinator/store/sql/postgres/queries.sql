@@ -309,3 +309,16 @@ SELECT secret FROM made
 UNION ALL
 SELECT secret FROM shared_secrets WHERE name = :secret_name
 LIMIT 1
+
+-- name: artifacts_of_tasks
+SELECT task_id, run_id, name, storage_type, content_type, content_length, expires, details,
+       created
+FROM artifacts WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
+ORDER BY task_id, run_id, name
+
+-- name: delete_artifacts
+DELETE FROM artifacts AS a
+USING unnest(CAST(:task_ids AS TEXT[]), CAST(:run_ids AS INTEGER[]), CAST(:names AS TEXT[]))
+      AS doomed (task_id, run_id, name)
+WHERE a.task_id = doomed.task_id AND a.run_id = doomed.run_id AND a.name = doomed.name
+RETURNING a.name

@@ -155,3 +155,12 @@ ON CONFLICT (name) DO NOTHING
 
 -- name: shared_secret
 SELECT secret FROM shared_secrets WHERE name = :secret_name
+
+-- name: artifacts_of_tasks
+SELECT task_id, run_id, name, storage_type, content_type, content_length, expires, details,
+       created
+FROM artifacts WHERE task_id IN ({ids})
+ORDER BY task_id, run_id, name
+
+-- name: delete_artifact
+DELETE FROM artifacts WHERE task_id = :task_id AND run_id = :run_id AND name = :artifact_name
