@@ -1,23 +1,25 @@
-"""Assembles the coordinator: store, Azure queues, task service, resolvers and the aiohttp app.
+"""Assembles the coordinator: store, Azure queues, task service, background actors and the app.
 
 :func:`build_app` is what ``queue-coordinator serve`` runs and what tests start on a free
-port. Start-up opens the store (applying migrations), connects the queue layer when an Azure
-connection string is configured, and starts every background actor; clean-up stops them in
-reverse order.
+port. It builds the aiohttp application, registers the routes of the endpoint table and hands
+aiohttp a lifespan: start-up opens the store (applying migrations), connects the queue layer
+when an Azure connection string is configured, builds the services over them and starts the
+background actors of :data:`ACTORS`; clean-up stops them and closes everything in reverse
+order.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
 
 from coordinator.api import keyset, openapi, validation
 from coordinator.api.auth import Authorizer
-from coordinator.api.endpoints import API_PREFIX, ENDPOINTS
+from coordinator.api.endpoints import API_PREFIX, ENDPOINTS, MAX_REQUEST_LINE
 from coordinator.api.handlers import HANDLERS, Handlers, route_handler
 from coordinator.api.http import error_middleware, json_response
 from coordinator.api.metrics import HttpMetrics, metrics_handler, metrics_middleware
@@ -61,8 +63,15 @@ class Coordinator:
     azure_queues: QueueService | None
     management: TaskManagement
     dispatch: WorkDispatch
-    runner: Runner
     workers: WorkerService
+    metrics: ServiceMetrics
+
+    @property
+    def azure(self) -> QueueService:
+        """The Azure queue layer, for the actors that run only with it."""
+        if self.azure_queues is None:
+            raise RuntimeError("this coordinator runs without Azure queues")
+        return self.azure_queues
 
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
@@ -71,80 +80,112 @@ ROOT_ENDPOINTS = frozenset({"heartbeat", "lbheartbeat", "version"})
 """Served at the service root as well, where load balancers and deployment checks look."""
 
 
-def _actors(
-    config: Config,
-    service: TaskService,
-    management: TaskManagement,
-    azure_queues: QueueService | None,
-) -> list[Actor]:
-    seconds = config.resolver_interval_ms / 1000
-    actors = [
-        Actor(
-            name="claim-resolver",
-            run_once=lambda: claim_resolver.run_once(service),
-            interval=seconds,
-        ),
-        Actor(
-            name="deadline-resolver",
-            run_once=lambda: deadline_resolver.run_once(service, delay_ms=config.deadline_delay_ms),
-            interval=seconds,
-        ),
-        Actor(
-            name="dependency-resolver",
-            run_once=lambda: dependency_resolver.run_once(service),
-            interval=seconds,
-        ),
-        Actor(
-            name="hint-keeper",
-            run_once=lambda: hint_keeper.run_once(service, grace_ms=config.hint_grace_ms),
-            interval=seconds,
-        ),
-        Actor(
-            name="expiry-sweeper",
-            run_once=lambda: expiry_sweeper.run_once(service, management),
-            interval=seconds,
-            busy_at=1000,
-        ),
-    ]
-    if azure_queues is not None:
-        actors.append(
-            Actor(
-                name="reconciler",
-                run_once=lambda: reconciler.run_once(service, azure_queues),
-                interval=config.reconcile_interval_ms / 1000,
-                busy_at=500,
-            )
-        )
-        actors.append(
-            Actor(
-                name="queue-sweeper",
-                run_once=lambda: queue_sweeper.run_once(azure_queues, now=service.clock()),
-                interval=3600.0,
-            )
-        )
-    return actors
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActorSpec:
+    """One background actor: a pass of its ``coordinator.resolvers`` module on an interval.
+
+    :param name: in logs and in the resolver metrics.
+    :param run_once: one pass over the running parts; returns how many things it acted on.
+    :param interval: seconds between idle passes, given the configuration.
+    :param needs_azure: runs only when Azure queues are configured.
+    :param busy_at: a pass acting on at least this many runs again at once.
+    """
+
+    name: str
+    run_once: Callable[[Coordinator], Awaitable[int]]
+    interval: Callable[[Config], float]
+    needs_azure: bool = False
+    busy_at: int = 100
 
 
-def _worker_actors(config: Config, workers: WorkerService) -> list[Actor]:
-    seconds = config.resolver_interval_ms / 1000
-    return [
-        Actor(
-            name="sightings-flusher",
-            run_once=lambda: sightings_flusher.run_once(workers),
-            interval=seconds,
+def _resolver_interval(config: Config) -> float:
+    return config.resolver_interval_ms / 1000
+
+
+ACTORS: tuple[ActorSpec, ...] = (
+    ActorSpec(
+        name="claim-resolver",
+        run_once=lambda c: claim_resolver.run_once(c.service),
+        interval=_resolver_interval,
+    ),
+    ActorSpec(
+        name="deadline-resolver",
+        run_once=lambda c: deadline_resolver.run_once(
+            c.service, delay_ms=c.config.deadline_delay_ms
         ),
-        Actor(
-            name="quarantine-refresher",
-            run_once=lambda: quarantine_refresher.run_once(workers),
-            interval=seconds,
-        ),
-        Actor(
-            name="worker-sweeper",
-            run_once=lambda: worker_sweeper.run_once(workers),
-            interval=max(seconds, 60.0),
-            busy_at=1000,
-        ),
-    ]
+        interval=_resolver_interval,
+    ),
+    ActorSpec(
+        name="dependency-resolver",
+        run_once=lambda c: dependency_resolver.run_once(c.service),
+        interval=_resolver_interval,
+    ),
+    ActorSpec(
+        name="hint-keeper",
+        run_once=lambda c: hint_keeper.run_once(c.service, grace_ms=c.config.hint_grace_ms),
+        interval=_resolver_interval,
+    ),
+    ActorSpec(
+        name="expiry-sweeper",
+        run_once=lambda c: expiry_sweeper.run_once(c.service, c.management),
+        interval=_resolver_interval,
+        busy_at=1000,
+    ),
+    ActorSpec(
+        name="reconciler",
+        run_once=lambda c: reconciler.run_once(c.service, c.azure),
+        interval=lambda config: config.reconcile_interval_ms / 1000,
+        needs_azure=True,
+        busy_at=500,
+    ),
+    ActorSpec(
+        name="queue-sweeper",
+        run_once=lambda c: queue_sweeper.run_once(c.azure, now=c.service.clock()),
+        interval=lambda config: 3600.0,
+        needs_azure=True,
+    ),
+    ActorSpec(
+        name="sightings-flusher",
+        run_once=lambda c: sightings_flusher.run_once(c.workers),
+        interval=_resolver_interval,
+    ),
+    ActorSpec(
+        name="quarantine-refresher",
+        run_once=lambda c: quarantine_refresher.run_once(c.workers),
+        interval=_resolver_interval,
+    ),
+    ActorSpec(
+        name="worker-sweeper",
+        run_once=lambda c: worker_sweeper.run_once(c.workers),
+        interval=lambda config: max(_resolver_interval(config), 60.0),
+        busy_at=1000,
+    ),
+    ActorSpec(
+        name="queue-gauges",
+        run_once=lambda c: queue_gauges.run_once(c.workers, c.metrics),
+        interval=lambda config: queue_gauges.INTERVAL,
+    ),
+)
+"""Every background actor of a coordinator process (docs/architecture.md says what each does)."""
+
+
+def _runner(coordinator: Coordinator, *, enabled: bool) -> Runner:
+    """A runner of the actors of :data:`ACTORS` that this coordinator can run (none unless
+    ``enabled``)."""
+
+    def actor(spec: ActorSpec) -> Actor:
+        return Actor(
+            name=spec.name,
+            run_once=lambda: spec.run_once(coordinator),
+            interval=spec.interval(coordinator.config),
+            busy_at=spec.busy_at,
+        )
+
+    with_azure = coordinator.azure_queues is not None
+    return Runner(
+        [actor(spec) for spec in ACTORS if enabled and (with_azure or not spec.needs_azure)],
+        on_pass=coordinator.metrics.resolver_acted,
+    )
 
 
 def _queue_service(config: Config) -> QueueService | None:
@@ -170,113 +211,110 @@ def _queue_service(config: Config) -> QueueService | None:
         ) from None
 
 
-def build_app(
-    config: Config,
-    *,
-    clock: Callable[[], int] = wall_clock,
-    run_resolvers: bool = True,
-) -> web.Application:
-    """The aiohttp application for ``config``.
+async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetrics) -> Coordinator:
+    """The store (migrated), the queue layer and the services over them, ready to serve.
 
-    :param clock: epoch-milliseconds clock for every transition (tests inject one).
-    :param run_resolvers: start the background actors (tests of a single pass turn them off
-        and call ``run_once`` themselves).
+    :param clock: epoch-milliseconds clock for every transition.
+    :param metrics: what the service layer counts into.
     """
-    registry = CollectorRegistry()  # per app: tests run several in one process
-    service_metrics = ServiceMetrics(registry)
-    app = web.Application(
-        middlewares=[metrics_middleware(HttpMetrics(registry)), error_middleware],
-        client_max_size=max(config.max_body_bytes, config.max_batch_body_bytes),
+    azure_queues = _queue_service(config)
+    store = await open_store(config.store_url)
+    service = TaskService(
+        store=store,
+        hints=azure_queues,
+        timing=Timing(
+            claim_timeout_ms=config.claim_timeout_ms, retry_delay_base_ms=config.retry_delay_base_ms
+        ),
+        max_deadline_ms=config.max_deadline_ms,
+        clock=clock,
+        metrics=metrics,
     )
-    # Verify credentials on the clock their certificates are issued on (the runs').
-    authorizer = Authorizer.from_config(config, clock=lambda: clock() / 1000)
-
-    async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        azure_queues = _queue_service(config)
-        store = await open_store(config.store_url)
-        service = TaskService(
-            store=store,
-            hints=azure_queues,
-            timing=Timing(
-                claim_timeout_ms=config.claim_timeout_ms,
-                retry_delay_base_ms=config.retry_delay_base_ms,
-            ),
-            max_deadline_ms=config.max_deadline_ms,
-            clock=clock,
-            metrics=service_metrics,
-        )
-        management = TaskManagement(
+    workers = WorkerService(store=store, clock=clock)
+    # Before the first request: a quarantined worker must not claim in the first second.
+    await workers.refresh_quarantines()
+    return Coordinator(
+        config=config,
+        store=store,
+        service=service,
+        azure_queues=azure_queues,
+        management=TaskManagement(
             service=service,
             store=store,
             ttls=ResolvedTTLs(completed_ms=config.completed_ttl_ms, failed_ms=config.failed_ttl_ms),
-        )
-        app[keyset.TOKEN_KEY] = await management.token_key()
-        workers = WorkerService(store=store, clock=clock)
-        # Before the first request: a quarantined worker must not claim in the first second.
-        await workers.refresh_quarantines()
-        dispatch = WorkDispatch(
+        ),
+        dispatch=WorkDispatch(
             service=service,
             azure_queues=azure_queues,
             workers=workers,
             claim_work_timeout_s=config.claim_work_timeout_ms / 1000,
-        )
-        runner = Runner(
-            [
-                *_actors(config, service, management, azure_queues),
-                *_worker_actors(config, workers),
-                Actor(
-                    name="queue-gauges",
-                    run_once=lambda: queue_gauges.run_once(workers, service_metrics),
-                    interval=queue_gauges.INTERVAL,
-                ),
-            ]
-            if run_resolvers
-            else [],
-            on_pass=service_metrics.resolver_acted,
-        )
-        coordinator = Coordinator(
-            config=config,
-            store=store,
-            service=service,
-            azure_queues=azure_queues,
-            management=management,
-            dispatch=dispatch,
-            runner=runner,
-            workers=workers,
-        )
+        ),
+        workers=workers,
+        metrics=metrics,
+    )
+
+
+async def _close(coordinator: Coordinator, runner: Runner) -> None:
+    """Stop the actors, finish the background work, and close Azure and the store."""
+    await runner.stop()
+    await coordinator.service.drain()
+    try:
+        await coordinator.workers.flush()  # the sightings of the last second
+    except Exception as error:
+        log.warning("sightings not written at shutdown error=%r", error)
+    if coordinator.azure_queues is not None:
+        await coordinator.azure_queues.close()
+    await coordinator.store.close()
+
+
+def _lifespan(
+    config: Config,
+    *,
+    clock: Callable[[], int],
+    metrics: ServiceMetrics,
+    authorizer: Authorizer,
+    run_resolvers: bool,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The app's start-up and clean-up (see :func:`build_app` for the parameters)."""
+
+    async def lifespan(app: web.Application) -> AsyncIterator[None]:
+        coordinator = await _open(config, clock, metrics)
+        app[keyset.TOKEN_KEY] = await coordinator.management.token_key()
         app[COORDINATOR] = coordinator
         app[HANDLERS] = Handlers(
-            service=service,
-            management=management,
-            dispatch=dispatch,
-            workers=workers,
+            service=coordinator.service,
+            management=coordinator.management,
+            dispatch=coordinator.dispatch,
+            workers=coordinator.workers,
             authorizer=authorizer,
         )
+        runner = _runner(coordinator, enabled=run_resolvers)
         runner.start()
         log.info(
             "coordinator started url=%s store=%s azure=%s auth=%s",
             config.public_url,
             config.store_url.split("@")[-1],
-            azure_queues is not None,
+            coordinator.azure_queues is not None,
             config.auth_enabled,
         )
-        if azure_queues is None:
+        if coordinator.azure_queues is None:
             log.warning("%s", NO_AZURE)
         try:
             yield
         finally:
-            await runner.stop()
-            await service.drain()
-            try:
-                await workers.flush()  # the sightings of the last second
-            except Exception as error:
-                log.warning("sightings not written at shutdown error=%r", error)
-            if azure_queues is not None:
-                await azure_queues.close()
-            await store.close()
+            await _close(coordinator, runner)
 
-    app.cleanup_ctx.append(lifespan)
+    return lifespan
 
+
+def _add_routes(app: web.Application, config: Config, registry: CollectorRegistry) -> None:
+    """Every endpoint of the table under ``/api/queue/v1`` (and the root's few at the root),
+    the OpenAPI document, ``/metrics`` and the dashboard.
+
+    A path without placeholders answers every other method with a 405 of its own, as OpenAPI
+    resolves a request to the concrete path before a templated one: ``GET
+    /task-queues/counts`` is not getTaskQueue of a queue named ``counts``, and the ``Allow`` of
+    ``/task-queues/counts`` is ``POST`` only.
+    """
     openapi_document = openapi.build_openapi(config.public_url)
 
     async def serve_openapi(request: web.Request) -> web.Response:
@@ -292,7 +330,52 @@ def build_app(
         app.router.add_route(endpoint.method, route, handler)
         if endpoint.name in ROOT_ENDPOINTS:
             app.router.add_route(endpoint.method, endpoint.route, handler)
+    _add_method_not_allowed(app)
     app.router.add_get("/metrics", metrics_handler(registry), name="metrics")
     add_ui_routes(app)
+
+
+def _add_method_not_allowed(app: web.Application) -> None:
+    """On each path without placeholders, after its routes, one for any other method: a 405
+    naming the path's own methods (aiohttp would try the templated routes the path also
+    matches, and its 405 would add their methods)."""
+    for path in {e.route for e in ENDPOINTS if not e.path_parameters}:
+        methods: set[str] = {e.method for e in ENDPOINTS if e.route == path}
+
+        async def refuse(request: web.Request, methods: set[str] = methods) -> web.Response:
+            raise web.HTTPMethodNotAllowed(request.method, methods)
+
+        app.router.add_route(hdrs.METH_ANY, API_PREFIX + path, refuse)
+
+
+def build_app(
+    config: Config,
+    *,
+    clock: Callable[[], int] = wall_clock,
+    run_resolvers: bool = True,
+) -> web.Application:
+    """The aiohttp application for ``config``.
+
+    :param clock: epoch-milliseconds clock for every transition (tests inject one).
+    :param run_resolvers: start the background actors (tests of a single pass turn them off
+        and call ``run_once`` themselves).
+    """
+    registry = CollectorRegistry()  # per app: tests run several in one process
+    app = web.Application(
+        middlewares=[metrics_middleware(HttpMetrics(registry)), error_middleware],
+        client_max_size=max(config.max_body_bytes, config.max_batch_body_bytes),
+        handler_args={"max_line_size": MAX_REQUEST_LINE},
+    )
+    app.cleanup_ctx.append(
+        _lifespan(
+            config,
+            clock=clock,
+            metrics=ServiceMetrics(registry),
+            # Verify credentials on the clock their certificates are issued on (the runs').
+            authorizer=Authorizer.from_config(config, clock=lambda: clock() / 1000),
+            run_resolvers=run_resolvers,
+        )
+    )
+    _add_routes(app, config, registry)
     validation.preload()
     return app

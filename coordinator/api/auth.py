@@ -7,8 +7,10 @@ clients file (:mod:`coordinator.api.clients`), exactly as the Taskcluster auth s
   ``COORDINATOR_PUBLIC_URL`` when configured (behind a proxy), else of the ``Host`` header
   the request arrived with (both are tried, so ``localhost`` vs ``127.0.0.1`` does not matter);
 - the payload hash is checked when the client sent one (Taskcluster clients always do);
-- the Hawk timestamp may be 15 minutes off the server clock; nonces are not tracked, as
-  Taskcluster does not track them either (replicas share no nonce store);
+- the Hawk timestamp may be 15 minutes off the server clock, and a nonce is accepted once per
+  clientId and timestamp within that window (:class:`NonceCache`, checked only once the MAC
+  matched): a replayed request is a 401. Each process keeps its own nonces (replicas share
+  none), so a replay sent to another replica is not caught;
 - ``ext`` is base64 JSON with an optional ``certificate`` (temporary credentials, see
   :mod:`coordinator.api.credentials`: signed by a permanent client holding all its scopes,
   valid from ``start`` to ``expiry`` with 5 minutes of skew, MAC key derived from the seed)

@@ -15,6 +15,18 @@ and hands the handler the decoded ``proj/wt``. Handlers call :func:`task_queue` 
 ``listPendingTasks`` and ``listClaimedTasks`` (newer than client 3.x) have only the one-segment
 form: a route ``/task-queues/{provisionerId}/{workerType}`` would also match
 ``/task-queues/proj%2Fwt/pending``, with ``pending`` as the workerType.
+
+**Scopes.** An endpoint declares what it requires as Taskcluster's ``declare()`` does: a
+:data:`~coordinator.api.scopes.Template` whose ``<name>`` placeholders are filled from the path
+(:func:`url_parameters`, with ``taskQueueId`` for the two-segment form too) and from what only
+the handler knows (the stored task's schedulerId, the body's workerId). The route dispatch
+checks it before the handler when the path supplies every parameter, and otherwise hands the
+handler the check to complete; the batch calls declare their per-run scopes (``run_scopes``)
+as well. The OpenAPI document shows both.
+
+**Request line.** :data:`MAX_REQUEST_LINE` bounds the method, path and query string; every
+parameter schema has a ``maxLength`` (and a repeatable one a ``maxItems``) that keeps any
+query the OpenAPI document allows within it, percent-encoded.
 """
 
 from __future__ import annotations
@@ -24,17 +36,42 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from coordinator.api.scopes import CREATE_TASK_SCOPES, Template, template_parameters
 from coordinator.domain.task_queues import TaskQueue
 
 API_PREFIX = "/api/queue/v1"
 
+MAX_REQUEST_LINE = 8190
+"""Longest request line (method, path and query string, percent-encoded, in bytes) the server
+reads, aiohttp's default; a longer one is answered 400."""
+
 Method = Literal["GET", "POST", "PUT", "DELETE"]
 Stability = Literal["stable", "experimental", "deprecated"]
+FilterUse = Literal["optional", "required"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Parameter:
+    """A path or query parameter.
+
+    :param schema: the ``$defs`` entry of ``schemas/v1/common.json`` that the raw (decoded,
+        string) value must match.
+    :param repeat: how many times a query parameter may be given (an array of at most that
+        many in the OpenAPI document when more than once).
+    :param refusal: what a 400 says first of a value that does not match the schema, before
+        the schema's words (``{value}`` is the value), when those alone would not help.
+    """
+
+    name: str
+    schema: str
+    description: str
+    repeat: int = 1
+    refusal: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
 class Endpoint:
-    """One route of the API.
+    """One route of the API (one object per route, compared and hashed by identity).
 
     :param name: the Taskcluster method name; handlers are bound by it.
     :param route: aiohttp pattern relative to :data:`API_PREFIX`, e.g. ``/task/{taskId}``.
@@ -42,10 +79,15 @@ class Endpoint:
         ``None`` for endpoints that take no body.
     :param output: schema name of the 200 response body, or ``None`` when the body is not
         described by a schema file (only the OpenAPI document itself).
-    :param query: names of the accepted query-string parameters.
+    :param query: the accepted query-string parameters besides the task filters.
+    :param filters: takes the task filters (:data:`TASK_FILTERS`); ``required``: at least one.
     :param variant: suffix distinguishing endpoints that share a ``name``; appended to it in
         the OpenAPI operation id.
     :param batch: takes many items at once, so its body may be larger than other requests'.
+    :param scopes: the scope expression template the caller must satisfy (``None``: anyone
+        may call, without credentials).
+    :param run_scopes: for the batch calls on runs, the template each run requires; a run
+        refused is that run's 403, never the batch's.
     """
 
     name: str
@@ -56,9 +98,12 @@ class Endpoint:
     title: str
     description: str
     stability: Stability = "stable"
-    query: tuple[str, ...] = ()
+    query: tuple[Parameter, ...] = ()
+    filters: FilterUse | None = None
     variant: str = ""
     batch: bool = False
+    scopes: Template | None = None
+    run_scopes: Template | None = None
 
     @property
     def operation_id(self) -> str:
@@ -69,18 +114,20 @@ class Endpoint:
         """Names of the ``{...}`` placeholders of the route, in order."""
         return tuple(_PLACEHOLDER.findall(self.route))
 
+    @property
+    def query_names(self) -> tuple[str, ...]:
+        """Every query parameter the endpoint accepts: the task filters, then the rest."""
+        filters = TASK_FILTERS if self.filters is not None else ()
+        return (*filters, *(parameter.name for parameter in self.query))
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Parameter:
-    """A path or query parameter.
-
-    :param schema: the ``$defs`` entry of ``schemas/v1/common.json`` that the raw (decoded,
-        string) value must match.
-    """
-
-    name: str
-    schema: str
-    description: str
+    @property
+    def scopes_from_url(self) -> bool:
+        """Whether the path alone supplies every parameter of :attr:`scopes`, so the route
+        dispatch checks them before the handler runs."""
+        names = set(self.path_parameters)
+        if {"provisionerId", "workerType"} <= names:
+            names.add("taskQueueId")
+        return self.scopes is not None and template_parameters(self.scopes) <= names
 
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -104,6 +151,9 @@ PARAMETERS: Mapping[str, Parameter] = {
             name="continuationToken",
             schema="continuation-token-parameter",
             description="The `continuationToken` of the previous page.",
+            refusal="continuationToken {value!r} is not one this API issued: pass the token of "
+            "the previous page of the same listing, with the same parameters (only limit may "
+            "change)",
         ),
         Parameter(name="workerGroup", schema="identifier", description="The worker group."),
         Parameter(name="workerId", schema="identifier", description="The worker."),
@@ -115,31 +165,34 @@ PARAMETERS: Mapping[str, Parameter] = {
             description="A state (repeatable: any of them): `unscheduled`, `pending` (claimable "
             "now), `delayed` (pending, not claimable yet), `running`, `completed`, `failed`, "
             "`exception`.",
+            repeat=7,
         ),
         Parameter(
             name="tag",
             schema="tag-filter",
             description="`<key>:<value>`: the task's `tags` hold that key with that value "
-            "(repeatable: all of them). The key is everything before the first colon.",
+            "(repeatable, up to 3 times: all of them). The key is everything before the first "
+            "colon.",
+            repeat=3,
         ),
         Parameter(
             name="createdAfter",
-            schema="date-time",
+            schema="date-time-parameter",
             description="`created` at or after this date-time.",
         ),
         Parameter(
             name="createdBefore",
-            schema="date-time",
+            schema="date-time-parameter",
             description="`created` before this date-time.",
         ),
         Parameter(
             name="resolvedAfter",
-            schema="date-time",
+            schema="date-time-parameter",
             description="Resolved (the last run's `resolved`) at or after this date-time.",
         ),
         Parameter(
             name="resolvedBefore",
-            schema="date-time",
+            schema="date-time-parameter",
             description="Resolved before this date-time.",
         ),
         Parameter(
@@ -149,9 +202,19 @@ PARAMETERS: Mapping[str, Parameter] = {
         ),
     )
 }
-"""Every path and query parameter any endpoint uses, by name."""
+"""Every path and query parameter any endpoint uses, by name: the route dispatch checks each
+value against its schema."""
 
-_PAGED = ("limit", "continuationToken")
+_PAGED = (PARAMETERS["limit"], PARAMETERS["continuationToken"])
+_BOUNDED_PAGED = (
+    Parameter(
+        name="limit",
+        schema="bounded-limit-parameter",
+        description="Maximum page size: 1 to 1,000 (a larger one is a 400).",
+    ),
+    PARAMETERS["continuationToken"],
+)
+"""The management listings' paging: they refuse a limit over 1,000 instead of capping it."""
 
 TASK_FILTERS = (
     "taskQueueId",
@@ -168,7 +231,7 @@ TASK_FILTERS = (
 """The query parameters that select tasks in the management API, combined with AND."""
 
 _MANAGEMENT = (
-    "Filters, all optional and combined with AND: "
+    "Filters, combined with AND: "
     + ", ".join(f"`{name}`" for name in TASK_FILTERS)
     + " (`state` and `tag` repeatable). Not a Taskcluster method."
 )
@@ -189,6 +252,30 @@ _COUNTS_DESCRIPTION = (
     "Exact numbers of pending and running runs of the worker pool, counted in the store. "
     "This is the coordinator's management endpoint, not Taskcluster's approximate one."
 )
+
+_WORKER_ID = "queue:worker-id:<workerGroup>/<workerId>"
+
+
+def _task_action(action: str) -> Template:
+    """Taskcluster's scopes to act on a stored task: its own scope, or its project's."""
+    return {
+        "AnyOf": [
+            f"queue:{action}:<schedulerId>/<taskGroupId>/<taskId>",
+            f"queue:{action}-in-project:<projectId>",
+        ]
+    }
+
+
+def _as_worker(scope: str) -> Template:
+    """``scope`` together with the worker-id scope of the worker the body names."""
+    return {"AllOf": [scope, _WORKER_ID]}
+
+
+def _run_or_holder(action: str) -> Template:
+    """reclaimRuns' and resolveRuns' rule per run: the run's own scope (what its temporary
+    credentials carry), or the worker-id scope of the worker holding it (``held``)."""
+    return {"AnyOf": [f"{action}:<taskId>/<runId>", {"if": "held", "then": _WORKER_ID}]}
+
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
@@ -239,6 +326,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="Define a task. It is scheduled at once unless it has dependencies. "
         "Repeating the call with an identical definition returns the current status; a "
         "different definition under the same taskId is a conflict.",
+        scopes=CREATE_TASK_SCOPES,
     ),
     Endpoint(
         name="createTasks",
@@ -254,6 +342,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Taskcluster method.",
         stability="experimental",
         batch=True,
+        scopes={"AllOf": [{"for": "task", "in": "tasks", "each": CREATE_TASK_SCOPES}]},
     ),
     Endpoint(
         name="task",
@@ -282,6 +371,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         title="Schedule Defined Task",
         description="Give an unscheduled task its first run without waiting for its "
         "dependencies. A no-op for a task that already has runs.",
+        scopes=_task_action("schedule-task"),
     ),
     Endpoint(
         name="rerunTask",
@@ -292,6 +382,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         title="Rerun a Resolved Task",
         description="Add a new pending run to a resolved task, restoring its retries.",
         stability="deprecated",
+        scopes=_task_action("rerun-task"),
     ),
     Endpoint(
         name="cancelTask",
@@ -301,6 +392,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         output="task-status-response",
         title="Cancel Task",
         description="Resolve the task as `exception/canceled`. A no-op for a resolved task.",
+        scopes=_task_action("cancel-task"),
     ),
     Endpoint(
         name="listTaskGroup",
@@ -363,6 +455,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="From now on no task may join the group: createTask into it answers 409. "
         "Idempotent; sealing and creating are atomic with each other.",
         stability="experimental",
+        scopes="queue:seal-task-group:<schedulerId>/<taskGroupId>",
     ),
     Endpoint(
         name="cancelTaskGroup",
@@ -374,6 +467,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="Cancel every unresolved task of a sealed group (409 if it is not sealed), "
         "in bounded batches; answers the tasks this call cancelled.",
         stability="experimental",
+        scopes="queue:cancel-task-group:<schedulerId>/<taskGroupId>",
     ),
     Endpoint(
         name="changeTaskGroupPriority",
@@ -385,6 +479,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="Give every unresolved task of the group the new priority (see "
         "changeTaskPriority).",
         stability="experimental",
+        scopes="queue:change-task-group-priority:<schedulerId>/<taskGroupId>",
     ),
     Endpoint(
         name="changeTaskPriority",
@@ -397,6 +492,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "pending run's hint is put again on the new priority's queue (the old hint goes stale, "
         "which is harmless). 409 past the deadline or once resolved.",
         stability="experimental",
+        scopes={
+            "AnyOf": [
+                "queue:change-task-priority:<taskId>",
+                "queue:change-task-priority-in-queue:<taskQueueId>",
+            ]
+        },
     ),
     Endpoint(
         name="pollTaskUrls",
@@ -408,6 +509,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="Signed URLs to get and delete hint messages of the worker pool's Azure "
         "queues, highest priority first, valid until `expires`.",
         stability="deprecated",
+        scopes="queue:poll-task-urls:<taskQueueId>",
     ),
     Endpoint(
         name="claimTask",
@@ -419,6 +521,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="Claim a pending run for the worker until `takenUntil`. Repeating the "
         "claim of a run the same worker holds returns the claim again.",
         stability="deprecated",
+        scopes=_as_worker("queue:claim-task:<provisionerId>/<workerType>"),
     ),
     Endpoint(
         name="claimWork",
@@ -428,6 +531,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         output="claim-work-response",
         title="Claim Work",
         description=_CLAIM_WORK_DESCRIPTION,
+        scopes=_as_worker("queue:claim-work:<taskQueueId>"),
     ),
     Endpoint(
         name="claimWork",
@@ -438,6 +542,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         title="Claim Work (by taskQueueId)",
         description=_CLAIM_WORK_DESCRIPTION,
         variant="ByTaskQueueId",
+        scopes=_as_worker("queue:claim-work:<taskQueueId>"),
     ),
     Endpoint(
         name="reclaimTask",
@@ -448,6 +553,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         title="Reclaim Task",
         description="Extend the claim of a running run and get fresh credentials. A conflict "
         "means the worker must stop the task and report nothing.",
+        scopes="queue:reclaim-task:<taskId>/<runId>",
     ),
     Endpoint(
         name="reportCompleted",
@@ -457,6 +563,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         output="task-status-response",
         title="Report Run Completed",
         description="Resolve the running run as `completed`.",
+        scopes="queue:resolve-task:<taskId>/<runId>",
     ),
     Endpoint(
         name="reportFailed",
@@ -466,6 +573,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         output="task-status-response",
         title="Report Run Failed",
         description="Resolve the running run as `failed`.",
+        scopes="queue:resolve-task:<taskId>/<runId>",
     ),
     Endpoint(
         name="reportException",
@@ -476,6 +584,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         title="Report Task Exception",
         description="Resolve the running run as `exception` with the given reason; "
         "`worker-shutdown` and `intermittent-task` retry the task while retries remain.",
+        scopes="queue:resolve-task:<taskId>/<runId>",
     ),
     Endpoint(
         name="claimRuns",
@@ -491,6 +600,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "`{taskId, runId, error: {status, code, message}}` with what claimTask would have "
         "answered; one run refused never fails the others. Not a Taskcluster method.",
         stability="experimental",
+        scopes=_WORKER_ID,
+        run_scopes="queue:claim-task:<taskQueueId>",
     ),
     Endpoint(
         name="reclaimRuns",
@@ -504,6 +615,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "of the worker holding the run (a worker batches with its own credentials). Per-run "
         "results in request order, as claimRuns. Not a Taskcluster method.",
         stability="experimental",
+        run_scopes=_run_or_holder("queue:reclaim-task"),
     ),
     Endpoint(
         name="resolveRuns",
@@ -518,6 +630,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "holding the run. Per-run results in request order, as claimRuns. Not a Taskcluster "
         "method.",
         stability="experimental",
+        run_scopes=_run_or_holder("queue:resolve-task"),
     ),
     Endpoint(
         name="pendingTasks",
@@ -571,7 +684,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="One page of the tasks that match the filters, by taskId, with their "
         "statuses. " + _MANAGEMENT + _STREAMING,
         stability="experimental",
-        query=(*TASK_FILTERS, *_PAGED),
+        query=_BOUNDED_PAGED,
+        filters="optional",
     ),
     Endpoint(
         name="listTaskSummaries",
@@ -584,7 +698,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         + _MANAGEMENT
         + _STREAMING,
         stability="experimental",
-        query=(*TASK_FILTERS, *_PAGED),
+        query=_BOUNDED_PAGED,
+        filters="optional",
     ),
     Endpoint(
         name="countTasks",
@@ -596,7 +711,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="How many tasks match the filters, by state (`delayed`: pending, not "
         "claimable yet; the states are disjoint and add up to `total`). " + _MANAGEMENT,
         stability="experimental",
-        query=TASK_FILTERS,
+        filters="optional",
     ),
     Endpoint(
         name="cancelTasks",
@@ -607,9 +722,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         title="Cancel Tasks",
         description="cancelTask for every unresolved task that matches the filters, in bounded "
         "batches; `cancelled` counts the tasks this call resolved. Needs "
-        "`queue:manage:cancel-tasks`; an empty filter is a 400. " + _MANAGEMENT,
+        "`queue:manage:cancel-tasks`; at least one filter is required. " + _MANAGEMENT,
         stability="experimental",
-        query=TASK_FILTERS,
+        filters="required",
+        scopes="queue:manage:cancel-tasks",
     ),
     Endpoint(
         name="deleteTasks",
@@ -620,9 +736,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         title="Delete Tasks",
         description="Remove the tasks that match the filters, in bounded batches; their hints "
         "become stale, and a worker holding one of their runs gets 404 when it reports. Needs "
-        "`queue:manage:delete-tasks`; an empty filter is a 400. " + _MANAGEMENT,
+        "`queue:manage:delete-tasks`; at least one filter is required. " + _MANAGEMENT,
         stability="experimental",
-        query=TASK_FILTERS,
+        filters="required",
+        scopes="queue:manage:delete-tasks",
     ),
     Endpoint(
         name="openapi",
@@ -746,7 +863,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "workerGroup and workerId; `quarantined=true|false` keeps only those that are, or are "
         "not, quarantined.",
         stability="deprecated",
-        query=(*_PAGED, "quarantined"),
+        query=(*_PAGED, PARAMETERS["quarantined"]),
     ),
     Endpoint(
         name="getWorker",
@@ -772,6 +889,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "claimWork answers no tasks at the end of its poll and claimTask 409. Every replica "
         "applies it within about a second. 404 for a worker never seen or declared.",
         stability="experimental",
+        scopes="queue:quarantine-worker:<taskQueueId>/<workerGroup>/<workerId>",
     ),
     Endpoint(
         name="declareWorker",
@@ -783,8 +901,29 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="Record the worker (and its task queue) as seen now, listed until at least "
         "`expires` (a day from now without it); expiry never moves back.",
         stability="experimental",
+        scopes={
+            "AllOf": [
+                {
+                    "for": "property",
+                    "in": "properties",
+                    "each": "queue:declare-worker:<taskQueueId>/<workerGroup>/<workerId>"
+                    "#<property>",
+                }
+            ]
+        },
     ),
 )
+
+
+def url_parameters(match_info: Mapping[str, str]) -> dict[str, str]:
+    """The scope parameters the path supplies: its (schema-valid) parameters, ``runId`` as the
+    number it is (``007`` is run 7), and ``taskQueueId`` for either task-queue form."""
+    params = dict(match_info)
+    if "runId" in params:
+        params["runId"] = str(int(params["runId"]))
+    if "provisionerId" in params and "workerType" in params:
+        params["taskQueueId"] = f"{params['provisionerId']}/{params['workerType']}"
+    return params
 
 
 def task_queue_of(match_info: Mapping[str, str]) -> TaskQueue:

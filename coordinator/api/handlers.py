@@ -1,9 +1,12 @@
 """The queue v1 endpoints: one method per Taskcluster API method, bound by name to the routes of
 :mod:`coordinator.api.endpoints`.
 
-A handler checks its path parameters, the caller's scopes, calls the task service (or the
-queue layer) and returns the response body; :func:`route_handler` does the JSON and schema
-work around it, so every request and response body is validated against ``schemas/``.
+A handler calls the task service (or the queue layer) and returns the response body;
+:func:`route_handler` does the work around it: the JSON and schema checks of every parameter,
+request and response body against ``schemas/``, and the endpoint's declared scopes
+(:attr:`~coordinator.api.endpoints.Endpoint.scopes`), which it checks itself when the path
+supplies their parameters and otherwise leaves for the handler to complete with what only it
+knows (:meth:`Handlers.authorize`), making sure it did.
 """
 
 from __future__ import annotations
@@ -13,14 +16,15 @@ import importlib.metadata
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from coordinator.api import keyset, management, validation
-from coordinator.api.auth import Auth, Authorizer, require
-from coordinator.api.endpoints import Endpoint, task_queue_of
+from coordinator.api.auth import Auth, Authorizer, RequestAuth, require
+from coordinator.api.endpoints import PARAMETERS, Endpoint, task_queue_of, url_parameters
 from coordinator.api.errors import (
     InputValidationError,
     InsufficientScopes,
@@ -29,7 +33,7 @@ from coordinator.api.errors import (
 )
 from coordinator.api.filters import task_filter
 from coordinator.api.http import ENDPOINT, json_response, read_json
-from coordinator.api.scopes import Expression, create_task_requirement
+from coordinator.api.scopes import Expression, expand, priority_ladder
 from coordinator.domain import definitions
 from coordinator.domain.errors import DomainError, Forbidden
 from coordinator.domain.listings import Page, RunCounts
@@ -91,41 +95,55 @@ def _counts_body(task_queue: TaskQueue, counts: RunCounts) -> Body:
     }
 
 
-def _create_requirement(body: Body) -> Expression:
-    """The scopes createTask requires for a (schema-valid) task definition."""
-    provisioner_id, worker_type = definitions.task_queue_of(body)
-    return _requirement(
-        body.get("priority", "lowest"),
-        provisioner_id,
-        worker_type,
-        body.get("schedulerId", "-"),
-        body.get("projectId", DEFAULT_PROJECT_ID),
-        tuple(body.get("routes", ())),
-        tuple(body.get("scopes", ())),
-    )
+def _create_task_params(task: Body) -> dict[str, Hashable]:
+    """The parameters of createTask's scopes for a (schema-valid) task definition, hashable so
+    that :func:`declared` caches the expression (a producer's tasks mostly share theirs)."""
+    provisioner_id, worker_type = definitions.task_queue_of(task)
+    return {
+        "priorities": priority_ladder(task.get("priority", "lowest")),
+        "provisionerId": provisioner_id,
+        "workerType": worker_type,
+        "schedulerId": task.get("schedulerId", "-"),
+        "projectId": task.get("projectId", DEFAULT_PROJECT_ID),
+        "routes": tuple(task.get("routes", ())),
+        "scopes": tuple(task.get("scopes", ())),
+    }
+
+
+def declared(endpoint: Endpoint, params: Mapping[str, object], *, run: bool = False) -> Expression:
+    """The expression ``endpoint``'s :attr:`~Endpoint.scopes` (``run``: its
+    :attr:`~Endpoint.run_scopes`) declare for ``params``; the same object for the same
+    parameters while they are cached (never mutate it).
+    """
+    try:
+        return _declared(endpoint, run, frozenset(params.items()))
+    except TypeError:  # a list or an object among them (createTasks' tasks): not cached
+        return expand(_template(endpoint, run), params)
 
 
 @functools.lru_cache(maxsize=1024)
-def _requirement(
-    priority: str,
-    provisioner_id: str,
-    worker_type: str,
-    scheduler_id: str,
-    project_id: str,
-    routes: tuple[str, ...],
-    scopes: tuple[str, ...],
-) -> Expression:
-    """:func:`create_task_requirement`, cached: a producer's tasks mostly share theirs, and a
-    createTasks batch then requires it once (the object is shared: never mutate it)."""
-    return create_task_requirement(
-        priority=priority,
-        provisioner_id=provisioner_id,
-        worker_type=worker_type,
-        scheduler_id=scheduler_id,
-        project_id=project_id,
-        routes=routes,
-        scopes=scopes,
-    )
+def _declared(endpoint: Endpoint, run: bool, params: frozenset[tuple[str, Any]]) -> Expression:
+    return expand(_template(endpoint, run), dict(params))
+
+
+def _template(endpoint: Endpoint, run: bool) -> Any:
+    template = endpoint.run_scopes if run else endpoint.scopes
+    if template is None:
+        raise ValueError(f"{endpoint.operation_id} declares no {'run_' if run else ''}scopes")
+    return template
+
+
+@dataclass(kw_only=True, slots=True)
+class ScopeCheck:
+    """The declared scopes of one request: its endpoint, the parameters its path supplies, and
+    whether the scopes were checked (:meth:`Handlers.authorize`)."""
+
+    endpoint: Endpoint
+    url: dict[str, str]
+    checked: bool = False
+
+
+SCOPE_CHECK = web.RequestKey[ScopeCheck]("scope_check")
 
 
 def _item_error(error: InputValidationError | DomainError) -> Body:
@@ -162,18 +180,17 @@ def _permit(auth: Auth, expression: Expression) -> None:
         raise Forbidden(str(error)) from None
 
 
-def _held_or(auth: Auth, action: str) -> Permit:
-    """reclaimRuns' and resolveRuns' rule: the run's own scope (``<action>:<taskId>/<runId>``,
-    what the run's temporary credentials carry), or the worker-id scope of the worker that
-    holds the run."""
+def _held_or(auth: Auth, endpoint: Endpoint) -> Permit:
+    """reclaimRuns' and resolveRuns' per-run check of the endpoint's ``run_scopes``, with the
+    worker holding the run (``held``) when it has one."""
 
     def permit(record: TaskRecord, run_id: int) -> None:
-        scopes: list[Expression] = [f"{action}:{record.task_id}/{run_id}"]
+        params: dict[str, object] = {"taskId": record.task_id, "runId": str(run_id), "held": False}
         if 0 <= run_id < len(record.runs):
             run = record.runs[run_id]
             if run.worker_group is not None and run.worker_id is not None:
-                scopes.append(f"queue:worker-id:{run.worker_group}/{run.worker_id}")
-        _permit(auth, {"AnyOf": scopes})
+                params.update(held=True, workerGroup=run.worker_group, workerId=run.worker_id)
+        _permit(auth, declared(endpoint, params, run=True))
 
     return permit
 
@@ -229,22 +246,28 @@ class Handlers:
         self.auth = authorizer
         self.started = time.monotonic()
 
-    async def _require(self, request: web.Request, expression: Expression) -> None:
-        await self.auth.require(request, expression)
+    async def authorize(self, request: web.Request, **params: object) -> RequestAuth:
+        """Check the scopes the request's endpoint declares, filled in with the path's
+        parameters and ``params`` (what only the handler knows): the one place a request's
+        scopes are checked. Returns the caller.
 
-    async def _task_scopes(self, request: web.Request, action: str) -> TaskRecord:
-        """Load the task of the path and require Taskcluster's scopes for ``action``
-        (``schedule-task``, ``rerun-task``, ``cancel-task``): the task's own scope, or the
-        one for its whole project."""
+        :raises AuthenticationFailed: 401, the credentials are missing or invalid.
+        :raises InsufficientScopes: 403, naming what the caller lacks.
+        """
+        check = request[SCOPE_CHECK]
+        auth = await self.auth.require(request, declared(check.endpoint, {**check.url, **params}))
+        check.checked = True
+        return auth
+
+    async def _stored_task(self, request: web.Request) -> TaskRecord:
+        """The task of the path, once the caller holds the scopes to act on it (its own
+        scope, or its project's: scheduleTask, rerunTask, cancelTask)."""
         record = await self.service.get(_task_id(request))
-        await self._require(
+        await self.authorize(
             request,
-            {
-                "AnyOf": [
-                    f"queue:{action}:{record.scheduler_id}/{record.task_group_id}/{record.task_id}",
-                    f"queue:{action}-in-project:{record.project_id}",
-                ]
-            },
+            schedulerId=record.scheduler_id,
+            taskGroupId=record.task_group_id,
+            projectId=record.project_id,
         )
         return record
 
@@ -316,7 +339,7 @@ class Handlers:
 
     async def createTask(self, request: web.Request, body: Any) -> Body:
         task_id = _task_id(request)
-        await self._require(request, _create_requirement(body))
+        await self.authorize(request, **_create_task_params(body))
         record = await self.service.create_task(task_id, body)
         self.workers.task_created(record)
         return _status(record)
@@ -325,20 +348,19 @@ class Handlers:
         items: list[Body] = body["tasks"]
         results: list[Body] = [{"taskId": item["taskId"]} for item in items]
         accepted: list[int] = []
-        requirements: dict[int, Expression] = {}  # by identity: tasks alike share one
+        requirements: dict[frozenset[tuple[str, Hashable]], dict[str, Hashable]] = {}
         for index, item in enumerate(items):
             try:
                 validation.validate(
                     "create-task-request", item["task"], where=f"tasks[{index}].task"
                 )
-                requirement = _create_requirement(item["task"])
-                requirements[id(requirement)] = requirement
+                params = _create_task_params(item["task"])
             except (InputValidationError, DomainError) as error:
                 results[index]["error"] = _item_error(error)
                 continue
+            requirements.setdefault(frozenset(params.items()), params)  # tasks alike: once
             accepted.append(index)
-        if requirements:
-            await self._require(request, {"AllOf": list(requirements.values())})
+        await self.authorize(request, tasks=list(requirements.values()))
         outcomes = await self.service.create_tasks(
             [(items[index]["taskId"], items[index]["task"]) for index in accepted]
         )
@@ -351,28 +373,20 @@ class Handlers:
         return {"tasks": results}
 
     async def scheduleTask(self, request: web.Request, body: Any) -> Body:
-        record = await self._task_scopes(request, "schedule-task")
+        record = await self._stored_task(request)
         return _status(await self.service.schedule(record))
 
     async def rerunTask(self, request: web.Request, body: Any) -> Body:
-        record = await self._task_scopes(request, "rerun-task")
+        record = await self._stored_task(request)
         return _status(await self.service.rerun(record))
 
     async def cancelTask(self, request: web.Request, body: Any) -> Body:
-        record = await self._task_scopes(request, "cancel-task")
+        record = await self._stored_task(request)
         return _status(await self.service.cancel(record))
 
     async def changeTaskPriority(self, request: web.Request, body: Any) -> Body:
         record = await self.service.get(_task_id(request))
-        await self._require(
-            request,
-            {
-                "AnyOf": [
-                    f"queue:change-task-priority:{record.task_id}",
-                    f"queue:change-task-priority-in-queue:{record.task_queue_id}",
-                ]
-            },
-        )
+        await self.authorize(request, taskQueueId=record.task_queue_id)
         return _status(await self.service.change_priority(record, body["newPriority"]))
 
     # --- task groups ----------------------------------------------------------------------
@@ -383,18 +397,14 @@ class Handlers:
 
     async def sealTaskGroup(self, request: web.Request, body: Any) -> Body:
         group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
-        await self._require(
-            request, f"queue:seal-task-group:{group.scheduler_id}/{group.task_group_id}"
-        )
+        await self.authorize(request, schedulerId=group.scheduler_id)
         return (await self.service.seal_task_group(group.task_group_id)).to_api()
 
     async def cancelTaskGroup(self, request: web.Request, body: Any) -> Body:
         group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
         if group.sealed is not None:
             # Taskcluster refuses an unsealed group before it checks scopes; so do we
-            await self._require(
-                request, f"queue:cancel-task-group:{group.scheduler_id}/{group.task_group_id}"
-            )
+            await self.authorize(request, schedulerId=group.scheduler_id)
         cancelled = await self.service.cancel_task_group(group)
         return {
             "taskGroupId": group.task_group_id,
@@ -405,10 +415,7 @@ class Handlers:
 
     async def changeTaskGroupPriority(self, request: web.Request, body: Any) -> Body:
         group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
-        await self._require(
-            request,
-            f"queue:change-task-group-priority:{group.scheduler_id}/{group.task_group_id}",
-        )
+        await self.authorize(request, schedulerId=group.scheduler_id)
         changed = await self.service.change_task_group_priority(group, body["newPriority"])
         return {
             "taskGroupId": group.task_group_id,
@@ -422,7 +429,6 @@ class Handlers:
 
     async def pollTaskUrls(self, request: web.Request, body: Any) -> Body:
         task_queue = task_queue_of(request.match_info)
-        await self._require(request, f"queue:poll-task-urls:{task_queue}")
         urls = await self.dispatch.poll_urls(task_queue)
         return {
             "queues": [
@@ -455,19 +461,15 @@ class Handlers:
         """A claim as claimTask and claimWork return it."""
         return self._held_run(record, -1, task=dict(record.definition))
 
-    @staticmethod
-    def _worker_requirement(scope: str, body: Any) -> Expression:
-        """``scope`` plus the worker-id scope of the worker named in the body."""
-        return {"AllOf": [scope, f"queue:worker-id:{body['workerGroup']}/{body['workerId']}"]}
-
     async def claimTask(self, request: web.Request, body: Any) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)
         record = await self.service.get(task_id)
-        await self._require(
+        await self.authorize(
             request,
-            self._worker_requirement(
-                f"queue:claim-task:{record.provisioner_id}/{record.worker_type}", body
-            ),
+            provisionerId=record.provisioner_id,
+            workerType=record.worker_type,
+            workerGroup=body["workerGroup"],
+            workerId=body["workerId"],
         )
         self.workers.refuse_quarantined(
             WorkerKey(
@@ -488,9 +490,7 @@ class Handlers:
 
     async def claimWork(self, request: web.Request, body: Any) -> Body:
         task_queue = task_queue_of(request.match_info)
-        await self._require(
-            request, self._worker_requirement(f"queue:claim-work:{task_queue}", body)
-        )
+        await self.authorize(request, workerGroup=body["workerGroup"], workerId=body["workerId"])
         claimed = await self.dispatch.claim_work(
             task_queue,
             worker_group=body["workerGroup"],
@@ -502,14 +502,12 @@ class Handlers:
 
     async def reclaimTask(self, request: web.Request, body: Any) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)
-        await self._require(request, f"queue:reclaim-task:{task_id}/{run_id}")
         record = await self.service.reclaim(task_id, run_id)
         self.workers.run_held(record, run_id, claimed=False)
         return self._held_run(record, run_id)
 
     async def _report(self, request: web.Request, resolution: str, reason: str) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)
-        await self._require(request, f"queue:resolve-task:{task_id}/{run_id}")
         return _status(
             await self.service.report(task_id, run_id, resolution=resolution, reason=reason)
         )
@@ -532,11 +530,12 @@ class Handlers:
     async def claimRuns(self, request: web.Request, body: Any) -> Body:
         worker_group, worker_id = body["workerGroup"], body["workerId"]
         auth = await self.auth.authenticated(request)
-        await self._require(request, f"queue:worker-id:{worker_group}/{worker_id}")
+        await self.authorize(request, workerGroup=worker_group, workerId=worker_id)
         runs = _distinct_runs(body["runs"], "runs")
+        endpoint = request[SCOPE_CHECK].endpoint
 
         def permit(record: TaskRecord, run_id: int) -> None:
-            _permit(auth, f"queue:claim-task:{record.task_queue_id}")
+            _permit(auth, declared(endpoint, {"taskQueueId": record.task_queue_id}, run=True))
             self.workers.refuse_quarantined(
                 WorkerKey(
                     task_queue=TaskQueue(record.provisioner_id, record.worker_type),
@@ -553,7 +552,9 @@ class Handlers:
     async def reclaimRuns(self, request: web.Request, body: Any) -> Body:
         auth = await self.auth.authenticated(request)
         runs = _distinct_runs(body["runs"], "runs")
-        results = await self.service.reclaim_runs(runs, permit=_held_or(auth, "queue:reclaim-task"))
+        results = await self.service.reclaim_runs(
+            runs, permit=_held_or(auth, request[SCOPE_CHECK].endpoint)
+        )
         return {"reclaims": self._held_items("reclaimRuns", runs, results, claimed=False)}
 
     def _held_items(
@@ -589,7 +590,7 @@ class Handlers:
             for (task_id, run_id), item in zip(runs, items, strict=True)
         ]
         results = await self.service.resolve_runs(
-            reports, permit=_held_or(auth, "queue:resolve-task")
+            reports, permit=_held_or(auth, request[SCOPE_CHECK].endpoint)
         )
         return {
             "reports": [
@@ -709,21 +710,15 @@ class Handlers:
 
     async def declareWorker(self, request: web.Request, body: Any) -> Body:
         worker = self._worker(request)
-        pool = f"{worker.task_queue}/{worker.worker_group}/{worker.worker_id}"
-        # one scope per property given: an empty body needs none (as in Taskcluster)
-        await self._require(
-            request, {"AllOf": [f"queue:declare-worker:{pool}#{name}" for name in body]}
-        )
+        # one scope per property given: an empty object needs none (as in Taskcluster)
+        await self.authorize(request, properties=tuple(body))
         expires = from_iso(body["expires"]) if "expires" in body else None
         return (await self.workers.declare(worker, expires=expires)).to_api()
 
     async def quarantineWorker(self, request: web.Request, body: Any) -> Body:
         worker = self._worker(request)
-        auth = await self.auth.require(
-            request,
-            f"queue:quarantine-worker:{worker.task_queue}/{worker.worker_group}/{worker.worker_id}",
-        )
-        assert isinstance(auth, Auth)  # a scope was required, so the caller is a client
+        auth = await self.auth.caller(request)
+        assert isinstance(auth, Auth)  # the dispatch required a scope, so the caller is a client
         quarantined = await self.workers.quarantine(
             worker,
             until=from_iso(body["quarantineUntil"]),
@@ -745,44 +740,107 @@ class Handlers:
 
     async def cancelTasks(self, request: web.Request, body: Any) -> Body:
         matching = task_filter(request.query)
-        await self._require(request, "queue:manage:cancel-tasks")
         return {"cancelled": await self.management.cancel_tasks(matching)}
 
     async def deleteTasks(self, request: web.Request, body: Any) -> Body:
         matching = task_filter(request.query)
-        await self._require(request, "queue:manage:delete-tasks")
         return {"deleted": await self.management.delete_tasks(matching)}
 
 
 HANDLERS = web.AppKey("handlers", Handlers)
 
 
+def _check_query(name: str, accepted: tuple[str, ...], request: web.Request) -> None:
+    """:raises InputValidationError: a query parameter the endpoint does not take, a value
+    that does not match its schema, or a repeatable one given more often than it may be."""
+    query = request.query
+    unknown = sorted(set(query) - set(accepted))
+    if unknown:
+        # A silently ignored filter (listTaskGroup?state=failed) looks as if it worked.
+        raise InputValidationError(
+            f"unknown query parameters {', '.join(unknown)}: {name} accepts "
+            f"{', '.join(accepted) or 'none'}"
+        )
+    try:
+        validation.validate_params(query)
+    except InputValidationError:
+        for name, value in query.items():
+            refusal = PARAMETERS[name].refusal
+            mismatch = None if refusal is None else _mismatch(name, value)
+            if refusal is not None and mismatch is not None:
+                raise InputValidationError(f"{refusal.format(value=value)} ({mismatch})") from None
+        raise
+    for parameter in {PARAMETERS[key] for key in query}:
+        given = len(query.getall(parameter.name))
+        if parameter.repeat > 1 and given > parameter.repeat:
+            raise InputValidationError(
+                f"query parameter {parameter.name} is given {given} times: at most "
+                f"{parameter.repeat}"
+            )
+
+
+def _mismatch(name: str, value: str) -> str | None:
+    """How the value of the parameter ``name`` fails its schema, or ``None``."""
+    try:
+        validation.validate_params({name: value})
+    except InputValidationError as error:
+        return str(error)
+    return None
+
+
+async def _read_body(endpoint: Endpoint, request: web.Request, max_body: int) -> Any:
+    """The request's body, valid for the endpoint's input schema.
+
+    :raises InputValidationError: it is missing (an empty object is a body, none is not),
+        or it does not match.
+    """
+    assert endpoint.input is not None
+    body = await read_json(request, max_bytes=max_body)
+    if body is None:
+        try:
+            validation.validate(endpoint.input, {})
+        except InputValidationError as error:
+            raise InputValidationError(f"request body is missing; {error}") from None
+        raise InputValidationError(
+            f"request body is missing: {endpoint.name} takes a JSON object matching the schema "
+            f"{endpoint.input} (send {{}} for none of its properties)"
+        )
+    validation.validate(endpoint.input, body)
+    return body
+
+
 def route_handler(
     endpoint: Endpoint, *, max_body: int
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The aiohttp handler of an endpoint: parse and validate the body, call the method of
-    the same name on the app's :class:`Handlers`, validate the response.
+    """The aiohttp handler of an endpoint: check the parameters, parse and validate the body,
+    check the declared scopes (or have the handler complete them), call the method of the same
+    name on the app's :class:`Handlers`, validate the response.
 
     :param max_body: the largest request body (bytes) the endpoint accepts.
     """
+    accepted = endpoint.query_names
+    declares_scopes = endpoint.scopes is not None or endpoint.run_scopes is not None
+    scopes_from_url = endpoint.scopes_from_url
 
     async def handle(request: web.Request) -> web.StreamResponse:
         request[ENDPOINT] = endpoint.name
         validation.validate_params(request.match_info)
-        unknown = sorted(set(request.query) - set(endpoint.query))
-        if unknown:
-            # A silently ignored filter (listTaskGroup?state=failed) looks as if it worked.
-            accepted = ", ".join(endpoint.query) or "none"
-            raise InputValidationError(
-                f"unknown query parameters {', '.join(unknown)}: {endpoint.name} accepts {accepted}"
-            )
-        validation.validate_params(request.query)
+        _check_query(endpoint.name, accepted, request)
         body: Any = None
         if endpoint.input is not None:
-            body = await read_json(request, max_bytes=max_body)
-            validation.validate(endpoint.input, body)
-        method: Method = getattr(request.app[HANDLERS], endpoint.name)
+            body = await _read_body(endpoint, request, max_body)
+        handlers = request.app[HANDLERS]
+        check: ScopeCheck | None = None
+        if declares_scopes:
+            check = request[SCOPE_CHECK] = ScopeCheck(
+                endpoint=endpoint, url=url_parameters(request.match_info)
+            )
+            if scopes_from_url:
+                await handlers.authorize(request)
+        method: Method = getattr(handlers, endpoint.name)
         result = await method(request, body)
+        if check is not None and endpoint.scopes is not None and not check.checked:
+            raise RuntimeError(f"{endpoint.name} declares scopes its handler never checked")
         if isinstance(result, web.StreamResponse):  # streamed, and so already sent
             return result
         if endpoint.output is not None:

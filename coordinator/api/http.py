@@ -48,8 +48,7 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 
 async def read_json(request: web.Request, *, max_bytes: int) -> Any:
-    """The request body parsed as JSON; an empty body is ``{}`` (Taskcluster clients send
-    nothing for bodiless POSTs).
+    """The request body parsed as JSON, or ``None`` when there is none (only whitespace).
 
     :raises InputTooLarge: the body is over ``max_bytes``.
     """
@@ -61,9 +60,8 @@ async def read_json(request: web.Request, *, max_bytes: int) -> Any:
     if len(raw) > max_bytes:
         raise _too_large(max_bytes)
     if not raw.strip():
-        body: Any = {}
-    else:
-        body = _parse(raw)
+        return None
+    body = _parse(raw)
     request[PAYLOAD] = body
     return body
 
@@ -194,15 +192,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             request, ResourceNotFound(f"no such endpoint: {request.method} {request.path}")
         )
     except web.HTTPMethodNotAllowed as error:
-        return json_response(
+        allowed = ", ".join(sorted(error.allowed_methods))
+        response = json_response(
             _error_body(
                 request,
                 "MethodNotAllowed",
-                f"{request.method} is not allowed on {request.path}; "
-                f"allowed: {', '.join(sorted(error.allowed_methods))}",
+                f"{request.method} is not allowed on {request.path}; allowed: {allowed}",
             ),
             status=405,
         )
+        response.headers["Allow"] = allowed  # RFC 9110: a 405 lists what is allowed
+        return response
     except web.HTTPException:
         raise
     except Exception:

@@ -1,5 +1,6 @@
-"""The management API's HTTP side: listTasks and listTaskSummaries as pages or as an NDJSON
-stream, and the bodies of countTasks, cancelTasks and deleteTasks.
+"""The management API's listings: listTasks and listTaskSummaries as pages or as an NDJSON
+stream (countTasks, cancelTasks and deleteTasks are one-line handlers in
+:mod:`coordinator.api.handlers`).
 
 A stream (``Accept: application/x-ndjson``) writes each match as one line as the service
 yields it, a page of the store at a time, flushing about every :data:`FLUSH_BYTES`; its lines

@@ -6,14 +6,35 @@ Each schema file becomes ``components/schemas/<name>``. Its ``$id`` is dropped a
 ``#/components/schemas/task-status/$defs/run``), because OpenAPI tools resolve references
 against the document, not against our ``$id`` URIs. ``$schema`` is dropped too: the document's
 ``jsonSchemaDialect`` says 2020-12 once for all.
+
+The document says what the API accepts, so that a client generated from it is not surprised:
+every parameter's pattern and length, a repeatable parameter as an array of at most as many
+values as the API takes, and the management API's task filters as one exploded ``filter``
+object (``?state=running&tag=k:v``), which lets cancelTasks and deleteTasks require at least
+one of them (``minProperties``). Each operation's scopes are its ``x-scopes`` (and, for the
+batch calls on runs, ``x-run-scopes``), Taskcluster's templates with ``<name>`` placeholders,
+repeated in its description. What no schema can say (a deadline after ``created``, a
+continuationToken that this API issued for this listing, a run named twice in one batch) is
+a 400 naming what was wrong.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-from coordinator.api.endpoints import API_PREFIX, ENDPOINTS, PARAMETERS, Endpoint
+from coordinator.api.endpoints import (
+    API_PREFIX,
+    ENDPOINTS,
+    MAX_REQUEST_LINE,
+    PARAMETERS,
+    TASK_FILTERS,
+    Endpoint,
+    FilterUse,
+    Parameter,
+)
+from coordinator.api.scopes import Template
 from coordinator.api.validation import LITERAL_KEYWORDS, SCHEMA_MAP_KEYWORDS, schemas
 
 ERROR_STATUSES: Mapping[str, str] = {
@@ -25,6 +46,8 @@ ERROR_STATUSES: Mapping[str, str] = {
     "409": "RequestConflict: the request conflicts with the task's current state.",
     "413": "InputTooLarge: the request body is too large.",
     "500": "InternalServerError.",
+    "503": "ServiceUnavailable: Azure or the store does not answer; retry after `Retry-After` "
+    "seconds.",
 }
 
 
@@ -42,7 +65,10 @@ def build_openapi(public_url: str) -> dict[str, Any]:
             "version": "v1",
             "description": "A Taskcluster-queue-v1-compatible coordinator: tasks and runs are "
             "kept in its store and workers find pending runs through hints in Azure Storage "
-            "Queues. Authentication is Taskcluster's Hawk scheme.",
+            "Queues. Authentication is Taskcluster's Hawk scheme; an operation's `x-scopes` is "
+            "the scope expression its caller must satisfy. The request line (method, path and "
+            f"query string, percent-encoded) may be at most {MAX_REQUEST_LINE} bytes, which "
+            "every query these parameters allow fits in; a longer one is a 400.",
         },
         "servers": [{"url": public_url.rstrip("/") + API_PREFIX}],
         "paths": paths,
@@ -64,15 +90,24 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": endpoint.operation_id,
         "summary": endpoint.title,
-        "description": endpoint.description,
+        "description": endpoint.description
+        + _scopes_text("Scopes", endpoint.scopes)
+        + _scopes_text("Scopes of each run", endpoint.run_scopes),
         "x-taskcluster-method": endpoint.name,
         "x-stability": endpoint.stability,
     }
+    if endpoint.scopes is not None:
+        operation["x-scopes"] = endpoint.scopes
+    if endpoint.run_scopes is not None:
+        operation["x-run-scopes"] = endpoint.run_scopes
     if endpoint.stability == "deprecated":
         operation["deprecated"] = True
     parameters = [
-        _parameter(name, location="path", required=True) for name in endpoint.path_parameters
-    ] + [_parameter(name, location="query", required=False) for name in endpoint.query]
+        _parameter(PARAMETERS[name], location="path") for name in endpoint.path_parameters
+    ]
+    if endpoint.filters is not None:
+        parameters.append(_filter_parameter(endpoint.filters))
+    parameters += [_parameter(parameter, location="query") for parameter in endpoint.query]
     if parameters:
         operation["parameters"] = parameters
     if endpoint.input is not None:
@@ -91,14 +126,50 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     return operation
 
 
-def _parameter(name: str, *, location: str, required: bool) -> dict[str, Any]:
-    parameter = PARAMETERS[name]
+def _scopes_text(heading: str, template: Template | None) -> str:
+    if template is None:
+        return ""
+    return f"\n\n{heading}:\n\n```json\n{json.dumps(template, indent=2)}\n```"
+
+
+def _parameter(parameter: Parameter, *, location: str) -> dict[str, Any]:
     return {
-        "name": name,
+        "name": parameter.name,
         "in": location,
-        "required": required,
+        "required": location == "path",
         "description": parameter.description,
-        "schema": {"$ref": f"#/components/schemas/common/$defs/{parameter.schema}"},
+        "schema": _value_schema(parameter),
+    }
+
+
+def _value_schema(parameter: Parameter) -> dict[str, Any]:
+    """A parameter's schema: its value's, or an array of them for a repeatable one (sent as
+    ``name=a&name=b``, OpenAPI's default for a query array)."""
+    value = {"$ref": f"#/components/schemas/common/$defs/{parameter.schema}"}
+    if parameter.repeat == 1:
+        return value
+    return {"type": "array", "items": value, "minItems": 1, "maxItems": parameter.repeat}
+
+
+def _filter_parameter(use: FilterUse) -> dict[str, Any]:
+    """The task filters as one ``form``-style exploded object: each property is a query
+    parameter of its own on the wire."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {name: _value_schema(PARAMETERS[name]) for name in TASK_FILTERS},
+        "additionalProperties": False,
+    }
+    if use == "required":
+        schema["minProperties"] = 1
+    return {
+        "name": "filter",
+        "in": "query",
+        "style": "form",
+        "explode": True,
+        "required": use == "required",
+        "description": "The task filters, each its own query parameter, combined with AND"
+        + ("; at least one is required." if use == "required" else "."),
+        "schema": schema,
     }
 
 

@@ -6,20 +6,30 @@ literal). A *scope expression* is a scope, ``{"AnyOf": [expr, ...]}`` or
 ``{"AllOf": [expr, ...]}``; an empty ``AllOf`` is always satisfied and an empty ``AnyOf``
 never, as in ``taskcluster-lib-scopes``.
 
-The helpers at the bottom build the expressions the Taskcluster queue requires for
-``createTask``; the rest of the endpoints need only plain scope strings.
+A *template* is how an endpoint declares its scopes (the ``scopes`` of
+:class:`~coordinator.api.endpoints.Endpoint`, as Taskcluster's ``declare({scopes})``): an
+expression whose scopes hold ``<name>`` placeholders, and whose ``AllOf``/``AnyOf`` lists may
+hold ``{"for": var, "in": list, "each": template}`` (one operand per element of the parameter
+``list``, with ``<var>`` bound to it; an element that is an object also binds its keys) and
+``{"if": name, "then": template}`` (the operand only when the parameter ``name`` is true).
+:func:`expand` fills one in with a request's parameters. :data:`CREATE_TASK_SCOPES` is
+Taskcluster's rule for ``createTask``, which ``createTasks`` applies to every item.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeAlias
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
 
 from coordinator.domain.task_queues import PRIORITIES, canonical_priority
 
 Expression: TypeAlias = "str | Mapping[str, Sequence[Expression]]"
+
+Template: TypeAlias = "str | Mapping[str, Any]"
+"""A scope expression template (see the module docstring)."""
 
 _VALID_SCOPE = re.compile(r"^[\x20-\x7e]*$")
 _OPERATORS = ("AnyOf", "AllOf")
@@ -95,6 +105,126 @@ def render(expression: Expression) -> str:
     return json.dumps(expression, indent=2)
 
 
+def expand(template: Template, params: Mapping[str, object]) -> Expression:
+    """The expression ``template`` declares, for the parameters ``params``.
+
+    :param template: a template (see the module docstring).
+    :param params: every parameter the template reads: strings for ``<name>``, lists for
+        ``for``, anything true or false for ``if``. A value is substituted once, so a
+        parameter holding ``<x>`` (a task's own scopes may) stays as it is.
+    :raises KeyError: a parameter the template reads is missing (a bug, not a 403).
+    """
+    if isinstance(template, str):
+        return _fill(template, params)
+    ((operator, operands),) = template.items()
+    if operator not in _OPERATORS:
+        raise ValueError(f"scope template must use AnyOf or AllOf: {template!r}")
+    return {operator: list(_operands(operands, params))}
+
+
+def _operands(operands: Sequence[Any], params: Mapping[str, object]) -> Iterator[Expression]:
+    for operand in operands:
+        if isinstance(operand, Mapping) and "for" in operand:
+            var, each = operand["for"], operand["each"]
+            for element in _parameter(params, operand["in"]):
+                if isinstance(element, Mapping):
+                    yield expand(each, {**params, var: element, **element})
+                elif isinstance(each, str):  # the common case, without copying params
+                    yield _fill(each, params, var, element)
+                else:
+                    yield expand(each, {**params, var: element})
+        elif isinstance(operand, Mapping) and "if" in operand:
+            if _parameter(params, operand["if"]):
+                yield expand(operand["then"], params)
+        else:
+            yield expand(operand, params)
+
+
+def _parameter(params: Mapping[str, object], name: str) -> Any:
+    try:
+        return params[name]
+    except KeyError:
+        raise KeyError(f"the scope template reads <{name}>, which nobody supplied") from None
+
+
+def _fill(
+    template: str, params: Mapping[str, object], var: str | None = None, element: object = None
+) -> str:
+    """``template`` with each ``<name>`` replaced by its parameter (``<var>`` by ``element``)."""
+    parts = _split_placeholders(template)
+    if len(parts) == 1:
+        return template
+    out: list[str] = []
+    for index, part in enumerate(parts):
+        if index % 2 == 0:
+            out.append(part)
+            continue
+        value = element if part == var else _parameter(params, part)
+        if not isinstance(value, str):
+            raise TypeError(f"scope template parameter <{part}> must be a string: {value!r}")
+        out.append(value)
+    return "".join(out)
+
+
+@functools.cache
+def _split_placeholders(template: str) -> tuple[str, ...]:
+    """Literal text and placeholder names, alternating (``"a:<b>/c"`` -> ``("a:", "b", "/c")``);
+    the templates are the endpoint table's, so there are few of them."""
+    return tuple(_PLACEHOLDER.split(template))
+
+
+def template_parameters(template: Template) -> frozenset[str]:
+    """Every parameter name ``template`` may read (a ``for`` loop's variable excluded)."""
+    if isinstance(template, str):
+        return frozenset(_PLACEHOLDER.findall(template))
+    names: set[str] = set()
+    for operand in next(iter(template.values())):
+        if isinstance(operand, Mapping) and "for" in operand:
+            names |= {operand["in"]} | (template_parameters(operand["each"]) - {operand["for"]})
+        elif isinstance(operand, Mapping) and "if" in operand:
+            names |= {operand["if"]} | template_parameters(operand["then"])
+        else:
+            names |= template_parameters(operand)
+    return frozenset(names)
+
+
+_PLACEHOLDER = re.compile(r"<([A-Za-z][A-Za-z0-9]*)>")
+
+CREATE_TASK_SCOPES: Template = {
+    "AllOf": [
+        {"for": "scope", "in": "scopes", "each": "<scope>"},
+        {"for": "route", "in": "routes", "each": "queue:route:<route>"},
+        "queue:create-task:project:<projectId>",
+        "queue:scheduler-id:<schedulerId>",
+        {
+            "AnyOf": [
+                {
+                    "for": "priority",
+                    "in": "priorities",
+                    "each": "queue:create-task:<priority>:<provisionerId>/<workerType>",
+                }
+            ]
+        },
+    ]
+}
+"""Everything Taskcluster's ``createTask`` requires of the caller: the task's own ``scopes`` (a
+caller can only delegate what it holds), ``queue:route:<r>`` for each route, the project and
+schedulerId scopes, and the create-task scope at the task's priority or any higher one
+(``priorities``, see :func:`priority_ladder`)."""
+
+
+def priority_ladder(priority: str) -> tuple[str, ...]:
+    """The priorities whose create-task scope allows creating a task at ``priority``: it and
+    every higher one (``normal`` means ``lowest``).
+
+    :raises ValueError: an unknown priority.
+    """
+    level = canonical_priority(priority)
+    if level not in PRIORITIES:
+        raise ValueError(f"unknown priority {priority!r}")
+    return tuple(PRIORITIES[: PRIORITIES.index(level) + 1])
+
+
 def create_task_expression(priority: str, provisioner_id: str, worker_type: str) -> Expression:
     """Taskcluster's priority ladder: ``queue:create-task:<p>:<prov>/<wt>`` at ``priority``
     or any higher priority (a scope for a higher priority also allows lower ones).
@@ -102,11 +232,12 @@ def create_task_expression(priority: str, provisioner_id: str, worker_type: str)
     ``normal`` means ``lowest``. The legacy priority-less ``queue:create-task:<prov>/<wt>`` is
     not accepted: current Taskcluster dropped it together with ``queue:define-task``.
     """
-    level = canonical_priority(priority)
-    if level not in PRIORITIES:
-        raise ValueError(f"unknown priority {priority!r}")
-    allowed = PRIORITIES[: PRIORITIES.index(level) + 1]
-    return {"AnyOf": [f"queue:create-task:{p}:{provisioner_id}/{worker_type}" for p in allowed]}
+    return {
+        "AnyOf": [
+            f"queue:create-task:{p}:{provisioner_id}/{worker_type}"
+            for p in priority_ladder(priority)
+        ]
+    }
 
 
 def create_task_requirement(
@@ -119,15 +250,16 @@ def create_task_requirement(
     routes: Sequence[str],
     scopes: Sequence[str],
 ) -> Expression:
-    """Everything Taskcluster's ``createTask`` requires of the caller.
-
-    The task's own ``scopes`` (a caller can only delegate what it holds), ``queue:route:<r>``
-    for each route, ``queue:create-task:project:<projectId>``,
-    ``queue:scheduler-id:<schedulerId>`` and the priority ladder.
-    """
-    required: list[Expression] = [*scopes]
-    required.extend(f"queue:route:{route}" for route in routes)
-    required.append(f"queue:create-task:project:{project_id}")
-    required.append(f"queue:scheduler-id:{scheduler_id}")
-    required.append(create_task_expression(priority, provisioner_id, worker_type))
-    return {"AllOf": required}
+    """:data:`CREATE_TASK_SCOPES` for a task with these fields."""
+    return expand(
+        CREATE_TASK_SCOPES,
+        {
+            "priorities": priority_ladder(priority),
+            "provisionerId": provisioner_id,
+            "workerType": worker_type,
+            "schedulerId": scheduler_id,
+            "projectId": project_id,
+            "routes": routes,
+            "scopes": scopes,
+        },
+    )

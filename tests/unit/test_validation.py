@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import json
+import re
+import re._constants as re_constants  # type: ignore[import-not-found]  # no stubs: private
+import re._parser as re_parser  # type: ignore[import-not-found]
+import string
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 from jsonschema import Draft202012Validator
 
-from coordinator.api.endpoints import ENDPOINTS, PARAMETERS, task_queue_of
+from coordinator.api import keyset
+from coordinator.api.endpoints import (
+    API_PREFIX,
+    ENDPOINTS,
+    MAX_REQUEST_LINE,
+    PARAMETERS,
+    TASK_FILTERS,
+    Endpoint,
+    task_queue_of,
+)
 from coordinator.api.errors import ApiError, InputValidationError
 from coordinator.api.openapi import build_openapi
 from coordinator.api.validation import (
@@ -375,7 +391,7 @@ def test_good_parameters() -> None:
             "workerType": "wt",
             "taskQueueId": "proj/wt",
             "limit": "1000",
-            "continuationToken": "opaque",
+            "continuationToken": "WyJhIl0.cL4J8sh616LH9Y6VlhrDsg",
             "unknownQueryParameter": "anything",
         }
     )
@@ -398,10 +414,13 @@ def test_bad_parameters_are_all_named() -> None:
 
 
 def test_every_route_parameter_has_a_schema() -> None:
+    definitions = schemas()["common"]["$defs"]
     for endpoint in ENDPOINTS:
-        for name in (*endpoint.path_parameters, *endpoint.query):
+        for name in (*endpoint.path_parameters, *endpoint.query_names):
             assert name in PARAMETERS, (endpoint.name, name)
-            assert PARAMETERS[name].schema in schemas()["common"]["$defs"]
+            assert PARAMETERS[name].schema in definitions
+        for parameter in endpoint.query:
+            assert parameter.schema in definitions, (endpoint.name, parameter)
 
 
 # --- responses -------------------------------------------------------------------------------
@@ -483,6 +502,8 @@ def test_small_responses() -> None:
                     "signedPollUrl": "http://127.0.0.1:10001/devstoreaccount1/q/messages?sig=x",
                     "signedDeleteUrl": "http://127.0.0.1:10001/devstoreaccount1/q/messages/"
                     "{{messageId}}?popreceipt={{popReceipt}}&sig=x",
+                    "signedReleaseUrl": "http://127.0.0.1:10001/devstoreaccount1/q/messages/"
+                    "{{messageId}}?popreceipt={{popReceipt}}&visibilitytimeout=0&sig=x",
                 }
             ],
             "expires": "2026-05-01T12:30:00.000Z",
@@ -578,7 +599,8 @@ def test_openapi_document_covers_every_endpoint() -> None:
         assert operation["x-taskcluster-method"] == endpoint.name
         assert [p["name"] for p in operation.get("parameters", [])] == [
             *endpoint.path_parameters,
-            *endpoint.query,
+            *(["filter"] if endpoint.filters is not None else []),
+            *(parameter.name for parameter in endpoint.query),
         ]
         assert ("requestBody" in operation) == (endpoint.input is not None)
         for status in ("200", "400", "401", "403", "404", "409", "413", "500"):
@@ -609,3 +631,144 @@ def test_openapi_error_responses_use_the_error_schema() -> None:
 def test_preload_builds_every_validator() -> None:
     preload()
     validate("task-claim-request", {"workerGroup": "g", "workerId": "w"})
+
+
+# --- what the OpenAPI document promises ------------------------------------------------------
+
+
+def _operations(document: dict[str, Any]) -> Iterator[tuple[Endpoint, dict[str, Any]]]:
+    for endpoint in ENDPOINTS:
+        yield endpoint, document["paths"][endpoint.route][endpoint.method.lower()]
+
+
+def test_openapi_shows_each_operations_scopes() -> None:
+    document = build_openapi("http://example.com")
+    declared = 0
+    for endpoint, operation in _operations(document):
+        assert operation.get("x-scopes") == endpoint.scopes, endpoint.operation_id
+        assert operation.get("x-run-scopes") == endpoint.run_scopes, endpoint.operation_id
+        for template in (endpoint.scopes, endpoint.run_scopes):
+            if template is not None:
+                declared += 1
+                assert json.dumps(template, indent=2) in operation["description"]
+    assert declared == 25  # 22 operations declare scopes, 3 batch calls on runs run_scopes
+    claim = document["paths"]["/task/{taskId}/runs/{runId}/claim"]["post"]
+    assert claim["x-scopes"] == {
+        "AllOf": [
+            "queue:claim-task:<provisionerId>/<workerType>",
+            "queue:worker-id:<workerGroup>/<workerId>",
+        ]
+    }
+    assert "x-scopes" not in document["paths"]["/task/{taskId}"]["get"]  # reads need none
+
+
+def test_openapi_requires_a_filter_where_the_api_does() -> None:
+    document = build_openapi("http://example.com")
+    for endpoint, operation in _operations(document):
+        filters = [p for p in operation.get("parameters", []) if p["name"] == "filter"]
+        if endpoint.filters is None:
+            assert not filters, endpoint.operation_id
+            continue
+        [parameter] = filters
+        assert (parameter["in"], parameter["style"], parameter["explode"]) == (
+            "query",
+            "form",
+            True,
+        )
+        assert set(parameter["schema"]["properties"]) == set(TASK_FILTERS)
+        assert parameter["schema"]["additionalProperties"] is False
+        required = endpoint.name in ("cancelTasks", "deleteTasks")
+        assert parameter["required"] is required, endpoint.operation_id
+        assert ("minProperties" in parameter["schema"]) is required
+        state = parameter["schema"]["properties"]["state"]
+        assert (state["type"], state["minItems"], state["maxItems"]) == ("array", 1, 7)
+
+
+def test_openapi_bounds_the_management_listings_limit() -> None:
+    document = build_openapi("http://example.com")
+    limits = {
+        endpoint.name: next(p for p in operation["parameters"] if p["name"] == "limit")
+        for endpoint, operation in _operations(document)
+        if any(parameter.name == "limit" for parameter in endpoint.query)
+    }
+    bounded = _resolve(document, limits["listTasks"]["schema"]["$ref"])
+    assert re.fullmatch(bounded["pattern"].strip("^$"), "1000")
+    assert not re.fullmatch(bounded["pattern"].strip("^$"), "1001")
+    capped = _resolve(document, limits["listTaskGroup"]["schema"]["$ref"])  # Taskcluster caps
+    assert re.fullmatch(capped["pattern"].strip("^$"), "5000")
+
+
+@pytest.mark.parametrize(
+    "key", [("a",), ("x" * 38, "y" * 38), (-(2**63), "z" * 38), (2**63 - 1, "a")]
+)
+def test_issued_continuation_tokens_match_their_parameter_schema(key: tuple[Any, ...]) -> None:
+    app = web.Application()
+    app[keyset.TOKEN_KEY] = b"k" * 32
+    token = keyset.token(make_mocked_request("GET", "/x", app=app), key)
+    validate_params({"continuationToken": token})
+    with pytest.raises(InputValidationError):
+        validate_params({"continuationToken": token + "x"})  # the signature has its length
+
+
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+
+
+def _bytes_per_character(schema: dict[str, Any]) -> int:
+    """The most bytes one character of a value of ``schema`` takes percent-encoded: 1 for an
+    unreserved character, 3 for another ASCII one, 12 for a character beyond the pattern's
+    reach (four UTF-8 bytes, each ``%XX``)."""
+    pattern = schema.get("pattern")
+    if pattern is None:
+        return 12
+    characters: set[str] = set()
+    stack = list(re_parser.parse(pattern))
+    while stack:
+        op, arg = stack.pop()
+        if op is re_constants.LITERAL:
+            characters.add(chr(arg))
+        elif op is re_constants.IN:
+            for inner_op, inner_arg in arg:
+                if inner_op is re_constants.LITERAL:
+                    characters.add(chr(inner_arg))
+                elif inner_op is re_constants.RANGE:
+                    characters |= {chr(c) for c in range(inner_arg[0], inner_arg[1] + 1)}
+                else:  # a negated class or a category: anything, as far as we know
+                    return 12
+        elif op in (re_constants.MAX_REPEAT, re_constants.MIN_REPEAT):
+            stack.extend(arg[2])
+        elif op is re_constants.SUBPATTERN:
+            stack.extend(arg[3])
+        elif op is re_constants.BRANCH:
+            for branch in arg[1]:
+                stack.extend(branch)
+        elif op is not re_constants.AT:
+            return 12
+    return max(1 if c in _UNRESERVED else 3 if c.isascii() else 12 for c in characters)
+
+
+def _longest_value(definition: str) -> int:
+    """The longest value of a parameter schema, percent-encoded, in bytes."""
+    schema = schemas()["common"]["$defs"][definition]
+    if "enum" in schema:
+        return max(len(quote(value, safe="")) for value in schema["enum"])
+    assert "maxLength" in schema, f"{definition} needs a maxLength"
+    return int(schema["maxLength"]) * _bytes_per_character(schema)
+
+
+def test_every_query_the_document_allows_fits_the_request_line() -> None:
+    longest = 0
+    for endpoint in ENDPOINTS:
+        path = API_PREFIX + endpoint.route
+        for name in endpoint.path_parameters:
+            value = "x" * _longest_value(PARAMETERS[name].schema)
+            path = path.replace(f"{{{name}}}", value)
+        filters = [PARAMETERS[name] for name in TASK_FILTERS if endpoint.filters is not None]
+        query = "&".join(
+            f"{parameter.name}={'x' * _longest_value(parameter.schema)}"
+            for parameter in [*filters, *endpoint.query]
+            for _ in range(parameter.repeat)
+        )
+        line = f"{endpoint.method} {path}?{query} HTTP/1.1"
+        assert len(line) <= MAX_REQUEST_LINE, (endpoint.operation_id, len(line))
+        longest = max(longest, len(line))
+    assert longest > MAX_REQUEST_LINE * 0.8  # the bound is tight, not vacuous
