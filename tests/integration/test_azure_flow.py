@@ -8,15 +8,14 @@ with the Azure SDK and the account key (``peek`` never changes what workers see)
 Covered: priority order and the poll/claim/delete cycle; what the SAS allows and its expiry;
 duplicate, stale, unknown, undecodable and canceled hints being harmless; claimWork under
 concurrency, when idle and when the client goes away; a hint for every transition that makes
-a run pending; the retry delay; Azurite going away and coming back; pendingTasks against the
-exact counts.
+a run pending; the retry delay; pendingTasks against the exact counts. Azurite going away and
+coming back: tests/e2e/test_azurite_outages.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -25,12 +24,9 @@ import slugid
 
 from coordinator.azure.hint_codec import decode_hint, encode_hint
 from coordinator.domain.task_queues import PRIORITIES
-from coordinator.resolvers import hint_keeper
-from devharness.azurite import AzuriteProcess
 from devharness.waiting import wait_until
-from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import WORKER, FakeClock, RunningCoordinator, runs
-from tests.fixtures.flow import WT, Flow, Start
+from tests.fixtures.flow import WT, Flow
 
 
 def hint_text(task_id: str, run_id: int) -> str:
@@ -405,68 +401,6 @@ async def test_retry_delay_hides_the_retry_hint_for_a_while(flow: Flow) -> None:
     assert await flow.peek() == []
     await flow.wait_for_hint(task_id, 1)
     assert time.monotonic() - reported >= 1.0
-
-
-# --- Azurite going away ---------------------------------------------------------------------
-
-
-async def test_the_api_survives_an_azurite_outage_and_hints_come_back(
-    start_coordinator: Start,
-    azure_namespace: AzureNamespace,
-    http: aiohttp.ClientSession,
-    tmp_path: Path,
-) -> None:
-    # Persistent: the hints put before the outage must still be there after it, so the only
-    # hints that can appear are those the coordinator puts again.
-    async with AzuriteProcess(location=tmp_path / "azurite") as azurite:
-        flow = Flow(start_coordinator, azurite.connection_string, azure_namespace, http)
-        coord = await flow.coordinator(claim_work_timeout_ms=500)
-        before = await flow.create(coord)
-        await flow.wait_for_hint(before, 0)
-
-        await azurite.stop()
-        during = await flow.create(coord)
-        assert runs(await coord.status(during)) == [("pending", "scheduled", None)]
-        pending = await coord.call("GET", f"/pending/{flow.prov}/{WT}")
-        assert pending.status == 200, pending.body
-        assert pending.body["pendingTasks"] == 2  # from the store meanwhile
-        polled = await coord.call("GET", f"/poll-task-url/{flow.prov}/{WT}")
-        assert polled.status == 503, polled.body
-        claimed = await coord.call("POST", f"/claim-work/{flow.prov}/{WT}", {**WORKER, "tasks": 1})
-        assert claimed.status == 503, claimed.body
-
-        await azurite.start()
-        await flow.wait_for_hint(during, 0)
-        assert sorted(await flow.peek(), key=repr) == sorted([(before, 0), (during, 0)], key=repr)
-        got: set[str] = set()
-
-        async def all_claimed() -> bool:
-            got.update(c["status"]["taskId"] for c in await flow.claim_work(coord))
-            return got == {before, during}
-
-        await wait_until(all_claimed, within=10, what="both tasks to be claimed")
-
-
-async def test_hint_keeper_puts_hints_that_were_never_confirmed(
-    start_coordinator: Start,
-    azure_namespace: AzureNamespace,
-    http: aiohttp.ClientSession,
-) -> None:
-    async with AzuriteProcess() as azurite:
-        flow = Flow(start_coordinator, azurite.connection_string, azure_namespace, http)
-        coord = await flow.coordinator(run_resolvers=False)
-        await azurite.stop()
-        task_id = await flow.create(coord)
-        await azurite.start()
-        assert await flow.peek() == []
-        service = coord.parts.service
-
-        assert await hint_keeper.run_once(service, grace_ms=60_000) == 0  # not overdue yet
-        assert await flow.peek() == []
-        assert await hint_keeper.run_once(service, grace_ms=0) == 1
-        assert await flow.peek() == [(task_id, 0)]
-        assert await hint_keeper.run_once(service, grace_ms=0) == 0  # confirmed now
-        assert await flow.peek() == [(task_id, 0)]
 
 
 # --- pendingTasks ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The Azure layer (coordinator.azure.queues) against a real Azurite: names, hints, signed URLs used
 the way a worker uses them (plain HTTP), pending counts, claimWork's receive/delete/release,
-the unused-queue sweeper, and failure when Azure is down or hangs."""
+the unused-queue sweeper, and failure when Azure hangs (when it is down:
+tests/e2e/test_azurite_outages.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from coordinator.azure.errors import QueueUnavailable
 from coordinator.azure.hint_codec import decode_hint
 from coordinator.azure.names import MAX_PREFIX_LENGTH, queue_name
 from coordinator.azure.queues import QueueService, QueueSettings
-from coordinator.domain.lifecycle import Hint
 from coordinator.domain.task_queues import PRIORITIES, priority_level
 from devharness.azurite import AzuriteProcess
 from devharness.waiting import wait_until
@@ -42,28 +42,6 @@ MakeService = Callable[..., QueueService]
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def hint(
-    ns: AzureNamespace,
-    *,
-    task_id: str,
-    priority: str = "lowest",
-    worker_type: str = "wt",
-    now: int,
-    run_id: int = 0,
-    delay: int = 0,
-    deadline: int | None = None,
-) -> Hint:
-    return Hint(
-        task_id=task_id,
-        run_id=run_id,
-        provisioner_id=ns.provisioner_id,
-        worker_type=worker_type,
-        priority=priority,
-        deadline=now + 3_600_000 if deadline is None else deadline,
-        visible_at=now + delay,
-    )
 
 
 def parse_messages(xml_text: str) -> list[dict[str, str]]:
@@ -177,7 +155,7 @@ async def test_workers_get_hints_highest_priority_first_and_delete_them(
     expected = {}
     for run_id, priority in enumerate(reversed(PRIORITIES)):
         task_id = f"task-{priority}"
-        h = hint(ns, task_id=task_id, run_id=run_id, priority=priority, now=now)
+        h = ns.hint(task_id=task_id, run_id=run_id, priority=priority, now=now)
         assert await queues.put_hint(h, now=now)
         expected[priority] = (task_id, run_id)
 
@@ -229,7 +207,7 @@ async def test_hint_ids_differ_between_puts_of_the_same_run(
     queues: QueueService, azure_namespace: AzureNamespace, http: aiohttp.ClientSession
 ) -> None:
     now = now_ms()
-    h = hint(azure_namespace, task_id="same", now=now)
+    h = azure_namespace.hint(task_id="same", now=now)
     assert await queues.put_hint(h, now=now)
     assert await queues.put_hint(h, now=now)
     urls = await queues.poll_urls(azure_namespace.provisioner_id, "wt", now=now)
@@ -285,8 +263,8 @@ async def test_delayed_hint_becomes_visible_only_after_its_delay(
     queues: QueueService, azure_namespace: AzureNamespace, http: aiohttp.ClientSession
 ) -> None:
     ns, now = azure_namespace, now_ms()
-    assert await queues.put_hint(hint(ns, task_id="later", now=now, delay=2_000), now=now)
-    assert await queues.put_hint(hint(ns, task_id="now", now=now), now=now)
+    assert await queues.put_hint(ns.hint(task_id="later", now=now, delay=2_000), now=now)
+    assert await queues.put_hint(ns.hint(task_id="now", now=now), now=now)
     urls = await queues.poll_urls(ns.provisioner_id, "wt", now=now)
     poll_url = urls.queues[-1].signed_poll_url  # lowest
     first = await get_messages(http, poll_url)
@@ -308,14 +286,14 @@ async def test_no_hint_is_put_past_the_deadline(
 ) -> None:
     ns, now = azure_namespace, now_ms()
     queues = make_service(pending_cache_s=0)
-    assert not await queues.put_hint(hint(ns, task_id="late", now=now, deadline=now - 1), now=now)
-    assert not await queues.put_hint(hint(ns, task_id="at", now=now, deadline=now), now=now)
+    assert not await queues.put_hint(ns.hint(task_id="late", now=now, deadline=now - 1), now=now)
+    assert not await queues.put_hint(ns.hint(task_id="at", now=now, deadline=now), now=now)
     # A retry delay reaching the deadline would make a hint nobody can see in time.
-    never_visible = hint(ns, task_id="delayed", now=now, delay=60_000, deadline=now + 60_000)
+    never_visible = ns.hint(task_id="delayed", now=now, delay=60_000, deadline=now + 60_000)
     assert not await queues.put_hint(never_visible, now=now)
     assert await queues.pending_count(ns.provisioner_id, "wt") == 0
     # Control: one second before the deadline is still in time.
-    assert await queues.put_hint(hint(ns, task_id="ok", now=now, deadline=now + 1_000), now=now)
+    assert await queues.put_hint(ns.hint(task_id="ok", now=now, deadline=now + 1_000), now=now)
     assert await queues.pending_count(ns.provisioner_id, "wt") == 1
 
 
@@ -325,11 +303,11 @@ async def test_pending_count_sums_priorities_and_is_cached(
     ns, now = azure_namespace, now_ms()
     queues = make_service(pending_cache_s=1.0)
     assert await queues.pending_count(ns.provisioner_id, "nothing-here") == 0
-    await queues.put_hint(hint(ns, task_id="a", priority="highest", now=now), now=now)
-    await queues.put_hint(hint(ns, task_id="b", priority="low", now=now, delay=60_000), now=now)
+    await queues.put_hint(ns.hint(task_id="a", priority="highest", now=now), now=now)
+    await queues.put_hint(ns.hint(task_id="b", priority="low", now=now, delay=60_000), now=now)
     assert await queues.pending_count(ns.provisioner_id, "wt") == 2
 
-    await queues.put_hint(hint(ns, task_id="c", priority="lowest", now=now), now=now)
+    await queues.put_hint(ns.hint(task_id="c", priority="lowest", now=now), now=now)
     assert await queues.pending_count(ns.provisioner_id, "wt") == 2  # cached
 
     async def counted() -> bool:
@@ -348,7 +326,7 @@ async def test_receive_walks_priorities_and_delete_release_settle_hints(
     queues = make_service()
     counter = make_service(pending_cache_s=0)
     for task_id, priority in [("C", "lowest"), ("B", "medium"), ("A", "highest")]:
-        assert await queues.put_hint(hint(ns, task_id=task_id, priority=priority, now=now), now=now)
+        assert await queues.put_hint(ns.hint(task_id=task_id, priority=priority, now=now), now=now)
     await queues.poll_urls(ns.provisioner_id, "wt", now=now)  # creates the other queues
     poison_queue = queues.name(ns.provisioner_id, "wt", "very-high")
     async with QueueClient.from_connection_string(
@@ -399,7 +377,7 @@ async def test_sweep_deletes_only_our_old_empty_queues(
     old = now - 11 * DAY
     await queues.poll_urls(ns.provisioner_id, "idle", now=old)
     await queues.put_hint(
-        hint(ns, task_id="t", worker_type="busy", now=old, deadline=now + DAY), now=old
+        ns.hint(task_id="t", worker_type="busy", now=old, deadline=now + DAY), now=old
     )
     await queues.poll_urls(ns.provisioner_id, "recent", now=now - 9 * DAY)
     stranger = f"{ns.queue_prefix}not-ours"
@@ -423,43 +401,12 @@ async def test_sweep_deletes_only_our_old_empty_queues(
     assert await queues.sweep_unused(now=now) == []
 
     # The swept queue comes back when it is needed again.
-    assert await queues.put_hint(hint(ns, task_id="u", worker_type="idle", now=now), now=now)
+    assert await queues.put_hint(ns.hint(task_id="u", worker_type="idle", now=now), now=now)
     received = await queues.receive(ns.provisioner_id, "idle", max_messages=1, visibility_timeout=5)
     assert [r.task_id for r in received] == ["u"]
 
 
 # --- failures -------------------------------------------------------------------------------
-
-
-async def test_put_hint_fails_fast_while_azurite_is_down_and_works_after_restart(
-    azure_namespace: AzureNamespace,
-) -> None:
-    ns = azure_namespace
-    async with AzuriteProcess() as azurite:
-        service = QueueService(azurite.connection_string, ns.queue_settings(request_timeout_s=2.0))
-        try:
-            now = now_ms()
-            assert await service.put_hint(hint(ns, task_id="before", now=now), now=now)
-            await azurite.stop()
-
-            started = time.monotonic()
-            with pytest.raises(QueueUnavailable, match="put hint"):
-                await service.put_hint(hint(ns, task_id="during", now=now), now=now)
-            with pytest.raises(QueueUnavailable):
-                await service.poll_urls(ns.provisioner_id, "wt", now=now)
-            with pytest.raises(QueueUnavailable):
-                await service.pending_count(ns.provisioner_id, "wt")
-            assert time.monotonic() - started < 2.0
-
-            # In-memory Azurite comes back empty: the cached queue is gone and is re-created.
-            await azurite.start()
-            assert await service.put_hint(hint(ns, task_id="after", now=now), now=now)
-            received = await service.receive(
-                ns.provisioner_id, "wt", max_messages=32, visibility_timeout=5
-            )
-            assert [r.task_id for r in received] == ["after"]
-        finally:
-            await service.close()
 
 
 async def test_put_hint_gives_up_on_a_server_that_never_answers(
@@ -479,7 +426,7 @@ async def test_put_hint_gives_up_on_a_server_that_never_answers(
         now = now_ms()
         started = time.monotonic()
         with pytest.raises(QueueUnavailable, match=r"no answer within 0\.5 s"):
-            await service.put_hint(hint(ns, task_id="t", now=now), now=now)
+            await service.put_hint(ns.hint(task_id="t", now=now), now=now)
         assert 0.5 <= time.monotonic() - started < 1.5
         assert accepted
     finally:
