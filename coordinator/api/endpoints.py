@@ -10,7 +10,7 @@ client 3.x sends) or as one URL-encoded ``taskQueueId`` segment (``/claim-work/p
 modern clients send). Each form is its own :class:`Endpoint`, and the two share a ``name`` (so
 one handler serves both) while their ``variant`` keeps OpenAPI operation ids unique. The
 segment counts differ, so aiohttp cannot confuse them; it matches ``proj%2Fwt`` as one segment
-and hands the handler the decoded ``proj/wt``. Handlers call :func:`task_queue` to get
+and hands the handler the decoded ``proj/wt``. Handlers call :func:`task_queue_of` to get
 ``(provisionerId, workerType)`` from either form's match info. ``getTaskQueue``,
 ``listPendingTasks`` and ``listClaimedTasks`` (newer than client 3.x) have only the one-segment
 form: a route ``/task-queues/{provisionerId}/{workerType}`` would also match
@@ -25,8 +25,9 @@ handler the check to complete; the batch calls declare their per-run scopes (``r
 as well. The OpenAPI document shows both.
 
 **Request line.** :data:`MAX_REQUEST_LINE` bounds the method, path and query string; every
-parameter schema has a ``maxLength`` (and a repeatable one a ``maxItems``) that keeps any
-query the OpenAPI document allows within it, percent-encoded.
+parameter's schema bounds its length (a ``maxLength``, or an ``enum``) and a repeatable one's
+count (``maxItems`` in the OpenAPI document), so that any query the document allows fits in
+it, percent-encoded (tests/unit/test_validation.py adds up the worst case).
 """
 
 from __future__ import annotations
