@@ -1,8 +1,8 @@
 # Sourced by scripts/dev and scripts/test: makes the checkout ready to run, idempotently.
 # - .venv with the project installed editable, with the test and bench extras;
 #   reinstalled whenever pyproject.toml changes.
-# - node_modules from package-lock.json (Azurite; taskcluster-client-web and esbuild for the
-#   dashboard), via npm ci when the lock changes; then the dashboard's client bundle
+# - node_modules from package-lock.json (Azurite; the Node taskcluster-client for
+#   tests/e2e/test_node_client.py; taskcluster-client-web and esbuild for the dashboard), via npm ci when the lock changes; then the dashboard's client bundle
 #   (coordinator/ui/vendor, committed so the wheel has it) is rebuilt from the new lock.
 # Needs python3 (3.11+) with venv, and node/npm (Node 20); installs them with apt if missing.
 
@@ -35,7 +35,7 @@ fi
 
 lock_stamp=node_modules/.installed-$(sha256sum package-lock.json | cut -c1-16)
 if [ ! -f "$lock_stamp" ]; then
-    echo "setup: installing Azurite and the dashboard's client (npm ci)"
+    echo "setup: installing Azurite, the Node taskcluster-client and the dashboard's client (npm ci)"
     npm ci --no-audit --no-fund --loglevel=error
     echo "setup: bundling taskcluster-client-web into coordinator/ui/vendor"
     node coordinator/ui/build.mjs
