@@ -361,9 +361,11 @@ async def test_a_claim_failing_past_the_retry_window_keeps_its_hint(
     monkeypatch: pytest.MonkeyPatch,
     batches: bool,
 ) -> None:
-    """After the retry window the hint is left alone (not deleted) and comes back when its
-    visibility timeout ends; the next claim then succeeds."""
+    """With a coordinator that hands out no release URL (an older one), after the retry window
+    the hint is left alone (not deleted) and comes back when its visibility timeout ends; the
+    next claim then succeeds."""
     monkeypatch.setattr(poller, "CLAIM_RETRY_WINDOW", 0.0)
+    double.release_urls = False
     double.add_task("t-flaky")
     [flaky] = double.queues["lowest"]
     claims = route(double, batches, "claimTask")

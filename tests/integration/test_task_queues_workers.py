@@ -322,9 +322,9 @@ async def test_one_segment_task_queue_routes_beside_the_counts_routes(
         assert (counts.status, counts.body["pendingTasks"]) == (200, 1), path
     batch = await c.call("POST", "/task-queues/counts", {"taskQueueIds": ["prov/wt"]})
     assert batch.body["taskQueueCounts"][0]["pendingTasks"] == 1
+    # A fixed path serves only its own methods: GET is not taken as a task queue named counts
     named_counts = await c.call("GET", "/task-queues/counts")
-    assert (named_counts.status, named_counts.body["code"]) == (400, "InputValidationError")
-    assert "taskQueueId: 'counts'" in named_counts.body["message"]
+    assert named_counts.status == 405
     two_segments = await c.call("GET", "/task-queues/prov/wt")
     assert two_segments.status == 404
     three_parts = await c.call("GET", "/task-queues/prov%2Fwt%2Fx/pending")
