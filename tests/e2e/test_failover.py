@@ -33,8 +33,7 @@ import slugid
 from devharness.processes import end_processes, spawn
 from devharness.tasks import task_definition
 from devharness.waiting import wait_until
-from tests.e2e.test_replicas import Cluster, Work, create_tasks
-from tests.e2e.test_replicas import cluster as cluster  # the fixture
+from tests.fixtures.replicas import Cluster, Work, create_tasks
 from tests.fixtures.workers import (
     QUEUE_WORKER,
     WORKER_GROUP,

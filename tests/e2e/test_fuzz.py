@@ -33,8 +33,9 @@ from schemathesis.openapi.checks import RejectedPositiveData
 
 from coordinator.api.clients import ensure_root_client
 from devharness.api import call
+from devharness.tasks import task_definition
 from hawk_signing import Credentials, authorization
-from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator, task_definition
+from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator
 
 MAX_EXAMPLES = 30
 """Examples per operation in the fuzzing phase: both runs together take about two minutes on

@@ -30,13 +30,7 @@ from typing import Any
 
 from devharness.waiting import wait_until
 from tests.fixtures.coordinator import CoordinatorProcess
-from tests.fixtures.replicas import HTTP_TIMEOUT, N_TASKS, WORKER_TYPE
-
-# Exported for tests/e2e/test_failover.py, which imports them from here for now.
-from tests.fixtures.replicas import Cluster as Cluster
-from tests.fixtures.replicas import Work as Work
-from tests.fixtures.replicas import cluster as cluster
-from tests.fixtures.replicas import create_tasks as create_tasks
+from tests.fixtures.replicas import HTTP_TIMEOUT, N_TASKS, WORKER_TYPE, Cluster, Work, create_tasks
 
 WORKERS = 4
 
