@@ -53,6 +53,7 @@ from coordinator.domain.records import TaskRecord, from_iso, record_from_definit
 from coordinator.domain.task_filters import FilterState
 from coordinator.store.factory import open_store, sqlite_path
 from coordinator.store.rows import insert_columns, tag_rows
+from devharness.tasks import task_definition
 
 PROVISIONER_ID: Final = "bench"
 WORKER_TYPES: Final = tuple(f"wt-{number:02d}" for number in range(20))
@@ -193,31 +194,32 @@ class Ids:
 
 def _body(shape: Shape, ids: Ids, created: int) -> dict[str, Any]:
     """The createTask body a producer would have sent."""
-    body: dict[str, Any] = {
-        "taskQueueId": f"{PROVISIONER_ID}/{shape.worker_type}",
-        "schedulerId": ids.scheduler,
-        "projectId": ids.project,
-        "taskGroupId": ids.group,
-        "priority": "high" if shape.kind == "build" else "medium",
-        "retries": 5,
-        "created": to_iso(created),
-        "deadline": to_iso(created + DEADLINE_AFTER),
-        "routes": [f"index.bench.{shape.kind}.{shape.platform}"],
-        "payload": {
+    body = task_definition(
+        created,
+        lifetime_ms=DEADLINE_AFTER,
+        provisionerId=PROVISIONER_ID,
+        workerType=shape.worker_type,
+        schedulerId=ids.scheduler,
+        projectId=ids.project,
+        taskGroupId=ids.group,
+        priority="high" if shape.kind == "build" else "medium",
+        retries=5,
+        routes=[f"index.bench.{shape.kind}.{shape.platform}"],
+        payload={
             "image": f"bench/{shape.platform}-toolchain:2026.11",
             "command": ["/bin/bash", "-c", f"./mach {shape.kind} --platform {shape.platform}"],
             "env": {"MOZ_AUTOMATION": "1", "TARGET": shape.platform},
             "maxRunTime": 3600,
             "artifacts": {"public/logs": {"type": "directory", "path": "logs"}},
         },
-        "metadata": {
+        metadata={
             "name": f"{shape.kind} {shape.platform}",
             "description": f"{shape.kind} on {shape.platform}, written by devharness.bulk_tasks",
             "owner": "bench@example.com",
             "source": "https://example.com/bench",
         },
-        "tags": {"kind": shape.kind, "platform": shape.platform},
-    }
+        tags={"kind": shape.kind, "platform": shape.platform},
+    )
     if ids.dependency is not None:
         body["dependencies"] = [ids.dependency]
     if shape.end_state == "delayed":

@@ -23,16 +23,23 @@ import slugid
 
 from benchlib.common import PYTHON, Settings
 from coordinator.api.clients import ensure_root_client
-from coordinator.domain.records import from_iso, to_iso
-from coordinator.service.clock import wall_clock
+from coordinator.domain.records import from_iso
 from devharness.api import API, call
 from devharness.postgres import throwaway_database
 from devharness.processes import ServeProcess
+from devharness.tasks import task_definition
 from hawk_signing import Credentials
 
 StoreKind = Literal["sqlite", "postgres"]
 
 PROVISIONER_ID = "bench-prov"
+BENCH_METADATA = {
+    "name": "bench no-op",
+    "description": "created by scripts/bench",
+    "owner": "bench@example.com",
+    "source": "https://example.com/bench",
+}
+"""The metadata of every bench task."""
 
 
 @dataclass(kw_only=True)
@@ -147,22 +154,13 @@ class TaskClient:
     ) -> list[tuple[str, dict[str, Any]]]:
         """``count`` new ``(taskId, definition)`` no-op tasks of one worker type and group,
         created now (they share one definition)."""
-        now_ms = wall_clock()
-        definition = {
-            "provisionerId": PROVISIONER_ID,
-            "workerType": worker_type,
-            "taskGroupId": task_group_id,
-            "priority": priority,
-            "created": to_iso(now_ms),
-            "deadline": to_iso(now_ms + 3_600_000),
-            "payload": {},
-            "metadata": {
-                "name": "bench no-op",
-                "description": "created by scripts/bench",
-                "owner": "bench@example.com",
-                "source": "https://example.com/bench",
-            },
-        }
+        definition = task_definition(
+            provisionerId=PROVISIONER_ID,
+            workerType=worker_type,
+            taskGroupId=task_group_id,
+            priority=priority,
+            metadata=BENCH_METADATA,
+        )
         return [(new_task_id(), definition) for _ in range(count)]
 
     async def _request(self, method: str, path: str, body: Any = None) -> Any:

@@ -47,9 +47,9 @@ import aiohttp
 import slugid
 
 from coordinator.api.clients import ensure_root_client
-from coordinator.domain.records import to_iso
 from devharness.azurite import AzuriteProcess
 from devharness.processes import KILL_WAIT, ServeProcess, child_env
+from devharness.tasks import task_definition
 from hawk_signing import Credentials
 from soaklib import checks
 from soaklib.api import Api, ApiError
@@ -72,6 +72,13 @@ DOWN = (0.3, 2.0)
 """How long a killed worker's slot stays empty (seconds, drawn uniformly)."""
 RESTARTS_WAIT = STOP_WAIT + KILL_WAIT + DOWN[1] + 30.0
 """The longest the worker restarts still going at the end of the chaos may take."""
+SOAK_METADATA = {
+    "name": "soak task",
+    "description": "created by scripts/soak",
+    "owner": "soak@example.com",
+    "source": "https://example.com/soak",
+}
+"""The metadata of every soak task."""
 
 
 @dataclass(kw_only=True)
@@ -249,26 +256,18 @@ class Soak:
     # --- chaos loops ---------------------------------------------------------------------
 
     def _definition(self, priority: str, sleep: float) -> dict[str, Any]:
-        now = int(time.time() * 1000)
         settings = self.settings
         lifetime = settings.seconds + settings.drain_limit + settings.settle + 1800
-        deadline = now + int(lifetime * 1000)
-        return {
-            "provisionerId": PROVISIONER_ID,
-            "workerType": WORKER_TYPE,
-            "taskGroupId": self.group_id,
-            "priority": priority,
-            "retries": settings.retries,
-            "created": to_iso(now),
-            "deadline": to_iso(deadline),
-            "payload": {"sleep": round(sleep, 3)},
-            "metadata": {
-                "name": "soak task",
-                "description": "created by scripts/soak",
-                "owner": "soak@example.com",
-                "source": "https://example.com/soak",
-            },
-        }
+        return task_definition(
+            lifetime_ms=int(lifetime * 1000),
+            provisionerId=PROVISIONER_ID,
+            workerType=WORKER_TYPE,
+            taskGroupId=self.group_id,
+            priority=priority,
+            retries=settings.retries,
+            payload={"sleep": round(sleep, 3)},
+            metadata=SOAK_METADATA,
+        )
 
     def _sleep_for(self) -> float:
         draw = self.rng.random()

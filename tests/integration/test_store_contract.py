@@ -35,6 +35,7 @@ from coordinator.store.factory import store_from_url
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlfiles import migrations
 from coordinator.store.sqlite import SQLiteStore
+from devharness.tasks import task_definition
 
 NOW = 1_700_000_000_000
 MINUTE = 60_000
@@ -57,27 +58,27 @@ def definition(
 ) -> dict[str, Any]:
     """A normalised task definition, as createTask stores it."""
     scheduling = {} if not_before is None else {"notBefore": to_iso(not_before)}
-    return {
+    return task_definition(
+        NOW,
+        lifetime_ms=deadline - NOW,
         **scheduling,
-        "provisionerId": "prov",
-        "workerType": worker_type,
-        "taskQueueId": f"prov/{worker_type}",
-        "schedulerId": "tests",
-        "taskGroupId": group,
-        "dependencies": list(dependencies),
-        "requires": "all-completed",
-        "routes": [],
-        "priority": "lowest",
-        "retries": 2,
-        "created": to_iso(NOW),
-        "deadline": to_iso(deadline),
-        "expires": to_iso(expires),
-        "scopes": [],
-        "payload": {"command": ["echo", 'héllo ✓ "quoted"'], "big": 2**53 + 1, "none": None},
-        "metadata": {"name": "t", "description": "", "owner": "a@example.com", "source": "x:"},
-        "tags": {},
-        "extra": {},
-    }
+        provisionerId="prov",
+        workerType=worker_type,
+        taskQueueId=f"prov/{worker_type}",
+        schedulerId="tests",
+        taskGroupId=group,
+        dependencies=list(dependencies),
+        requires="all-completed",
+        routes=[],
+        priority="lowest",
+        retries=2,
+        expires=to_iso(expires),
+        scopes=[],
+        payload={"command": ["echo", 'héllo ✓ "quoted"'], "big": 2**53 + 1, "none": None},
+        metadata={"name": "t", "description": "", "owner": "a@example.com", "source": "x:"},
+        tags={},
+        extra={},
+    )
 
 
 def new_record(task_id: str, *, now: int = NOW, **kwargs: Any) -> TaskRecord:

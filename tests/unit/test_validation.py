@@ -41,6 +41,7 @@ from coordinator.api.validation import (
 from coordinator.domain.definitions import normalise
 from coordinator.domain.records import Run, from_iso, record_from_definition
 from coordinator.domain.task_queues import TaskQueue
+from devharness.tasks import HOUR_MS, task_definition
 
 TASK_ID = "Jgj3vp06TJCopdyHUgtfww"
 GROUP_ID = "UIEP9rD1THSeI8Dzu24stg"
@@ -111,21 +112,10 @@ def slug(i: int) -> str:
 
 
 def minimal(**changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "provisionerId": "proj",
-        "workerType": "wt",
-        "created": "2026-05-01T12:00:00.000Z",
-        "deadline": "2026-05-02T12:00:00.000Z",
-        "payload": {},
-        "metadata": {
-            "name": "t",
-            "description": "d",
-            "owner": "someone@example.com",
-            "source": "https://example.com/t",
-        },
-    }
-    body.update(changes)
-    return body
+    """A valid createTask body of task queue ``proj/wt``, created at ``NOW`` for a day, with
+    ``changes`` to its top-level fields."""
+    fields = {"provisionerId": "proj", "workerType": "wt", **changes}
+    return task_definition(NOW, lifetime_ms=24 * HOUR_MS, **fields)
 
 
 def maximal() -> dict[str, Any]:
