@@ -10,10 +10,14 @@ reclaims, a canceled task, shutdown) is tested against it in tests/integration/t
 
 What it checks of the worker, strictly: Hawk signatures (the worker's credentials for
 pollTaskUrls, claims and the batch routes, the run's latest temporary credentials,
-certificate in ``ext``, for single reclaims and reports); batches of 1 to 32 distinct runs,
-with a report's ``reason`` exactly for ``exception``; the SAS query string arriving byte for
-byte, the poll SAS on gets and deletes and the update-only SAS on releases; percent-encoded pop
-receipts; reclaims and reports only for running runs.
+certificate in ``ext``, for single reclaims, reports and createArtifact); batches of 1 to 32
+distinct runs, with a report's ``reason`` exactly for ``exception``; the SAS query string
+arriving byte for byte, the poll SAS on gets and deletes and the update-only SAS on releases;
+percent-encoded pop receipts; reclaims, reports and artifacts only for running runs;
+createArtifact bodies against post-artifact-request.json (``object`` refused, as the
+coordinator does); artifact uploads (the ``putUrl`` createArtifact answered, a PUT to the
+double's own upload route as the coordinator's) unsigned, with the declared Content-Type and
+an exact Content-Length, their bytes kept as sent (``uploads``).
 
 What it checks of itself: every answer of a coordinator route, and every error body, against
 the coordinator's own JSON Schemas (:mod:`coordinator.api.validation`, through the endpoint
@@ -38,6 +42,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 from xml.sax.saxutils import escape
 
 import mohawk
@@ -47,7 +52,8 @@ from aiohttp import web
 from mohawk.util import parse_authorization_header
 
 from coordinator.api.endpoints import ENDPOINTS
-from coordinator.api.validation import ResponseSchemaError, validate_response
+from coordinator.api.errors import InputValidationError
+from coordinator.api.validation import ResponseSchemaError, validate, validate_response
 from devharness.ports import free_port
 from devharness.waiting import wait_until
 from hawk_signing import Credentials
@@ -65,8 +71,15 @@ BATCH_ROUTES = ("claimRuns", "reclaimRuns", "resolveRuns")
 
 API = "/api/queue/v1"
 
-OUTPUTS: Mapping[str, str] = {e.name: e.output for e in ENDPOINTS if e.output is not None}
+OUTPUTS: Mapping[str, str] = {
+    # while the coordinator's endpoint table lacks the artifact routes
+    "createArtifact": "post-artifact-response",
+    **{e.name: e.output for e in ENDPOINTS if e.output is not None},
+}
 """The schema of each coordinator route's answer, by Taskcluster method name."""
+
+PUT_URL_LIFE = timedelta(minutes=45)
+"""How long a putUrl works, as the coordinator's (Taskcluster's)."""
 
 REPORTS = {"completed": "reportCompleted", "failed": "reportFailed", "exception": "reportException"}
 
@@ -132,6 +145,15 @@ class Run:
     reclaims: int = 0
 
 
+@dataclass(frozen=True, kw_only=True)
+class Upload:
+    """An artifact's bytes as a PUT to its putUrl sent them, and the headers that matter."""
+
+    content: bytes
+    content_type: str
+    content_encoding: str | None
+
+
 @dataclass(kw_only=True)
 class Task:
     definition: dict[str, Any]
@@ -193,6 +215,12 @@ class CoordinatorDouble:
         self.released: list[tuple[str, int]] = []
         """(messageId, visibilitytimeout) of every message released."""
         self.reports: list[tuple[str, int, str, str | None]] = []
+        self.artifacts: dict[tuple[str, int, str], dict[str, Any]] = {}
+        """The last createArtifact body of each (taskId, runId, name)."""
+        self.uploads: dict[tuple[str, int, str], Upload] = {}
+        """The last upload of each (taskId, runId, name)."""
+        self._put_urls: dict[str, tuple[str, int, str, str]] = {}
+        """The signature of each putUrl handed out: what it may upload, and its contentType."""
         self.violations: list[str] = []
         """Answers of the double that broke the coordinator's schemas (see the module docs)."""
         self.served: collections.Counter[str] = collections.Counter()
@@ -216,6 +244,16 @@ class CoordinatorDouble:
             ("claimRuns", "POST /claim-runs", self._claim_runs),
             ("reclaimRuns", "POST /reclaim-runs", self._reclaim_runs),
             ("resolveRuns", "POST /resolve-runs", self._resolve_runs),
+            (
+                "createArtifact",
+                "POST /task/{task}/runs/{run}/artifacts/{name:.+}",
+                self._create_artifact,
+            ),
+            (
+                "uploadArtifact",
+                "PUT /task/{task}/runs/{run}/artifact-upload/{name:.+}",
+                self._upload_artifact,
+            ),
         ]
         for name, route, handler in routes:
             method, path = route.split(" ")
@@ -229,7 +267,8 @@ class CoordinatorDouble:
 
     async def start(self) -> None:
         """Serve on a free 127.0.0.1 port, ``root_url`` (Azure's routes included)."""
-        self._runner = web.AppRunner(self.app, access_log=None)
+        # auto_decompress off: an upload's bytes are kept as sent, gzip or not.
+        self._runner = web.AppRunner(self.app, access_log=None, auto_decompress=False)
         await self._runner.setup()
         self.root_url = await self.add_replica()
 
@@ -637,6 +676,79 @@ class CoordinatorDouble:
             await self.report_gate.wait()
         return web.json_response(self._report_run(task_id, run_id, kind, reason))
 
+    # -- artifacts ------------------------------------------------------------------------
+
+    async def _create_artifact(self, request: web.Request) -> web.StreamResponse:
+        task_id, run_id = request.match_info["task"], int(request.match_info["run"])
+        name = request.match_info["name"]
+        self.requests.append(("createArtifact", f"{task_id}/{run_id}/{name}"))
+        await self._check_run_hawk(request, "createArtifact")
+        self._fault("createArtifact")
+        body = await request.json()
+        try:
+            validate("post-artifact-request", body)
+        except InputValidationError as error:
+            raise _Refusal(400, "InputValidationError", str(error)) from None
+        storage_type = body["storageType"]
+        if storage_type == "object":
+            raise _Refusal(400, "InputError", "storageType object is not supported here: use s3")
+        _, run = self._run(task_id, run_id)
+        if run.state != "running":
+            raise _Refusal(409, "RequestConflict", f"run {task_id}/{run_id} is {run.state}")
+        self.artifacts[(task_id, run_id, name)] = body
+        if storage_type != "s3":
+            return web.json_response({"storageType": storage_type})
+        signature = secrets.token_hex(16)
+        self._put_urls[signature] = (task_id, run_id, name, body["contentType"])
+        path = f"{API}/task/{task_id}/runs/{run_id}/artifact-upload/{quote(name, safe='')}"
+        return web.json_response(
+            {
+                "storageType": "s3",
+                "putUrl": f"{self.root_url}{path}?sig={signature}",
+                "expires": iso(datetime.now(UTC) + PUT_URL_LIFE),
+                "contentType": body["contentType"],
+            }
+        )
+
+    async def _upload_artifact(self, request: web.Request) -> web.StreamResponse:
+        """The coordinator's upload route as the double has it: the putUrl's signature names
+        what it may upload; JSON errors as the coordinator's."""
+        key = (
+            request.match_info["task"],
+            int(request.match_info["run"]),
+            request.match_info["name"],
+        )
+        self.requests.append(("uploadArtifact", "{}/{}/{}".format(*key)))
+        pending = self.faults.get("uploadArtifact")
+        if pending:
+            status = pending.pop(0)
+            if status == 0:
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response(status=500)  # never arrives
+            return _json_error(status, "Injected", f"injected {status}")
+        signed = self._put_urls.get(request.query.get("sig", ""))
+        if signed is None or signed[:3] != key:
+            return _json_error(403, "AuthenticationFailed", "not a putUrl of this artifact")
+        content_type = signed[3]
+        if "Authorization" in request.headers:
+            return _json_error(400, "InputError", "an upload carries no Authorization header")
+        if request.headers.get("Content-Type") != content_type:
+            sent = request.headers.get("Content-Type")
+            return _json_error(400, "InputError", f"Content-Type {sent!r} is not {content_type!r}")
+        if request.content_length is None:
+            return _json_error(411, "LengthRequired", "an upload needs a Content-Length")
+        # read as a stream: request.read() would refuse more than client_max_size (1 MiB)
+        content = b"".join([chunk async for chunk in request.content.iter_chunked(2**16)])
+        if len(content) != request.content_length:
+            return _json_error(400, "InputError", "the body is not Content-Length long")
+        self.uploads[key] = Upload(
+            content=content,
+            content_type=content_type,
+            content_encoding=request.headers.get("Content-Encoding"),
+        )
+        return web.json_response({})
+
     # -- batch routes ---------------------------------------------------------------------
 
     async def _batch(
@@ -867,6 +979,10 @@ def _without_release_urls(body: dict[str, Any]) -> dict[str, Any]:
         for queue in body["queues"]
     ]
     return {**body, "queues": queues}
+
+
+def _json_error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"code": code, "message": message}, status=status)
 
 
 def _message_not_found(request: web.Request) -> web.Response:

@@ -7,7 +7,7 @@
         [--grace-period SECONDS] [--dequeue-warning N] [--retry-failures] \\
         [--isolation none|process] [--processes N] [--metrics-port PORT] \\
         [--no-batching] [--empty-queue-skip SECONDS] [--polls-in-flight N] \\
-        package.module:function
+        [--no-run-log] package.module:function
 
 Like the official Taskcluster tools it reads ``TASKCLUSTER_ROOT_URL`` (when ``--root-url`` is
 not given), ``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN`` and, for temporary
@@ -21,7 +21,9 @@ supervisor (:mod:`worker_sdk.supervisor`). ``--no-batching`` sends one request p
 reclaim and report instead of batches of runs (``Worker(batching=False)``), and
 ``--empty-queue-skip`` sets how long an Azure queue that answered empty is left alone
 (``Worker(empty_queue_skip=)``), ``--polls-in-flight`` how many Azure gets and their claims
-run at once (``Worker(polls_in_flight=)``).
+run at once (``Worker(polls_in_flight=)``). Each run's log (what its handler logged, and its
+traceback) is uploaded as the artifact ``public/logs/live_backing.log`` before the run is
+reported; ``--no-run-log`` turns that off (``Worker(run_log=False)``).
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class Options:
     batching: bool
     empty_queue_skip: float
     polls_in_flight: int
+    run_log: bool
     handler: str
     log_level: str
 
@@ -246,6 +249,13 @@ def _parser() -> argparse.ArgumentParser:
         help="Azure gets (with their claims) at once, each for its share of the capacity, so "
         "the next get goes out while the last one's hints are claimed (default: 2)",
     )
+    parser.add_argument(
+        "--no-run-log",
+        dest="run_log",
+        action="store_false",
+        help="do not upload each run's log (what its handler logged, and its traceback) as "
+        "the artifact public/logs/live_backing.log",
+    )
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
     parser.add_argument("handler", help="the handler, as package.module:function")
     return parser
@@ -308,6 +318,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         batching=args.batching,
         empty_queue_skip=args.empty_queue_skip,
         polls_in_flight=args.polls_in_flight,
+        run_log=args.run_log,
         handler=args.handler,
         log_level=args.log_level,
     )
@@ -367,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batching=options.batching,
         empty_queue_skip=options.empty_queue_skip,
         polls_in_flight=options.polls_in_flight,
+        run_log=options.run_log,
     )
     supervisor_pid = os.environ.get(SUPERVISOR_ENV)
     try:

@@ -2,11 +2,12 @@
 
 Covers ``ping``, ``pollTaskUrls``, ``claimTask``, ``claimWork``, ``reclaimTask`` and the three
 reports, their batch forms ``claimRuns``, ``reclaimRuns`` and ``resolveRuns`` (not Taskcluster
-methods: up to 32 runs per request, one result per run), and ``createTasks`` (up to 1,000 tasks
-a request). Requests are signed by :mod:`hawk_signing` exactly as the official ``taskcluster``
-client signs them, or not at all without credentials. Every failure surfaces as
-:class:`~worker_sdk.errors.RequestFailed`; retrying is the caller's business, because only the
-caller knows its deadline.
+methods: up to 32 runs per request, one result per run), ``createArtifact`` and the upload of an
+s3 artifact's bytes to the ``putUrl`` it answers (:meth:`CoordinatorClient.upload_to`), and
+``createTasks`` (up to 1,000 tasks a request). Requests are signed by :mod:`hawk_signing`
+exactly as the official ``taskcluster`` client signs them, or not at all without credentials.
+Every failure surfaces as :class:`~worker_sdk.errors.RequestFailed`; retrying is the caller's
+business, because only the caller knows its deadline.
 
 A client may know several root URLs (replicas of one coordinator sharing one store): each
 request goes to the one that answered last, and to the next in turn while one does not answer
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
 """claimWork long-polls about 20 s on the server before answering."""
+UPLOAD_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
+"""An artifact's upload may take as long as its size needs; only silence ends it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -285,6 +288,56 @@ class CoordinatorClient:
         answer = await self._call("POST", ("resolve-runs",), body={"reports": items})
         runs = [(report.task_id, report.run_id) for report in reports]
         return _run_results(answer, "resolveRuns", "reports", runs, _report_item)
+
+    async def create_artifact(
+        self,
+        task_id: str,
+        run_id: int,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        credentials: Credentials,
+    ) -> dict[str, Any]:
+        """createArtifact: ``body`` as post-artifact-request.json has it; returns the answer
+        (post-artifact-response.json), whose ``putUrl`` an s3 artifact's bytes go to."""
+        answer = await self._call(
+            "POST",
+            ("task", task_id, "runs", str(run_id), "artifacts", name),
+            body=body,
+            credentials=credentials,
+        )
+        with _parsing(answer, "createArtifact"):
+            if answer.body["storageType"] != body["storageType"]:
+                raise ValueError(f"storageType is not {body['storageType']!r}")
+            if body["storageType"] == "s3" and not isinstance(answer.body["putUrl"], str):
+                raise TypeError("putUrl is not a string")
+        return dict(answer.body)
+
+    async def upload_to(
+        self,
+        put_url: str,
+        data: bytes | AsyncIterable[bytes],
+        *,
+        content_type: str,
+        content_length: int,
+        content_encoding: str | None = None,
+    ) -> None:
+        """PUT an s3 artifact's bytes to the ``putUrl`` createArtifact gave: unsigned (the
+        URL's own signature is the authority), with ``Content-Type`` as createArtifact
+        declared, ``Content-Length`` and, when given, ``Content-Encoding``. ``data`` may be an
+        async iterable of chunks, sent as they come (never all in memory at once); it must
+        yield exactly ``content_length`` bytes. Any 2xx is success."""
+        headers = {"Content-Type": content_type, "Content-Length": str(content_length)}
+        if content_encoding is not None:
+            headers["Content-Encoding"] = content_encoding
+        with no_answer_fails("PUT", put_url):
+            # encoded=True: the URL's signature covers it exactly as createArtifact gave it.
+            async with self._session.put(
+                URL(put_url, encoded=True), data=data, headers=headers, timeout=UPLOAD_TIMEOUT
+            ) as response:
+                text = await response.text()
+                status = response.status
+        check_status("PUT", put_url, status, text, _error_fields)
 
     async def _call(
         self,

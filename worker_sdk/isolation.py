@@ -10,13 +10,16 @@ down (``os._exit``, a segfault in an extension, the kernel's OOM killer) takes o
 run: the worker reports it ``exception/internal-error`` and goes on.
 
 The run goes to the child and the outcome comes back as JSON text, so nothing but plain data
-crosses: the child gets a snapshot :class:`~worker_sdk.runs.TaskRun` (its credentials and
-``taken_until`` are those of the start; the worker reclaims in the parent), and an exception
-the handler raised comes back as its reason (a :class:`~worker_sdk.errors.TaskException`
-arrives as the same class) or as :class:`HandlerError` with the child's traceback. Cancelling
-the run (claim lost, shutdown after the grace period) terminates the child. The child's log
-records go through a queue to the worker's own logging handlers, and a child whose worker
-died (SIGKILL) exits instead of running on unsupervised.
+crosses: the child gets a snapshot :class:`~worker_sdk.runs.TaskRun`, whose ``taken_until``
+and credentials the worker updates as it reclaims the run (so the child's artifact uploads
+are signed with the current ones), and an exception the handler raised comes back as its
+reason (a :class:`~worker_sdk.errors.TaskException` arrives as the same class) or as
+:class:`HandlerError` with the child's traceback. Cancelling the run (claim lost, shutdown
+after the grace period) terminates the child. The child's log records go through a queue to
+the worker's own logging handlers and, when the worker keeps a run log, as lines on the pipe
+that then carries the outcome (so every line sent before the outcome, or before the child
+died, is in the run log); a child whose worker died (SIGKILL) exits instead of running on
+unsupervised.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import inspect
 import json
 import logging
 import logging.handlers
+import math
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.process
@@ -38,9 +42,12 @@ import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
+from hawk_signing import Credentials
+from worker_sdk.client import Reclaim
 from worker_sdk.errors import (
     InternalError,
     MalformedPayload,
@@ -48,7 +55,8 @@ from worker_sdk.errors import (
     RetryTask,
     TaskException,
 )
-from worker_sdk.runs import Handler, TaskRun
+from worker_sdk.run_log import RunLogFormatter
+from worker_sdk.runs import Handler, Lease, TaskRun, credentials_json, run_from_json
 
 log = logging.getLogger(__name__)
 
@@ -126,46 +134,58 @@ class ProcessIsolation:
             listener.stop()
             queue.close()
 
-    async def run(self, run: TaskRun) -> None:
+    async def run(
+        self, run: TaskRun, lease: Lease, *, log_line: Callable[[str], None] | None = None
+    ) -> None:
         """Run the handler on ``run`` in a child; return as the handler did, or raise what it
         raised (see the module docs), or :class:`~worker_sdk.errors.InternalError` for a
-        child that died without an outcome."""
+        child that died without an outcome.
+
+        :param lease: ``run``'s; each renewal reaches the child's snapshot.
+        :param log_line: given the line of each record the child logs, formatted for the run
+            log; ``None``: the child sends none.
+        """
         results, child_end = self._context.Pipe(duplex=False)
+        child_renewals, renewals = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=_child,
             args=(
                 self._handler,
                 run.to_json(),
                 child_end,
+                child_renewals,
                 self._log_queue,
                 logging.getLogger().getEffectiveLevel(),
+                log_line is not None,
             ),
             name=f"handler taskId={run.task_id} runId={run.run_id}",
         )
+        unwatch = lease.watch(lambda renewed: _send_renewal(renewals, renewed))
         # Starting talks to the fork server (which the first start launches): not on the
         # event loop. Shielded, so that a cancellation meanwhile finds a child to end.
         starting = asyncio.ensure_future(asyncio.to_thread(process.start))
         try:
             try:
                 await asyncio.shield(starting)
-                # The child holds its own copy now; with ours closed, its death reads as EOF.
+                # The child holds its own copies now; with ours closed, its death reads as EOF.
                 child_end.close()
+                child_renewals.close()
                 log.info(
                     "handler process started taskId=%s runId=%s pid=%s",
                     run.task_id,
                     run.run_id,
                     process.pid,
                 )
-                await _readable(results.fileno(), process.sentinel)
-                outcome = _receive(results)
+                outcome = await _outcome(results, process, log_line)
             except asyncio.CancelledError:
                 await starting
                 await _end(process, run)
                 process.close()
                 raise
         finally:
-            results.close()
-            child_end.close()
+            unwatch()
+            for connection in (results, child_end, renewals, child_renewals):
+                connection.close()
         # A handler that left a non-daemon thread behind would keep its child from exiting.
         if not await _exited(process, within=TERMINATE_GRACE):
             await _end(process, run)
@@ -184,15 +204,37 @@ class ProcessIsolation:
             raise _rebuilt(error)
 
 
-def _receive(results: Connection) -> dict[str, Any] | None:
-    """The child's outcome, or ``None`` when it closed the pipe (died) without one."""
-    if not results.poll():
-        return None
-    try:
-        outcome: dict[str, Any] = json.loads(results.recv_bytes())
-    except EOFError:
-        return None
-    return outcome
+async def _outcome(
+    results: Connection,
+    process: multiprocessing.process.BaseProcess,
+    log_line: Callable[[str], None] | None,
+) -> dict[str, Any] | None:
+    """The child's outcome, handing the log lines sent before it to ``log_line``; ``None``
+    when the child closed the pipe (died) without one."""
+    while True:
+        await _readable(results.fileno(), process.sentinel)
+        if not results.poll():
+            return None  # ended, and nothing is left to read
+        while results.poll():
+            try:
+                message: dict[str, Any] = json.loads(results.recv_bytes())
+            except EOFError:
+                return None
+            if "log" not in message:
+                return message
+            if log_line is not None:
+                log_line(message["log"])
+
+
+def _send_renewal(renewals: Connection, lease: Lease) -> None:
+    """Tell the child its run's new ``taken_until`` and credentials."""
+    update = {
+        "takenUntil": lease.taken_until.isoformat(),
+        "credentials": credentials_json(lease.credentials),
+    }
+    # OSError: the child has ended; nothing needs the renewal any more.
+    with contextlib.suppress(OSError):
+        renewals.send_bytes(json.dumps(update).encode())
 
 
 def _rebuilt(error: dict[str, Any]) -> BaseException:
@@ -248,21 +290,76 @@ async def _end(process: multiprocessing.process.BaseProcess, run: TaskRun) -> No
         process.join()
 
 
+class _ToWorker(logging.Handler):
+    """In the child: the pipe to the worker, which carries the run log's lines (when
+    ``send_log``) and then the outcome; nothing after the outcome."""
+
+    def __init__(self, results: Connection, *, send_log: bool) -> None:
+        super().__init__()
+        self.setFormatter(RunLogFormatter())
+        self._results = results
+        self._send_log = send_log
+        self._done = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._send_log:
+            self._send({"log": self.format(record)})
+
+    def finish(self, outcome: dict[str, Any]) -> None:
+        self._send(outcome)
+        with self.lock or contextlib.nullcontext():
+            self._done = True
+            self._results.close()
+
+    def _send(self, message: dict[str, Any]) -> None:
+        # One message at a time, from whichever of the handler's threads logs.
+        with self.lock or contextlib.nullcontext():
+            if not self._done:
+                self._results.send_bytes(json.dumps(message).encode())
+
+
+def _follow_renewals(renewals: Connection, lease: Lease) -> None:
+    """In the child: apply the worker's renewals of the run to ``lease``, from a daemon
+    thread, until the worker closes the pipe."""
+
+    def follow() -> None:
+        while True:
+            try:
+                update = json.loads(renewals.recv_bytes())
+            except (EOFError, OSError):
+                return
+            lease.renew(
+                Reclaim(
+                    taken_until=datetime.fromisoformat(update["takenUntil"]),
+                    expires_at=math.inf,
+                    credentials=Credentials.from_json(update["credentials"]),
+                )
+            )
+
+    threading.Thread(target=follow, name="renewals", daemon=True).start()
+
+
 def _child(
     handler: Handler,
     run_json: str,
     results: Connection,
+    renewals: Connection,
     log_queue: multiprocessing.queues.Queue[logging.LogRecord] | None,
     log_level: int,
+    send_log: bool,
 ) -> None:
     """The child process: run the handler once, send its outcome as JSON, exit."""
     # The worker decides when a run stops; a Ctrl-C reaches the whole process group.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch_parent(lambda: os._exit(1))
+    to_worker = _ToWorker(results, send_log=send_log)
     root = logging.getLogger()
-    root.handlers[:] = [] if log_queue is None else [logging.handlers.QueueHandler(log_queue)]
+    root.handlers[:] = [to_worker]
+    if log_queue is not None:
+        root.addHandler(logging.handlers.QueueHandler(log_queue))
     root.setLevel(log_level)
-    run = TaskRun.from_json(run_json)
+    run, lease = run_from_json(run_json)
+    _follow_renewals(renewals, lease)
     error: dict[str, Any] | None = None
     try:
         result = handler(run)
@@ -275,8 +372,7 @@ def _child(
             "reason": raised.reason if isinstance(raised, TaskException) else None,
             "traceback": traceback.format_exc(),
         }
-    results.send_bytes(json.dumps({"error": error}).encode())
-    results.close()
+    to_worker.finish({"error": error})
 
 
 async def _awaited(result: Awaitable[None]) -> None:

@@ -2,7 +2,11 @@
 
 The worker keeps a lease per run it holds: the claim's deadline and credentials, renewed by
 each reclaim, and the cancellation. A run handed to a handler in another process travels as
-JSON (:meth:`TaskRun.to_json`) and arrives as a snapshot (:meth:`TaskRun.from_json`).
+JSON (:meth:`TaskRun.to_json`) and arrives as a snapshot (:func:`run_from_json`) whose lease
+the worker's process keeps renewing (:mod:`worker_sdk.isolation`).
+
+A run creates its artifacts (:mod:`worker_sdk.artifacts`): ``await run.upload_artifact(...)``
+and its siblings in an async handler, ``run.blocking.upload_artifact(...)`` in a sync one.
 """
 
 from __future__ import annotations
@@ -11,17 +15,21 @@ import asyncio
 import json
 import math
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from hawk_signing import Credentials
+from worker_sdk.artifacts import Data, ErrorReason, Expires, RunArtifacts
 from worker_sdk.client import Claim, Reclaim
+from worker_sdk.timing import Backoff
 
 Handler = Callable[["TaskRun"], Awaitable[None] | None]
 """An ``async def`` (run on the event loop) or a plain function (run in a thread)."""
 
 CancelReason = Literal["claim-lost", "worker-shutdown"]
+
+_T = TypeVar("_T")
 
 
 class Lease:
@@ -34,11 +42,19 @@ class Lease:
         self.cancel_reason: CancelReason | None = None
         self.cancelled = threading.Event()
         self.handler: asyncio.Task[None] | None = None
+        self._watchers: list[Callable[[Lease], None]] = []
 
     def renew(self, reclaim: Reclaim) -> None:
         self.taken_until = reclaim.taken_until
         self.expires_at = reclaim.expires_at
         self.credentials = reclaim.credentials
+        for watcher in list(self._watchers):
+            watcher(self)
+
+    def watch(self, watcher: Callable[[Lease], None]) -> Callable[[], None]:
+        """Call ``watcher`` after each renewal, until the function returned is called."""
+        self._watchers.append(watcher)
+        return lambda: self._watchers.remove(watcher)
 
     def cancel(self, reason: CancelReason) -> None:
         """Stop the handler; the first reason given decides what gets reported."""
@@ -56,11 +72,18 @@ class TaskRun:
     background. ``cancelled`` is set when the worker gives up on the run (claim lost, or
     shutdown after the grace period): async handlers are cancelled outright, but a sync
     handler's thread cannot be, so long sync handlers should check it and return early.
+
+    Artifacts: :meth:`upload_artifact`, :meth:`create_link_artifact`,
+    :meth:`create_reference_artifact` and :meth:`create_error_artifact` are coroutines for
+    async handlers; :attr:`blocking` has the same methods for sync ones. Each retries
+    transient failures a few times, then raises :class:`~worker_sdk.errors.RequestFailed`
+    (which the handler may catch: the run is still reported as the handler ends).
     """
 
-    def __init__(self, claim: Claim, lease: Lease) -> None:
+    def __init__(self, claim: Claim, lease: Lease, artifacts: RunArtifacts) -> None:
         self._claim = claim
         self._lease = lease
+        self._artifacts = artifacts
 
     @property
     def task_id(self) -> str:
@@ -97,11 +120,72 @@ class TaskRun:
     def cancelled(self) -> threading.Event:
         return self._lease.cancelled
 
+    @property
+    def blocking(self) -> BlockingArtifacts:
+        """The artifact methods for a sync handler, each blocking until it is done."""
+        return BlockingArtifacts(self)
+
+    async def upload_artifact(
+        self,
+        name: str,
+        data: Data,
+        *,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        expires: Expires = None,
+    ) -> None:
+        """Upload an artifact (storageType ``s3``): createArtifact, then its bytes.
+
+        :param name: e.g. ``public/report.html``; ``public/`` names anyone may download.
+        :param data: the bytes, or the path of a file (a ``str`` is a path), which is
+            streamed, never read into memory whole.
+        :param content_type: default: guessed from ``name`` by :mod:`mimetypes`, else
+            ``application/octet-stream``.
+        :param content_encoding: e.g. ``gzip`` for gzipped bytes: downloads carry it, so
+            HTTP clients decompress them transparently.
+        :param expires: an aware datetime or an RFC 3339 string; default: the task's
+            ``expires``.
+        :raises RequestFailed: refused, or still failing after a few tries.
+        :raises OSError: the file cannot be read (nothing was created).
+        """
+        await self._artifacts.upload(
+            name,
+            data,
+            content_type=content_type,
+            content_encoding=content_encoding,
+            expires=expires,
+        )
+
+    async def create_link_artifact(
+        self, name: str, target: str, *, content_type: str | None = None, expires: Expires = None
+    ) -> None:
+        """Make ``name`` stand for the artifact ``target`` of this run (which need not exist
+        yet): downloads of ``name`` get ``target``'s content."""
+        body = {"storageType": "link", "artifact": target}
+        if content_type is not None:
+            body["contentType"] = content_type
+        await self._artifacts.create(name, body, expires=expires)
+
+    async def create_reference_artifact(
+        self, name: str, url: str, content_type: str, *, expires: Expires = None
+    ) -> None:
+        """Make downloads of ``name`` redirect to ``url``, stored elsewhere."""
+        body = {"storageType": "reference", "url": url, "contentType": content_type}
+        await self._artifacts.create(name, body, expires=expires)
+
+    async def create_error_artifact(
+        self, name: str, reason: ErrorReason, message: str, *, expires: Expires = None
+    ) -> None:
+        """Record why ``name`` could not be provided: downloads of it answer 424 with
+        ``reason`` and ``message``."""
+        body = {"storageType": "error", "reason": reason, "message": message}
+        await self._artifacts.create(name, body, expires=expires)
+
     def __repr__(self) -> str:
         return f"TaskRun(task_id={self.task_id!r}, run_id={self.run_id})"
 
     def to_json(self) -> str:
-        """The run as it stands now, for :meth:`from_json` in another process."""
+        """The run as it stands now, for :func:`run_from_json` in another process."""
         credentials = self.credentials
         return json.dumps(
             {
@@ -110,27 +194,108 @@ class TaskRun:
                 "task": self.task,
                 "takenUntil": self.taken_until.isoformat(),
                 "retriesLeft": self.retries_left,
-                "credentials": {
-                    "clientId": credentials.client_id,
-                    "accessToken": credentials.access_token,
-                    "certificate": credentials.certificate,
+                "credentials": credentials_json(credentials),
+                "rootUrls": list(self._artifacts.root_urls),
+                "backoff": {
+                    "base": self._artifacts.backoff.base,
+                    "cap": self._artifacts.backoff.cap,
                 },
             }
         )
 
-    @classmethod
-    def from_json(cls, text: str) -> TaskRun:
-        """A snapshot of the run :meth:`to_json` wrote: its ``taken_until`` and
-        ``credentials`` stay those of that moment, and ``cancelled`` is never set."""
-        value = json.loads(text)
-        claim = Claim(
-            task_id=value["taskId"],
-            run_id=value["runId"],
-            task=value["task"],
-            taken_until=datetime.fromisoformat(value["takenUntil"]),
-            # The worker that wrote it keeps the claim; here it never expires.
-            expires_at=math.inf,
-            credentials=Credentials.from_json(value["credentials"]),
-            retries_left=value["retriesLeft"],
+
+class BlockingArtifacts:
+    """A :class:`TaskRun`'s artifact methods for sync handlers (``run.blocking``): the same
+    parameters, each call blocking until it is done. They run their own event loop, so an
+    async handler, on a running loop, awaits the :class:`TaskRun` methods instead."""
+
+    def __init__(self, run: TaskRun) -> None:
+        self._run = run
+
+    def upload_artifact(
+        self,
+        name: str,
+        data: Data,
+        *,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        expires: Expires = None,
+    ) -> None:
+        """:meth:`TaskRun.upload_artifact`, blocking."""
+        _blocking(
+            self._run.upload_artifact(
+                name,
+                data,
+                content_type=content_type,
+                content_encoding=content_encoding,
+                expires=expires,
+            )
         )
-        return cls(claim, Lease(claim))
+
+    def create_link_artifact(
+        self, name: str, target: str, *, content_type: str | None = None, expires: Expires = None
+    ) -> None:
+        """:meth:`TaskRun.create_link_artifact`, blocking."""
+        _blocking(
+            self._run.create_link_artifact(name, target, content_type=content_type, expires=expires)
+        )
+
+    def create_reference_artifact(
+        self, name: str, url: str, content_type: str, *, expires: Expires = None
+    ) -> None:
+        """:meth:`TaskRun.create_reference_artifact`, blocking."""
+        _blocking(self._run.create_reference_artifact(name, url, content_type, expires=expires))
+
+    def create_error_artifact(
+        self, name: str, reason: ErrorReason, message: str, *, expires: Expires = None
+    ) -> None:
+        """:meth:`TaskRun.create_error_artifact`, blocking."""
+        _blocking(self._run.create_error_artifact(name, reason, message, expires=expires))
+
+
+def _blocking(call: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``call`` to its end on an event loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(call)
+    call.close()
+    raise RuntimeError(
+        "run.blocking is for sync handlers; an async handler awaits the TaskRun's methods"
+    )
+
+
+def credentials_json(credentials: Credentials) -> dict[str, str | None]:
+    """``credentials`` as the API spells them."""
+    return {
+        "clientId": credentials.client_id,
+        "accessToken": credentials.access_token,
+        "certificate": credentials.certificate,
+    }
+
+
+def run_from_json(text: str) -> tuple[TaskRun, Lease]:
+    """A snapshot of the run :meth:`TaskRun.to_json` wrote, and its lease: ``taken_until``
+    and ``credentials`` stay those of that moment unless the lease is renewed here, and
+    ``cancelled`` is never set."""
+    value = json.loads(text)
+    claim = Claim(
+        task_id=value["taskId"],
+        run_id=value["runId"],
+        task=value["task"],
+        taken_until=datetime.fromisoformat(value["takenUntil"]),
+        # The worker that wrote it keeps the claim; here it never expires.
+        expires_at=math.inf,
+        credentials=Credentials.from_json(value["credentials"]),
+        retries_left=value["retriesLeft"],
+    )
+    lease = Lease(claim)
+    artifacts = RunArtifacts(
+        root_urls=value["rootUrls"],
+        task_id=claim.task_id,
+        run_id=claim.run_id,
+        task_expires=claim.task.get("expires"),
+        credentials=lambda: lease.credentials,
+        backoff=Backoff(**value["backoff"]),
+    )
+    return TaskRun(claim, lease, artifacts), lease

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -25,6 +26,7 @@ import signal
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -32,10 +34,11 @@ import aiohttp
 
 from hawk_signing import Credentials
 from worker_sdk import timing
+from worker_sdk.artifacts import RunArtifacts
 from worker_sdk.batches import RunBatches
 from worker_sdk.client import Claim, CoordinatorClient, Resolution, root_urls_of
 from worker_sdk.errors import RequestFailed, RetryTask, TaskException
-from worker_sdk.isolation import ProcessIsolation
+from worker_sdk.isolation import HandlerError, ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
 from worker_sdk.poller import (
     MAX_BATCH,
@@ -54,6 +57,14 @@ from worker_sdk.priorities import (
     task_queues_of,
     weights_with,
 )
+from worker_sdk.run_log import (
+    RUN_LOG_CONTENT_TYPE,
+    RUN_LOG_NAME,
+    RunLog,
+    RunLogFormatter,
+    RunLogs,
+    current_run,
+)
 from worker_sdk.runs import Handler, Lease, TaskRun
 from worker_sdk.timing import Backoff
 
@@ -61,6 +72,9 @@ log = logging.getLogger(__name__)
 
 REPORT_TIMEOUT = 30.0
 """After the grace period, how long shutdown waits for the worker-shutdown reports."""
+
+RUN_LOG_TIMEOUT = 20.0
+"""How long the upload of a run's log may hold up its report."""
 
 Isolation = Literal["none", "process"]
 ISOLATIONS: tuple[Isolation, ...] = ("none", "process")
@@ -137,6 +151,10 @@ class Worker:
     retries left, ``failed`` on its last run. ``isolation="process"`` runs each handler in a
     child process of its own (see :mod:`worker_sdk.isolation`): a handler that crashes its
     process fails only its run, reported ``exception/internal-error``.
+    ``run_log`` uploads what each run's handler logged (:mod:`worker_sdk.run_log`), and its
+    traceback when it raised, as the run's ``public/logs/live_backing.log`` (gzipped
+    ``text/plain``) before reporting the run; a failed upload is logged, and the report goes
+    out all the same.
     ``handle_signals`` makes :meth:`run` stop gracefully on SIGTERM and SIGINT (which needs
     the main thread); without it, call :meth:`stop`. ``metrics_port`` serves the worker's
     Prometheus metrics (:mod:`worker_sdk.metrics`) there while :meth:`run` runs.
@@ -169,6 +187,7 @@ class Worker:
         batching: bool = True,
         empty_queue_skip: float = 1.0,
         polls_in_flight: int = 2,
+        run_log: bool = True,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
@@ -221,6 +240,7 @@ class Worker:
         self._retry_failures = retry_failures
         self._handle_signals = handle_signals
         self._metrics_port = metrics_port
+        self._run_logs = RunLogs() if run_log else None
         self.metrics = WorkerMetrics()
         self._rng = random.Random()
         self._stopping = asyncio.Event()
@@ -272,6 +292,9 @@ class Worker:
                 session = await stack.enter_async_context(aiohttp.ClientSession())
                 if self._isolation is not None:
                     stack.enter_context(self._isolation.logging_to_parent())
+                if self._run_logs is not None:
+                    logging.getLogger().addHandler(self._run_logs)
+                    stack.callback(logging.getLogger().removeHandler, self._run_logs)
                 if self._metrics_port is not None:
                     stack.callback(self.metrics.serve(self._metrics_port))
                 client = CoordinatorClient(
@@ -283,7 +306,7 @@ class Worker:
                 log.info(
                     "worker started taskQueues=%s workerGroup=%s workerId=%s capacity=%d"
                     " mode=%s polling=%s isolation=%s batching=%s emptyQueueSkip=%g"
-                    " pollsInFlight=%d rootUrls=%s",
+                    " pollsInFlight=%d runLog=%s rootUrls=%s",
                     ",".join(map(str, self._identity.task_queues)),
                     self._identity.worker_group,
                     self._identity.worker_id,
@@ -294,6 +317,7 @@ class Worker:
                     "on" if self._settings.batching else "off",
                     self._settings.empty_queue_skip,
                     self._polls_in_flight,
+                    "on" if self._run_logs is not None else "off",
                     ",".join(self._root_urls),
                 )
                 await self._serve(session, client, batches)
@@ -309,7 +333,7 @@ class Worker:
     async def _serve(
         self, session: aiohttp.ClientSession, client: CoordinatorClient, batches: RunBatches
     ) -> None:
-        polling = asyncio.create_task(self._poll(self._poller(session, client), batches))
+        polling = asyncio.create_task(self._poll(self._poller(session, client), client, batches))
         stop_requested = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait({polling, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
@@ -334,11 +358,11 @@ class Worker:
             return ClaimWorkPoller(**parts)
         return AzurePoller(session=session, metrics=self.metrics, **parts)
 
-    async def _poll(self, poller: Poller, batches: RunBatches) -> None:
+    async def _poll(self, poller: Poller, client: CoordinatorClient, batches: RunBatches) -> None:
         """Run ``polls_in_flight`` poll loops until the worker stops; the first error (one a
         retry cannot fix) stops the others and is raised."""
         loops = [
-            asyncio.create_task(self._poll_loop(poller, batches))
+            asyncio.create_task(self._poll_loop(poller, client, batches))
             for _ in range(self._polls_in_flight)
         ]
         try:
@@ -350,7 +374,9 @@ class Worker:
         for loop in done:
             loop.result()
 
-    async def _poll_loop(self, poller: Poller, batches: RunBatches) -> None:
+    async def _poll_loop(
+        self, poller: Poller, client: CoordinatorClient, batches: RunBatches
+    ) -> None:
         while not self._stopping.is_set():
             self._wakeup.clear()
             # a run whose report is on its way holds no handler: up to capacity of them
@@ -381,7 +407,7 @@ class Worker:
                     log.info("duplicate claim ignored taskId=%s runId=%s", *key)
                     continue
                 run = asyncio.create_task(
-                    self._execute(claim, batches),
+                    self._execute(claim, client, batches),
                     name=f"taskId={claim.task_id} runId={claim.run_id}",
                 )
                 self._runs[key] = run
@@ -417,9 +443,19 @@ class Worker:
             if late:
                 await asyncio.wait(late)
 
-    async def _execute(self, claim: Claim, batches: RunBatches) -> None:
+    async def _execute(self, claim: Claim, client: CoordinatorClient, batches: RunBatches) -> None:
         lease = Lease(claim)
-        run = TaskRun(claim, lease)
+        artifacts = RunArtifacts(
+            root_urls=self._root_urls,
+            task_id=claim.task_id,
+            run_id=claim.run_id,
+            task_expires=claim.task.get("expires"),
+            credentials=lambda: lease.credentials,
+            client=client,
+            loop=asyncio.get_running_loop(),
+            backoff=self._settings.backoff,
+        )
+        run = TaskRun(claim, lease, artifacts)
         if self._stopping.is_set():
             # Claimed while the worker was stopping: hand it straight back for a retry.
             log.info("run returned, worker stopping taskId=%s runId=%s", run.task_id, run.run_id)
@@ -427,7 +463,24 @@ class Worker:
                 batches, run, lease, Resolution(kind="exception", reason="worker-shutdown")
             )
             return
-        lease.handler = asyncio.create_task(self._call(run))
+        key = (run.task_id, run.run_id)
+        run_log = self._run_logs.collect(key) if self._run_logs is not None else None
+        try:
+            await self._supervise(run, lease, run_log, artifacts, batches)
+        finally:
+            if self._run_logs is not None:
+                self._run_logs.forget(key)
+
+    async def _supervise(
+        self,
+        run: TaskRun,
+        lease: Lease,
+        run_log: RunLog | None,
+        artifacts: RunArtifacts,
+        batches: RunBatches,
+    ) -> None:
+        """Run the handler while keeping the claim, then upload the run log and report."""
+        lease.handler = asyncio.create_task(self._call(run, lease, run_log))
         self._leases.add(lease)
         keeper = asyncio.create_task(self._keep_claimed(batches, run, lease))
         log.info("run started taskId=%s runId=%s", run.task_id, run.run_id)
@@ -446,11 +499,18 @@ class Worker:
         if resolution is not None:
             self._reporting.add((run.task_id, run.run_id))
             self._wakeup.set()
+            if run_log is not None:
+                await self._upload_run_log(run, lease, run_log, artifacts, resolution)
             await self._report(batches, run, lease, resolution)
 
-    async def _call(self, run: TaskRun) -> None:
+    async def _call(self, run: TaskRun, lease: Lease, run_log: RunLog | None) -> None:
+        # This task's context (and the threads and tasks it starts) is the run's: what it
+        # logs goes to the run's log.
+        current_run.set((run.task_id, run.run_id))
         if self._isolation is not None:
-            await self._isolation.run(run)
+            await self._isolation.run(
+                run, lease, log_line=run_log.write if run_log is not None else None
+            )
             return
         if self._handler_is_async:
             result = self._handler(run)
@@ -496,6 +556,44 @@ class Worker:
                 exc_info=None if isinstance(error, TaskException) else error,
             )
         return resolution
+
+    async def _upload_run_log(
+        self,
+        run: TaskRun,
+        lease: Lease,
+        run_log: RunLog,
+        artifacts: RunArtifacts,
+        resolution: Resolution,
+    ) -> None:
+        """Upload the run's log, ended with the handler's traceback and the resolution,
+        within :data:`RUN_LOG_TIMEOUT` and the claim; a failure is logged, never raised."""
+        assert lease.handler is not None
+        ending = f"run {run.task_id}/{run.run_id} resolved {resolution.kind}"
+        if resolution.reason is not None:
+            ending += f"/{resolution.reason}"
+        handler = lease.handler
+        error = None if handler.cancelled() else handler.exception()
+        if error is not None:
+            ending += f", the handler raised:\n{_traceback(error)}"
+        run_log.write(_run_log_line(ending))
+        try:
+            content = run_log.gzipped()
+            within = min(RUN_LOG_TIMEOUT, lease.expires_at - time.monotonic())
+            async with asyncio.timeout(max(0.0, within)):
+                await artifacts.upload(
+                    RUN_LOG_NAME,
+                    content,
+                    content_type=RUN_LOG_CONTENT_TYPE,
+                    content_encoding="gzip",
+                )
+        except Exception as failure:  # whatever it was, the report must still go out
+            # a warning: the run itself is unharmed, and is reported next
+            log.warning(
+                "run log not uploaded taskId=%s runId=%s error=%s",
+                run.task_id,
+                run.run_id,
+                failure if str(failure) else type(failure).__name__,
+            )
 
     async def _keep_claimed(self, batches: RunBatches, run: TaskRun, lease: Lease) -> None:
         """Reclaim well before each deadline, forever; cancel the handler if the claim is lost."""
@@ -588,13 +686,28 @@ class Worker:
                 await asyncio.sleep(delay)
 
 
+def _traceback(error: BaseException) -> str:
+    """The handler's traceback; a child process's is in its HandlerError's message."""
+    if isinstance(error, HandlerError):
+        return str(error)
+    return "".join(traceback.format_exception(error)).rstrip("\n")
+
+
+def _run_log_line(message: str) -> str:
+    """``message`` as the worker's own line of a run log."""
+    record = logging.LogRecord(__name__, logging.INFO, __file__, 0, message, None, None)
+    return RunLogFormatter().format(record)
+
+
 async def _in_daemon_thread(handler: Handler, run: TaskRun) -> Awaitable[None] | None:
-    """Call a sync handler in a thread of its own and await its result.
+    """Call a sync handler in a thread of its own, in the caller's context (the run's, for
+    the run log), and await its result.
 
     A daemon thread, unlike an executor's, doesn't hold up the process's exit: a handler
     that ignores ``run.cancelled`` is abandoned at shutdown rather than waited for forever.
     """
     loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
     done: asyncio.Future[Awaitable[None] | None] = loop.create_future()
 
     def deliver(result: Awaitable[None] | None, error: BaseException | None) -> None:
@@ -609,7 +722,7 @@ async def _in_daemon_thread(handler: Handler, run: TaskRun) -> Awaitable[None] |
         result: Awaitable[None] | None = None
         error: BaseException | None = None
         try:
-            result = handler(run)
+            result = context.run(handler, run)
         except StopIteration as caught:
             # A future refuses StopIteration: it would silently end the awaiting coroutine.
             error = RuntimeError(f"handler raised {caught!r}")
