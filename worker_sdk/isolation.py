@@ -306,8 +306,8 @@ class _ToWorker(logging.Handler):
             self._send({"log": self.format(record)})
 
     def finish(self, outcome: dict[str, Any]) -> None:
-        self._send(outcome)
         with self.lock or contextlib.nullcontext():
+            self._send(outcome)
             self._done = True
             self._results.close()
 
