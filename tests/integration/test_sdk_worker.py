@@ -685,6 +685,6 @@ async def test_without_credentials_only_single_reclaims_and_reports_are_signed(
     double.credentials = None
     double.add_task("t1")
 
-    async with running(make_worker(double, lambda run: None, credentials=None)):
+    async with running(make_worker(double, lambda run: None, credentials=None, run_log=False)):
         await eventually(lambda: len(double.reports) == 1, what="the report")
     assert [name for name, _ in double.signers] == ([] if batches else ["completed"])
