@@ -55,6 +55,22 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
             task_id=task, run_id=run, worker=worker, start=start, end=end, how=how
         )
 
+    def incarnation(
+        slot: int, worker: str, started: float, end: str, ended: float | None, forced: bool = False
+    ) -> Any:
+        """A worker process of ``slot``; its journal and log are named after ``worker``."""
+        path = Path(worker)
+        return processes.Incarnation(
+            slot=slot,
+            worker_id=worker,
+            started=started,
+            journal=path,
+            log=path,
+            end=end,
+            ended=ended,
+            forced=forced,
+        )
+
     expired = {"reasonCreated": "scheduled", "reasonResolved": "claim-expired", "workerId": "a"}
     clean = {
         "T1": _status(
@@ -69,34 +85,10 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
         )
     }
     incarnations = [
-        processes.Incarnation(
-            slot=0,
-            worker_id="a",
-            started=0.0,
-            journal=Path("a"),
-            log=Path("a"),
-            end="sigkill",
-            ended=5.0,
-        ),
-        processes.Incarnation(
-            slot=1,
-            worker_id="b",
-            started=0.0,
-            journal=Path("b"),
-            log=Path("b"),
-            end="stopped",
-            ended=50.0,
-        ),
+        incarnation(0, "a", 0.0, "sigkill", 5.0),
+        incarnation(1, "b", 0.0, "stopped", 50.0),
         # Slot 0 again, started after "a" was reaped.
-        processes.Incarnation(
-            slot=0,
-            worker_id="a2",
-            started=5.5,
-            journal=Path("a2"),
-            log=Path("a2"),
-            end="stopped",
-            ended=50.0,
-        ),
+        incarnation(0, "a2", 5.5, "stopped", 50.0),
     ]
     good = [execution("T1", 0, "a", 1.0, None), execution("T1", 1, "b", 11.0, 12.0)]
     findings = checks.merge(
@@ -157,19 +149,8 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
     # Slot 0's second worker started before its first was reaped; the first outlived its
     # SIGTERM and was SIGKILLed; the second was never seen exiting.
     troubled = [
-        processes.Incarnation(
-            slot=0,
-            worker_id="x",
-            started=0.0,
-            journal=Path("x"),
-            log=Path("x"),
-            end="sigterm",
-            ended=10.0,
-            forced=True,
-        ),
-        processes.Incarnation(
-            slot=0, worker_id="y", started=9.0, journal=Path("y"), log=Path("y"), end="stopped"
-        ),
+        incarnation(0, "x", 0.0, "sigterm", 10.0, forced=True),
+        incarnation(0, "y", 9.0, "stopped", None),
     ]
     assert sorted(v.kind for v in checks.check_workers(troubled).violations) == [
         "process-left",
