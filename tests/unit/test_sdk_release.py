@@ -1,6 +1,7 @@
 """Unit tests of what releasing hints and failing over between coordinators are made of: the
-release URL a worker fills in, the ``signedReleaseUrl`` the response schema requires, and the
-root URLs ``Worker``, ``CoordinatorClient`` and ``queue-worker`` accept (issue 24).
+``signedReleaseUrl`` the response schema requires, and the root URLs ``Worker``,
+``CoordinatorClient`` and ``queue-worker`` accept (issue 24). The release URL a worker fills
+in is tested beside the delete URL, in tests/unit/test_sdk_units.py.
 
 The behaviour itself (a claim meeting no coordinator, a release reaching Azure, a worker
 switching replicas) is tested in tests/integration/test_sdk_release.py and
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from coordinator.api.validation import ResponseSchemaError, validate_response
-from worker_sdk import Worker, azure, cli
+from worker_sdk import Worker, cli
 from worker_sdk.client import root_urls_of
 
 REQUIRED = ["--provisioner-id", "prov", "--worker-type", "wt", "examples.hello:handle"]
@@ -26,20 +27,6 @@ QUEUE = {
     "signedReleaseUrl": "http://127.0.0.1:10001/devstoreaccount1/q/messages/{{messageId}}"
     "?popreceipt={{popReceipt}}&visibilitytimeout=1&sp=u&sig=y",
 }
-
-
-def test_release_url_substitutes_percent_encoded_id_and_receipt_and_keeps_the_rest() -> None:
-    template = (
-        "https://acct.queue.core.windows.net/q7/messages/{{messageId}}"
-        "?popreceipt={{popReceipt}}&visibilitytimeout=1&sv=2023&sp=u&sig=a%2Bb%3D"
-    )
-    message = azure.QueueMessage(
-        message_id="id/with space", pop_receipt="AgAA+/x==&y", dequeue_count=1, text=""
-    )
-    assert azure.release_url(template, message) == (
-        "https://acct.queue.core.windows.net/q7/messages/id%2Fwith%20space"
-        "?popreceipt=AgAA%2B%2Fx%3D%3D%26y&visibilitytimeout=1&sv=2023&sp=u&sig=a%2Bb%3D"
-    )
 
 
 def test_poll_task_urls_answers_must_carry_a_release_url() -> None:

@@ -8,6 +8,7 @@ import json
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -132,17 +133,24 @@ def test_poll_url_asks_for_n_messages_and_keeps_the_sas_as_is() -> None:
             azure.poll_url(signed, bad)
 
 
-def test_delete_url_substitutes_percent_encoded_id_and_receipt() -> None:
-    template = (
-        "https://acct.queue.core.windows.net/q7/messages/{{messageId}}"
-        "?popreceipt={{popReceipt}}&sv=2023&sig=a%2Bb%3D"
-    )
+@pytest.mark.parametrize(
+    ("fill", "rest"),
+    [
+        (azure.delete_url, "&sv=2023&sig=a%2Bb%3D"),
+        (azure.release_url, "&visibilitytimeout=1&sv=2023&sp=u&sig=a%2Bb%3D"),
+    ],
+    ids=["delete", "release"],
+)
+def test_delete_and_release_urls_substitute_percent_encoded_id_and_receipt_and_keep_the_rest(
+    fill: Callable[[str, azure.QueueMessage], str], rest: str
+) -> None:
+    template = "https://acct.queue.core.windows.net/q7/messages/{{messageId}}"
     message = azure.QueueMessage(
         message_id="id/with space", pop_receipt="AgAA+/x==&y", dequeue_count=1, text=""
     )
-    assert azure.delete_url(template, message) == (
+    assert fill(template + "?popreceipt={{popReceipt}}" + rest, message) == (
         "https://acct.queue.core.windows.net/q7/messages/id%2Fwith%20space"
-        "?popreceipt=AgAA%2B%2Fx%3D%3D%26y&sv=2023&sig=a%2Bb%3D"
+        "?popreceipt=AgAA%2B%2Fx%3D%3D%26y" + rest
     )
 
 
