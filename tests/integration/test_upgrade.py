@@ -7,7 +7,6 @@ read back, and uses the tables added since (artifacts) with the old tasks.
 from __future__ import annotations
 
 import json
-import secrets
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,9 +27,10 @@ from tests.fixtures.previous_release import (
     RUNNING,
     TASK_IDS,
     copy_sqlite,
-    load_postgres,
+    postgres_dump,
     read_back,
 )
+from tests.fixtures.stores import throwaway_schema
 
 PREVIOUS_VERSIONS = {"sqlite": [1, 2, 3, 4, 5, 6], "postgres": [1, 2, 3, 4, 5]}
 """The schema versions the previous release's stores have."""
@@ -39,16 +39,8 @@ PREVIOUS_VERSIONS = {"sqlite": [1, 2, 3, 4, 5, 6], "postgres": [1, 2, 3, 4, 5]}
 @pytest.fixture
 async def previous_release_schema_url(postgres_dsn: str) -> AsyncIterator[str]:
     """URL of a new schema in the session database holding the previous release's store."""
-    schema = f"upgrade_{secrets.token_hex(6)}"
-    await load_postgres(postgres_dsn, schema)
-    try:
-        yield f"{postgres_dsn}?search_path={schema}"
-    finally:
-        conn = await asyncpg.connect(postgres_dsn)
-        try:
-            await conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        finally:
-            await conn.close()
+    async with throwaway_schema(postgres_dsn, "upgrade", postgres_dump) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
