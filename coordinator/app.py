@@ -1,11 +1,12 @@
-"""Assembles the coordinator: store, Azure queues, task service, background actors and the app.
+"""Assembles the coordinator: store, Azure queues, artifact blob store, services, background
+actors and the app.
 
 :func:`build_app` is what ``queue-coordinator serve`` runs and what tests start on a free
 port. It builds the aiohttp application, registers the routes of the endpoint table and hands
-aiohttp a lifespan: start-up opens the store (applying migrations), connects the queue layer
-when an Azure connection string is configured, builds the services over them and starts the
-background actors of :data:`ACTORS`; clean-up stops them and closes everything in reverse
-order.
+aiohttp a lifespan: start-up opens the blob store and the store (applying migrations),
+connects the queue layer when an Azure connection string is configured, builds the services
+over them and starts the background actors of :data:`ACTORS`; clean-up stops them and closes
+everything in reverse order.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
 
 from coordinator.api import keyset, openapi, validation
+from coordinator.api.artifacts import ArtifactUrls
 from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import API_PREFIX, ENDPOINTS, MAX_REQUEST_LINE
 from coordinator.api.handlers import HANDLERS, Handlers, route_handler
@@ -25,6 +27,7 @@ from coordinator.api.http import error_middleware, json_response
 from coordinator.api.metrics import HttpMetrics, metrics_handler, metrics_middleware
 from coordinator.api.ui import add_ui_routes
 from coordinator.azure.queues import QueueService, QueueSettings
+from coordinator.blobs import open_blob_store
 from coordinator.config import Config, ConfigurationError
 from coordinator.domain.lifecycle import Timing
 from coordinator.resolvers import (
@@ -41,6 +44,7 @@ from coordinator.resolvers import (
     worker_sweeper,
 )
 from coordinator.resolvers.runner import Actor, Runner
+from coordinator.service.artifacts import ArtifactService
 from coordinator.service.clock import wall_clock
 from coordinator.service.dispatch import NO_AZURE, WorkDispatch
 from coordinator.service.management import ResolvedTTLs, TaskManagement
@@ -61,6 +65,7 @@ class Coordinator:
     store: Store
     service: TaskService
     azure_queues: QueueService | None
+    artifacts: ArtifactService
     management: TaskManagement
     dispatch: WorkDispatch
     workers: WorkerService
@@ -127,7 +132,7 @@ ACTORS: tuple[ActorSpec, ...] = (
     ),
     ActorSpec(
         name="expiry-sweeper",
-        run_once=lambda c: expiry_sweeper.run_once(c.service, c.management),
+        run_once=lambda c: expiry_sweeper.run_once(c.management),
         interval=_resolver_interval,
         busy_at=1000,
     ),
@@ -212,13 +217,20 @@ def _queue_service(config: Config) -> QueueService | None:
 
 
 async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetrics) -> Coordinator:
-    """The store (migrated), the queue layer and the services over them, ready to serve.
+    """The store (migrated), the queue layer, the blob store and the services over them,
+    ready to serve.
 
     :param clock: epoch-milliseconds clock for every transition.
     :param metrics: what the service layer counts into.
     """
     azure_queues = _queue_service(config)
-    store = await open_store(config.store_url)
+    blobs = await open_blob_store(config)
+    try:
+        store = await open_store(config.store_url)
+    except BaseException:
+        await blobs.close()
+        raise
+    artifacts = ArtifactService(store=store, blobs=blobs, clock=clock)
     service = TaskService(
         store=store,
         hints=azure_queues,
@@ -237,9 +249,11 @@ async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetric
         store=store,
         service=service,
         azure_queues=azure_queues,
+        artifacts=artifacts,
         management=TaskManagement(
             service=service,
             store=store,
+            artifacts=artifacts,
             ttls=ResolvedTTLs(completed_ms=config.completed_ttl_ms, failed_ms=config.failed_ttl_ms),
         ),
         dispatch=WorkDispatch(
@@ -254,7 +268,8 @@ async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetric
 
 
 async def _close(coordinator: Coordinator, runner: Runner) -> None:
-    """Stop the actors, finish the background work, and close Azure and the store."""
+    """Stop the actors, finish the background work, and close Azure, the blob store and the
+    store."""
     await runner.stop()
     await coordinator.service.drain()
     try:
@@ -263,6 +278,7 @@ async def _close(coordinator: Coordinator, runner: Runner) -> None:
         log.warning("sightings not written at shutdown error=%r", error)
     if coordinator.azure_queues is not None:
         await coordinator.azure_queues.close()
+    await coordinator.artifacts.blobs.close()
     await coordinator.store.close()
 
 
@@ -285,15 +301,22 @@ def _lifespan(
             management=coordinator.management,
             dispatch=coordinator.dispatch,
             workers=coordinator.workers,
+            artifacts=coordinator.artifacts,
+            artifact_urls=ArtifactUrls(
+                key=await coordinator.artifacts.url_key(),
+                public_url=config.public_url,
+                max_bytes=config.artifact_max_bytes,
+            ),
             authorizer=authorizer,
         )
         runner = _runner(coordinator, enabled=run_resolvers)
         runner.start()
         log.info(
-            "coordinator started url=%s store=%s azure=%s auth=%s",
+            "coordinator started url=%s store=%s azure=%s artifacts=%s auth=%s",
             config.public_url,
             config.store_url.split("@")[-1],
             coordinator.azure_queues is not None,
+            config.artifacts,
             config.auth_enabled,
         )
         if coordinator.azure_queues is None:
@@ -321,7 +344,7 @@ def _add_routes(app: web.Application, config: Config, registry: CollectorRegistr
         return json_response(openapi_document)
 
     for endpoint in ENDPOINTS:
-        route = API_PREFIX + endpoint.route
+        route = API_PREFIX + endpoint.server_route
         if endpoint.name == "openapi":
             app.router.add_route(endpoint.method, route, serve_openapi, name="openapi")
             continue
@@ -364,7 +387,9 @@ def build_app(
     app = web.Application(
         middlewares=[metrics_middleware(HttpMetrics(registry)), error_middleware],
         client_max_size=max(config.max_body_bytes, config.max_batch_body_bytes),
-        handler_args={"max_line_size": MAX_REQUEST_LINE},
+        # auto_decompress off: an artifact upload's bytes are stored as sent (gzip or not),
+        # and a Hawk payload hash covers the body as sent.
+        handler_args={"max_line_size": MAX_REQUEST_LINE, "auto_decompress": False},
     )
     app.cleanup_ctx.append(
         _lifespan(

@@ -11,15 +11,20 @@ clients file (:mod:`coordinator.api.clients`), exactly as the Taskcluster auth s
   clientId and timestamp within that window (:class:`NonceCache`, checked only once the MAC
   matched): a replayed request is a 401. Each process keeps its own nonces (replicas share
   none), so a replay sent to another replica is not caught;
-- ``ext`` is base64 JSON with an optional ``certificate`` (temporary credentials, see
-  :mod:`coordinator.api.credentials`: signed by a permanent client holding all its scopes,
-  valid from ``start`` to ``expiry`` with 5 minutes of skew, MAC key derived from the seed)
-  and optional ``authorizedScopes`` (narrows the effective scopes to a subset of the
-  client's).
+- ``ext`` is base64 JSON (either alphabet) with an optional ``certificate`` (temporary
+  credentials, see :mod:`coordinator.api.credentials`: signed by a permanent client holding
+  all its scopes, valid from ``start`` to ``expiry`` with 5 minutes of skew, MAC key derived
+  from the seed) and optional ``authorizedScopes`` (narrows the effective scopes to a subset
+  of the client's).
+
+A GET may instead carry a Hawk *bewit* (``?bewit=``, what ``buildSignedUrl`` of the official
+clients appends): the same MAC over the request target without the bewit, with an expiry
+instead of a timestamp and no nonce (a signed URL works until it expires, as often as it is
+used). A request with neither is anonymous and holds the clients file's ``anonymousScopes``.
 
 Like Taskcluster, authentication never fails a request by itself and happens only when an
 endpoint asks: :meth:`Authorizer.require` verifies the caller once (a :data:`RequestAuth`:
-an :class:`Auth`, :data:`ANONYMOUS`, or :class:`Rejected` with the reason), then raises
+an :class:`Auth`, :class:`Anonymous`, or :class:`Rejected` with the reason), then raises
 ``401 AuthenticationFailed`` or ``403 InsufficientScopes`` as needed. Endpoints that need no
 scopes (reads) therefore work for everybody, even with stale credentials. Unlike Taskcluster,
 an anonymous call to a protected endpoint is a 401 (credentials are missing), not a 403.
@@ -35,6 +40,7 @@ import collections
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +49,7 @@ from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 import mohawk
+import mohawk.base
 import mohawk.exc
 import mohawk.util
 from aiohttp import hdrs, web
@@ -81,7 +88,9 @@ class Auth:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Anonymous:
-    """A request without credentials."""
+    """A request without credentials, holding what anonymous callers may do."""
+
+    scopes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,8 +121,6 @@ class _NoMatch(AuthenticationFailed):
         self.reason = reason
 
 
-ANONYMOUS = Anonymous()
-
 UNRESTRICTED = Auth(client_id="auth-disabled", scopes=("*",))
 """What every request holds when authentication is disabled."""
 
@@ -130,7 +137,7 @@ def require(auth: RequestAuth, expression: Expression) -> None:
     """
     if isinstance(auth, Rejected):
         raise AuthenticationFailed(auth.message)
-    held = auth.scopes if isinstance(auth, Auth) else ()
+    held = auth.scopes
     if satisfies(held, expression):
         return
     required = render(expression)
@@ -219,21 +226,35 @@ class Authenticator:
         ``HTTPRequestEntityTooLarge``.
         """
         header = request.headers.get(hdrs.AUTHORIZATION)
-        if header is None:
-            return ANONYMOUS
-        content = await request.read()
+        signed = _BEWIT.fullmatch(request.raw_path)
+        if header is None and signed is None:
+            return Anonymous(scopes=self._clients.anonymous_scopes)
         origins = [f"{request.scheme}://{request.host}"]
         if self._public_origin is not None and self._public_origin != origins[0]:
             origins.insert(0, self._public_origin)
         try:
-            auth = self.verify(
-                authorization=header,
-                method=request.method,
-                resource=request.raw_path,
-                origins=origins,
-                content=content,
-                content_type=request.headers.get(hdrs.CONTENT_TYPE, ""),
-            )
+            if header is not None and signed is not None:
+                raise AuthenticationFailed(
+                    "The request carries both an Authorization header and a bewit: use one"
+                )
+            if signed is not None:
+                rest = signed["rest"]
+                auth = self.verify_bewit(
+                    bewit=signed["bewit"],
+                    method=request.method,
+                    resource=signed["path"] + (signed["sep"] + rest if rest else ""),
+                    origins=origins,
+                )
+            else:
+                assert header is not None
+                auth = self.verify(
+                    authorization=header,
+                    method=request.method,
+                    resource=request.raw_path,
+                    origins=origins,
+                    content=await request.read(),
+                    content_type=request.headers.get(hdrs.CONTENT_TYPE, ""),
+                )
         except AuthenticationFailed as error:
             log.info(
                 "authentication failed method=%s path=%s reason=%r",
@@ -314,6 +335,57 @@ class Authenticator:
                 raise AuthenticationFailed(f"Hawk verification failed: {error}") from None
             return Auth(client_id=client_id, scopes=scopes)
         raise _NoMatch(client_id, origins, reason="wrong accessToken or origin")
+
+    def verify_bewit(
+        self, *, bewit: str, method: str, resource: str, origins: Sequence[str]
+    ) -> Auth:
+        """Verify a Hawk bewit (``buildSignedUrl``); raise ``AuthenticationFailed`` if invalid.
+
+        :param bewit: the ``bewit`` query value: base64url (padding optional) of
+            ``id\\exp\\mac\\ext``.
+        :param resource: the request target as sent, without the bewit.
+        :param origins: as :meth:`verify`.
+        """
+        if method != "GET":
+            raise AuthenticationFailed("A bewit authenticates GET requests only")
+        try:
+            decoded = base64.urlsafe_b64decode(bewit + "=" * (-len(bewit) % 4)).decode("ascii")
+        except (binascii.Error, ValueError):
+            raise AuthenticationFailed("The bewit is not base64url") from None
+        parts = decoded.split("\\")
+        if len(parts) != 4 or not parts[1].isdigit():
+            raise AuthenticationFailed("The bewit is not id\\expiry\\mac\\ext")
+        client_id, expiry, mac, ext_text = parts
+        try:
+            key, scopes = self._credentials(client_id, _parse_ext(ext_text))
+        except _UnknownClient as error:
+            raise _NoMatch(client_id, origins, reason=str(error)) from None
+        for origin in origins:
+            try:
+                expected = mohawk.util.calculate_mac(
+                    "bewit",
+                    mohawk.base.Resource(
+                        url=origin + resource,
+                        method="GET",
+                        credentials={"id": client_id, "key": key, "algorithm": "sha256"},
+                        timestamp=expiry,
+                        nonce="",
+                        ext=ext_text or None,
+                    ),
+                    None,
+                )
+            except (mohawk.exc.HawkFail, ValueError) as error:
+                raise AuthenticationFailed(f"The bewit cannot be verified: {error}") from None
+            if hmac.compare_digest(expected, mac.encode()):
+                break
+        else:
+            raise _NoMatch(client_id, origins, reason="bewit: wrong accessToken or origin")
+        now = self._clock()
+        if int(expiry) < now:
+            raise AuthenticationFailed(
+                f"The bewit expired at {expiry} (server time {int(now)}): sign the URL again"
+            )
+        return Auth(client_id=client_id, scopes=scopes)
 
     def _credentials(self, client_id: str, ext: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
         """The MAC key and effective scopes for ``client_id`` with ``ext`` applied."""
@@ -421,6 +493,11 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+_BEWIT = re.compile(r"(?P<path>/.*)(?P<sep>[?&])bewit=(?P<bewit>[^&]*)(?:&(?P<rest>.+))?", re.S)
+"""A request target with a bewit: the target without it is ``path``, then ``sep`` and ``rest``
+when parameters follow the bewit (as the Hawk library that Taskcluster runs strips it)."""
+
+
 def _parse_ext(ext: str | None) -> dict[str, Any]:
     """Decode Hawk ``ext``: base64 (standard or URL-safe, padding optional) of a JSON object."""
     if not ext:
@@ -515,7 +592,7 @@ class Authorizer:
         try:
             require(auth, expression)
         except InsufficientScopes:
-            missing = unsatisfied(auth.scopes if isinstance(auth, Auth) else (), expression)
+            missing = unsatisfied(() if isinstance(auth, Rejected) else auth.scopes, expression)
             log.info(
                 "insufficient scopes clientId=%s method=%s path=%s missing=%s",
                 getattr(auth, "client_id", "-"),

@@ -4,6 +4,7 @@ The file named by ``COORDINATOR_CLIENTS_FILE`` (default ``<data dir>/clients.jso
 
     {
       "issuer": "static/queue-coordinator",
+      "anonymousScopes": ["queue:get-artifact:public/*"],
       "clients": [
         {"clientId": "root", "accessToken": "<44 random chars>", "scopes": ["*"],
          "description": "created by ./scripts/dev"},
@@ -20,6 +21,8 @@ The file named by ``COORDINATOR_CLIENTS_FILE`` (default ``<data dir>/clients.jso
   credentials stay valid across restarts and are accepted by every replica that shares the
   file. The issuer must hold every scope it delegates (task scopes are arbitrary, so in
   practice ``*``); rotating its accessToken invalidates all outstanding task credentials.
+- ``anonymousScopes`` (optional): what a request without credentials holds, Taskcluster's
+  ``anonymous`` role; :data:`DEFAULT_ANONYMOUS_SCOPES` when absent (``[]`` grants nothing).
 
 The file holds secrets: it is created with mode 0600 and a warning is logged when it is
 readable by others. The registry re-reads it when its modification time, size or inode
@@ -50,6 +53,8 @@ log = logging.getLogger(__name__)
 
 ROOT_CLIENT_ID = "root"
 ISSUER_CLIENT_ID = "static/queue-coordinator"
+DEFAULT_ANONYMOUS_SCOPES = ("queue:get-artifact:public/*",)
+"""What anonymous callers hold unless the file says otherwise: reading ``public/`` artifacts."""
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9!@/:.+|_-]+$")
 _CLIENT_KEYS = frozenset({"clientId", "accessToken", "scopes", "description"})
 
@@ -75,6 +80,7 @@ class Client:
 class _Contents:
     clients: dict[str, Client]
     issuer: Client
+    anonymous_scopes: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,6 +112,11 @@ class ClientRegistry:
     def issuer(self) -> Credentials:
         """The credentials that sign temporary credentials (the file's ``issuer``)."""
         return self._current().issuer.credentials
+
+    @property
+    def anonymous_scopes(self) -> tuple[str, ...]:
+        """What a request without credentials holds (the file's ``anonymousScopes``)."""
+        return self._current().anonymous_scopes
 
     def _current(self) -> _Contents:
         try:
@@ -164,7 +175,7 @@ def _load(path: Path) -> _Contents:
 def _parse(document: Any, path: Path) -> _Contents:
     if not isinstance(document, dict) or not isinstance(document.get("clients"), list):
         raise ClientsFileError(f'clients file {path} must be an object with a "clients" list')
-    unknown = set(document) - {"clients", "issuer"}
+    unknown = set(document) - {"clients", "issuer", "anonymousScopes"}
     if unknown:
         raise ClientsFileError(f"clients file {path} has unknown keys {sorted(unknown)}")
     clients: dict[str, Client] = {}
@@ -182,7 +193,12 @@ def _parse(document: Any, path: Path) -> _Contents:
     issuer = clients.get(issuer_id)
     if issuer is None:
         raise ClientsFileError(f"{path}: issuer {issuer_id!r} is not one of the clients")
-    return _Contents(clients=clients, issuer=issuer)
+    anonymous = document.get("anonymousScopes", list(DEFAULT_ANONYMOUS_SCOPES))
+    if not isinstance(anonymous, list) or not all(valid_scope(scope) for scope in anonymous):
+        raise ClientsFileError(
+            f"{path}: anonymousScopes must be a list of printable ASCII strings (scopes)"
+        )
+    return _Contents(clients=clients, issuer=issuer, anonymous_scopes=tuple(anonymous))
 
 
 def _parse_client(entry: Any, where: str) -> Client:

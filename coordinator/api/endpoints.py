@@ -24,6 +24,10 @@ checks it before the handler when the path supplies every parameter, and otherwi
 handler the check to complete; the batch calls declare their per-run scopes (``run_scopes``)
 as well. The OpenAPI document shows both.
 
+**Artifact names.** An artifact's ``name`` may hold ``/``: it is the last path parameter of its
+routes, matched whole (:attr:`Parameter.splat`), whether a client sends its slashes raw (the
+JavaScript client, curl) or as ``%2F`` (the Python client); the handler gets it decoded.
+
 **Request line.** :data:`MAX_REQUEST_LINE` bounds the method, path and query string; every
 parameter's schema bounds its length (a ``maxLength``, or an ``enum``) and a repeatable one's
 count (``maxItems`` in the OpenAPI document), so that any query the document allows fits in
@@ -61,6 +65,7 @@ class Parameter:
         many in the OpenAPI document when more than once).
     :param refusal: what a 400 says first of a value that does not match the schema, before
         the schema's words (``{value}`` is the value), when those alone would not help.
+    :param splat: a path parameter that takes the rest of the path, ``/`` included.
     """
 
     name: str
@@ -68,6 +73,7 @@ class Parameter:
     description: str
     repeat: int = 1
     refusal: str | None = None
+    splat: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
@@ -89,6 +95,12 @@ class Endpoint:
         may call, without credentials).
     :param run_scopes: for the batch calls on runs, the template each run requires; a run
         refused is that run's 403, never the batch's.
+    :param success: the status of a successful answer: 200, 303 (a redirect whose JSON body
+        is ``output``) or 204 (no body).
+    :param statuses: what the endpoint answers besides the success and the errors every
+        endpoint may answer (:data:`coordinator.api.openapi.ERROR_STATUSES`), e.g. ``"410"``.
+    :param uploads: the request body is an artifact's bytes, streamed, of any Content-Type.
+    :param downloads: the success is an artifact's bytes, with its Content-Type.
     """
 
     name: str
@@ -105,10 +117,23 @@ class Endpoint:
     batch: bool = False
     scopes: Template | None = None
     run_scopes: Template | None = None
+    success: int = 200
+    statuses: tuple[str, ...] = ()
+    uploads: bool = False
+    downloads: bool = False
 
     @property
     def operation_id(self) -> str:
         return self.name + self.variant
+
+    @property
+    def server_route(self) -> str:
+        """:attr:`route` as aiohttp matches it: a :attr:`~Parameter.splat` parameter takes
+        the rest of the path."""
+        return _PLACEHOLDER.sub(
+            lambda match: f"{{{match[1]}:.+}}" if PARAMETERS[match[1]].splat else match[0],
+            self.route,
+        )
 
     @property
     def path_parameters(self) -> tuple[str, ...]:
@@ -118,8 +143,18 @@ class Endpoint:
     @property
     def query_names(self) -> tuple[str, ...]:
         """Every query parameter the endpoint accepts: the task filters, then the rest."""
+        return tuple(self.query_parameters)
+
+    @property
+    def query_parameters(self) -> dict[str, Parameter]:
+        """Every query parameter the endpoint accepts, by name: the task filters, then the
+        rest (a name may mean something else elsewhere: an artifact listing's
+        continuationToken holds a name)."""
         filters = TASK_FILTERS if self.filters is not None else ()
-        return (*filters, *(parameter.name for parameter in self.query))
+        return {
+            **{name: PARAMETERS[name] for name in filters},
+            **{parameter.name: parameter for parameter in self.query},
+        }
 
     @property
     def scopes_from_url(self) -> bool:
@@ -201,6 +236,23 @@ PARAMETERS: Mapping[str, Parameter] = {
             schema="quarantined-parameter",
             description="`true` lists only quarantined workers, `false` only the others.",
         ),
+        Parameter(
+            name="name",
+            schema="artifact-name",
+            description="The artifact's name: printable ASCII, `/` included (sent raw or as "
+            "`%2F`).",
+            splat=True,
+        ),
+        Parameter(
+            name="expires",
+            schema="signed-url-expires-parameter",
+            description="When the signed URL stops working (epoch milliseconds).",
+        ),
+        Parameter(
+            name="sig",
+            schema="signed-url-signature-parameter",
+            description="The URL's signature, made by the coordinator.",
+        ),
     )
 }
 """Every path and query parameter any endpoint uses, by name: the route dispatch checks each
@@ -216,6 +268,17 @@ _BOUNDED_PAGED = (
     PARAMETERS["continuationToken"],
 )
 """The management listings' paging: they refuse a limit over 1,000 instead of capping it."""
+_ARTIFACT_PAGED = (
+    PARAMETERS["limit"],
+    Parameter(
+        name="continuationToken",
+        schema="artifact-continuation-token-parameter",
+        description="The `continuationToken` of the previous page.",
+        refusal=PARAMETERS["continuationToken"].refusal,
+    ),
+)
+"""The artifact listings' paging: their tokens hold an artifact name, up to 1,024 characters."""
+_SIGNED = (PARAMETERS["expires"], PARAMETERS["sig"])
 
 TASK_FILTERS = (
     "taskQueueId",
@@ -255,6 +318,12 @@ _COUNTS_DESCRIPTION = (
 )
 
 _WORKER_ID = "queue:worker-id:<workerGroup>/<workerId>"
+
+
+_GET_ARTIFACT: Template = {
+    "AllOf": [{"for": "name", "in": "names", "each": "queue:get-artifact:<name>"}]
+}
+"""getArtifact's scopes: one per name visited while following links (the handler's ``names``)."""
 
 
 def _task_action(action: str) -> Template:
@@ -586,6 +655,168 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         description="Resolve the running run as `exception` with the given reason; "
         "`worker-shutdown` and `intermittent-task` retry the task while retries remain.",
         scopes="queue:resolve-task:<taskId>/<runId>",
+    ),
+    # --- artifacts
+    Endpoint(
+        name="createArtifact",
+        method="POST",
+        route="/task/{taskId}/runs/{runId}/artifacts/{name}",
+        input="post-artifact-request",
+        output="post-artifact-response",
+        title="Create Artifact",
+        description="Create an artifact of a running run (or of one resolved `exception` less "
+        "than 25 minutes ago), expiring no later than its task. `s3`: the answer's `putUrl` "
+        "takes the bytes (PUT, no Authorization, `Content-Type` equal to `contentType`, "
+        "`Content-Length` exact, optional `Content-Encoding`), for 45 minutes; repeating the "
+        "request answers a fresh one. `reference`, `link` and `error` are complete at once. "
+        "`object` is refused: use `s3`. A repeat may extend `expires` (never shorten it), "
+        "change a reference's URL or make a reference a link; anything else that differs is a "
+        "409.",
+        scopes="queue:create-artifact:<taskId>/<runId>",
+    ),
+    Endpoint(
+        name="finishArtifact",
+        method="PUT",
+        route="/task/{taskId}/runs/{runId}/artifacts/{name}",
+        input="finish-artifact-request",
+        output=None,
+        title="Finish Artifact",
+        description="Taskcluster's completion of an `object` artifact. This coordinator makes "
+        "none, so an existing artifact is a 400 (`Only object artifacts can be finished`) and "
+        "a missing one a 404.",
+        scopes="queue:create-artifact:<taskId>/<runId>",
+        success=204,
+    ),
+    Endpoint(
+        name="getArtifact",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifacts/{name}",
+        input=None,
+        output="get-artifact-response",
+        title="Get Artifact Data from Run",
+        description="Redirect (303) to the artifact's content, following `link` artifacts: an "
+        "`s3` artifact's bytes (a signed URL valid 30 minutes; 404 until they are uploaded), a "
+        "`reference`'s URL. An `error` artifact answers 424 with its `reason` and `message`; an "
+        "expired one 410; links in a cycle 400. The caller needs `queue:get-artifact:<name>` "
+        "for every name the links visit (anonymous callers hold `public/*`); a signed URL "
+        "(`?bewit=`) carries its signer's scopes.",
+        scopes=_GET_ARTIFACT,
+        success=303,
+        statuses=("410", "424"),
+    ),
+    Endpoint(
+        name="getLatestArtifact",
+        method="GET",
+        route="/task/{taskId}/artifacts/{name}",
+        input=None,
+        output="get-artifact-response",
+        title="Get Artifact Data from Latest Run",
+        description="getArtifact of the task's latest run (404 when the task has none).",
+        scopes=_GET_ARTIFACT,
+        success=303,
+        statuses=("410", "424"),
+    ),
+    Endpoint(
+        name="listArtifacts",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifacts",
+        input=None,
+        output="list-artifacts-response",
+        title="Get Artifacts from Run",
+        description="One page of the run's artifacts in name order, expired ones (until they "
+        "are deleted) and `s3` ones not uploaded yet included. A pending run lists none; a run "
+        "the task does not have is a 404.",
+        query=_ARTIFACT_PAGED,
+        scopes="queue:list-artifacts:<taskId>:<runId>",
+    ),
+    Endpoint(
+        name="listLatestArtifacts",
+        method="GET",
+        route="/task/{taskId}/artifacts",
+        input=None,
+        output="list-artifacts-response",
+        title="Get Artifacts from Latest Run",
+        description="listArtifacts of the task's latest run (404 when the task has none).",
+        query=_ARTIFACT_PAGED,
+        scopes="queue:list-artifacts:<taskId>",
+    ),
+    Endpoint(
+        name="artifactInfo",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifact-info/{name}",
+        input=None,
+        output="artifact-response",
+        title="Get Artifact Information From Run",
+        description="The artifact's record: a link is not followed, an expired artifact is "
+        "shown until it is deleted. Grants no access to the content.",
+        scopes="queue:list-artifacts:<taskId>:<runId>",
+    ),
+    Endpoint(
+        name="latestArtifactInfo",
+        method="GET",
+        route="/task/{taskId}/artifact-info/{name}",
+        input=None,
+        output="artifact-response",
+        title="Get Artifact Information From Latest Run",
+        description="artifactInfo of the task's latest run (404 when the task has none).",
+        scopes="queue:list-artifacts:<taskId>",
+    ),
+    Endpoint(
+        name="artifact",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifact-content/{name}",
+        input=None,
+        output="artifact-content-response",
+        title="Get Artifact Content From Run",
+        description="Where the artifact's content is, as JSON (200), following links as "
+        "getArtifact does and with its scopes: an `s3` artifact's signed URL, a `reference`'s "
+        "URL, or an `error` artifact's `reason` and `message`.",
+        scopes=_GET_ARTIFACT,
+        statuses=("410",),
+    ),
+    Endpoint(
+        name="latestArtifact",
+        method="GET",
+        route="/task/{taskId}/artifact-content/{name}",
+        input=None,
+        output="artifact-content-response",
+        title="Get Artifact Content From Latest Run",
+        description="artifact of the task's latest run (404 when the task has none).",
+        scopes=_GET_ARTIFACT,
+        statuses=("410",),
+    ),
+    Endpoint(
+        name="uploadArtifact",
+        method="PUT",
+        route="/task/{taskId}/runs/{runId}/artifact-upload/{name}",
+        input=None,
+        output=None,
+        title="Upload Artifact Bytes",
+        description="The `putUrl` createArtifact answers for an `s3` artifact: the bytes, "
+        "streamed, with `Content-Type` equal to the artifact's `contentType` (400 otherwise), "
+        "an exact `Content-Length` (411 without one; 413 past the coordinator's limit; a body "
+        "that ends early is a 400 and stores nothing) and optionally `Content-Encoding`, given "
+        "back on download. A repeat replaces the bytes. No Authorization: the URL's signature "
+        "is the authority (403 once expired or altered). Not a Taskcluster method.",
+        stability="experimental",
+        query=_SIGNED,
+        statuses=("411",),
+        uploads=True,
+    ),
+    Endpoint(
+        name="downloadArtifact",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifact-download/{name}",
+        input=None,
+        output=None,
+        title="Download Artifact Bytes",
+        description="The signed URL getArtifact redirects to for an `s3` artifact when the "
+        "coordinator keeps the bytes on its disk: the bytes with the `Content-Type`, "
+        "`Content-Encoding` and length they were uploaded with. No Authorization: the URL's "
+        "signature is the authority (403 once expired or altered). Not a Taskcluster method.",
+        stability="experimental",
+        query=_SIGNED,
+        downloads=True,
     ),
     Endpoint(
         name="claimRuns",

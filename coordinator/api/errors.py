@@ -3,15 +3,20 @@
 Each :class:`ApiError` carries the HTTP status and Taskcluster ``code``; ``str(error)`` is the
 message. The domain and service layers raise :mod:`coordinator.domain.errors` instead, and
 :func:`as_api_error` gives each its status here, the one place that knows HTTP. An outage of a
-backing service (Azure's :class:`QueueUnavailable`, the store's :class:`StoreUnavailable`) is a
-503 with ``Retry-After``.
+backing service (Azure's :class:`QueueUnavailable`, the store's :class:`StoreUnavailable`, the
+artifact blob store's :class:`BlobUnavailable`) is a 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 from coordinator.azure.errors import QueueUnavailable
+from coordinator.blobs.base import BlobUnavailable
+from coordinator.domain.artifacts import ArtifactExpired
 from coordinator.domain.errors import Conflict, DomainError, Forbidden, InputError, NotFound
 from coordinator.store.errors import StoreUnavailable
+
+Outage = QueueUnavailable | StoreUnavailable | BlobUnavailable
+"""A backing service that does not answer: a 503."""
 
 RETRY_AFTER_SECONDS = 2
 """``Retry-After`` of a 503: outages seen so far (a database restart, a failover) last seconds."""
@@ -48,6 +53,13 @@ class InsufficientScopes(ApiError):
     code = "InsufficientScopes"
 
 
+class SignedUrlRefused(ApiError):
+    """An artifact upload or download URL whose signature is wrong or expired."""
+
+    status = 403
+    code = "SignedUrlRefused"
+
+
 class ResourceNotFound(ApiError):
     status = 404
     code = "ResourceNotFound"
@@ -56,6 +68,18 @@ class ResourceNotFound(ApiError):
 class RequestConflict(ApiError):
     status = 409
     code = "RequestConflict"
+
+
+class ResourceExpired(ApiError):
+    status = 410
+    code = "ResourceExpired"
+
+
+class LengthRequired(ApiError):
+    """An artifact upload without ``Content-Length``."""
+
+    status = 411
+    code = "LengthRequired"
 
 
 class InputTooLarge(ApiError):
@@ -72,6 +96,7 @@ class ServiceUnavailable(ApiError):
 
 
 _DOMAIN: dict[type[DomainError], type[ApiError]] = {
+    ArtifactExpired: ResourceExpired,
     InputError: RequestInputError,
     NotFound: ResourceNotFound,
     Conflict: RequestConflict,
@@ -79,11 +104,11 @@ _DOMAIN: dict[type[DomainError], type[ApiError]] = {
 }
 
 
-def as_api_error(error: DomainError | QueueUnavailable | StoreUnavailable) -> ApiError:
-    """The Taskcluster error a domain error (or an Azure or store outage) is answered with."""
+def as_api_error(error: DomainError | Outage) -> ApiError:
+    """The Taskcluster error a domain error (or an outage) is answered with."""
     if isinstance(error, QueueUnavailable):
         return ServiceUnavailable(f"Azure queues are unreachable, retry later: {error}")
-    if isinstance(error, StoreUnavailable):
+    if isinstance(error, StoreUnavailable | BlobUnavailable):
         return ServiceUnavailable(f"{error}; retry later")
     for kind, api_error in _DOMAIN.items():
         if isinstance(error, kind):

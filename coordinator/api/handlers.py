@@ -23,8 +23,9 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.api import keyset, management, validation
+from coordinator.api.artifacts import ArtifactHandlers, ArtifactUrls
 from coordinator.api.auth import Auth, Authorizer, RequestAuth, require
-from coordinator.api.endpoints import PARAMETERS, Endpoint, task_queue_of, url_parameters
+from coordinator.api.endpoints import Endpoint, Parameter, task_queue_of, url_parameters
 from coordinator.api.errors import (
     InputValidationError,
     InsufficientScopes,
@@ -40,6 +41,7 @@ from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import DEFAULT_PROJECT_ID, TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey, task_queue_fields
+from coordinator.service.artifacts import ArtifactService
 from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.management import TaskManagement
 from coordinator.service.tasks import Permit, RunReport, TaskService
@@ -58,12 +60,6 @@ def _task_id(request: web.Request, name: str = "taskId") -> str:
 
 def _run_id(request: web.Request) -> int:
     return int(request.match_info["runId"])
-
-
-def _limit(request: web.Request) -> int:
-    """``limit``, capped silently at :data:`~coordinator.api.keyset.LIST_LIMIT` as
-    Taskcluster's listings do."""
-    return min(int(request.query.get("limit", keyset.LIST_LIMIT)), keyset.LIST_LIMIT)
 
 
 def _continuation(request: web.Request) -> str | None:
@@ -227,8 +223,9 @@ def _status(record: TaskRecord) -> Body:
     return {"status": record.status()}
 
 
-class Handlers:
-    """The endpoint methods, sharing the services and the authorizer."""
+class Handlers(ArtifactHandlers):
+    """The endpoint methods, sharing the services and the authorizer (the artifact methods
+    are in :class:`~coordinator.api.artifacts.ArtifactHandlers`)."""
 
     def __init__(
         self,
@@ -237,12 +234,16 @@ class Handlers:
         management: TaskManagement,
         dispatch: WorkDispatch,
         workers: WorkerService,
+        artifacts: ArtifactService,
+        artifact_urls: ArtifactUrls,
         authorizer: Authorizer,
     ) -> None:
         self.service = service
         self.management = management
         self.dispatch = dispatch
         self.workers = workers
+        self.artifacts = artifacts
+        self.artifact_urls = artifact_urls
         self.auth = authorizer
         self.started = time.monotonic()
 
@@ -283,7 +284,7 @@ class Handlers:
         return _status(await self.service.get(_task_id(request)))
 
     async def listTaskGroup(self, request: web.Request, body: Any) -> Body:
-        limit, after = _limit(request), _continuation(request)
+        limit, after = keyset.limit(request), _continuation(request)
         group = await self.service.get_task_group(_task_id(request, "taskGroupId"))
         page = await self.service.task_group(group.task_group_id, limit=limit, after=after)
         return {**group.to_api(), **_page_body(request, page, "taskGroupId", group.task_group_id)}
@@ -319,7 +320,7 @@ class Handlers:
     async def listDependentTasks(self, request: web.Request, body: Any) -> Body:
         task_id = _task_id(request)
         page = await self.service.dependents(
-            task_id, limit=_limit(request), after=_continuation(request)
+            task_id, limit=keyset.limit(request), after=_continuation(request)
         )
         return _page_body(request, page, "taskId", task_id)
 
@@ -615,7 +616,7 @@ class Handlers:
 
     async def listTaskQueues(self, request: web.Request, body: Any) -> Body:
         page = await self.workers.task_queues(
-            limit=_limit(request), after=keyset.after(request, (str, str))
+            limit=keyset.limit(request), after=keyset.after(request, (str, str))
         )
         return keyset.page_body(request, "taskQueues", page, lambda found: found.to_api())
 
@@ -625,7 +626,7 @@ class Handlers:
     async def listPendingTasks(self, request: web.Request, body: Any) -> Body:
         page = await self.workers.pending_runs(
             task_queue_of(request.match_info),
-            limit=_limit(request),
+            limit=keyset.limit(request),
             after=keyset.after(request, (int, str)),
         )
         return keyset.page_body(
@@ -643,7 +644,7 @@ class Handlers:
     async def listClaimedTasks(self, request: web.Request, body: Any) -> Body:
         page = await self.workers.claimed_runs(
             task_queue_of(request.match_info),
-            limit=_limit(request),
+            limit=keyset.limit(request),
             after=keyset.after(request, (int, str)),
         )
 
@@ -672,7 +673,7 @@ class Handlers:
 
     async def listProvisioners(self, request: web.Request, body: Any) -> Body:
         page = await self.workers.provisioners(
-            limit=_limit(request), after=keyset.after(request, (str,))
+            limit=keyset.limit(request), after=keyset.after(request, (str,))
         )
         return keyset.page_body(request, "provisioners", page, lambda found: found.to_api())
 
@@ -682,7 +683,7 @@ class Handlers:
 
     async def listWorkerTypes(self, request: web.Request, body: Any) -> Body:
         page = await self.workers.task_queues(
-            limit=_limit(request),
+            limit=keyset.limit(request),
             after=keyset.after(request, (str, str)),
             provisioner_id=request.match_info["provisionerId"],
         )
@@ -699,7 +700,7 @@ class Handlers:
         page = await self.workers.workers(
             task_queue_of(request.match_info),
             quarantined=None if quarantined is None else quarantined == "true",
-            limit=_limit(request),
+            limit=keyset.limit(request),
             after=keyset.after(request, (str, str)),
         )
         now = self.workers.clock()
@@ -750,27 +751,32 @@ class Handlers:
 HANDLERS = web.AppKey("handlers", Handlers)
 
 
-def _check_query(name: str, accepted: tuple[str, ...], request: web.Request) -> None:
+BEWIT = "bewit"
+"""The query parameter of a signed URL (``buildSignedUrl``), which every GET accepts."""
+
+
+def _check_query(endpoint: Endpoint, request: web.Request) -> None:
     """:raises InputValidationError: a query parameter the endpoint does not take, a value
     that does not match its schema, or a repeatable one given more often than it may be."""
+    accepted = endpoint.query_parameters
     query = request.query
-    unknown = sorted(set(query) - set(accepted))
+    unknown = sorted(set(query) - set(accepted) - ({BEWIT} if endpoint.method == "GET" else set()))
     if unknown:
         # A silently ignored filter (listTaskGroup?state=failed) looks as if it worked.
         raise InputValidationError(
-            f"unknown query parameters {', '.join(unknown)}: {name} accepts "
+            f"unknown query parameters {', '.join(unknown)}: {endpoint.name} accepts "
             f"{', '.join(accepted) or 'none'}"
         )
     try:
-        validation.validate_params(query)
+        validation.validate_params(query, accepted)
     except InputValidationError:
         for name, value in query.items():
-            refusal = PARAMETERS[name].refusal
-            mismatch = None if refusal is None else _mismatch(name, value)
+            refusal = accepted[name].refusal if name in accepted else None
+            mismatch = None if refusal is None else _mismatch(accepted, name, value)
             if refusal is not None and mismatch is not None:
                 raise InputValidationError(f"{refusal.format(value=value)} ({mismatch})") from None
         raise
-    for parameter in {PARAMETERS[key] for key in query}:
+    for parameter in {accepted[key] for key in query if key in accepted}:
         given = len(query.getall(parameter.name))
         if parameter.repeat > 1 and given > parameter.repeat:
             raise InputValidationError(
@@ -779,10 +785,10 @@ def _check_query(name: str, accepted: tuple[str, ...], request: web.Request) -> 
             )
 
 
-def _mismatch(name: str, value: str) -> str | None:
+def _mismatch(parameters: Mapping[str, Parameter], name: str, value: str) -> str | None:
     """How the value of the parameter ``name`` fails its schema, or ``None``."""
     try:
-        validation.validate_params({name: value})
+        validation.validate_params({name: value}, parameters)
     except InputValidationError as error:
         return str(error)
     return None
@@ -818,14 +824,13 @@ def route_handler(
 
     :param max_body: the largest request body (bytes) the endpoint accepts.
     """
-    accepted = endpoint.query_names
     declares_scopes = endpoint.scopes is not None or endpoint.run_scopes is not None
     scopes_from_url = endpoint.scopes_from_url
 
     async def handle(request: web.Request) -> web.StreamResponse:
         request[ENDPOINT] = endpoint.name
         validation.validate_params(request.match_info)
-        _check_query(endpoint.name, accepted, request)
+        _check_query(endpoint, request)
         body: Any = None
         if endpoint.input is not None:
             body = await _read_body(endpoint, request, max_body)

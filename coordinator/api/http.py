@@ -4,7 +4,8 @@
   :class:`~coordinator.api.errors.ApiError`\\ s with their status, aiohttp's own 404/405/413, and
   anything unexpected as a 500 that names an incident id (the traceback goes to the log with
   that id, never to the client).
-  Azure or the store being unreachable is a 503 ``ServiceUnavailable`` with ``Retry-After``.
+  Azure, the store or the artifact blob store being unreachable is a 503
+  ``ServiceUnavailable`` with ``Retry-After``.
 * :func:`read_json` parses a request body with errors that say what was wrong.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from coordinator.api.errors import (
     ApiError,
@@ -29,6 +30,7 @@ from coordinator.api.errors import (
     as_api_error,
 )
 from coordinator.azure.errors import QueueUnavailable
+from coordinator.blobs.base import BlobUnavailable
 from coordinator.domain.errors import DomainError
 from coordinator.domain.json_text import compact_bytes
 from coordinator.store.errors import StoreUnavailable
@@ -51,9 +53,16 @@ async def read_json(request: web.Request, *, max_bytes: int) -> Any:
     """The request body parsed as JSON, or ``None`` when there is none (only whitespace).
 
     :raises InputTooLarge: the body is over ``max_bytes``.
+    :raises InputValidationError: it is encoded (the server never decodes request bodies:
+        artifact uploads are stored as sent).
     """
     if request.content_length is not None and request.content_length > max_bytes:
         raise _too_large(max_bytes)
+    encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity")
+    if encoding.lower() != "identity":
+        raise InputValidationError(
+            f"request body has Content-Encoding {encoding}: send the JSON body unencoded"
+        )
     # A body over the application's limit raises HTTPRequestEntityTooLarge, which
     # error_middleware answers (authentication may read the body first).
     raw = await request.read()
@@ -183,7 +192,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except ApiError as error:
         return error_response(request, error)
-    except (DomainError, QueueUnavailable, StoreUnavailable) as error:
+    except (DomainError, QueueUnavailable, StoreUnavailable, BlobUnavailable) as error:
         return error_response(request, as_api_error(error))
     except web.HTTPRequestEntityTooLarge as error:
         return error_response(request, InputTooLarge(f"request body too large: {error.text}"))

@@ -1,14 +1,14 @@
 """The continuationTokens of every listing (a task group's tasks and a task's dependents by task
 id; task queues, provisioners, worker types, workers, a task queue's pending and claimed runs
-by their sort keys; the management listings by task id).
+by their sort keys; the management listings by task id; a run's artifacts by name).
 
 A token is ``<key>.<mac>``: base64url of the JSON array of the sort key of the last item a
 page returned, and an HMAC-SHA256 (truncated to 128 bits) of that key together with the query
-it answered (the method, its path parameters and every query parameter but ``limit`` and
-``continuationToken``, in a canonical order). So a token cannot be forged, nor replayed
-against another listing or other filters; ``limit`` may change between pages. The HMAC key is
-shared by every replica through the store (:data:`TOKEN_KEY`), so any replica continues a
-listing another began.
+it answered (the method, its path parameters and every query parameter but ``limit``,
+``continuationToken`` and a signed URL's ``bewit``, in a canonical order). So a token cannot be
+forged, nor replayed against another listing or other filters; ``limit`` may change between
+pages. The HMAC key is shared by every replica through the store (:data:`TOKEN_KEY`), so any
+replica continues a listing another began.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from aiohttp import web
 
 from coordinator.api.errors import InputValidationError
 from coordinator.api.http import ENDPOINT
+from coordinator.domain.artifacts import MAX_NAME_LENGTH
 from coordinator.domain.listings import Key, Page
 
 T = TypeVar("T")
@@ -36,11 +37,17 @@ TOKEN_KEY = web.AppKey("continuation_token_key", bytes)
 LIST_LIMIT = 1000
 """Largest page a listing returns (Taskcluster's cap)."""
 
-_UNBOUND = frozenset({"limit", "continuationToken"})
+_UNBOUND = frozenset({"limit", "continuationToken", "bewit"})
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,38}")
 """What the ids in sort keys are: task ids, provisionerIds, workerTypes, workerGroups and
 workerIds."""
+_NAME = re.compile(rf"[\x20-\x7e]{{1,{MAX_NAME_LENGTH}}}")
+
+
+class ArtifactName(str):
+    """The kind (for :func:`after`) of a sort key value that is an artifact name rather than
+    an id."""
 
 
 def _b64(raw: bytes) -> str:
@@ -60,6 +67,12 @@ def _mac(request: web.Request, encoded_key: str) -> str:
         request.app[TOKEN_KEY], f"{bound}\n{encoded_key}".encode(), hashlib.sha256
     ).digest()
     return _b64(digest[:16])
+
+
+def limit(request: web.Request) -> int:
+    """The request's ``limit``, capped silently at :data:`LIST_LIMIT` as Taskcluster's
+    listings do."""
+    return min(int(request.query.get("limit", LIST_LIMIT)), LIST_LIMIT)
 
 
 def token(request: web.Request, key: Key) -> str:
@@ -109,10 +122,11 @@ def after(request: web.Request, kinds: Sequence[type[str] | type[int]]) -> Key |
 
 
 def _issued(value: object, kind: type[str] | type[int]) -> bool:
-    """Whether ``value`` can be a sort key value of ``kind``: an id, or a time the store can
-    hold. Only a leaked HMAC key could bring anything else this far; the store must still
-    never see it (a 500)."""
+    """Whether ``value`` can be a sort key value of ``kind``: an id, an artifact name, or a
+    time the store can hold. Only a leaked HMAC key could bring anything else this far; the
+    store must still never see it (a 500)."""
     if isinstance(value, str):
-        return kind is str and _ID.fullmatch(value) is not None
+        pattern = _NAME if kind is ArtifactName else _ID if kind is str else None
+        return pattern is not None and pattern.fullmatch(value) is not None
     # exactly an int: a bool is an int to isinstance, never to a sort key
     return kind is int and type(value) is int and -(2**63) <= value < 2**63

@@ -15,7 +15,9 @@ one of them (``minProperties``). Each operation's scopes are its ``x-scopes`` (a
 batch calls on runs, ``x-run-scopes``), Taskcluster's templates with ``<name>`` placeholders,
 repeated in its description. What no schema can say (a deadline after ``created``, a
 continuationToken that this API issued for this listing, a run named twice in one batch) is
-a 400 naming what was wrong.
+a 400 naming what was wrong. The artifact routes answer what Taskcluster's do besides 200
+(getArtifact's 303 with ``Location``, an error artifact's 424, an expired artifact's 410), and
+the two that carry an artifact's bytes take and give them in any media type.
 """
 
 from __future__ import annotations
@@ -46,9 +48,43 @@ ERROR_STATUSES: Mapping[str, str] = {
     "409": "RequestConflict: the request conflicts with the task's current state.",
     "413": "InputTooLarge: the request body is too large.",
     "500": "InternalServerError.",
-    "503": "ServiceUnavailable: Azure or the store does not answer; retry after `Retry-After` "
-    "seconds.",
+    "503": "ServiceUnavailable: Azure, the store or the artifact storage does not answer; retry "
+    "after `Retry-After` seconds.",
 }
+
+_STORAGE_TYPE_HEADER = {
+    "x-taskcluster-artifact-storage-type": {
+        "description": "The storage type of the artifact the links led to.",
+        "schema": {"type": "string"},
+    }
+}
+_BYTES = {"*/*": {"schema": {"type": "string", "format": "binary"}}}
+"""An artifact's bytes, in the media type they were created with."""
+
+STATUSES: Mapping[str, dict[str, Any]] = {
+    "410": {
+        "$ref": "#/components/responses/Error",
+        "description": "ResourceExpired: the artifact (or one its links lead to) has expired.",
+    },
+    "411": {
+        "$ref": "#/components/responses/Error",
+        "description": "LengthRequired: the upload has no Content-Length.",
+    },
+    "424": {
+        "description": "The artifact is an `error` artifact: why the worker could not upload it.",
+        "headers": _STORAGE_TYPE_HEADER,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"reason": {"type": "string"}, "message": {"type": "string"}},
+                    "required": ["reason", "message"],
+                }
+            }
+        },
+    },
+}
+"""The answers only some endpoints give (:attr:`~coordinator.api.endpoints.Endpoint.statuses`)."""
 
 
 def build_openapi(public_url: str) -> dict[str, Any]:
@@ -68,7 +104,10 @@ def build_openapi(public_url: str) -> dict[str, Any]:
             "Queues. Authentication is Taskcluster's Hawk scheme; an operation's `x-scopes` is "
             "the scope expression its caller must satisfy. The request line (method, path and "
             f"query string, percent-encoded) may be at most {MAX_REQUEST_LINE} bytes, which "
-            "every query these parameters allow fits in; a longer one is a 400.",
+            "every query these parameters allow fits in; a longer one is a 400. A GET may "
+            "carry a Hawk bewit instead of an Authorization header (`?bewit=`, what the "
+            "official clients' `buildSignedUrl` appends); a request with neither holds the "
+            "anonymous scopes (by default `queue:get-artifact:public/*`).",
         },
         "servers": [{"url": public_url.rstrip("/") + API_PREFIX}],
         "paths": paths,
@@ -115,15 +154,38 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
             "required": True,
             "content": {"application/json": {"schema": _ref(endpoint.input)}},
         }
-    output = _ref(endpoint.output) if endpoint.output is not None else {"type": "object"}
+    elif endpoint.uploads:
+        operation["requestBody"] = {"required": True, "content": _BYTES}
     operation["responses"] = {
-        "200": {"description": "Success.", "content": {"application/json": {"schema": output}}},
+        str(endpoint.success): _success(endpoint),
+        **{status: STATUSES[status] for status in endpoint.statuses},
         **{
             status: {"$ref": "#/components/responses/Error", "description": description}
             for status, description in ERROR_STATUSES.items()
         },
     }
     return operation
+
+
+def _success(endpoint: Endpoint) -> dict[str, Any]:
+    """The documented success: JSON (its output schema, else an object), an artifact's bytes,
+    a 303 redirect whose body is its output, or a 204 without a body."""
+    if endpoint.success == 204:
+        return {"description": "Success, no content."}
+    if endpoint.downloads:
+        return {"description": "The artifact's bytes.", "content": _BYTES}
+    output = _ref(endpoint.output) if endpoint.output is not None else {"type": "object"}
+    response: dict[str, Any] = {
+        "description": "Success.",
+        "content": {"application/json": {"schema": output}},
+    }
+    if endpoint.success == 303:
+        response["description"] = "See Other: the content is at `Location` (also the body's `url`)."
+        response["headers"] = {
+            "Location": {"required": True, "schema": {"type": "string", "format": "uri"}},
+            **_STORAGE_TYPE_HEADER,
+        }
+    return response
 
 
 def _scopes_text(heading: str, template: Template | None) -> str:

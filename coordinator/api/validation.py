@@ -28,7 +28,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 import coordinator
-from coordinator.api.endpoints import PARAMETERS
+from coordinator.api.endpoints import ENDPOINTS, PARAMETERS, Parameter
 from coordinator.api.errors import InputValidationError
 from coordinator.domain.records import from_iso
 
@@ -205,7 +205,7 @@ def preload() -> None:
         _validator(name)
         _fast(_schema_id(name), formats=True)
         _fast(_schema_id(name), formats=False)
-    for parameter in PARAMETERS.values():
+    for parameter in {*PARAMETERS.values(), *(p for e in ENDPOINTS for p in e.query)}:
         _parameter_validator(parameter.schema)
         _fast(_parameter_ref(parameter.schema), formats=True)
 
@@ -286,17 +286,19 @@ def validate_response(schema_name: str, instance: object) -> None:
         )
 
 
-def validate_params(params: Mapping[str, str]) -> None:
+def validate_params(
+    params: Mapping[str, str], parameters: Mapping[str, Parameter] = PARAMETERS
+) -> None:
     """Check decoded path and query parameters against their schemas in ``common.json``.
 
-    Names not in :data:`~coordinator.api.endpoints.PARAMETERS` are not checked here (the
-    route handler refuses query parameters its endpoint does not take).
-
+    :param parameters: what each name means (an endpoint's query parameters; by default
+        :data:`~coordinator.api.endpoints.PARAMETERS`). Other names are not checked here (the
+        route handler refuses query parameters its endpoint does not take).
     :raises InputValidationError: naming every bad parameter.
     """
     problems: list[str] = []
     for name, value in params.items():
-        parameter = PARAMETERS.get(name)
+        parameter = parameters.get(name)
         if parameter is not None and not _fast(
             _parameter_ref(parameter.schema), formats=True
         ).is_valid(value):

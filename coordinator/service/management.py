@@ -1,6 +1,8 @@
 """TaskManagement: what operators do to many tasks at once, selected by a
 :class:`~coordinator.domain.task_filters.TaskFilter`: list, stream, count, cancel and delete;
-and the resolved-task TTLs, which delete resolved tasks early.
+the resolved-task TTLs, which delete resolved tasks early; and the deletion of expired tasks.
+Whatever deletes tasks deletes their artifacts' bytes first (the store deletes their rows with
+them), so no bytes outlive the rows that point at them.
 
 Every bulk operation works in bounded batches, each its own short transaction (or, for cancel,
 one compare-and-set per task), so a million matches neither holds a long transaction nor keeps
@@ -16,12 +18,14 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from coordinator.blobs import BlobUnavailable
 from coordinator.domain import lifecycle
 from coordinator.domain.errors import InputError
 from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.listings import Page
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
+from coordinator.service.artifacts import ArtifactService
 from coordinator.service.tasks import TaskService
 from coordinator.store.base import Store
 
@@ -52,12 +56,21 @@ class TaskManagement:
 
     :param service: the task service, whose transitions cancel tasks.
     :param store: the task store.
+    :param artifacts: whose bytes go before their tasks.
     :param ttls: the resolved-task TTLs the expiry sweeper applies.
     """
 
-    def __init__(self, *, service: TaskService, store: Store, ttls: ResolvedTTLs) -> None:
+    def __init__(
+        self,
+        *,
+        service: TaskService,
+        store: Store,
+        artifacts: ArtifactService,
+        ttls: ResolvedTTLs,
+    ) -> None:
         self._service = service
         self._store = store
+        self._artifacts = artifacts
         self.ttls = ttls
 
     async def token_key(self) -> bytes:
@@ -120,26 +133,53 @@ class TaskManagement:
         holding a run of a deleted task gets 404 when it reports.
 
         :raises InputError: ``matching`` is empty.
+        :raises BlobUnavailable: the blob store failed before every match was deleted.
         """
         _refuse_empty(matching, "deleteTasks")
         return await self._delete(matching)
 
     async def _delete(self, matching: TaskFilter, *, limit: int | None = None) -> int:
-        """Delete batches until none is full, or about ``limit`` tasks are gone."""
+        """Delete batches until none is full, or about ``limit`` tasks are gone: each batch's
+        artifact bytes, then its tasks.
+
+        A task that starts matching between the two (one resolving, under a resolved filter)
+        and sorts among the batch may be deleted in the place of one whose bytes went; its own
+        bytes would then stay behind. The window is one store round trip.
+
+        :raises BlobUnavailable: the blob store failed; the batch's tasks are kept.
+        """
         deleted = 0
         while limit is None or deleted < limit:
-            batch = await self._store.delete_matching(
-                matching, now=self._service.clock(), limit=DELETE_BATCH
+            now = self._service.clock()
+            task_ids = await self._store.matching_task_ids(
+                matching, now=now, limit=DELETE_BATCH, after=None
             )
+            if not task_ids:
+                break
+            await self._artifacts.delete_bytes_of(task_ids)
+            batch = await self._store.delete_matching(matching, now=now, limit=len(task_ids))
             deleted += batch
-            if batch < DELETE_BATCH:
+            if len(task_ids) < DELETE_BATCH:
                 break
             await asyncio.sleep(0)  # let waiting requests in between transactions
         return deleted
 
+    async def delete_expired(self, limit: int) -> int:
+        """Delete up to about ``limit`` expired artifacts (bytes, then rows) and then up to
+        ``limit`` tasks past ``expires`` whose artifacts are all gone; how many of both.
+
+        A blob store outage deletes nothing (the backend logged it); the next pass retries.
+        """
+        try:
+            swept = await self._artifacts.expire(limit)
+        except BlobUnavailable:
+            return 0
+        return swept.deleted + await self._store.delete_expired(swept.through, limit)
+
     async def expire_resolved(self, limit: int) -> int:
         """Delete resolved tasks past their resolved-task TTL (about ``limit`` of each state at
-        most); how many."""
+        most), their artifacts' bytes first; how many. A blob store outage stops the pass
+        (the backend logged it); the next one retries."""
         now = self._service.clock()
         deleted = 0
         rules: tuple[tuple[int | None, tuple[FilterState, ...]], ...] = (
@@ -149,7 +189,10 @@ class TaskManagement:
         for ttl_ms, states in rules:
             if ttl_ms is not None:
                 matching = TaskFilter(states=states, resolved_before=now - ttl_ms + 1)
-                deleted += await self._delete(matching, limit=limit)
+                try:
+                    deleted += await self._delete(matching, limit=limit)
+                except BlobUnavailable:
+                    break
         return deleted
 
 

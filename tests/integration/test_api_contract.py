@@ -28,6 +28,7 @@ VALUES = {
     "taskQueueId": "prov%2Fwt",
     "workerGroup": "wg",
     "workerId": "w1",
+    "name": "public%2Flogs%2Flive.log",
 }
 """A valid value of each path parameter, percent-encoded."""
 

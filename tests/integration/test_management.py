@@ -488,7 +488,6 @@ async def test_resolved_ttls_delete_resolved_tasks_early_each_by_its_state(
         await started(start_coordinator, store_url, completed_ttl_ms=60_000, failed_ttl_ms=120_000)
     )
     management = p.c.parts.management
-    service = p.c.parts.service
     c, d, g = p.tasks["c"], p.tasks["d"], p.tasks["g"]
     start = p.clock.now
 
@@ -497,19 +496,19 @@ async def test_resolved_ttls_delete_resolved_tasks_early_each_by_its_state(
         return {item["status"]["taskId"] for item in found["tasks"]}
 
     p.clock.now = _resolved(c) + 60_000 - 1
-    assert await expiry_sweeper.run_once(service, management) == 0
+    assert await expiry_sweeper.run_once(management) == 0
     p.clock.now = _resolved(c) + 60_000
-    assert await expiry_sweeper.run_once(service, management) == 1
+    assert await expiry_sweeper.run_once(management) == 1
     assert await present() == {d.task_id, g.task_id}
     p.clock.now = _resolved(d) + 120_000
-    assert await expiry_sweeper.run_once(service, management) == 1
+    assert await expiry_sweeper.run_once(management) == 1
     assert await present() == {g.task_id}
     p.clock.now = _resolved(g) + 120_000
-    assert await expiry_sweeper.run_once(service, management) == 1
+    assert await expiry_sweeper.run_once(management) == 1
     assert await present() == set()
     # the unresolved tasks stay, however long
     p.clock.now = start + 30 * 86_400_000
-    assert await expiry_sweeper.run_once(service, management) == 0
+    assert await expiry_sweeper.run_once(management) == 0
     assert (await p.c.ok("GET", "/tasks/count?schedulerId=s1"))["total"] == 4
 
 
@@ -518,7 +517,7 @@ async def test_without_ttls_resolved_tasks_stay_until_they_expire(
 ) -> None:
     p = await population(await started(start_coordinator, store_url))
     p.clock.advance(86_400)
-    assert await expiry_sweeper.run_once(p.c.parts.service, p.c.parts.management) == 0
+    assert await expiry_sweeper.run_once(p.c.parts.management) == 0
     assert (await p.c.ok("GET", "/tasks/count?state=completed"))["total"] == 1
 
 

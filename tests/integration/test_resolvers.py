@@ -349,21 +349,20 @@ async def test_the_expiry_sweeper_deletes_expired_tasks_and_leaves_the_others(
     start_coordinator: StartCoordinator,
 ) -> None:
     c, clock = await started(start_coordinator)
-    service = c.parts.service
     expires = clock.now + 2 * DEADLINE_AFTER
     short_lived = [await create(c, clock, expires=to_iso(expires)) for _ in range(3)]
     long_lived = await create(c, clock)
     dependent = await create(c, clock, dependencies=[short_lived[0]])
 
     clock.now = expires - 1
-    assert await expiry_sweeper.run_once(service, c.parts.management) == 0
+    assert await expiry_sweeper.run_once(c.parts.management) == 0
     for task_id in short_lived:
         assert (await c.call("GET", f"/task/{task_id}/status")).status == 200
 
     clock.now = expires
-    assert await expiry_sweeper.run_once(service, c.parts.management, limit=2) == 2
-    assert await expiry_sweeper.run_once(service, c.parts.management) == 1
-    assert await expiry_sweeper.run_once(service, c.parts.management) == 0
+    assert await expiry_sweeper.run_once(c.parts.management, limit=2) == 2
+    assert await expiry_sweeper.run_once(c.parts.management) == 1
+    assert await expiry_sweeper.run_once(c.parts.management) == 0
     for task_id in short_lived:
         for path in (f"/task/{task_id}", f"/task/{task_id}/status"):
             gone = await c.call("GET", path)

@@ -15,7 +15,7 @@ ALLOWED: dict[str, set[str]] = {
     "azure": {"domain", "azure"},
     # config: the factory reads Config and raises ConfigurationError, as store/factory.py does
     "blobs": {"domain", "blobs", "config"},
-    "service": {"domain", "store", "azure", "service"},
+    "service": {"domain", "store", "azure", "service", "blobs"},
     "resolvers": {
         "service",
         "domain",
@@ -24,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
         "azure.errors",
         "store.errors",
     },
-    "api": {"service", "domain", "config", "api", "azure.errors", "store.errors"},
+    # blobs.base: a blob store outage is a 503, an upload cut short a 400
+    "api": {"service", "domain", "config", "api", "azure.errors", "store.errors", "blobs.base"},
 }
 """Layer -> what its modules may import from ``coordinator`` (a layer, or one module)."""
 

@@ -218,4 +218,10 @@ def test_the_dispatch_checks_before_the_handler_only_what_the_path_supplies() ->
         "cancelTasks",
         "deleteTasks",
         "quarantineWorker",
+        "createArtifact",
+        "finishArtifact",
+        "listArtifacts",
+        "listLatestArtifacts",
+        "artifactInfo",
+        "latestArtifactInfo",
     }
