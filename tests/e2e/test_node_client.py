@@ -1,0 +1,131 @@
+"""The Node Taskcluster client (``taskcluster-client`` 87.1.3, pinned in package.json) reads a
+private artifact from a coordinator with authentication on through a signed URL
+(``buildSignedUrl``: a Hawk bewit in the query string), following the 303 to the bytes the
+worker uploaded; the same URL with its bewit's MAC altered is refused with a 401.
+``tests/e2e/node_signed_url.js`` makes the client's calls.
+
+The URL is signed once with a permanent client's credentials and once with a run's temporary
+credentials (the bewit then carries their certificate), as scriptworker signs the URLs of its
+tasks' upstream artifacts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import slugid
+
+from devharness.processes import REPO, end_processes
+from devharness.tasks import task_definition
+from tests.fixtures.clients import WT, Queue, start_secured, worker_scopes
+from tests.fixtures.coordinator import WORKER, StartCoordinator
+
+NODE_SCRIPT = Path(__file__).with_name("node_signed_url.js")
+CLIENT = REPO / "node_modules" / "taskcluster-client"
+PROVISIONER = "node-prov"
+NAME = "private/secret.bin"
+CONTENT_TYPE = "application/octet-stream"
+DATA = bytes(range(256)) * 16 + b"from the worker"
+NODE_TIMEOUT_S = 120.0
+
+pytestmark = pytest.mark.skipif(
+    not CLIENT.exists(),
+    reason=f"{CLIENT} is missing: ./scripts/test installs it (npm ci)",
+)
+
+
+async def node_read(root_url: str, credentials: dict[str, str], task_id: str) -> dict[str, Any]:
+    """What ``node_signed_url.js`` saw reading run 0's :data:`NAME` of ``task_id`` signed by
+    ``credentials``."""
+    request = {
+        "rootUrl": root_url,
+        "credentials": credentials,
+        "taskId": task_id,
+        "runId": 0,
+        "name": NAME,
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKCLUSTER_")}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    process = await asyncio.create_subprocess_exec(
+        "node",
+        str(NODE_SCRIPT),
+        json.dumps(request),
+        cwd=REPO,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), NODE_TIMEOUT_S)
+    except TimeoutError:
+        await end_processes([process], signum=signal.SIGKILL)
+        raise AssertionError(f"node still ran after {NODE_TIMEOUT_S}s") from None
+    assert process.returncode == 0, stderr.decode(errors="replace")
+    seen: dict[str, Any] = json.loads(stdout)
+    return seen
+
+
+@pytest.mark.parametrize("signer", ["permanent", "temporary"])
+async def test_node_client_reads_a_private_artifact_through_a_signed_url(
+    start_coordinator: StartCoordinator, tmp_path: Path, signer: str
+) -> None:
+    coordinator, creds = await start_secured(
+        start_coordinator,
+        tmp_path / "clients.json",
+        {"worker": worker_scopes(PROVISIONER), "reader": ["queue:get-artifact:private/*"]},
+    )
+    root = Queue("aio", coordinator.url, creds["root"])
+    task_id = slugid.nice()
+    # The task's scopes go into its runs' temporary credentials.
+    definition = task_definition(
+        provisionerId=PROVISIONER, workerType=WT, scopes=["queue:get-artifact:private/*"]
+    )
+    await root.createTask(task_id, definition)
+    claim = await Queue("aio", coordinator.url, creds["worker"]).claimTask(task_id, 0, WORKER)
+    run = Queue("aio", coordinator.url, claim["credentials"])
+    created = await run.createArtifact(
+        task_id,
+        0,
+        NAME,
+        {"storageType": "s3", "expires": claim["task"]["expires"], "contentType": CONTENT_TYPE},
+    )
+    async with aiohttp.ClientSession() as http:
+        async with http.put(
+            created["putUrl"], data=DATA, headers={"Content-Type": CONTENT_TYPE}
+        ) as response:
+            assert response.status in (200, 204), await response.text()
+
+        signing = creds["reader"] if signer == "permanent" else claim["credentials"]
+        seen = await node_read(coordinator.url, dict(signing), task_id)
+
+        signed = seen["signed"]
+        assert signed["status"] == 303, seen
+        assert signed["body"]["storageType"] == "s3", seen
+        assert signed["location"] == signed["body"]["url"], seen
+        followed = seen["followed"]
+        assert followed["status"] == 200, seen
+        assert followed["contentType"] == CONTENT_TYPE, seen
+        assert base64.b64decode(followed["body"]) == DATA
+
+        tampered = seen["tampered"]
+        assert tampered["status"] == 401, seen
+        assert tampered["body"]["code"] == "AuthenticationFailed", seen
+        assert "signature does not match" in tampered["body"]["message"], seen
+
+        # Without the bewit the caller is anonymous, whose scopes cover only public/ names:
+        # a 401 (credentials are missing), as Taskcluster answers an unauthenticated call.
+        unsigned = seen["signedUrl"].split("?")[0]
+        async with http.get(unsigned, allow_redirects=False) as response:
+            assert response.status == 401, await response.text()
+            refused = await response.json()
+        assert refused["code"] == "AuthenticationFailed", refused
+        assert f"queue:get-artifact:{NAME}" in refused["message"], refused
