@@ -55,21 +55,10 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
             task_id=task, run_id=run, worker=worker, start=start, end=end, how=how
         )
 
-    def incarnation(
-        slot: int, worker: str, started: float, end: str, ended: float | None, forced: bool = False
-    ) -> Any:
+    def incarnation(slot: int, worker: str, **fields: Any) -> Any:
         """A worker process of ``slot``; its journal and log are named after ``worker``."""
         path = Path(worker)
-        return processes.Incarnation(
-            slot=slot,
-            worker_id=worker,
-            started=started,
-            journal=path,
-            log=path,
-            end=end,
-            ended=ended,
-            forced=forced,
-        )
+        return processes.Incarnation(slot=slot, worker_id=worker, journal=path, log=path, **fields)
 
     expired = {"reasonCreated": "scheduled", "reasonResolved": "claim-expired", "workerId": "a"}
     clean = {
@@ -85,10 +74,10 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
         )
     }
     incarnations = [
-        incarnation(0, "a", 0.0, "sigkill", 5.0),
-        incarnation(1, "b", 0.0, "stopped", 50.0),
+        incarnation(0, "a", started=0.0, end="sigkill", ended=5.0),
+        incarnation(1, "b", started=0.0, end="stopped", ended=50.0),
         # Slot 0 again, started after "a" was reaped.
-        incarnation(0, "a2", 5.5, "stopped", 50.0),
+        incarnation(0, "a2", started=5.5, end="stopped", ended=50.0),
     ]
     good = [execution("T1", 0, "a", 1.0, None), execution("T1", 1, "b", 11.0, 12.0)]
     findings = checks.merge(
@@ -149,8 +138,8 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
     # Slot 0's second worker started before its first was reaped; the first outlived its
     # SIGTERM and was SIGKILLed; the second was never seen exiting.
     troubled = [
-        incarnation(0, "x", 0.0, "sigterm", 10.0, forced=True),
-        incarnation(0, "y", 9.0, "stopped", None),
+        incarnation(0, "x", started=0.0, end="sigterm", ended=10.0, forced=True),
+        incarnation(0, "y", started=9.0, end="stopped"),
     ]
     assert sorted(v.kind for v in checks.check_workers(troubled).violations) == [
         "process-left",

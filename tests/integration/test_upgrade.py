@@ -30,7 +30,7 @@ from tests.fixtures.previous_release import (
     postgres_dump,
     read_back,
 )
-from tests.fixtures.stores import throwaway_schema
+from tests.fixtures.stores import driver_url, throwaway_schema
 
 PREVIOUS_VERSIONS = {"sqlite": [1, 2, 3, 4, 5, 6], "postgres": [1, 2, 3, 4, 5]}
 """The schema versions the previous release's stores have."""
@@ -46,9 +46,9 @@ async def previous_release_schema_url(postgres_dsn: str) -> AsyncIterator[str]:
 @pytest.fixture(params=["sqlite", "postgres"])
 def previous_release_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """URL of a copy of the previous release's store, of each driver."""
-    if request.param == "sqlite":
-        return f"sqlite://{copy_sqlite(tmp_path)}"
-    return str(request.getfixturevalue("previous_release_schema_url"))
+    return driver_url(
+        request, lambda: f"sqlite://{copy_sqlite(tmp_path)}", "previous_release_schema_url"
+    )
 
 
 async def schema_versions(url: str) -> list[int]:
