@@ -1,8 +1,9 @@
 """The ``queue-coordinator`` command: ``serve`` runs the service, ``migrate`` applies store
 migrations, ``clients add`` adds a client to the clients file, ``tasks`` lists, counts,
-cancels and deletes tasks through the REST API (:mod:`coordinator.cli.tasks`). Flags mirror
-the environment variables of :mod:`coordinator.config`. A configuration mistake is one line on
-stderr that names it and the way out, and exit status 2; never a traceback."""
+cancels and deletes tasks, and lists and downloads their artifacts, through the REST API
+(:mod:`coordinator.cli.tasks`). Flags mirror the environment variables of
+:mod:`coordinator.config`. A configuration mistake is one line on stderr that names it and the
+way out, and exit status 2; never a traceback."""
 
 from __future__ import annotations
 
@@ -62,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--data-dir", help="data directory (COORDINATOR_DATA_DIR)")
     tasks_cli.configure(
         commands.add_parser(
-            "tasks", help="list, count, cancel or delete tasks through a coordinator's API"
+            "tasks",
+            help="list, count, cancel or delete tasks, list and download their artifacts, "
+            "through a coordinator's API",
         )
     )
     return parser

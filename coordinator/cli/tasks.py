@@ -1,18 +1,22 @@
 """The ``queue-coordinator tasks`` commands: ``list``, ``summary``, ``count``, ``cancel`` and
-``delete`` the tasks that match a filter, through the coordinator's management REST API.
+``delete`` the tasks that match a filter, through the coordinator's management REST API;
+``artifacts`` lists a task's artifacts and ``download`` fetches one, through Taskcluster's
+artifact API (listArtifacts/listLatestArtifacts, getArtifact/getLatestArtifact).
 
-This module owns the client side of those five calls: the filter flags and the query string
-they become, reading the address and credentials from the environment as the official
+This module owns the client side of those calls: the filter flags and the query string they
+become, reading the address and credentials from the environment as the official
 ``taskcluster`` clients do (``TASKCLUSTER_ROOT_URL``, ``TASKCLUSTER_CLIENT_ID``,
 ``TASKCLUSTER_ACCESS_TOKEN``, ``TASKCLUSTER_CERTIFICATE``), Hawk-signing with
-:mod:`hawk_signing`, streaming NDJSON listings, and printing tables or JSON. It speaks HTTP
-only and never opens the store, so it works against any coordinator, local or remote, and
-needs no ``COORDINATOR_*`` settings.
+:mod:`hawk_signing`, streaming NDJSON listings, paging artifact listings, following an
+artifact's redirect to its bytes (streamed, a gzip ``Content-Encoding`` decoded), and printing
+tables or JSON. It speaks HTTP only and never opens the store, so it works against any
+coordinator, local or remote, and needs no ``COORDINATOR_*`` settings.
 
 Exit statuses: 0 on success; 1 when the coordinator answered with an error (one line on stderr:
-``queue-coordinator: <code>: <message>``) or the answer broke off; 2 for a mistake in the
-environment or an unreachable coordinator (one line naming it and the way out); never a
-traceback.
+``queue-coordinator: <code>: <message>``, or ``queue-coordinator: <reason>: <message>`` for an
+``error`` artifact), an artifact's bytes could not be fetched, or the answer broke off; 2 for a
+mistake in the environment or an unreachable coordinator (one line naming it and the way out);
+never a traceback.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, TextIO
+from pathlib import Path
+from typing import IO, Any, TextIO
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -38,8 +44,9 @@ API_PATH = "/api/queue/v1"
 NDJSON = "application/x-ndjson"
 
 TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=300)
-"""No total: a listing streams for as long as it has tasks. A bulk cancel or delete may take
-the server a while before it answers, hence the generous read timeout."""
+"""No total: a listing streams for as long as it has tasks, a download for as long as the
+artifact's bytes take. A bulk cancel or delete may take the server a while before it answers,
+hence the generous read timeout."""
 
 EXIT_REFUSED = 1
 EXIT_CONFIGURATION = 2
@@ -53,13 +60,31 @@ longest state ``unscheduled`` 11, ``created`` to the second 20."""
 TASK_QUEUE_WIDTH = 32
 NAME_WIDTH = 60
 
+ARTIFACT_ROW = "{name:<{width}}  {storage_type:<9}  {content_type:<30}  {expires}"
+"""An artifact listing is printed once complete, so the name column fits the longest name;
+``reference``, the longest storage type, is 9 characters."""
+CONTENT_TYPE_WIDTH = 30
+CHUNK = 1 << 16
+"""How much of an artifact's bytes is read and written at a time."""
+
 DESCRIPTION = """\
 List, count, cancel or delete the tasks matching a filter, through the coordinator's REST
 API. The coordinator's address comes from TASKCLUSTER_ROOT_URL (its API lies at
 <root>/api/queue/v1); TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN (and
 TASKCLUSTER_CERTIFICATE for temporary credentials) sign the requests. list, summary and count
 are open reads; cancel needs the scope queue:manage:cancel-tasks, delete
-queue:manage:delete-tasks. Filters combine with AND."""
+queue:manage:delete-tasks. Filters combine with AND. artifacts lists a run's artifacts
+(scope queue:list-artifacts:<taskId>[:<runId>]) and download fetches one (scope
+queue:get-artifact:<name>; anonymous callers may fetch public/ names)."""
+
+ARTIFACTS_EPILOG = """\
+Without --run-id, the task's latest run. Every page of the listing is read."""
+
+DOWNLOAD_EPILOG = """\
+Without --run-id, the task's latest run. The bytes are fetched from where the coordinator
+redirects (its own download route, Azure Blob Storage, or a reference artifact's URL) and a
+gzip Content-Encoding is decoded, so a log reads as text. An error artifact exits 1 with its
+reason and message."""
 
 FILTER_EPILOG = """\
 Times are ISO 8601, e.g. 2026-11-23T10:00:00.000Z. The coordinator checks the values and
@@ -99,6 +124,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
             command.add_argument(
                 "--limit", type=_positive_int, metavar="N", help="stop after N tasks"
             )
+    artifacts = commands.add_parser(
+        "artifacts", help="list a task's artifacts", epilog=ARTIFACTS_EPILOG
+    )
+    artifacts.add_argument("task_id", metavar="TASK_ID")
+    artifacts.add_argument("--run-id", type=_run_id, metavar="N", help="the run (default: latest)")
+    artifacts.add_argument(
+        "--json", action="store_true", help="print each artifact as one JSON object per line"
+    )
+    download = commands.add_parser(
+        "download", help="download one of a task's artifacts", epilog=DOWNLOAD_EPILOG
+    )
+    download.add_argument("task_id", metavar="TASK_ID")
+    download.add_argument("name", metavar="NAME", help="the artifact's name, e.g. public/x.log")
+    download.add_argument("--run-id", type=_run_id, metavar="N", help="the run (default: latest)")
+    download.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write to FILE (default: stdout)"
+    )
 
 
 def _add_filters(command: argparse.ArgumentParser) -> None:
@@ -122,14 +164,22 @@ def _add_filters(command: argparse.ArgumentParser) -> None:
     filters.add_argument("--resolved-before", metavar="TIME")
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(text: str, *, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _whole_number(text, least=1)
+
+
+def _run_id(text: str) -> int:
+    return _whole_number(text, least=0)
 
 
 _FILTER_PARAMETERS = (
@@ -240,8 +290,10 @@ class Caller:
         *,
         accept: str = "application/json",
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """The answer to one bodiless request, once its status is a success; its body is
-        left to the caller to read (a listing streams)."""
+        """The answer to one bodiless request, once its status is a success or a redirect
+        (not followed: the Authorization header signs this URL only, and the official clients
+        hand a 303's JSON to their caller too); its body is left to the caller to read (a
+        listing streams)."""
         # Signed exactly as sent: the coordinator checks the MAC against the raw path and
         # query, so the URL is built encoded here and handed to aiohttp as is.
         url = self._target.api + path
@@ -260,9 +312,10 @@ class Caller:
                 URL(url, encoded=True),
                 headers=headers,
                 skip_auto_headers=("Content-Type",),
+                allow_redirects=False,
             ) as response:
                 if response.status >= 400:
-                    raise await self._refusal(response)
+                    raise await refusal(response, anonymous=self._target.credentials is None)
                 yield response
         except aiohttp.ClientConnectorError as error:
             raise self._unreachable(_describe(error)) from None
@@ -281,22 +334,27 @@ class Caller:
             exit_status=EXIT_CONFIGURATION,
         )
 
-    async def _refusal(self, response: aiohttp.ClientResponse) -> CommandFailed:
-        text = await response.text(errors="replace")
-        try:
-            body: Any = json.loads(text)
-        except ValueError:
-            body = None
-        if isinstance(body, dict) and isinstance(body.get("code"), str):
-            message = f"{body['code']}: {one_line(str(body.get('message', '')))}"
-        else:
-            # Not the coordinator's error body (a proxy's page, say): its status and a start.
-            message = f"HTTP {response.status} {response.reason or ''}".rstrip()
-            if text.strip():
-                message += f": {one_line(text)[:200]}"
-        if response.status == 401 and self._target.credentials is None:
-            message += " (set TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN)"
-        return CommandFailed(message, exit_status=EXIT_REFUSED)
+
+async def refusal(response: aiohttp.ClientResponse, *, anonymous: bool) -> CommandFailed:
+    """The one line for an error answer: the coordinator's ``code: message``, an ``error``
+    artifact's ``reason: message`` (424), or else the status and the start of the body."""
+    text = await response.text(errors="replace")
+    try:
+        body: Any = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("code"), str):
+        message = f"{body['code']}: {one_line(str(body.get('message', '')))}"
+    elif response.status == 424 and isinstance(body, dict) and isinstance(body.get("reason"), str):
+        message = f"{body['reason']}: {one_line(str(body.get('message', '')))}"
+    else:
+        # Not the coordinator's error body (a proxy's page, say): its status and a start.
+        message = f"HTTP {response.status} {response.reason or ''}".rstrip()
+        if text.strip():
+            message += f": {one_line(text)[:200]}"
+    if response.status in (401, 403) and anonymous:
+        message += " (set TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN)"
+    return CommandFailed(message, exit_status=EXIT_REFUSED)
 
 
 def _describe(error: BaseException) -> str:
@@ -311,6 +369,12 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _to_second(iso: str) -> str:
+    """A time as the coordinator writes it, to the second: 2026-11-23T10:00:00.000Z ->
+    2026-11-23T10:00:00Z (UTC); anything shorter as it is."""
+    return iso[:19] + "Z" if len(iso) >= 19 else iso
+
+
 def table_header() -> str:
     return ROW.format(
         task_id="TASK ID", state="STATE", task_queue="TASK QUEUE", created="CREATED", name="NAME"
@@ -323,13 +387,11 @@ def table_row(item: Mapping[str, Any]) -> str:
     task = item.get("task") or {}
     metadata = task.get("metadata") or {}
     task_queue = status.get("taskQueueId") or task.get("taskQueueId") or "-"
-    created = str(task.get("created") or "-")
     return ROW.format(
         task_id=str(status.get("taskId") or "-"),
         state=str(status.get("state") or "-"),
         task_queue=_fit(str(task_queue), TASK_QUEUE_WIDTH),
-        # to the second, UTC: 2026-11-23T10:00:00.000Z -> 2026-11-23T10:00:00Z
-        created=created[:19] + "Z" if len(created) >= 19 else created,
+        created=_to_second(str(task.get("created") or "-")),
         name=_fit(str(metadata.get("name") or ""), NAME_WIDTH),
     )
 
@@ -399,12 +461,17 @@ async def _fetch_json(
     caller: Caller, method: str, path: str, args: argparse.Namespace
 ) -> tuple[str, Any]:
     async with caller.open(method, path, filter_query(args)) as response:
-        text = await response.text()
+        return await _json_body(response, f"{method} {path}")
+
+
+async def _json_body(response: aiohttp.ClientResponse, what: str) -> tuple[str, Any]:
+    """The answer's text and its JSON; ``what`` names the request in the failure."""
+    text = await response.text(errors="replace")
     try:
         return text, json.loads(text)
     except ValueError:
         raise CommandFailed(
-            f"the coordinator answered {method} {path} with a body that is not JSON",
+            f"the coordinator answered {what} with a body that is not JSON",
             exit_status=EXIT_REFUSED,
         ) from None
 
@@ -425,10 +492,157 @@ def _plural(count: Any) -> str:
     return f"{count} task" if count == 1 else f"{count} tasks"
 
 
+def artifact_table(artifacts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The artifact records (``{name, storageType, contentType, expires}``) as table lines,
+    the header first; missing fields print as ``-``."""
+    width = max([len("NAME"), *(len(str(a.get("name") or "-")) for a in artifacts)])
+    header = ARTIFACT_ROW.format(
+        name="NAME", width=width, storage_type="STORAGE", content_type="CONTENT TYPE",
+        expires="EXPIRES",
+    )  # fmt: skip
+    return [header] + [
+        ARTIFACT_ROW.format(
+            name=str(a.get("name") or "-"),
+            width=width,
+            storage_type=str(a.get("storageType") or "-"),
+            content_type=_fit(str(a.get("contentType") or "-"), CONTENT_TYPE_WIDTH),
+            expires=_to_second(str(a.get("expires") or "-")),
+        )
+        for a in artifacts
+    ]
+
+
+def _run_path(task_id: str, run_id: int | None) -> str:
+    """``/task/<taskId>`` for the latest run's methods, ``/task/<taskId>/runs/<runId>``."""
+    path = f"/task/{quote(task_id, safe='')}"
+    return path if run_id is None else f"{path}/runs/{run_id}"
+
+
+async def _artifacts(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
+    """Every page of listArtifacts (``--run-id``) or listLatestArtifacts; with ``--json`` each
+    page is printed as it arrives, a table once the last has."""
+    path = _run_path(args.task_id, args.run_id) + "/artifacts"
+    listed: list[Mapping[str, Any]] = []
+    token: str | None = None
+    while True:
+        query = [] if token is None else [("continuationToken", token)]
+        async with caller.open("GET", path, query) as response:
+            _, page = await _json_body(response, f"GET {path}")
+        items = page.get("artifacts") if isinstance(page, dict) else None
+        if not isinstance(items, list):
+            raise CommandFailed(
+                f"the coordinator's answer to GET {path} lacks 'artifacts'",
+                exit_status=EXIT_REFUSED,
+            )
+        if args.json:
+            out.writelines(json.dumps(item) + "\n" for item in items)
+            out.flush()
+        else:
+            listed += [item if isinstance(item, dict) else {} for item in items]
+        token = page.get("continuationToken")
+        if not token:
+            break
+    if not args.json:
+        out.write("\n".join(artifact_table(listed)) + "\n")
+        if not listed:
+            print("no artifacts", file=sys.stderr)
+
+
+async def _download(
+    session: aiohttp.ClientSession, caller: Caller, args: argparse.Namespace, out: TextIO
+) -> None:
+    """getArtifact (``--run-id``) or getLatestArtifact, then the bytes at the URL its 303
+    names, to ``--output`` or ``out``."""
+    path = f"{_run_path(args.task_id, args.run_id)}/artifacts/{quote(args.name, safe='')}"
+    async with caller.open("GET", path, ()) as response:
+        if response.status != 303:
+            raise CommandFailed(
+                f"the coordinator answered GET {path} with {response.status}, not a 303 "
+                "redirect to the artifact's bytes",
+                exit_status=EXIT_REFUSED,
+            )
+        _, body = await _json_body(response, f"GET {path}")
+    url = body.get("url") if isinstance(body, dict) else None
+    if not isinstance(url, str) or not url:
+        raise CommandFailed(
+            f"the coordinator's answer to GET {path} lacks the artifact's 'url'",
+            exit_status=EXIT_REFUSED,
+        )
+    output: Path | None = args.output
+    if output is None:
+        out.flush()
+        await fetch_bytes(session, url, out.buffer)
+        out.buffer.flush()
+        return
+    try:
+        with _written_in_place(output) as part:
+            written = await fetch_bytes(session, url, part)
+    except OSError as error:
+        raise CommandFailed(
+            f"cannot write {output}: {error.strerror or error}; choose another -o FILE",
+            exit_status=EXIT_CONFIGURATION,
+        ) from None
+    print(f"wrote {written} bytes to {output}", file=sys.stderr)
+
+
+@contextmanager
+def _written_in_place(path: Path) -> Iterator[IO[bytes]]:
+    """A file beside ``path`` that becomes ``path`` when the block ends without an error and
+    is removed otherwise: a failed download leaves no partial file, and an existing one as it
+    was."""
+    descriptor, part = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with open(descriptor, "wb") as file:
+            yield file
+        # mkstemp makes the file 0600; a download gets the mode any new file would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(part, 0o666 & ~umask)
+        os.replace(part, path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(part)
+        raise
+
+
+async def fetch_bytes(session: aiohttp.ClientSession, url: str, sink: IO[bytes]) -> int:
+    """Stream the bytes at ``url`` into ``sink``; the number written.
+
+    No Authorization: the URL carries its own authority (a signature, a SAS) or is public, and
+    redirects are followed (a reference artifact's URL may redirect again). aiohttp decodes a
+    gzip Content-Encoding, so a log reads as text, and refuses a body shorter than its
+    Content-Length.
+    """
+    written = 0
+    try:
+        async with session.get(URL(url, encoded=True)) as response:
+            if response.status >= 400:
+                raise await refusal(response, anonymous=False)
+            async for chunk in response.content.iter_chunked(CHUNK):
+                sink.write(chunk)
+                written += len(chunk)
+    except aiohttp.ClientConnectorError as error:
+        raise CommandFailed(
+            f"cannot download the artifact from {url}: {_describe(error)}",
+            exit_status=EXIT_REFUSED,
+        ) from None
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise CommandFailed(
+            f"the download from {url} broke off: {_describe(error)}", exit_status=EXIT_REFUSED
+        ) from None
+    return written
+
+
 async def _run(args: argparse.Namespace, target: Target, out: TextIO) -> None:
     async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
         caller = Caller(session, target)
         command: str = args.tasks_command
+        if command == "artifacts":
+            await _artifacts(caller, args, out)
+            return
+        if command == "download":
+            await _download(session, caller, args, out)
+            return
         if command in ("list", "summary"):
             await _stream(caller, args, "/tasks" if command == "list" else "/tasks/summary", out)
             return

@@ -1,7 +1,9 @@
 """``queue-coordinator tasks`` as a real child process against a real coordinator (in this
 process, auth on): listings as tables and NDJSON with filters, summaries, counts, bulk cancel
-and delete with and without their scopes (and with temporary credentials), and the one-line
-failures: a missing or unreachable root URL (exit 2), a refusal from the coordinator (exit 1).
+and delete with and without their scopes (and with temporary credentials), a task's artifacts
+listed (every page) and downloaded (to a file or stdout, a gzip log decoded, references and
+links followed), and the one-line failures: a missing or unreachable root URL (exit 2), a
+refusal from the coordinator (exit 1), an error artifact's reason (exit 1).
 
 The coordinator serves from this test's event loop, so the CLI runs through asyncio's
 subprocesses, never a blocking ``subprocess.run``.
@@ -10,16 +12,20 @@ subprocesses, never a blocking ``subprocess.run``.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import slugid
 from aiohttp import web
+from yarl import URL
 
 from coordinator.api.credentials import temporary_credentials
 from coordinator.service.clock import wall_clock
@@ -354,3 +360,233 @@ async def test_a_stream_that_breaks_off_is_not_taken_for_a_complete_one() -> Non
     assert broken.status == 1
     assert [item["status"]["taskId"] for item in broken.json_lines()] == ["A" * 22]
     assert len(broken.stderr.splitlines()) == 1 and "broke off" in broken.stderr
+
+
+# --- artifacts -----------------------------------------------------------------------------
+
+LOG_TEXT = "".join(f"line {n}: the build says hello\n" for n in range(2_000))
+REPORT = b'{"passed": 12, "failed": 0}\n'
+MANY = 1_001
+"""Artifacts of run 0: one more than the coordinator's largest page, so listing them takes two."""
+
+
+async def root_call(
+    coordinator: RunningCoordinator, method: str, path: str, body: Any = None
+) -> Any:
+    """One request signed by ROOT, asserting a 200; the answer's body."""
+    credentials = Credentials.from_json(ROOT)
+    response = await call(
+        coordinator.session, method, coordinator.api + path, body, credentials=credentials
+    )
+    assert response.status == 200, (method, path, response.body)
+    return response.body
+
+
+@dataclass(frozen=True, kw_only=True)
+class Artifacts:
+    """A task whose run 0 (resolved ``exception``, retried) holds ``public/first.txt`` and
+    :data:`MANY` ``public/many/<n>`` links, and whose running run 1 holds a gzip log, a private
+    report, an error artifact and a reference to the log."""
+
+    coordinator: RunningCoordinator
+    task_id: str
+    first_names: list[str]
+
+    @property
+    def root_url(self) -> str:
+        return self.coordinator.url
+
+
+async def upload(
+    coordinator: RunningCoordinator,
+    run: str,
+    name: str,
+    content: bytes,
+    *,
+    content_type: str,
+    expires: str,
+    encoding: str | None = None,
+) -> None:
+    """createArtifact (s3) then the PUT of ``content`` to its putUrl, as a worker does."""
+    created = await root_call(
+        coordinator,
+        "POST",
+        f"{run}/artifacts/{quote(name, safe='')}",
+        {"storageType": "s3", "expires": expires, "contentType": content_type},
+    )
+    headers = {"Content-Type": content_type}
+    if encoding is not None:
+        headers["Content-Encoding"] = encoding
+    async with coordinator.session.put(
+        URL(created["putUrl"], encoded=True), data=content, headers=headers
+    ) as response:
+        assert response.status == 200, await response.text()
+
+
+@pytest.fixture
+async def artifacts(tasks: Tasks) -> Artifacts:
+    coordinator = tasks.coordinator
+    task_id = await create(coordinator, workerType="cli-wt")
+    expires = (await root_call(coordinator, "GET", f"/task/{task_id}"))["expires"]
+    worker = {"workerGroup": "wg", "workerId": "w1"}
+    run0, run1 = f"/task/{task_id}/runs/0", f"/task/{task_id}/runs/1"
+
+    await root_call(coordinator, "POST", f"{run0}/claim", worker)
+    await upload(
+        coordinator, run0, "public/first.txt", b"run 0 was here\n",
+        content_type="text/plain", expires=expires,
+    )  # fmt: skip
+    many = [f"public/many/{n:04}" for n in range(MANY)]
+    link = {"storageType": "link", "expires": expires, "artifact": "public/first.txt"}
+    for start in range(0, MANY, 50):
+        await asyncio.gather(
+            *(
+                root_call(coordinator, "POST", f"{run0}/artifacts/{quote(name, safe='')}", link)
+                for name in many[start : start + 50]
+            )
+        )
+    await root_call(coordinator, "POST", f"{run0}/exception", {"reason": "worker-shutdown"})
+
+    await root_call(coordinator, "POST", f"{run1}/claim", worker)
+    await upload(
+        coordinator, run1, "public/logs/live_backing.log", gzip.compress(LOG_TEXT.encode()),
+        content_type="text/plain", encoding="gzip", expires=expires,
+    )  # fmt: skip
+    await upload(
+        coordinator, run1, "private/report.json", REPORT,
+        content_type="application/json", expires=expires,
+    )  # fmt: skip
+    missing = {
+        "storageType": "error",
+        "expires": expires,
+        "reason": "file-missing-on-worker",
+        "message": "no such file: dist/app.tar.gz",
+    }
+    await root_call(coordinator, "POST", f"{run1}/artifacts/public%2Fapp.tar.gz", missing)
+    log_url = f"{coordinator.api}{run1}/artifacts/public%2Flogs%2Flive_backing.log"
+    reference = {
+        "storageType": "reference",
+        "expires": expires,
+        "url": log_url,
+        "contentType": "text/plain",
+    }
+    await root_call(coordinator, "POST", f"{run1}/artifacts/public%2Flog-elsewhere", reference)
+    return Artifacts(
+        coordinator=coordinator, task_id=task_id, first_names=["public/first.txt", *many]
+    )
+
+
+RUN1_NAMES = [
+    "private/report.json",
+    "public/app.tar.gz",
+    "public/log-elsewhere",
+    "public/logs/live_backing.log",
+]
+
+
+async def test_artifacts_lists_the_latest_run_or_the_one_asked_for(artifacts: Artifacts) -> None:
+    latest = await tasks_cli(
+        "artifacts", artifacts.task_id, root_url=artifacts.root_url, client=ROOT
+    )
+    assert latest.status == 0, latest.stderr
+    header, *rows = latest.lines
+    assert header.split() == ["NAME", "STORAGE", "CONTENT", "TYPE", "EXPIRES"]
+    by_name = {row.split()[0]: row.split()[1:] for row in rows}
+    assert list(by_name) == RUN1_NAMES
+    assert by_name["private/report.json"][:2] == ["s3", "application/json"]
+    assert by_name["public/app.tar.gz"][0] == "error"
+    assert by_name["public/log-elsewhere"][:2] == ["reference", "text/plain"]
+    assert by_name["public/logs/live_backing.log"][:2] == ["s3", "text/plain"]
+    expires = by_name["public/logs/live_backing.log"][2]
+    assert expires.endswith("Z") and len(expires) == len("2026-11-23T10:00:00Z")
+    for column in ("STORAGE", "CONTENT TYPE", "EXPIRES"):
+        start = header.index(column)
+        assert all(row[start - 1] == " " and row[start] != " " for row in rows), column
+
+    # run 0: every page of a listing longer than one
+    first = await tasks_cli(
+        "artifacts", artifacts.task_id, "--run-id", "0", "--json",
+        root_url=artifacts.root_url, client=ROOT,
+    )  # fmt: skip
+    assert first.status == 0, first.stderr
+    items = first.json_lines()
+    assert [item["name"] for item in items] == artifacts.first_names
+    assert {item["storageType"] for item in items[1:]} == {"link"}
+
+    # anonymous callers hold queue:get-artifact:public/* only (the clients file's default)
+    anonymous = await tasks_cli("artifacts", artifacts.task_id, root_url=artifacts.root_url)
+    assert anonymous.status == 1
+    line = anonymous.refused()
+    assert line.startswith("queue-coordinator: AuthenticationFailed: ")
+    assert f"queue:list-artifacts:{artifacts.task_id}" in line and "TASKCLUSTER_CLIENT_ID" in line
+
+    no_run = await tasks_cli(
+        "artifacts", artifacts.task_id, "--run-id", "7", root_url=artifacts.root_url, client=ROOT
+    )
+    assert no_run.status == 1
+    assert no_run.refused().startswith("queue-coordinator: ResourceNotFound: ")
+
+
+async def test_download_to_a_file_and_to_stdout(artifacts: Artifacts, tmp_path: Path) -> None:
+    url, task_id = artifacts.root_url, artifacts.task_id
+    downloads = tmp_path / "downloads"  # tmp_path is the coordinator's data directory too
+    downloads.mkdir()
+    target = downloads / "report.json"
+    saved = await tasks_cli(
+        "download", task_id, "private/report.json", "-o", str(target), root_url=url, client=ROOT
+    )
+    assert (saved.status, saved.stdout) == (0, ""), saved.stderr
+    assert target.read_bytes() == REPORT
+    assert saved.stderr.strip() == f"wrote {len(REPORT)} bytes to {target}"
+    assert os.listdir(downloads) == ["report.json"]  # no partial file left beside it
+
+    printed = await tasks_cli("download", task_id, "private/report.json", root_url=url, client=ROOT)
+    assert (printed.status, printed.stdout, printed.stderr) == (0, REPORT.decode(), "")
+
+    # the log was uploaded gzipped (Content-Encoding: gzip): it reads as text, anonymously
+    log = await tasks_cli("download", task_id, "public/logs/live_backing.log", root_url=url)
+    assert (log.status, log.stdout) == (0, LOG_TEXT), log.stderr
+
+    # a reference artifact's URL (here the log's getArtifact URL) is followed too
+    elsewhere = await tasks_cli("download", task_id, "public/log-elsewhere", root_url=url)
+    assert (elsewhere.status, elsewhere.stdout) == (0, LOG_TEXT), elsewhere.stderr
+
+    # an earlier run, and a link (run 0's public/many/* point at public/first.txt)
+    first = await tasks_cli("download", task_id, "public/many/0007", "--run-id", "0", root_url=url)
+    assert (first.status, first.stdout) == (0, "run 0 was here\n"), first.stderr
+
+
+async def test_download_refusals(artifacts: Artifacts, tmp_path: Path) -> None:
+    url, task_id = artifacts.root_url, artifacts.task_id
+    downloads = tmp_path / "downloads"  # tmp_path is the coordinator's data directory too
+    downloads.mkdir()
+    target = downloads / "out"
+
+    private = await tasks_cli(
+        "download", task_id, "private/report.json", "-o", str(target), root_url=url
+    )
+    assert private.status == 1
+    line = private.refused()
+    assert line.startswith("queue-coordinator: AuthenticationFailed: ")
+    assert "queue:get-artifact:private/report.json" in line and "TASKCLUSTER_CLIENT_ID" in line
+    assert not target.exists()
+
+    error = await tasks_cli(
+        "download", task_id, "public/app.tar.gz", "-o", str(target), root_url=url, client=ROOT
+    )
+    assert error.status == 1
+    assert error.refused() == (
+        "queue-coordinator: file-missing-on-worker: no such file: dist/app.tar.gz"
+    )
+    assert os.listdir(downloads) == []  # neither the file nor a partial one
+
+    missing = await tasks_cli("download", task_id, "public/nothing", root_url=url, client=ROOT)
+    assert missing.status == 1
+    assert missing.refused().startswith("queue-coordinator: ResourceNotFound: ")
+
+    nowhere = downloads / "no-such-dir" / "report.json"
+    unwritable = await tasks_cli(
+        "download", task_id, "private/report.json", "-o", str(nowhere), root_url=url, client=ROOT
+    )
+    assert unwritable.status == 2
+    assert str(nowhere) in unwritable.refused()
