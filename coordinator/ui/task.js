@@ -1,6 +1,8 @@
-// One task: its status, its runs drawn as a timeline, its definition, and the actions that
-// change it (they need credentials; without them the buttons are disabled and say why).
+// One task: its status, its runs drawn as a timeline, each run's artifacts and log, its
+// definition, and the actions that change it (they need credentials; without them the buttons
+// are disabled and say why).
 import { credentials, queue } from './api.js';
+import { artifactsSection } from './artifacts.js';
 import { badge, failure, h, link, when } from './util.js';
 
 const PRIORITIES = ['highest', 'very-high', 'high', 'medium', 'low', 'very-low', 'lowest'];
@@ -70,6 +72,7 @@ export async function taskPage(main, taskId, rerender) {
       h('dt', {}, 'created'), h('dd', {}, when(task.created)),
       h('dt', {}, 'deadline'), h('dd', {}, when(task.deadline)),
       h('dt', {}, 'retries left'), h('dd', {}, String(status.retriesLeft))),
+    ...artifactsSection(taskId, status.runs),
     h('h2', {}, 'Definition'),
     h('pre', { id: 'definition' }, JSON.stringify(task, null, 2)));
 }

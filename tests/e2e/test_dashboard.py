@@ -1,11 +1,14 @@
 """The dashboard at ``/ui/``, used as a person would: headless Chromium (Debian's binary,
-driven by Playwright) against a coordinator with authentication on and tasks in several states.
+driven by Playwright) against a coordinator with authentication on and tasks in several states,
+and a task page's artifacts and log.
 
 Set ``QC_SCREENSHOT=1`` to write ``docs/dashboard.png`` from the queue page.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
 import time
@@ -17,9 +20,10 @@ import pytest
 import slugid
 import taskcluster.aio
 from playwright.async_api import Browser, Page, async_playwright, expect
+from yarl import URL
 
 from devharness.tasks import task_definition
-from tests.fixtures.clients import start_secured
+from tests.fixtures.clients import start_secured, write_clients
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -51,6 +55,7 @@ class Seed:
             {"rootUrl": coordinator.url, "credentials": dict(root), "maxRetries": 0},
             session=coordinator.session,
         )
+        self.session = coordinator.session
         self.group = slugid.nice()
         self.ids: dict[str, str] = {}
 
@@ -64,8 +69,25 @@ class Seed:
         self.ids[name] = task_id
         return task_id
 
-    async def claim(self, task_id: str) -> None:
-        await self.queue.claimTask(task_id, "0", {"workerGroup": "dash", "workerId": "w1"})
+    async def claim(self, task_id: str, run_id: int = 0) -> None:
+        worker = {"workerGroup": "dash", "workerId": "w1"}
+        await self.queue.claimTask(task_id, str(run_id), worker)
+
+    async def upload(
+        self, task_id: str, run_id: int, name: str, content: bytes, content_type: str,
+        *, gzipped: bool = False,
+    ) -> None:  # fmt: skip
+        """createArtifact (s3) and the PUT to its putUrl, as a worker uploads a file."""
+        expires = (await self.queue.task(task_id))["expires"]
+        body = {"storageType": "s3", "expires": expires, "contentType": content_type}
+        created = await self.queue.createArtifact(task_id, str(run_id), name, body)
+        headers = {"Content-Type": content_type}
+        if gzipped:
+            content = gzip.compress(content)
+            headers["Content-Encoding"] = "gzip"
+        put_url = URL(created["putUrl"], encoded=True)  # sent as signed
+        async with self.session.put(put_url, data=content, headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
 
     async def populate(self) -> None:
         """Two queues: completed, failed, running, pending and unscheduled tasks."""
@@ -159,3 +181,105 @@ async def test_dashboard_as_a_person_uses_it(
     assert await page.evaluate("Object.keys(sessionStorage)") == ["queue-dashboard-credentials"]
     assert not errors, errors
     print(f"dashboard test took {time.monotonic() - started:.1f} s")
+
+
+LOG = "public/logs/live_backing.log"
+LOG_LINES = [f"log line {n:05}: compiling module {n % 97}" for n in range(8_000)]
+"""About 320 KB: more than the 200 KB the page shows inline."""
+REPORT = "all 12 checks passed"
+
+
+async def test_task_page_shows_each_runs_artifacts_and_its_log(
+    start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
+) -> None:
+    clients_file = tmp_path / "clients.json"
+    creds = write_clients(clients_file, {})
+    coordinator = await start_coordinator(auth_enabled=True, clients_file=clients_file)
+    seed = Seed(coordinator, creds["root"])
+    task_id = await seed.create("build-with-artifacts")
+    # run 0 uploads its log and is cut short (worker-shutdown: retried at once as run 1)
+    await seed.claim(task_id)
+    await seed.upload(
+        task_id, 0, LOG, b"run 0 started\nrun 0 shut down\n", "text/plain", gzipped=True
+    )
+    await seed.queue.reportException(task_id, "0", {"reason": "worker-shutdown"})
+    await seed.claim(task_id, 1)
+    log_text = "\n".join(LOG_LINES) + "\n"
+    await seed.upload(task_id, 1, LOG, log_text.encode(), "text/plain", gzipped=True)
+    await seed.upload(task_id, 1, "private/report.txt", REPORT.encode(), "text/plain")
+    missing = {
+        "storageType": "error",
+        "expires": (await seed.queue.task(task_id))["expires"],
+        "reason": "file-missing-on-worker",
+        "message": "no such file: dist/app.tar.gz",
+    }
+    await seed.queue.createArtifact(task_id, "1", "public/app.tar.gz", missing)
+    await seed.queue.reportCompleted(task_id, "1")
+
+    page = await browser.new_page(viewport={"width": 1200, "height": 900})
+    page.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    # Anonymous callers may read public/ artifacts but, by default, not list them.
+    await page.goto(f"{coordinator.url}/ui/#/task/{task_id}", timeout=WAIT_MS)
+    await expect(page.locator("#why-no-artifacts")).to_contain_text("Sign in", timeout=WAIT_MS)
+
+    # The operator opens listings to everybody (the clients file is re-read on change).
+    document = json.loads(clients_file.read_text())
+    document["anonymousScopes"] = ["queue:get-artifact:public/*", "queue:list-artifacts:*"]
+    replacement = clients_file.with_suffix(".new")
+    replacement.write_text(json.dumps(document))
+    replacement.chmod(0o600)
+    replacement.replace(clients_file)
+    await page.reload(timeout=WAIT_MS)
+
+    # The latest run's artifacts: the log linked, the private report named but not linked
+    # (and why), the error artifact with its reason and message.
+    rows = page.locator("#artifacts tbody tr")
+    await expect(rows).to_have_count(3, timeout=WAIT_MS)
+    await expect(page.locator("#artifact-run")).to_have_value("1", timeout=WAIT_MS)
+    log_row = page.locator(f'#artifacts tr[data-name="{LOG}"]')
+    await expect(log_row.locator("a.artifact-link")).to_have_text(LOG, timeout=WAIT_MS)
+    await expect(log_row).to_contain_text("text/plain", timeout=WAIT_MS)
+    await expect(log_row).to_contain_text("s3", timeout=WAIT_MS)
+    report_row = page.locator('#artifacts tr[data-name="private/report.txt"]')
+    await expect(report_row.locator("a")).to_have_count(0, timeout=WAIT_MS)
+    await expect(report_row.locator(".why-no-link")).to_contain_text("Sign in", timeout=WAIT_MS)
+    error_row = page.locator('#artifacts tr[data-name="public/app.tar.gz"]')
+    await expect(error_row.locator(".artifact-error")).to_have_text(
+        "file-missing-on-worker: no such file: dist/app.tar.gz", timeout=WAIT_MS
+    )
+    await expect(error_row).to_contain_text("error", timeout=WAIT_MS)
+
+    # The log inline: its last 200 KB (gzip decoded by the browser), from a whole line.
+    log = page.locator("#log")
+    await expect(log).to_contain_text(LOG_LINES[-1], timeout=WAIT_MS)
+    shown = await log.text_content()
+    assert shown is not None and LOG_LINES[0] not in shown
+    assert shown.splitlines()[0] in LOG_LINES
+    await expect(page.locator("#log-note")).to_contain_text("The last 200.0 KB of", timeout=WAIT_MS)
+    whole = await page.locator("#whole-log").get_attribute("href")
+    assert whole is not None
+    whole_log = await browser.new_page()
+    await whole_log.goto(whole, timeout=WAIT_MS)
+    await expect(whole_log.locator("body")).to_contain_text(LOG_LINES[0], timeout=WAIT_MS)
+    await whole_log.close()
+
+    # Signed in, the private report gets a signed link that the browser can follow.
+    await sign_in(page, creds["root"])
+    report_link = report_row.locator("a.artifact-link")
+    await expect(report_link).to_have_text("private/report.txt", timeout=WAIT_MS)
+    href = await report_link.get_attribute("href")
+    assert href is not None and "bewit=" in href
+    report = await browser.new_page()
+    await report.goto(href, timeout=WAIT_MS)
+    await expect(report.locator("body")).to_have_text(REPORT, timeout=WAIT_MS)
+    await report.close()
+
+    # An earlier run: its own artifacts and log.
+    await page.select_option("#artifact-run", "0")
+    await expect(rows).to_have_count(1, timeout=WAIT_MS)
+    await expect(log).to_have_text("run 0 started\nrun 0 shut down\n", timeout=WAIT_MS)
+    await expect(page.locator("#log-note")).not_to_contain_text("The last", timeout=WAIT_MS)
+    assert not errors, errors
