@@ -23,10 +23,12 @@ function href(taskId, runId, name) {
 function download(taskId, runId, name) {
   const url = href(taskId, runId, name);
   if (url == null) {
-    return h('span', {}, name, ' ', h('span', { class: 'muted why-no-link' }, SIGN_IN_TO_DOWNLOAD));
+    const why = h('span', { class: 'muted why-no-link' }, SIGN_IN_TO_DOWNLOAD);
+    return h('span', {}, name, ' ', why);
   }
   const refresh = event => { event.currentTarget.href = href(taskId, runId, name); };
-  return h('a', { href: url, class: 'artifact-link', onmousedown: refresh, onclick: refresh }, name);
+  const attrs = { href: url, class: 'artifact-link', onmousedown: refresh, onclick: refresh };
+  return h('a', attrs, name);
 }
 
 export const size = bytes => (bytes < 1024 ? `${bytes} B`
@@ -98,7 +100,12 @@ async function showLog(box, taskId, runId, listed, current) {
   try {
     response = await fetch(url);
   } catch (error) {
-    box.replaceChildren(h('p', { class: 'error' }, `The log could not be fetched: ${error.message}`));
+    // Bytes kept in Azure Blob Storage come from another origin: the account's CORS rules
+    // must allow this page's, or the browser refuses it the body (a link still works).
+    box.replaceChildren(h('p', { class: 'error' },
+      `The log could not be read here (${error.message}); if the artifacts are on another `,
+      'origin, its CORS rules must allow this one. ',
+      h('a', { href: url, id: 'whole-log' }, 'Open the whole log'), '.'));
     return;
   }
   if (!response.ok) {
