@@ -2,8 +2,9 @@
 process, auth on): listings as tables and NDJSON with filters, summaries, counts, bulk cancel
 and delete with and without their scopes (and with temporary credentials), a task's artifacts
 listed (every page) and downloaded (to a file or stdout, a gzip log decoded, references and
-links followed), and the one-line failures: a missing or unreachable root URL (exit 2), a
-refusal from the coordinator (exit 1), an error artifact's reason (exit 1).
+links followed, from the directory backend and from Azure Blob Storage on Azurite), and the
+one-line failures: a missing or unreachable root URL (exit 2), a refusal from the coordinator
+(exit 1), an error artifact's reason (exit 1), an output file that cannot be written (exit 2).
 
 The coordinator serves from this test's event loop, so the CLI runs through asyncio's
 subprocesses, never a blocking ``subprocess.run``.
@@ -30,10 +31,12 @@ from yarl import URL
 from coordinator.api.credentials import temporary_credentials
 from coordinator.service.clock import wall_clock
 from devharness.api import call
+from devharness.azurite import AzuriteProcess
 from devharness.ports import free_port
 from devharness.processes import REPO, child_env
 from devharness.tasks import METADATA, task_definition
 from hawk_signing import Credentials
+from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 
 ROOT = {"clientId": "root", "accessToken": "root-token-" + "r" * 33}
@@ -128,8 +131,9 @@ async def create(coordinator: RunningCoordinator, **overrides: Any) -> str:
     return task_id
 
 
-@pytest.fixture
-async def tasks(start_coordinator: StartCoordinator, tmp_path: Path) -> Tasks:
+def write_clients(tmp_path: Path) -> Path:
+    """The clients file of ROOT, MANAGER and READER (anonymous callers get the default
+    scopes: queue:get-artifact:public/*)."""
     clients_file = tmp_path / "clients.json"
     clients_file.write_text(
         json.dumps(
@@ -144,7 +148,12 @@ async def tasks(start_coordinator: StartCoordinator, tmp_path: Path) -> Tasks:
         )
     )
     clients_file.chmod(0o600)
-    coordinator = await start_coordinator(auth_enabled=True, clients_file=clients_file)
+    return clients_file
+
+
+@pytest.fixture
+async def tasks(start_coordinator: StartCoordinator, tmp_path: Path) -> Tasks:
+    coordinator = await start_coordinator(auth_enabled=True, clients_file=write_clients(tmp_path))
     group = slugid.nice()
 
     def named(name: str) -> dict[str, Any]:
@@ -590,3 +599,41 @@ async def test_download_refusals(artifacts: Artifacts, tmp_path: Path) -> None:
     )
     assert unwritable.status == 2
     assert str(nowhere) in unwritable.refused()
+
+
+async def test_download_from_azure_blob_storage(
+    start_coordinator: StartCoordinator,
+    tmp_path: Path,
+    azurite: AzuriteProcess,
+    azure_namespace: AzureNamespace,
+) -> None:
+    """getArtifact redirects to a SAS URL of the blob: fetched as it is, gzip replayed by
+    Azure (the stored Content-Encoding) and decoded."""
+    coordinator = await start_coordinator(
+        auth_enabled=True,
+        clients_file=write_clients(tmp_path),
+        artifacts="azure",
+        azure_connection_string=azurite.connection_string,
+        queue_prefix=azure_namespace.queue_prefix,
+    )
+    task_id = await create(coordinator, workerType="cli-wt")
+    expires = (await root_call(coordinator, "GET", f"/task/{task_id}"))["expires"]
+    run = f"/task/{task_id}/runs/0"
+    await root_call(coordinator, "POST", f"{run}/claim", {"workerGroup": "wg", "workerId": "w1"})
+    await upload(
+        coordinator, run, "public/logs/live_backing.log", gzip.compress(LOG_TEXT.encode()),
+        content_type="text/plain", encoding="gzip", expires=expires,
+    )  # fmt: skip
+    await upload(
+        coordinator, run, "private/report.json", REPORT,
+        content_type="application/json", expires=expires,
+    )  # fmt: skip
+
+    log = await tasks_cli(
+        "download", task_id, "public/logs/live_backing.log", root_url=coordinator.url
+    )
+    assert (log.status, log.stdout) == (0, LOG_TEXT), log.stderr
+    report = await tasks_cli(
+        "download", task_id, "private/report.json", root_url=coordinator.url, client=ROOT
+    )
+    assert (report.status, report.stdout) == (0, REPORT.decode()), report.stderr
