@@ -29,7 +29,7 @@ from coordinator.api.endpoints import API_PREFIX
 from coordinator.api.errors import InputTooLarge, LengthRequired, SignedUrlRefused
 from coordinator.api.http import json_response
 from coordinator.blobs.base import BlobIncomplete, BlobUnavailable
-from coordinator.domain.artifacts import Artifact
+from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.listings import Key, Page
 from coordinator.domain.records import to_iso
 from coordinator.service.artifacts import (
@@ -73,16 +73,9 @@ class ArtifactUrls:
     public_url: str
     max_bytes: int
 
-    def signature(
-        self,
-        method: str,
-        artifact: Artifact | tuple[str, int, str],
-        *,
-        expires: int,
-        content_type: str,
-    ) -> str:
-        """The hex HMAC of a URL of ``method`` for the artifact (or its key)."""
-        task_id, run_id, name = artifact.key if isinstance(artifact, Artifact) else artifact
+    def signature(self, method: str, key: ArtifactKey, *, expires: int, content_type: str) -> str:
+        """The hex HMAC of a URL of ``method`` for the artifact of ``key``."""
+        task_id, run_id, name = key
         # Printable ASCII names hold no newline, so the fields cannot run into each other.
         message = "\n".join([method, task_id, str(run_id), name, content_type, str(expires)])
         return hmac.new(self.key, message.encode(), hashlib.sha256).hexdigest()
@@ -95,18 +88,20 @@ class ArtifactUrls:
 
     def upload_url(self, artifact: Artifact, *, expires: int) -> str:
         """The ``putUrl`` of an s3 artifact, working until ``expires``."""
-        sig = self.signature("PUT", artifact, expires=expires, content_type=artifact.content_type)
+        sig = self.signature(
+            "PUT", artifact.key, expires=expires, content_type=artifact.content_type
+        )
         return self._url("artifact-upload", artifact, expires=expires, sig=sig)
 
     def download_url(self, artifact: Artifact, *, expires: int) -> str:
         """Where the coordinator serves an uploaded artifact's bytes until ``expires``."""
-        sig = self.signature("GET", artifact, expires=expires, content_type="")
+        sig = self.signature("GET", artifact.key, expires=expires, content_type="")
         return self._url("artifact-download", artifact, expires=expires, sig=sig)
 
     def check(
         self,
         request: web.Request,
-        artifact: tuple[str, int, str],
+        key: ArtifactKey,
         *,
         content_type: str,
         now: int,
@@ -118,9 +113,7 @@ class ArtifactUrls:
         :raises SignedUrlRefused: 403.
         """
         expires = int(request.query["expires"])
-        expected = self.signature(
-            request.method, artifact, expires=expires, content_type=content_type
-        )
+        expected = self.signature(request.method, key, expires=expires, content_type=content_type)
         if not hmac.compare_digest(request.query["sig"], expected):
             raise SignedUrlRefused(
                 "This URL's signature does not match it: it was altered, or signed by a "
@@ -133,7 +126,7 @@ class ArtifactUrls:
             )
 
 
-def _artifact_key(request: web.Request) -> tuple[str, int, str]:
+def _artifact_key(request: web.Request) -> ArtifactKey:
     info = request.match_info
     return info["taskId"], int(info["runId"]), info["name"]
 

@@ -66,6 +66,8 @@ class Parameter:
     :param refusal: what a 400 says first of a value that does not match the schema, before
         the schema's words (``{value}`` is the value), when those alone would not help.
     :param splat: a path parameter that takes the rest of the path, ``/`` included.
+    :param required: a query parameter the endpoint cannot do without (path parameters
+        always are).
     """
 
     name: str
@@ -74,6 +76,7 @@ class Parameter:
     repeat: int = 1
     refusal: str | None = None
     splat: bool = False
+    required: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
@@ -247,11 +250,13 @@ PARAMETERS: Mapping[str, Parameter] = {
             name="expires",
             schema="signed-url-expires-parameter",
             description="When the signed URL stops working (epoch milliseconds).",
+            required=True,
         ),
         Parameter(
             name="sig",
             schema="signed-url-signature-parameter",
             description="The URL's signature, made by the coordinator.",
+            required=True,
         ),
     )
 }

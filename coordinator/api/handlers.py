@@ -755,10 +755,12 @@ BEWIT = "bewit"
 """The query parameter of a signed URL (``buildSignedUrl``), which every GET accepts."""
 
 
-def _check_query(endpoint: Endpoint, request: web.Request) -> None:
-    """:raises InputValidationError: a query parameter the endpoint does not take, a value
+def _check_query(
+    endpoint: Endpoint, accepted: Mapping[str, Parameter], request: web.Request
+) -> None:
+    """:raises InputValidationError: a query parameter the endpoint does not take (of
+    ``accepted``, its :attr:`~Endpoint.query_parameters`; a GET also takes a bewit), a value
     that does not match its schema, or a repeatable one given more often than it may be."""
-    accepted = endpoint.query_parameters
     query = request.query
     unknown = sorted(set(query) - set(accepted) - ({BEWIT} if endpoint.method == "GET" else set()))
     if unknown:
@@ -766,6 +768,12 @@ def _check_query(endpoint: Endpoint, request: web.Request) -> None:
         raise InputValidationError(
             f"unknown query parameters {', '.join(unknown)}: {endpoint.name} accepts "
             f"{', '.join(accepted) or 'none'}"
+        )
+    missing = [name for name, p in accepted.items() if p.required and name not in query]
+    if missing:
+        raise InputValidationError(
+            f"missing query parameters {', '.join(missing)}: {endpoint.name} needs the signed "
+            "URL whole, as it was given"
         )
     try:
         validation.validate_params(query, accepted)
@@ -824,13 +832,14 @@ def route_handler(
 
     :param max_body: the largest request body (bytes) the endpoint accepts.
     """
+    accepted = endpoint.query_parameters
     declares_scopes = endpoint.scopes is not None or endpoint.run_scopes is not None
     scopes_from_url = endpoint.scopes_from_url
 
     async def handle(request: web.Request) -> web.StreamResponse:
         request[ENDPOINT] = endpoint.name
         validation.validate_params(request.match_info)
-        _check_query(endpoint, request)
+        _check_query(endpoint, accepted, request)
         body: Any = None
         if endpoint.input is not None:
             body = await _read_body(endpoint, request, max_body)

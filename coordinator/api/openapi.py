@@ -198,7 +198,7 @@ def _parameter(parameter: Parameter, *, location: str) -> dict[str, Any]:
     return {
         "name": parameter.name,
         "in": location,
-        "required": location == "path",
+        "required": location == "path" or parameter.required,
         "description": parameter.description,
         "schema": _value_schema(parameter),
     }

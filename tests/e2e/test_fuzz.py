@@ -9,8 +9,9 @@ the right ``Allow`` for a method the path does not take. Every failure, and any 
 the coordinator's log, fails the test, with one exception, :func:`stands`: a schema-valid
 request may be refused with a 400 that names what no schema can say (a deadline before
 ``created``, a continuationToken this API never issued, a run reported twice in one batch),
-never with one about the schema. The run is deterministic (derandomised Hypothesis, no example
-database) and bounded by :data:`MAX_EXAMPLES` per operation and phase.
+never with one about the schema; and an artifact may be an error artifact (424) or expired
+(410), which is what it is, not a refusal. The run is deterministic (derandomised Hypothesis,
+no example database) and bounded by :data:`MAX_EXAMPLES` per operation and phase.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from schemathesis.core.transport import Response
 from schemathesis.engine import events
 from schemathesis.hooks import HookContext
 from schemathesis.openapi.checks import RejectedPositiveData
+from yarl import URL
 
 from coordinator.api.clients import ensure_root_client
 from devharness.api import call
@@ -56,6 +58,27 @@ SEEDED_PROBABILITY = 0.5
 taskIds are all 404s, which reach none of the claim, reclaim and report paths."""
 
 WORKER_GROUP, WORKER_ID, QUARANTINED_WORKER_ID = "fuzz-wg", "fuzz-w1", "fuzz-w2"
+
+ARTIFACTS: dict[str, dict[str, Any]] = {
+    "public/fuzz.txt": {"storageType": "s3", "contentType": "text/plain"},
+    "public/ref": {
+        "storageType": "reference",
+        "url": "https://example.com/x",
+        "contentType": "text/plain",
+    },
+    "public/error": {
+        "storageType": "error",
+        "reason": "file-missing-on-worker",
+        "message": "no such file",
+    },
+    "public/link": {"storageType": "link", "artifact": "public/fuzz.txt"},
+    "private/cycle": {"storageType": "link", "artifact": "private/cycle"},
+}
+"""The artifacts seeded on each running task, by name: one of each kind (the s3 one uploaded),
+and a link to itself."""
+ARTIFACT_ANSWERS = (410, 424)
+"""What a schema-valid request for an artifact may meet besides success: an expired one, an
+error artifact."""
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -94,7 +117,8 @@ class Seeded:
 
 async def seed(c: RunningCoordinator, credentials: Credentials | None) -> Seeded:
     """Tasks in every state (unscheduled, pending, running, completed, failed, exception), a
-    sealed task group beside an open one, and a quarantined worker."""
+    sealed task group beside an open one, a quarantined worker, and :data:`ARTIFACTS` on the
+    running tasks."""
 
     async def ok(method: str, path: str, body: Any = None) -> Any:
         response = await call(c.session, method, c.api + path, body, credentials=credentials)
@@ -125,6 +149,18 @@ async def seed(c: RunningCoordinator, credentials: Credentials | None) -> Seeded
         await ok("POST", f"/task/{task_id}/runs/0/claim", worker)
         if not outcome.startswith("running"):
             await ok("POST", f"/task/{task_id}/runs/0/{outcome}", body)
+    for outcome in ("running", "running-2", "running-3"):
+        expires = {"expires": (await ok("GET", f"/task/{resolved[outcome]}"))["expires"]}
+        for name, kind in ARTIFACTS.items():
+            path = f"/task/{resolved[outcome]}/runs/0/artifacts/{name.replace('/', '%2F')}"
+            created = await ok("POST", path, {**kind, **expires})
+            if "putUrl" in created:
+                async with c.session.put(
+                    URL(created["putUrl"], encoded=True),
+                    data=b"fuzz",
+                    headers={"Content-Type": "text/plain"},
+                ) as response:
+                    assert response.status == 200, await response.text()
     in_sealed = str(slugid.nice())
     await ok("PUT", f"/task/{in_sealed}", task_definition(taskGroupId=sealed_group))
     await ok("POST", f"/task-group/{sealed_group}/seal")
@@ -161,6 +197,7 @@ def fuzz_config(seeded: Seeded) -> schemathesis.Config:
         "taskQueueId": ["test-prov/test-wt"],
         "workerGroup": [WORKER_GROUP],
         "workerId": [WORKER_ID, QUARANTINED_WORKER_ID],
+        "name": list(ARTIFACTS),
     }
     return schemathesis.Config.from_dict(
         {
@@ -189,8 +226,13 @@ def fuzz_config(seeded: Seeded) -> schemathesis.Config:
 
 def stands(context: HookContext, failure: Failure, case: Any, response: Response) -> bool:
     """Whether a failure counts (schemathesis' ``filter_failure`` hook): all of them, except a
-    schema-valid request refused with a 400 that is not about the schema."""
-    if not isinstance(failure, RejectedPositiveData) or response.status_code != 400:
+    schema-valid request refused with a 400 that is not about the schema, or answered what an
+    artifact is (:data:`ARTIFACT_ANSWERS`)."""
+    if not isinstance(failure, RejectedPositiveData):
+        return True
+    if response.status_code in ARTIFACT_ANSWERS:
+        return False
+    if response.status_code != 400:
         return True
     message = str(response.json().get("message", ""))
     return any(refusal in message for refusal in SCHEMA_REFUSALS)

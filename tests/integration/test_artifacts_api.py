@@ -704,3 +704,44 @@ async def test_expired_artifacts_and_tasks_leave_nothing_behind(setup: Setup) ->
     assert await setup.stored(task_id, "public/long") is None
     assert await setup.c.parts.store.get(task_id) is None
     assert await expiry_sweeper.run_once(management) == 0
+
+
+async def test_the_clients_file_says_what_anonymous_callers_hold(setup: Setup) -> None:
+    task_id, run = await setup.running()
+    await setup.s3(run, task_id, "public/p", b"p")
+    anonymous = setup.client(None)
+    assert (await anonymous.getArtifact(task_id, 0, "public/p"))["storageType"] == "s3"
+    path = setup.c.config.clients_file
+    document = json.loads(path.read_text())
+    for scopes, read in (([], False), (["queue:list-artifacts:*"], False), (None, True)):
+        if scopes is None:
+            document.pop("anonymousScopes")
+        else:
+            document["anonymousScopes"] = scopes
+        replacement = path.with_suffix(".new")
+        replacement.write_text(json.dumps(document))
+        replacement.chmod(0o600)
+        replacement.replace(path)  # the registry reloads a replaced file on the next request
+        listed = await anonymous.listArtifacts(task_id, 0) if scopes else None
+        assert listed is None or [a["name"] for a in listed["artifacts"]] == ["public/p"]
+        if read:
+            assert (await anonymous.getArtifact(task_id, 0, "public/p"))["storageType"] == "s3"
+        else:
+            status, _ = await rejected(anonymous.getArtifact(task_id, 0, "public/p"))
+            assert status == 401
+
+
+async def test_request_bodies_are_taken_as_sent(setup: Setup) -> None:
+    """The server never decodes a body: an upload's gzip bytes are stored as they came, and a
+    JSON body sent encoded is refused with a 400 that says so."""
+    task_id = await setup.task()
+    url = f"{setup.c.api}/task/{task_id}/runs/0/claim"
+    content = gzip.compress(b'{"workerGroup": "wg", "workerId": "w1"}')
+    async with setup.c.session.post(
+        URL(url, encoded=True),
+        data=content,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    ) as response:
+        body = await response.json()
+    assert response.status == 400, body
+    assert "Content-Encoding gzip" in body["message"]
