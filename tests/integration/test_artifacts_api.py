@@ -26,6 +26,7 @@ import pytest
 import slugid
 from yarl import URL
 
+from coordinator.api.clients import ClientRegistry, ClientsFileError, ensure_root_client
 from coordinator.blobs import blob_key
 from coordinator.domain.records import from_iso, to_iso
 from coordinator.resolvers import expiry_sweeper
@@ -745,3 +746,14 @@ async def test_request_bodies_are_taken_as_sent(setup: Setup) -> None:
         body = await response.json()
     assert response.status == 400, body
     assert "Content-Encoding gzip" in body["message"]
+
+
+def test_anonymous_scopes_must_be_a_list_of_scopes(tmp_path: Path) -> None:
+    path = tmp_path / "clients.json"
+    ensure_root_client(path)
+    assert ClientRegistry(path).anonymous_scopes == ("queue:get-artifact:public/*",)
+    document = json.loads(path.read_text())
+    for wrong in ("queue:get-artifact:*", ["queue:get-artifact:é"], [1]):
+        path.write_text(json.dumps({**document, "anonymousScopes": wrong}))
+        with pytest.raises(ClientsFileError, match="anonymousScopes must be a list"):
+            ClientRegistry(path)
