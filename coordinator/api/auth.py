@@ -219,14 +219,16 @@ class Authenticator:
             self._public_origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
     async def authenticate(self, request: web.Request) -> RequestAuth:
-        """Verify ``request``'s ``Authorization`` header, if any.
+        """Verify ``request``'s ``Authorization`` header or bewit, if any; without either,
+        the caller is anonymous (the clients file's ``anonymousScopes``).
 
         Reads the body (aiohttp caches it for the handler) to check the payload hash; a body
         over the application's ``client_max_size`` raises aiohttp's
         ``HTTPRequestEntityTooLarge``.
         """
         header = request.headers.get(hdrs.AUTHORIZATION)
-        signed = _BEWIT.fullmatch(request.raw_path)
+        target = request.raw_path
+        signed = _BEWIT.fullmatch(target) if "bewit=" in target else None
         if header is None and signed is None:
             return Anonymous(scopes=self._clients.anonymous_scopes)
         origins = [f"{request.scheme}://{request.host}"]
