@@ -37,11 +37,11 @@ from azure.core.exceptions import (
 from azure.storage.queue import QueueMessage, QueueProperties
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
+from coordinator.azure.account import account_key, client_options
 from coordinator.azure.errors import QueueMissing, unavailable
 from coordinator.azure.hint_codec import decode_hint, encode_hint
 from coordinator.azure.names import check_prefix, queue_name, queue_name_pattern
 from coordinator.azure.put import HintPutter
-from coordinator.azure.signing import AccountKey
 from coordinator.domain.lifecycle import Hint
 from coordinator.domain.records import from_iso, to_iso
 from coordinator.domain.task_queues import PRIORITIES
@@ -157,26 +157,9 @@ class QueueService:
         self.settings = settings or QueueSettings()
         timeout = self.settings.request_timeout_s
         self._service = QueueServiceClient.from_connection_string(
-            connection_string,
-            connection_timeout=timeout,
-            read_timeout=timeout,
-            # One quick retry (0.2 s + 0**1) absorbs a dropped keep-alive connection; longer
-            # outages are the caller's to retry (the SDK default backs off 15 s and more).
-            retry_total=1,
-            initial_backoff=0.2,
-            increment_base=0,
-            random_jitter_range=0,
+            connection_string, **client_options(timeout)
         )
-        credential = self._service.credential
-        account_key = getattr(credential, "account_key", None)
-        if not account_key:
-            raise ValueError("the Azure connection string must contain an AccountKey")
-        self._account = AccountKey(
-            account_name=credential.account_name,
-            account_key=account_key,
-            # Real accounts are https only; the emulator speaks http.
-            protocol="https" if self._service.url.startswith("https:") else "https,http",
-        )
+        self._account = account_key(self._service)
         self._clients: dict[str, QueueClient] = {}
         self._fresh: dict[str, int] = {}
         """Queue name -> the ``now`` at which we last wrote its ``last_used``."""

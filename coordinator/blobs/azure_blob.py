@@ -35,6 +35,7 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobBlock, BlobSasPermissions, ContentSettings, generate_blob_sas
 from azure.storage.blob.aio import BlobServiceClient, ContainerClient
 
+from coordinator.azure.account import account_key, client_options
 from coordinator.blobs.base import (
     BlobReader,
     BlobUnavailable,
@@ -69,28 +70,15 @@ class AzureBlobStore:
     def __init__(
         self, connection_string: str, *, container: str, request_timeout_s: float = 30.0
     ) -> None:
+        # A failed upload or download is its client's to retry (it gets a 503).
         self._service = BlobServiceClient.from_connection_string(
             connection_string,
-            connection_timeout=request_timeout_s,
-            read_timeout=request_timeout_s,
-            # One quick retry absorbs a dropped keep-alive connection; a longer outage is the
-            # client's to retry (its upload or download fails with a 503).
-            retry_total=1,
-            initial_backoff=0.2,
-            increment_base=0,
-            random_jitter_range=0,
+            **client_options(request_timeout_s),
             # A download's first request would otherwise fetch up to 32 MiB at once.
             max_single_get_size=BLOCK_SIZE,
             max_chunk_get_size=BLOCK_SIZE,
         )
-        credential = self._service.credential
-        account_key = getattr(credential, "account_key", None)
-        if not account_key:
-            raise ValueError("the Azure connection string must contain an AccountKey")
-        self._account_name: str = credential.account_name
-        self._account_key: str = account_key
-        # Real accounts are https only; the emulator speaks http.
-        self._protocol = "https" if self._service.url.startswith("https:") else "https,http"
+        self._account = account_key(self._service)
         self.container = container
         self._container: ContainerClient = self._service.get_container_client(container)
         self._container_ready = False
@@ -148,8 +136,11 @@ class AzureBlobStore:
 
     async def open(self, key: str) -> BlobReader | None:
         """See :meth:`coordinator.blobs.base.BlobStore.open`; chunks of :data:`BLOCK_SIZE`."""
+        blob = self._container.get_blob_client(self.blob_name(key))
         try:
-            downloader = await self._container.get_blob_client(self.blob_name(key)).download_blob()
+            # The bytes as stored: the SDK would otherwise decode a gzip Content-Encoding,
+            # and the download route serves them with that header for the client to decode.
+            downloader = await blob.download_blob(decompress=False)
         except ResourceNotFoundError:
             return None
         except AzureError as error:
@@ -179,13 +170,13 @@ class AzureBlobStore:
         ``content_encoding``."""
         name = self.blob_name(key)
         sas = generate_blob_sas(
-            self._account_name,
+            self._account.account_name,
             self.container,
             name,
-            account_key=self._account_key,
+            account_key=self._account.account_key,
             permission=BlobSasPermissions(read=True),
             expiry=datetime.fromtimestamp(expires / 1000, tz=UTC),
-            protocol=self._protocol,
+            protocol=self._account.protocol,
             content_type=content_type,
             content_encoding=content_encoding,
         )
