@@ -548,7 +548,3 @@ class TaskService:
         """Up to ``limit`` tasks of the queue whose last run is pending, the earliest
         claimable first."""
         return (await self._store.pending_runs(task_queue, limit=limit, after=None)).items
-
-    async def delete_expired(self, limit: int) -> int:
-        """Delete tasks past ``expires`` (with their dependency edges); how many."""
-        return await self._store.delete_expired(self.clock(), limit)
