@@ -85,55 +85,51 @@ ROOT_ENDPOINTS = frozenset({"heartbeat", "lbheartbeat", "version"})
 """Served at the service root as well, where load balancers and deployment checks look."""
 
 
+def _resolver_interval(config: Config) -> float:
+    return config.resolver_interval_ms / 1000
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ActorSpec:
     """One background actor: a pass of its ``coordinator.resolvers`` module on an interval.
 
     :param name: in logs and in the resolver metrics.
     :param run_once: one pass over the running parts; returns how many things it acted on.
-    :param interval: seconds between idle passes, given the configuration.
+    :param interval: seconds between idle passes, given the configuration; default:
+        ``COORDINATOR_RESOLVER_INTERVAL``.
     :param needs_azure: runs only when Azure queues are configured.
     :param busy_at: a pass acting on at least this many runs again at once.
     """
 
     name: str
     run_once: Callable[[Coordinator], Awaitable[int]]
-    interval: Callable[[Config], float]
+    interval: Callable[[Config], float] = _resolver_interval
     needs_azure: bool = False
     busy_at: int = 100
-
-
-def _resolver_interval(config: Config) -> float:
-    return config.resolver_interval_ms / 1000
 
 
 ACTORS: tuple[ActorSpec, ...] = (
     ActorSpec(
         name="claim-resolver",
         run_once=lambda c: claim_resolver.run_once(c.service),
-        interval=_resolver_interval,
     ),
     ActorSpec(
         name="deadline-resolver",
         run_once=lambda c: deadline_resolver.run_once(
             c.service, delay_ms=c.config.deadline_delay_ms
         ),
-        interval=_resolver_interval,
     ),
     ActorSpec(
         name="dependency-resolver",
         run_once=lambda c: dependency_resolver.run_once(c.service),
-        interval=_resolver_interval,
     ),
     ActorSpec(
         name="hint-keeper",
         run_once=lambda c: hint_keeper.run_once(c.service, grace_ms=c.config.hint_grace_ms),
-        interval=_resolver_interval,
     ),
     ActorSpec(
         name="expiry-sweeper",
         run_once=lambda c: expiry_sweeper.run_once(c.management),
-        interval=_resolver_interval,
         busy_at=1000,
     ),
     ActorSpec(
@@ -152,12 +148,10 @@ ACTORS: tuple[ActorSpec, ...] = (
     ActorSpec(
         name="sightings-flusher",
         run_once=lambda c: sightings_flusher.run_once(c.workers),
-        interval=_resolver_interval,
     ),
     ActorSpec(
         name="quarantine-refresher",
         run_once=lambda c: quarantine_refresher.run_once(c.workers),
-        interval=_resolver_interval,
     ),
     ActorSpec(
         name="worker-sweeper",
