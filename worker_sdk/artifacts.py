@@ -128,7 +128,9 @@ async def _chunks(path: Path, length: int) -> AsyncIterator[bytes]:
 
 
 class RunArtifacts:
-    """Creates the artifacts of one run; see the module docs.
+    """Creates the artifacts of one run; see the module docs. Its public methods are the
+    run's own (:class:`~worker_sdk.runs.TaskRun` ``upload_artifact``, ``create_link_artifact``,
+    ``create_reference_artifact``, ``create_error_artifact``, and their blocking twins).
 
     :param root_urls: the coordinator (or its replicas, in order of preference).
     :param task_id: the run's task.
@@ -176,14 +178,18 @@ class RunArtifacts:
         content_encoding: str | None = None,
         expires: Expires = None,
     ) -> None:
-        """Create the s3 artifact ``name`` and upload ``data`` (bytes, or a file's path).
+        """Upload an artifact (storageType ``s3``): createArtifact, then its bytes.
 
+        :param name: e.g. ``public/report.html``; ``public/`` names anyone may download.
+        :param data: the bytes, or the path of a file (a ``str`` is a path), which is
+            streamed, never read into memory whole.
         :param content_type: default: guessed from ``name`` (:func:`content_type_of`).
-        :param content_encoding: sent as ``Content-Encoding`` (e.g. ``gzip`` for bytes that
-            are gzipped): a download then carries it too.
-        :param expires: default: the task's ``expires``.
-        :raises RequestFailed: the coordinator refused, or kept failing.
-        :raises OSError: the file cannot be read.
+        :param content_encoding: e.g. ``gzip`` for gzipped bytes: downloads carry it, so
+            HTTP clients decompress them transparently.
+        :param expires: an aware datetime or an RFC 3339 string; default: the task's
+            ``expires``.
+        :raises RequestFailed: refused, or still failing after a few tries.
+        :raises OSError: the file cannot be read (nothing was created).
         """
         upload = await _Upload.of(data)
         content_type = content_type or content_type_of(name)
@@ -195,7 +201,7 @@ class RunArtifacts:
         }
 
         async def attempt(client: CoordinatorClient) -> None:
-            answer = await self._create(client, name, body)
+            answer = await self._create_artifact(client, name, body)
             await client.upload_to(
                 answer["putUrl"],
                 upload.body(),
@@ -214,17 +220,50 @@ class RunArtifacts:
             upload.length,
         )
 
-    async def create(self, name: str, body: Mapping[str, Any], *, expires: Expires = None) -> None:
-        """createArtifact of a ``link``, ``reference`` or ``error`` artifact.
+    async def link(
+        self, name: str, target: str, *, content_type: str | None = None, expires: Expires = None
+    ) -> None:
+        """Make ``name`` stand for the artifact ``target`` of this run (which need not exist
+        yet): downloads of ``name`` get ``target``'s content.
 
-        :param body: the request without ``expires``.
         :param expires: default: the task's ``expires``.
-        :raises RequestFailed: the coordinator refused, or kept failing.
+        :raises RequestFailed: refused, or still failing after a few tries.
         """
+        body = {"storageType": "link", "artifact": target}
+        if content_type is not None:
+            body["contentType"] = content_type
+        await self._create(name, body, expires)
+
+    async def reference(
+        self, name: str, url: str, content_type: str, *, expires: Expires = None
+    ) -> None:
+        """Make downloads of ``name`` redirect to ``url``, stored elsewhere.
+
+        :param expires: default: the task's ``expires``.
+        :raises RequestFailed: refused, or still failing after a few tries.
+        """
+        body = {"storageType": "reference", "url": url, "contentType": content_type}
+        await self._create(name, body, expires)
+
+    async def error(
+        self, name: str, reason: ErrorReason, message: str, *, expires: Expires = None
+    ) -> None:
+        """Record why ``name`` could not be provided: downloads of it answer 424 with
+        ``reason`` and ``message``.
+
+        :param expires: default: the task's ``expires``.
+        :raises RequestFailed: refused, or still failing after a few tries.
+        """
+        body = {"storageType": "error", "reason": reason, "message": message}
+        await self._create(name, body, expires)
+
+    async def _create(self, name: str, body: Mapping[str, Any], expires: Expires) -> None:
+        """createArtifact of a ``link``, ``reference`` or ``error`` artifact: ``body``
+        without its ``expires``."""
         full = {**body, "expires": self._expires(expires)}
 
         async def attempt(client: CoordinatorClient) -> None:
-            await self._create(client, name, full)
+            await self._create_artifact(client, name, full)
 
         await self._tried(name, attempt)
         log.info(
@@ -242,7 +281,7 @@ class RunArtifacts:
             raise ValueError("the task has no expires: give the artifact's expires")
         return self._task_expires
 
-    async def _create(
+    async def _create_artifact(
         self, client: CoordinatorClient, name: str, body: Mapping[str, Any]
     ) -> dict[str, Any]:
         return await client.create_artifact(

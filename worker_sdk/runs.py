@@ -12,15 +12,16 @@ and its siblings in an async handler, ``run.blocking.upload_artifact(...)`` in a
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec
 
 from hawk_signing import Credentials
-from worker_sdk.artifacts import Data, ErrorReason, Expires, RunArtifacts
+from worker_sdk.artifacts import RunArtifacts
 from worker_sdk.client import Claim, Reclaim
 from worker_sdk.timing import Backoff
 
@@ -29,7 +30,43 @@ Handler = Callable[["TaskRun"], Awaitable[None] | None]
 
 CancelReason = Literal["claim-lost", "worker-shutdown"]
 
-_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+_ArtifactsMethod = Callable[Concatenate[RunArtifacts, _P], Coroutine[Any, Any, None]]
+"""A coroutine method of :class:`~worker_sdk.artifacts.RunArtifacts` taking ``_P``."""
+
+
+def _artifacts_method(
+    method: _ArtifactsMethod[_P],
+) -> Callable[Concatenate[TaskRun, _P], Coroutine[Any, Any, None]]:
+    """``method`` as a :class:`TaskRun` method: called on the run's artifacts."""
+
+    @functools.wraps(method)
+    async def call(run: TaskRun, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        await method(run._artifacts, *args, **kwargs)
+
+    return call
+
+
+def _blocking_method(
+    method: _ArtifactsMethod[_P],
+) -> Callable[Concatenate[BlockingArtifacts, _P], None]:
+    """``method`` as a :class:`BlockingArtifacts` method: run to its end on an event loop of
+    its own."""
+
+    @functools.wraps(method)
+    def call(blocking: BlockingArtifacts, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(method(blocking._run._artifacts, *args, **kwargs))
+            return
+        raise RuntimeError(
+            "run.blocking is for sync handlers; an async handler awaits the TaskRun's methods"
+        )
+
+    return call
 
 
 class Lease:
@@ -125,61 +162,11 @@ class TaskRun:
         """The artifact methods for a sync handler, each blocking until it is done."""
         return BlockingArtifacts(self)
 
-    async def upload_artifact(
-        self,
-        name: str,
-        data: Data,
-        *,
-        content_type: str | None = None,
-        content_encoding: str | None = None,
-        expires: Expires = None,
-    ) -> None:
-        """Upload an artifact (storageType ``s3``): createArtifact, then its bytes.
-
-        :param name: e.g. ``public/report.html``; ``public/`` names anyone may download.
-        :param data: the bytes, or the path of a file (a ``str`` is a path), which is
-            streamed, never read into memory whole.
-        :param content_type: default: guessed from ``name`` by :mod:`mimetypes`, else
-            ``application/octet-stream``.
-        :param content_encoding: e.g. ``gzip`` for gzipped bytes: downloads carry it, so
-            HTTP clients decompress them transparently.
-        :param expires: an aware datetime or an RFC 3339 string; default: the task's
-            ``expires``.
-        :raises RequestFailed: refused, or still failing after a few tries.
-        :raises OSError: the file cannot be read (nothing was created).
-        """
-        await self._artifacts.upload(
-            name,
-            data,
-            content_type=content_type,
-            content_encoding=content_encoding,
-            expires=expires,
-        )
-
-    async def create_link_artifact(
-        self, name: str, target: str, *, content_type: str | None = None, expires: Expires = None
-    ) -> None:
-        """Make ``name`` stand for the artifact ``target`` of this run (which need not exist
-        yet): downloads of ``name`` get ``target``'s content."""
-        body = {"storageType": "link", "artifact": target}
-        if content_type is not None:
-            body["contentType"] = content_type
-        await self._artifacts.create(name, body, expires=expires)
-
-    async def create_reference_artifact(
-        self, name: str, url: str, content_type: str, *, expires: Expires = None
-    ) -> None:
-        """Make downloads of ``name`` redirect to ``url``, stored elsewhere."""
-        body = {"storageType": "reference", "url": url, "contentType": content_type}
-        await self._artifacts.create(name, body, expires=expires)
-
-    async def create_error_artifact(
-        self, name: str, reason: ErrorReason, message: str, *, expires: Expires = None
-    ) -> None:
-        """Record why ``name`` could not be provided: downloads of it answer 424 with
-        ``reason`` and ``message``."""
-        body = {"storageType": "error", "reason": reason, "message": message}
-        await self._artifacts.create(name, body, expires=expires)
+    # The artifact methods are the run's RunArtifacts', with their parameters and docs.
+    upload_artifact = _artifacts_method(RunArtifacts.upload)
+    create_link_artifact = _artifacts_method(RunArtifacts.link)
+    create_reference_artifact = _artifacts_method(RunArtifacts.reference)
+    create_error_artifact = _artifacts_method(RunArtifacts.error)
 
     def __repr__(self) -> str:
         return f"TaskRun(task_id={self.task_id!r}, run_id={self.run_id})"
@@ -212,57 +199,10 @@ class BlockingArtifacts:
     def __init__(self, run: TaskRun) -> None:
         self._run = run
 
-    def upload_artifact(
-        self,
-        name: str,
-        data: Data,
-        *,
-        content_type: str | None = None,
-        content_encoding: str | None = None,
-        expires: Expires = None,
-    ) -> None:
-        """:meth:`TaskRun.upload_artifact`, blocking."""
-        _blocking(
-            self._run.upload_artifact(
-                name,
-                data,
-                content_type=content_type,
-                content_encoding=content_encoding,
-                expires=expires,
-            )
-        )
-
-    def create_link_artifact(
-        self, name: str, target: str, *, content_type: str | None = None, expires: Expires = None
-    ) -> None:
-        """:meth:`TaskRun.create_link_artifact`, blocking."""
-        _blocking(
-            self._run.create_link_artifact(name, target, content_type=content_type, expires=expires)
-        )
-
-    def create_reference_artifact(
-        self, name: str, url: str, content_type: str, *, expires: Expires = None
-    ) -> None:
-        """:meth:`TaskRun.create_reference_artifact`, blocking."""
-        _blocking(self._run.create_reference_artifact(name, url, content_type, expires=expires))
-
-    def create_error_artifact(
-        self, name: str, reason: ErrorReason, message: str, *, expires: Expires = None
-    ) -> None:
-        """:meth:`TaskRun.create_error_artifact`, blocking."""
-        _blocking(self._run.create_error_artifact(name, reason, message, expires=expires))
-
-
-def _blocking(call: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``call`` to its end on an event loop of its own."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(call)
-    call.close()
-    raise RuntimeError(
-        "run.blocking is for sync handlers; an async handler awaits the TaskRun's methods"
-    )
+    upload_artifact = _blocking_method(RunArtifacts.upload)
+    create_link_artifact = _blocking_method(RunArtifacts.link)
+    create_reference_artifact = _blocking_method(RunArtifacts.reference)
+    create_error_artifact = _blocking_method(RunArtifacts.error)
 
 
 def credentials_json(credentials: Credentials) -> dict[str, str | None]:
