@@ -11,11 +11,8 @@ tasks' upstream artifacts.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +20,10 @@ import aiohttp
 import pytest
 import slugid
 
-from devharness.processes import REPO, end_processes
+from devharness.processes import REPO
 from devharness.tasks import task_definition
 from tests.fixtures.clients import WT, Queue, start_secured, worker_scopes
+from tests.fixtures.commands import run_to_end, taskcluster_env
 from tests.fixtures.coordinator import WORKER, StartCoordinator
 
 NODE_SCRIPT = Path(__file__).with_name("node_signed_url.js")
@@ -52,25 +50,14 @@ async def node_read(root_url: str, credentials: dict[str, str], task_id: str) ->
         "runId": 0,
         "name": NAME,
     }
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKCLUSTER_")}
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    process = await asyncio.create_subprocess_exec(
-        "node",
-        str(NODE_SCRIPT),
-        json.dumps(request),
+    node = await run_to_end(
+        ["node", str(NODE_SCRIPT), json.dumps(request)],
         cwd=REPO,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        env=taskcluster_env(root_url, None),
+        timeout_s=NODE_TIMEOUT_S,
     )
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), NODE_TIMEOUT_S)
-    except TimeoutError:
-        await end_processes([process], signum=signal.SIGKILL)
-        raise AssertionError(f"node still ran after {NODE_TIMEOUT_S}s") from None
-    assert process.returncode == 0, stderr.decode(errors="replace")
-    seen: dict[str, Any] = json.loads(stdout)
+    assert node.status == 0, node.output
+    seen: dict[str, Any] = json.loads(node.stdout)
     return seen
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from devharness.tasks import task_definition
 from devharness.waiting import WaitTimeout, wait_until
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.clients import Credentials, Queue, write_clients
+from tests.fixtures.commands import run_to_end, taskcluster_env
 from tests.fixtures.coordinator import CoordinatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -138,42 +138,6 @@ def taskgraph_checkout(checkout: Path) -> str:
     return git(checkout, "rev-parse", "HEAD")
 
 
-async def run_to_end(
-    command: list[str], *, cwd: Path, env: Mapping[str, str], timeout_s: float
-) -> tuple[int, str]:
-    """Run ``command`` to its end (killed after ``timeout_s`` seconds); its exit status and
-    its output (stdout and stderr together)."""
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        cwd=cwd,
-        env=dict(env),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
-    except TimeoutError:
-        await end_processes([process], signum=signal.SIGKILL)
-        raise AssertionError(f"{command[0]} still ran after {timeout_s}s") from None
-    assert process.returncode is not None
-    return process.returncode, output.decode(errors="replace")
-
-
-def taskcluster_env(root_url: str, credentials: Mapping[str, str] | None) -> dict[str, str]:
-    """This environment with only the given Taskcluster root URL and credentials (none:
-    anonymous) and no proxy for loopback."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKCLUSTER_")}
-    env["TASKCLUSTER_ROOT_URL"] = root_url
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    if credentials is not None:
-        env["TASKCLUSTER_CLIENT_ID"] = credentials["clientId"]
-        env["TASKCLUSTER_ACCESS_TOKEN"] = credentials["accessToken"]
-        if "certificate" in credentials:
-            env["TASKCLUSTER_CERTIFICATE"] = credentials["certificate"]
-    return env
-
-
 async def taskgraph_decision(
     checkout: Path, root_url: str, decision_id: str, credentials: Mapping[str, str]
 ) -> dict[str, str]:
@@ -199,8 +163,10 @@ async def taskgraph_decision(
         "--tasks-for=github-push",
     ]
     env = {**taskcluster_env(root_url, credentials), "TASK_ID": decision_id}
-    status, output = await run_to_end(command, cwd=checkout, env=env, timeout_s=PROCESS_TIMEOUT_S)
-    assert status == 0, f"taskgraph decision exited with {status}:\n{output[-5000:]}"
+    decision = await run_to_end(command, cwd=checkout, env=env, timeout_s=PROCESS_TIMEOUT_S)
+    assert decision.status == 0, (
+        f"taskgraph decision exited with {decision.status}:\n{decision.output[-5000:]}"
+    )
     labels: dict[str, str] = json.loads(
         (checkout / "artifacts" / "label-to-taskid.json").read_text()
     )
@@ -469,7 +435,7 @@ async def test_taskgraph_decision_and_scriptworker_through_the_artifact_api(
 
     # taskgraph reads the decision task's artifact as it reads any (getLatestArtifact, then
     # the URL), anonymously since the name is public/.
-    status, output = await run_to_end(
+    read = await run_to_end(
         [
             str(TCW_BIN / "python"),
             "-c",
@@ -482,8 +448,8 @@ async def test_taskgraph_decision_and_scriptworker_through_the_artifact_api(
         env=taskcluster_env(root_url, None),
         timeout_s=PROCESS_TIMEOUT_S,
     )
-    assert status == 0, output
-    assert json.loads(output) == json.loads(task_graph)
+    assert read.status == 0, read.output
+    assert json.loads(read.stdout) == json.loads(task_graph)
 
     scriptworker.send_signal(signal.SIGTERM)
     try:
