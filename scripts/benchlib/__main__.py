@@ -2,17 +2,23 @@
 
     scripts/bench [--duration S] [--warmup S] [--workers K] [--batch N] [--producers P]
                   [--depth D] [--create-batch N] [--create-requests R]
-                  [--rows raw-rest,e2e-sqlite,...] [--auth] [--profile]
+                  [--artifact-count N] [--artifact-mib M] [--big-artifact-mib M]
+                  [--create-rate R] [--rows raw-rest,e2e-sqlite,...] [--auth] [--profile]
                   [--json FILE] [--markdown FILE]
 
-Rows: raw-rest, raw-sdk (row 1); e2e-sqlite, e2e-postgres (row 2: createTasks and the
-batching SDK), e2e-sqlite-single, e2e-postgres-single (row 2, one request per step);
-coord-sqlite, coord-postgres (row 3: createTasks, claimRuns, resolveRuns), coord-sqlite-single,
-coord-postgres-single (row 3: createTask, claimTask, reportCompleted); rq (RQ's default
-forking worker), rq-simple (its SimpleWorker, no fork) (row 4); create-single (createTask) and
-create-batch (createTasks), SQLite with Azurite hints (row 6); isolation (e2e-sqlite with
-queue-worker --isolation none, then process: rows isolation-none and isolation-process)
-(row 7). The ratios (row 5) are computed from whichever ran.
+Rows: raw-rest, raw-sdk (row 1); e2e-sqlite, e2e-postgres (row 2: createTasks and the batching
+SDK), e2e-sqlite-single, e2e-postgres-single (row 2, one request per step), e2e-sqlite-runlog
+(e2e-sqlite with the workers' run log uploaded; every other row runs its workers with
+--no-run-log); coord-sqlite, coord-postgres (row 3: createTasks, claimRuns, resolveRuns),
+coord-sqlite-single, coord-postgres-single (row 3: createTask, claimTask, reportCompleted); rq
+(RQ's default forking worker), rq-simple (its SimpleWorker, no fork) (row 4); create-single
+(createTask) and create-batch (createTasks), SQLite with Azurite hints (row 6); isolation
+(e2e-sqlite with queue-worker --isolation none, then process: rows isolation-none and
+isolation-process) (row 7); artifacts-directory, artifacts-azure (row 8: upload and download
+MiB/s through the coordinator against the same bytes straight to the backend, --artifact-count
+artifacts of --artifact-mib MiB each way); artifact-1gib (row 9: one --big-artifact-mib MiB
+upload, the coordinator's RSS growth, createTask p99 during it against without it; about 20-30
+s and 1 GiB of disk with the defaults). The ratios (row 5) are computed from whichever ran.
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
 """
 
@@ -27,8 +33,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Literal, NamedTuple
 
-from benchlib import coordinator_only, create, e2e, isolation, raw, rq_peer
+from benchlib import artifacts, coordinator_only, create, e2e, isolation, raw, rq_peer
 from benchlib.common import TIMES, Row, Settings, machine_description
 from benchlib.coordproc import StoreKind
 from devharness.azurite import AzuriteProcess
@@ -37,6 +44,7 @@ ALL_ROWS = (
     "raw-rest",
     "raw-sdk",
     "e2e-sqlite",
+    "e2e-sqlite-runlog",
     "e2e-postgres",
     "e2e-sqlite-single",
     "e2e-postgres-single",
@@ -49,25 +57,61 @@ ALL_ROWS = (
     "create-single",
     "create-batch",
     "isolation",
+    "artifacts-directory",
+    "artifacts-azure",
+    "artifact-1gib",
 )
 
+PERCENT = "{:.0%}"
+FACTOR = "{:.1f}" + TIMES
+
+
+class Ratio(NamedTuple):
+    """One ratio line: ``figure`` of row ``top`` over that of row ``bottom``, written with
+    ``form``, named ``label`` (default ``top / bottom``). A ratio of rates also gives the
+    ratio of their CPU ceilings."""
+
+    top: str
+    bottom: str
+    form: str
+    label: str = ""
+    figure: Literal["rate", "p99_ms"] = "rate"
+
+
 RATIOS = (
-    ("e2e-sqlite", "raw-rest", "{:.0%}"),
-    ("e2e-postgres", "raw-rest", "{:.0%}"),
-    ("e2e-sqlite-single", "raw-rest", "{:.0%}"),
-    ("e2e-postgres-single", "raw-rest", "{:.0%}"),
-    ("e2e-sqlite", "e2e-sqlite-single", "{:.1f}" + TIMES),
-    ("e2e-postgres", "e2e-postgres-single", "{:.1f}" + TIMES),
-    ("e2e-sqlite", "raw-sdk", "{:.0%}"),
-    ("e2e-postgres", "raw-sdk", "{:.0%}"),
-    ("e2e-sqlite", "rq", "{:.0%}"),
-    ("e2e-postgres", "rq", "{:.0%}"),
-    ("e2e-sqlite", "rq-simple", "{:.0%}"),
-    ("e2e-postgres", "rq-simple", "{:.0%}"),
-    ("create-batch", "create-single", "{:.1f}" + TIMES),
-    ("isolation-process", "isolation-none", "{:.0%}"),
+    Ratio("e2e-sqlite", "raw-rest", PERCENT),
+    Ratio("e2e-postgres", "raw-rest", PERCENT),
+    Ratio("e2e-sqlite-single", "raw-rest", PERCENT),
+    Ratio("e2e-postgres-single", "raw-rest", PERCENT),
+    Ratio("e2e-sqlite", "e2e-sqlite-single", FACTOR),
+    Ratio("e2e-postgres", "e2e-postgres-single", FACTOR),
+    Ratio("e2e-sqlite-runlog", "e2e-sqlite", PERCENT),
+    Ratio("e2e-sqlite", "raw-sdk", PERCENT),
+    Ratio("e2e-postgres", "raw-sdk", PERCENT),
+    Ratio("e2e-sqlite", "rq", PERCENT),
+    Ratio("e2e-postgres", "rq", PERCENT),
+    Ratio("e2e-sqlite", "rq-simple", PERCENT),
+    Ratio("e2e-postgres", "rq-simple", PERCENT),
+    Ratio("create-batch", "create-single", FACTOR),
+    Ratio("isolation-process", "isolation-none", PERCENT),
+    *(
+        Ratio(
+            f"artifacts-{backend}-{way}",
+            f"artifacts-{backend}-{way}-direct",
+            PERCENT,
+            f"artifacts-{backend} {way} / direct",
+        )
+        for backend in ("directory", "azure")
+        for way in ("upload", "download")
+    ),
+    Ratio(
+        "artifact-1gib-createtask",
+        "artifact-1gib-createtask-quiet",
+        FACTOR,
+        "artifact-1gib createTask p99 during the upload / without (target < 2" + TIMES + ")",
+        figure="p99_ms",
+    ),
 )
-"""The ratio lines: top row key, bottom row key, how the quotient is written."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,6 +150,30 @@ def _parser() -> argparse.ArgumentParser:
         default=defaults.create_requests,
         help="concurrent createTasks requests (create-batch row)",
     )
+    parser.add_argument(
+        "--artifact-count",
+        type=int,
+        default=defaults.artifact_count,
+        help="artifacts each way per phase (artifacts-* rows)",
+    )
+    parser.add_argument(
+        "--artifact-mib",
+        type=int,
+        default=defaults.artifact_mib,
+        help="MiB per artifact (artifacts-* rows)",
+    )
+    parser.add_argument(
+        "--big-artifact-mib",
+        type=int,
+        default=defaults.big_artifact_mib,
+        help="MiB of the artifact-1gib row's one upload",
+    )
+    parser.add_argument(
+        "--create-rate",
+        type=float,
+        default=defaults.create_rate,
+        help="createTask calls started per second during and after that upload",
+    )
     parser.add_argument("--auth", action="store_true", help="Hawk auth on (generated clients)")
     parser.add_argument(
         "--worker-log-level", default=defaults.worker_log_level, help="queue-worker --log-level"
@@ -118,7 +186,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile", action="store_true", help="run the coordinator and worker 0 under pyinstrument"
     )
-    parser.add_argument("--rows", default=",".join(ALL_ROWS), help="comma-separated subset")
+    parser.add_argument(
+        "--rows",
+        default=",".join(ALL_ROWS),
+        help=f"comma-separated subset of {', '.join(ALL_ROWS)} (default: all)",
+    )
     parser.add_argument("--postgres", default=defaults.postgres_dsn, help="admin DSN")
     parser.add_argument("--redis", default=defaults.redis_url, help="Redis URL")
     parser.add_argument("--workdir", type=Path, help="logs and data (default: a temp dir)")
@@ -177,15 +249,27 @@ def render(rows: list[Row], settings: Settings, started: float, elapsed: float) 
         "",
         "Ratios (measured rate; CPU ceiling):",
     ]
-    for top, bottom, form in RATIOS:
-        a, b = by_key.get(top), by_key.get(bottom)
-        if a and b and a.rate and b.rate:
-            ceilings = form.format(a.ceiling / b.ceiling) if a.ceiling and b.ceiling else "-"
-            lines.append(f"- {top} / {bottom}: {form.format(a.rate / b.rate)}; {ceilings}")
+    for ratio in RATIOS:
+        lines += _ratio_line(ratio, by_key)
     notes = [f"- {row.key}: {note}" for row in rows for note in row.notes]
     if notes:
         lines += ["", "Notes:", *notes]
     return "\n".join(lines)
+
+
+def _ratio_line(ratio: Ratio, by_key: dict[str, Row]) -> list[str]:
+    """The line of ``ratio``, or none if either row is missing or lacks the figure."""
+    a, b = by_key.get(ratio.top), by_key.get(ratio.bottom)
+    if not (a and b):
+        return []
+    top, bottom = getattr(a, ratio.figure), getattr(b, ratio.figure)
+    if not (top and bottom):
+        return []
+    line = f"- {ratio.label or f'{ratio.top} / {ratio.bottom}'}: {ratio.form.format(top / bottom)}"
+    if ratio.figure == "rate":
+        form = ratio.form
+        line += "; " + (form.format(a.ceiling / b.ceiling) if a.ceiling and b.ceiling else "-")
+    return [line]
 
 
 async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | None) -> list[Row]:
@@ -197,7 +281,8 @@ async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | Non
     batching = not key.endswith("-single")
     if key.startswith("e2e-"):
         async with AzuriteProcess() as azurite:
-            return [await e2e.run(settings, azurite, store, batching=batching)]
+            run_log = key.endswith("-runlog")
+            return [await e2e.run(settings, azurite, store, batching=batching, run_log=run_log)]
     if key.startswith("coord-"):
         return await coordinator_only.run(settings, store, batching=batching)
     if key in ("create-single", "create-batch"):
@@ -206,6 +291,10 @@ async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | Non
             return [await create.run(settings, azurite, mode)]
     if key == "isolation":
         return await isolation.run(settings)
+    if key in ("artifacts-directory", "artifacts-azure"):
+        return await artifacts.run(settings, "azure" if key == "artifacts-azure" else "directory")
+    if key == "artifact-1gib":
+        return await artifacts.run_big(settings)
     previous = next((r for r in rows if r.key == "e2e-sqlite" and r.count), None)
     jobs = rq_jobs or (previous.count if previous else 3000)
     return [await rq_peer.run(settings, jobs, simple=key == "rq-simple")]
@@ -257,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
         lifecycle_tasks=args.lifecycle_tasks,
         create_batch=args.create_batch,
         create_requests=args.create_requests,
+        artifact_count=args.artifact_count,
+        artifact_mib=args.artifact_mib,
+        big_artifact_mib=args.big_artifact_mib,
+        create_rate=args.create_rate,
         profile=args.profile,
         workdir=workdir,
     )

@@ -41,6 +41,11 @@ class Settings:
     :param drain: seconds a row may take after the window to finish what was created in it.
     :param create_batch: tasks per createTasks request (the create-batch row).
     :param create_requests: concurrent createTasks requests (the create-batch row).
+    :param artifact_count: artifacts each way per phase of the ``artifacts-*`` rows.
+    :param artifact_mib: the size of each of them, in MiB.
+    :param big_artifact_mib: the size of the ``artifact-1gib`` row's one upload, in MiB.
+    :param create_rate: createTask calls per second started (open loop) by the
+        ``artifact-1gib`` row during and after its upload.
     """
 
     duration: float = 15.0
@@ -59,6 +64,10 @@ class Settings:
     lifecycle_tasks: int = 3000
     create_batch: int = 500
     create_requests: int = 4
+    artifact_count: int = 8
+    artifact_mib: int = 64
+    big_artifact_mib: int = 1024
+    create_rate: float = 50.0
     profile: bool = False
     workdir: Path = Path("/tmp/qc-bench")
 
@@ -74,6 +83,8 @@ class Row:
     :param ceiling: the rate the row's CPU cost per item allows on this machine with nothing
         else running (see :meth:`CpuMeter.ceiling`); comparable across rows even when other
         users loaded the machine differently during each.
+    :param figures: what a row measures besides its rate, by name (the ``artifact-1gib``
+        row's coordinator RSS in MiB).
     """
 
     key: str
@@ -90,6 +101,7 @@ class Row:
     ceiling: float | None = None
     busy_cores: float | None = None
     other_cores: float | None = None
+    figures: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
 

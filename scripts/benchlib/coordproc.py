@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import slugid
@@ -79,9 +79,13 @@ async def coordinator(
     workdir: Path,
     azure_connection_string: str | None,
     profile: Path | None = None,
+    **extra: str,
 ) -> AsyncIterator[Coordinator]:
     """Start ``queue-coordinator serve`` (under pyinstrument when ``profile`` names the report
-    file) and wait until it answers; stop it (SIGTERM, then SIGKILL) on exit."""
+    file) and wait until it answers; stop it (SIGTERM, then SIGKILL) on exit.
+
+    :param extra: further ``COORDINATOR_*`` variables (``COORDINATOR_ARTIFACTS=azure``).
+    """
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     clients_file = workdir / "clients.json"
     credentials = None
@@ -100,6 +104,7 @@ async def coordinator(
             COORDINATOR_QUEUE_PREFIX=prefix,
             COORDINATOR_LOG_LEVEL=settings.coordinator_log_level,
         )
+        serve.env.update(extra)
         try:
             await serve.start()
             yield Coordinator(
@@ -141,8 +146,8 @@ def render_profile(session: Path) -> None:
 
 
 class TaskClient:
-    """createTask, createTasks, claimRuns, resolveRuns, listTaskGroup and the exact counts,
-    Hawk-signed when there are credentials."""
+    """createTask, createTasks, claimTask, claimRuns, resolveRuns, createArtifact,
+    listTaskGroup and the exact counts, Hawk-signed when there are credentials."""
 
     def __init__(self, session: aiohttp.ClientSession, coordinator: Coordinator) -> None:
         self._session = session
@@ -208,6 +213,20 @@ class TaskClient:
         answer = await self._request("POST", "/resolve-runs", {"reports": reports})
         results: list[dict[str, Any]] = answer["reports"]
         return results
+
+    async def claim_task(self, task_id: str, *, worker_group: str, worker_id: str) -> None:
+        """claimTask of the task's run 0."""
+        body = {"workerGroup": worker_group, "workerId": worker_id}
+        await self._request("POST", f"/task/{task_id}/runs/0/claim", body)
+
+    async def create_artifact(
+        self, task_id: str, run_id: int, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """createArtifact; its answer (an s3 artifact's holds the ``putUrl``)."""
+        answer: dict[str, Any] = await self._request(
+            "POST", f"/task/{task_id}/runs/{run_id}/artifacts/{quote(name, safe='/')}", body
+        )
+        return answer
 
     async def counts(self, worker_type: str) -> tuple[int, int]:
         """(pending, running) runs of the worker type, from the store."""

@@ -13,6 +13,13 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
 * ``e2e-<store>-single``: one request per step: ``producers`` concurrent createTask calls,
   workers with ``--no-batching --empty-queue-skip 0 --polls-in-flight 1`` (claimTask per
   hint, a report per run, every priority polled every round, one get at a time).
+* ``e2e-sqlite-runlog``: ``e2e-sqlite`` with the workers' run log on (the SDK's default since
+  issue 25): every run also uploads its ``public/logs/live_backing.log`` (createArtifact, then
+  a PUT of its gzipped lines to the coordinator's directory backend) before its report.
+
+Every other row runs its workers with ``--no-run-log``, so that they measure hint, claim and
+report throughput as they did before workers uploaded run logs, and stay comparable with
+earlier rounds; ``e2e-sqlite-runlog`` / ``e2e-sqlite`` is the run log's cost.
 
 Latency is the create request sent -> the run's ``resolved`` time as the coordinator stored
 it; throughput counts runs resolved inside the window.
@@ -23,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -58,11 +66,37 @@ from devharness.waiting import WaitTimeout, wait_until
 from worker_sdk.worker import Isolation
 
 
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    """How the row's ``queue-worker`` processes run.
+
+    :param batching: claimRuns and resolveRuns (else one request per step, see above).
+    :param isolation: ``queue-worker --isolation``.
+    :param run_log: upload each run's log (else ``--no-run-log``).
+    """
+
+    batching: bool
+    isolation: Isolation = "none"
+    run_log: bool = False
+
+
 async def run(
-    settings: Settings, azurite: AzuriteProcess, store: StoreKind, *, batching: bool
+    settings: Settings,
+    azurite: AzuriteProcess,
+    store: StoreKind,
+    *,
+    batching: bool,
+    run_log: bool = False,
 ) -> Row:
     label = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[store]
-    if batching:
+    if run_log:
+        row = Row(
+            key=f"e2e-{store}-runlog",
+            title=f"end to end, {label} store, batching, run log on: createTasks -> SDK "
+            "poll/claimRuns/delete -> createArtifact + PUT log -> resolveRuns",
+            unit="tasks/s",
+        )
+    elif batching:
         row = Row(
             key=f"e2e-{store}",
             title=f"end to end, {label} store, batching: createTasks -> SDK poll/claimRuns/"
@@ -76,7 +110,7 @@ async def run(
             "poll/claimTask/delete -> reportCompleted",
             unit="tasks/s",
         )
-    return await measure(settings, azurite, store, row, batching=batching)
+    return await measure(settings, azurite, store, row, batching=batching, run_log=run_log)
 
 
 async def measure(
@@ -87,9 +121,11 @@ async def measure(
     *,
     batching: bool,
     isolation: Isolation = "none",
+    run_log: bool = False,
 ) -> Row:
     """Fill ``row`` (its key names the work directory) with one end-to-end run whose workers
-    run their handlers with ``queue-worker --isolation``; ``batching`` as the rows above."""
+    run as :class:`WorkerOptions` says."""
+    options = WorkerOptions(batching=batching, isolation=isolation, run_log=run_log)
     workdir = settings.workdir / row.key
     profile = workdir / "coordinator.pyisession" if settings.profile else None
     async with coordinator(
@@ -99,7 +135,7 @@ async def measure(
         azure_connection_string=azurite.connection_string,
         profile=profile,
     ) as running:
-        await _measure(settings, azurite, running, store, row, isolation, batching)
+        await _measure(settings, azurite, running, store, row, options)
     if settings.profile:
         row.notes.append(f"profiled under pyinstrument (slower): {workdir}/*.txt")
     return row
@@ -111,8 +147,7 @@ def _worker_command(
     worker_type: str,
     i: int,
     workdir: Path,
-    isolation: Isolation,
-    batching: bool,
+    options: WorkerOptions,
 ) -> list[str]:
     command = [PYTHON]
     if settings.profile and i == 0:
@@ -127,10 +162,15 @@ def _worker_command(
         "--worker-group=bench",
         f"--worker-id=worker-{i}",
         f"--capacity={settings.batch}",
-        f"--isolation={isolation}",
+        f"--isolation={options.isolation}",
         "--grace-period=5",
         f"--log-level={settings.worker_log_level}",
-        *([] if batching else ["--no-batching", "--empty-queue-skip=0", "--polls-in-flight=1"]),
+        *([] if options.run_log else ["--no-run-log"]),
+        *(
+            []
+            if options.batching
+            else ["--no-batching", "--empty-queue-skip=0", "--polls-in-flight=1"]
+        ),
         "benchlib.noop:handle",
     ]
 
@@ -141,8 +181,7 @@ async def _measure(
     running: Coordinator,
     store: StoreKind,
     row: Row,
-    isolation: Isolation,
-    batching: bool,
+    options: WorkerOptions,
 ) -> None:
     workdir = settings.workdir / row.key
     worker_type = f"wt-{uuid.uuid4().hex[:8]}"
@@ -155,7 +194,7 @@ async def _measure(
         env["TASKCLUSTER_ACCESS_TOKEN"] = running.credentials.access_token
     workers = [
         await spawn(
-            _worker_command(settings, running, worker_type, i, workdir, isolation, batching),
+            _worker_command(settings, running, worker_type, i, workdir, options),
             env=env,
             log=workdir / f"worker-{i}.log",
         )
@@ -190,7 +229,7 @@ async def _measure(
             async def producer() -> None:
                 nonlocal failures
                 while count := await pacer.acquire_many(
-                    stop_at, settings.create_batch if batching else 1
+                    stop_at, settings.create_batch if options.batching else 1
                 ):
                     items = tasks.new_tasks(
                         count,
@@ -201,7 +240,7 @@ async def _measure(
                     now = time.time()
                     sent.update((task_id, now) for task_id, _ in items)
                     try:
-                        await tasks.send(items, batch=batching)
+                        await tasks.send(items, batch=options.batching)
                     except (aiohttp.ClientError, TimeoutError, RuntimeError):
                         failures += 1
                         for task_id, _ in items:
@@ -212,7 +251,7 @@ async def _measure(
 
             gauge = asyncio.create_task(pacer.run(stop_at))
             measured = asyncio.create_task(metered_window(meter, window_start, stop_at))
-            producers = settings.create_requests if batching else settings.producers
+            producers = settings.create_requests if options.batching else settings.producers
             await asyncio.gather(*(producer() for _ in range(producers)))
             wall_start, wall_end = await measured
             await gauge

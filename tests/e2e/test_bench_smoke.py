@@ -15,6 +15,7 @@ ROWS = [
     "raw-rest",
     "raw-sdk",
     "e2e-sqlite",
+    "e2e-sqlite-runlog",
     "e2e-postgres",
     "e2e-sqlite-single",
     "e2e-postgres-single",
@@ -32,7 +33,20 @@ ROWS = [
     "create-batch",
     "isolation-none",
     "isolation-process",
+    "artifacts-directory-upload",
+    "artifacts-directory-upload-direct",
+    "artifacts-directory-download",
+    "artifacts-directory-download-direct",
+    "artifacts-azure-upload",
+    "artifacts-azure-upload-direct",
+    "artifacts-azure-download",
+    "artifacts-azure-download-direct",
+    "artifact-1gib",
+    "artifact-1gib-createtask",
+    "artifact-1gib-createtask-quiet",
 ]
+UNMETERED = {"artifact-1gib-createtask"}
+"""Rows without CPU figures of their own (that one shares the artifact-1gib row's window)."""
 
 
 def _redis_answers() -> bool:
@@ -57,6 +71,10 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "--lifecycle-tasks=40",
         "--rq-jobs=20",
         "--create-batch=50",
+        "--artifact-count=2",
+        "--artifact-mib=2",
+        # Long enough (a few tenths of a second) for several createTask calls during it.
+        "--big-artifact-mib=64",
         f"--workdir={tmp_path / 'work'}",
         f"--json={result_file}",
         timeout=250,
@@ -68,8 +86,18 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         assert row["error"] is None, row
         assert row["count"] > 0, row
         assert row["rate"] > 0, row
-        assert row["cpu_ms"], row
+        assert bool(row["cpu_ms"]) != (row["key"] in UNMETERED), row
         assert f"| {row['title']} | " in done.stdout
+    big = next(row for row in rows if row["key"] == "artifact-1gib")["figures"]
+    assert 0 < big["rss_before_mib"] <= big["rss_peak_mib"], big
+    # Only the run-log row's workers uploaded logs into their coordinator's artifacts directory.
+    logs = {
+        key: [path for path in (tmp_path / "work" / key / "artifacts").rglob("*") if path.is_file()]
+        for key in ("e2e-sqlite", "e2e-sqlite-runlog")
+    }
+    assert logs["e2e-sqlite"] == [], logs["e2e-sqlite"][:3]
+    assert logs["e2e-sqlite-runlog"], "no run log was uploaded"
+    assert all("live_backing.log" in path.name for path in logs["e2e-sqlite-runlog"])
     for ratio in (
         "e2e-sqlite / raw-rest",
         "e2e-postgres / raw-rest",
@@ -78,5 +106,11 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "e2e-sqlite / rq-simple",
         "create-batch / create-single",
         "isolation-process / isolation-none",
+        "e2e-sqlite-runlog / e2e-sqlite",
+        "artifacts-directory upload / direct",
+        "artifacts-directory download / direct",
+        "artifacts-azure upload / direct",
+        "artifacts-azure download / direct",
+        "artifact-1gib createTask p99 during the upload / without",
     ):
         assert ratio in done.stdout
