@@ -35,6 +35,12 @@ from coordinator.blobs.base import (
 
 WRITE_SIZE = 1 << 20
 """Bytes handed to the disk per write call (chunks from the network are coalesced to this)."""
+SYNC_SIZE = 16 << 20
+"""Bytes written between two ``fdatasync`` calls. Syncing only at the end leaves a gigabyte of
+dirty pages for one final flush, and the store's own fsync (SQLite's commit, on the same
+filesystem) waits behind it: createTask's p99 was 50x its quiet p99 at the end of a 1 GiB
+upload, and 3x with this (scripts/bench, row artifact-1gib). Writing back as we go keeps that
+flush small."""
 READ_SIZE = 1 << 20
 """Bytes per chunk a :class:`BlobReader` yields."""
 TEMP_PREFIX = ".tmp-"
@@ -89,8 +95,13 @@ class DirectoryBlobStore:
         file, temp = await _run(_create_temp, target.parent)
         try:
             try:
+                unsynced = 0
                 async for block in exact_blocks(chunks, block_size=WRITE_SIZE, length=length):
-                    await _run(file.write, block)
+                    unsynced += len(block)
+                    sync = unsynced >= SYNC_SIZE
+                    await _run(_write, file, block, sync=sync)
+                    if sync:
+                        unsynced = 0
                 await _run(_flush, file)
             finally:
                 file.close()
@@ -167,6 +178,13 @@ def _create_temp(directory: Path) -> tuple[BinaryIO, Path]:
         except FileNotFoundError:
             continue
     raise BlobUnavailable(f"artifact directory {directory} keeps disappearing")
+
+
+def _write(file: BinaryIO, block: bytes, *, sync: bool) -> None:
+    file.write(block)
+    if sync:
+        file.flush()
+        os.fdatasync(file.fileno())
 
 
 def _flush(file: BinaryIO) -> None:
