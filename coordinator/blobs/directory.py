@@ -39,7 +39,7 @@ SYNC_SIZE = 16 << 20
 """Bytes written between two ``fdatasync`` calls. Syncing only at the end leaves a gigabyte of
 dirty pages for one final flush, and the store's own fsync (SQLite's commit, on the same
 filesystem) waits behind it: createTask's p99 was 50x its quiet p99 at the end of a 1 GiB
-upload, and 3x with this (scripts/bench, row artifact-1gib). Writing back as we go keeps that
+upload, and 2-3x with this (scripts/bench, row artifact-1gib). Writing back as we go keeps that
 flush small."""
 READ_SIZE = 1 << 20
 """Bytes per chunk a :class:`BlobReader` yields."""
