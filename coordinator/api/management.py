@@ -26,6 +26,7 @@ from coordinator.domain.json_text import compact_bytes
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.service.management import TaskManagement
+from coordinator.store.errors import StoreUnavailable
 
 NDJSON = "application/x-ndjson"
 FLUSH_BYTES = 64 * 1024
@@ -89,6 +90,11 @@ async def _stream(
         await response.write_eof()
     except ConnectionError:
         log.info("NDJSON listing ended by the client after %d tasks", streamed)
+    except StoreUnavailable:
+        # An outage, logged once by the store; the 200 is already sent, so break it off.
+        log.info("NDJSON listing broken off by a store outage after %d tasks", streamed)
+        if request.transport is not None:
+            request.transport.close()
     except Exception:
         incident = uuid.uuid4().hex
         log.exception("NDJSON listing broken off incidentId=%s after %d tasks", incident, streamed)
