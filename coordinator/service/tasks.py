@@ -16,6 +16,7 @@ from typing import Any
 
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
+from coordinator.domain.events import task_events
 from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
@@ -75,6 +76,8 @@ class TaskService:
     :param max_deadline_ms: how far in the future a deadline may be (ms).
     :param clock: epoch-milliseconds clock; tests inject their own.
     :param metrics: the observer of runs resolved and hints put (the app's registry).
+    :param publish_events: write the Pulse messages of every change to the store's outbox
+        (docs/events.md).
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class TaskService:
         max_deadline_ms: int,
         clock: Clock = wall_clock,
         metrics: ServiceMetrics | None = None,
+        publish_events: bool = False,
     ) -> None:
         self._store = store
         self.metrics = metrics if metrics is not None else ServiceMetrics()
@@ -107,6 +111,7 @@ class TaskService:
             background=self._background,
             on_resolved=lambda task_id: self.dependencies.resolve_dependents(task_id),
             metrics=self.metrics,
+            publish_events=publish_events,
         )
         self.dependencies = Dependencies(store=store, transitions=self.transitions)
 
@@ -189,7 +194,8 @@ class TaskService:
         if record.dependencies:
             await self.dependencies.check(record)
         created = lifecycle.create(record, now=now)
-        stored = await self._store.insert(created.record)
+        events = task_events(None, created.record) if self.transitions.publish_events else ()
+        stored = await self._store.insert(created.record, events=events)
         if stored is None:
             result = await self._not_inserted(record, await self._store.get(task_id))
             if isinstance(result, Conflict):
@@ -287,7 +293,12 @@ class TaskService:
                 done[task_id] = error
                 del records[task_id]
         created = {task_id: lifecycle.create(r, now=now) for task_id, r in records.items()}
-        inserted = await self._store.insert_many([o.record for o in created.values()])
+        events = None
+        if self.transitions.publish_events:
+            events = {task_id: task_events(None, o.record) for task_id, o in created.items()}
+        inserted = await self._store.insert_many(
+            [o.record for o in created.values()], events=events
+        )
         existing = await self._store.get_many([t for t in created if t not in inserted])
         for task_id in created.keys() - inserted:
             done[task_id] = await self._not_inserted(records[task_id], existing.get(task_id))

@@ -1,0 +1,193 @@
+"""Taskcluster's Pulse messages of the queue: which exchange, routing key, CCs and body a
+change of a task makes, as ``services/queue/src/exchanges.js`` builds them.
+
+Pure: the service computes the events of a write from the records before and after it, and
+the store keeps them in its outbox in the same transaction as the write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.domain.records import Run, TaskRecord, to_iso
+
+EXCHANGE_PREFIX = "exchange/taskcluster-queue/v1/"
+
+TASK_EXCHANGES: tuple[str, ...] = (
+    "task-defined",
+    "task-pending",
+    "task-running",
+    "artifact-created",
+    "task-completed",
+    "task-failed",
+    "task-exception",
+    "task-priority-changed",
+)
+GROUP_EXCHANGES: tuple[str, ...] = (
+    "task-group-resolved",
+    "task-group-sealed",
+    "task-group-priority-changed",
+)
+
+_RUN_EXCHANGE = {
+    "pending": "task-pending",
+    "running": "task-running",
+    "completed": "task-completed",
+    "failed": "task-failed",
+    "exception": "task-exception",
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueEvent:
+    """One Pulse message.
+
+    :param exchange: the exchange's short name (``task-pending``), without
+        :data:`EXCHANGE_PREFIX`.
+    :param key: the message's ordering key: its task id (or task group id for group
+        exchanges); the outbox publishes the events of one key in the order written.
+    :param routing_key: the primary routing key.
+    :param cc: ``route.<route>`` per task route (AMQP ``CC`` header).
+    """
+
+    exchange: str
+    key: str
+    routing_key: str
+    cc: tuple[str, ...]
+    body: Mapping[str, Any]
+
+    @property
+    def exchange_name(self) -> str:
+        return EXCHANGE_PREFIX + self.exchange
+
+
+def _part(value: object) -> str:
+    return "_" if value is None or value == "" else str(value)
+
+
+def task_routing_key(
+    record: TaskRecord,
+    *,
+    run_id: int | None = None,
+    worker_group: str | None = None,
+    worker_id: str | None = None,
+) -> str:
+    """``primary.<taskId>.<runId>.<workerGroup>.<workerId>.<provisionerId>.<workerType>.
+    <schedulerId>.<taskGroupId>._``, ``_`` for a missing value."""
+    parts = (
+        record.task_id,
+        run_id,
+        worker_group,
+        worker_id,
+        record.provisioner_id,
+        record.worker_type,
+        record.scheduler_id,
+        record.task_group_id,
+    )
+    return "primary." + ".".join(_part(p) for p in parts) + "._"
+
+
+def group_routing_key(task_group_id: str, scheduler_id: str) -> str:
+    """``primary.<taskGroupId>.<schedulerId>._`` of the task-group exchanges."""
+    return f"primary.{_part(task_group_id)}.{_part(scheduler_id)}._"
+
+
+def task_cc(record: TaskRecord) -> tuple[str, ...]:
+    return tuple(f"route.{route}" for route in record.definition.get("routes", ()))
+
+
+def _task_event(
+    exchange: str, record: TaskRecord, run: Run | None, extra: Mapping[str, Any], status: Any
+) -> QueueEvent:
+    body: dict[str, Any] = {"version": 1, "status": status}
+    if run is not None:
+        body["runId"] = run.run_id
+    body["task"] = {"tags": dict(record.definition.get("tags", {}))}
+    body.update(extra)
+    return QueueEvent(
+        exchange=exchange,
+        key=record.task_id,
+        routing_key=task_routing_key(
+            record,
+            run_id=None if run is None else run.run_id,
+            worker_group=extra.get("workerGroup"),
+            worker_id=extra.get("workerId"),
+        ),
+        cc=task_cc(record),
+        body=body,
+    )
+
+
+def _run_extra(exchange: str, run: Run) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if exchange != "task-pending":
+        if run.worker_group is not None:
+            extra["workerGroup"] = run.worker_group
+        if run.worker_id is not None:
+            extra["workerId"] = run.worker_id
+    if exchange == "task-running" and run.taken_until is not None:
+        extra["takenUntil"] = to_iso(run.taken_until)
+    return extra
+
+
+def _changed_runs(before: TaskRecord | None, after: TaskRecord) -> Iterator[Run]:
+    old_runs = before.runs if before is not None else ()
+    for run in after.runs:
+        old = old_runs[run.run_id] if run.run_id < len(old_runs) else None
+        if old is None or old.state != run.state:
+            yield run
+
+
+def task_events(before: TaskRecord | None, after: TaskRecord) -> list[QueueEvent]:
+    """The messages Taskcluster publishes for the change from ``before`` (``None``: the task
+    is new) to ``after``: task-defined for a new task, then per run whose state changed, in
+    run order, task-pending, task-running, task-completed, task-failed or task-exception; and
+    task-priority-changed when the priority changed."""
+    events: list[QueueEvent] = []
+    status = after.status()
+    if before is None:
+        defined = {**status, "state": "unscheduled", "runs": []}
+        events.append(_task_event("task-defined", after, None, {}, defined))
+    elif before.priority != after.priority:
+        events.append(
+            QueueEvent(
+                exchange="task-priority-changed",
+                key=after.task_id,
+                routing_key=task_routing_key(after),
+                cc=task_cc(after),
+                body={
+                    "version": 1,
+                    "status": status,
+                    "oldPriority": before.priority,
+                    "newPriority": after.priority,
+                },
+            )
+        )
+    for run in _changed_runs(before, after):
+        exchange = _RUN_EXCHANGE.get(run.state)
+        if exchange is not None:
+            events.append(_task_event(exchange, after, run, _run_extra(exchange, run), status))
+    return events
+
+
+def group_event(
+    exchange: str, task_group_id: str, scheduler_id: str, body: Mapping[str, Any]
+) -> QueueEvent:
+    """A message of a task-group exchange (no CC)."""
+    return QueueEvent(
+        exchange=exchange,
+        key=task_group_id,
+        routing_key=group_routing_key(task_group_id, scheduler_id),
+        cc=(),
+        body={"version": 1, "taskGroupId": task_group_id, "schedulerId": scheduler_id, **body},
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutboxEntry:
+    """An event as the outbox keeps it: ``id`` orders the publishing."""
+
+    id: int
+    event: QueueEvent

@@ -1,0 +1,125 @@
+"""Taskcluster's Pulse messages, received from the test broker as a Taskcluster user receives
+them: bound with the official client's ``QueueEvents`` bindings, bodies checked against
+Taskcluster's own message schemas (docs/events.md)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import slugid
+
+from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
+from tests.fixtures.pulse import AMQP_URL, Listener, Received, bindings, check_body
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[Listener]:
+    listening = Listener()
+    yield listening
+    await listening.close()
+
+
+@pytest.fixture
+async def coordinator(start_coordinator: StartCoordinator) -> RunningCoordinator:
+    return await start_coordinator(pulse_url=AMQP_URL)
+
+
+def of_task(messages: list[Received], task_id: str) -> list[tuple[str, int | None]]:
+    return [
+        (m.name, m.body.get("runId"))
+        for m in messages
+        if m.body.get("status", {}).get("taskId") == task_id
+    ]
+
+
+async def test_a_task_life_is_published_with_its_keys_cc_and_valid_bodies(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    group = slugid.nice()
+    route = f"tests.{slugid.nice()}"
+    await listener.start(bindings(taskGroupId=group))
+    task_id = await coordinator.create(taskGroupId=group, routes=[route], tags={"kind": "x"})
+    await coordinator.claim(task_id, 0)
+    await coordinator.report(task_id, 0, "completed")
+    await listener.wait_for(lambda ms: len(of_task(ms, task_id)) >= 4)
+    assert of_task(listener.messages, task_id) == [
+        ("task-defined", None),
+        ("task-pending", 0),
+        ("task-running", 0),
+        ("task-completed", 0),
+    ]
+    status = await coordinator.status(task_id)
+    tail = f"test-prov.test-wt.test-scheduler.{group}._"
+    keys = [m.routing_key for m in listener.messages]
+    assert keys == [
+        f"primary.{task_id}._._._.{tail}".replace("test-scheduler", status["schedulerId"]),
+        f"primary.{task_id}.0._._.{tail}".replace("test-scheduler", status["schedulerId"]),
+        f"primary.{task_id}.0.wg.w1.{tail}".replace("test-scheduler", status["schedulerId"]),
+        f"primary.{task_id}.0.wg.w1.{tail}".replace("test-scheduler", status["schedulerId"]),
+    ]
+    for message in listener.messages:
+        check_body(message.name, message.body)
+        assert message.cc == [f"route.{route}"]
+        assert message.content_type == "application/json"
+        assert message.persistent
+        assert message.body["task"] == {"tags": {"kind": "x"}}
+    assert listener.messages[-1].body["status"] == status
+
+
+async def test_routes_reach_who_binds_to_them(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    route = f"tests.{slugid.nice()}"
+    exchange = "exchange/taskcluster-queue/v1/task-defined"
+    await listener.start([(exchange, f"route.{route}")])
+    task_id = await coordinator.create(routes=[route])
+    await listener.wait_for(lambda ms: len(ms) >= 1)
+    assert listener.messages[0].body["status"]["taskId"] == task_id
+
+
+async def test_failed_exception_and_priority_messages(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    failing = await coordinator.create(taskGroupId=group)
+    await coordinator.claim(failing, 0)
+    await coordinator.report(failing, 0, "failed")
+    crashing = await coordinator.create(taskGroupId=group, retries=1)
+    await coordinator.claim(crashing, 0)
+    await coordinator.report(crashing, 0, "exception", "worker-shutdown")
+    waiting = await coordinator.create(taskGroupId=group, priority="low")
+    await coordinator.ok("POST", f"/task/{waiting}/priority", {"newPriority": "high"})
+    await coordinator.ok("POST", f"/task/{waiting}/cancel")
+    await listener.wait_for(lambda ms: len(ms) >= 13)
+    assert of_task(listener.messages, failing) == [
+        ("task-defined", None),
+        ("task-pending", 0),
+        ("task-running", 0),
+        ("task-failed", 0),
+    ]
+    assert of_task(listener.messages, crashing) == [
+        ("task-defined", None),
+        ("task-pending", 0),
+        ("task-running", 0),
+        ("task-exception", 0),
+        ("task-pending", 1),
+    ]
+    assert of_task(listener.messages, waiting) == [
+        ("task-defined", None),
+        ("task-pending", 0),
+        ("task-priority-changed", None),
+        ("task-exception", 0),
+    ]
+    for message in listener.messages:
+        check_body(message.name, message.body)
+    changed = next(m for m in listener.messages if m.name == "task-priority-changed")
+    assert (changed.body["oldPriority"], changed.body["newPriority"]) == ("low", "high")
+
+
+async def test_publishing_off_writes_no_outbox(start_coordinator: StartCoordinator) -> None:
+    coordinator = await start_coordinator()
+    await coordinator.create()
+    assert coordinator.parts.events is None
+    assert await coordinator.parts.store.outbox_depth() == 0
