@@ -81,6 +81,11 @@ class PulsePublisher:
             A broker that cannot be reached otherwise (down, refusing connections) is an
             outage: logged, and the outbox keeps the messages until it is back.
         """
+        host = urlsplit(self._url).hostname or ""
+        try:
+            await asyncio.get_running_loop().getaddrinfo(host, None)
+        except socket.gaierror as error:
+            raise BrokerRefused(f"unknown host {host!r} ({error.strerror or error})") from None
         try:
             await self._channel_open()
         except BrokerRefused:
@@ -96,13 +101,8 @@ class PulsePublisher:
         try:
             self._connection = await aio_pika.connect(self._url, timeout=CONNECT_TIMEOUT)
         except ProbableAuthenticationError as error:
-            raise BrokerRefused(
-                f"the broker {self.name} refused the credentials: {error}"
-            ) from None
-        except socket.gaierror as error:
-            raise BrokerRefused(
-                f"the broker host of {self.name} is unknown: {error.strerror or error}"
-            ) from None
+            reason = str(error).split(" For details")[0]
+            raise BrokerRefused(f"the broker refused the credentials ({reason})") from None
         self._channel = await self._connection.channel(publisher_confirms=True)
         return self._channel
 

@@ -4,11 +4,16 @@ Taskcluster's own message schemas (docs/events.md)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import slugid
 
+from devharness.ports import free_port
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 from tests.fixtures.pulse import AMQP_URL, Listener, Received, bindings, check_body
 
@@ -123,3 +128,33 @@ async def test_publishing_off_writes_no_outbox(start_coordinator: StartCoordinat
     await coordinator.create()
     assert coordinator.parts.events is None
     assert await coordinator.parts.store.outbox_depth() == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://127.0.0.1:5672/", "is not an AMQP URL"),
+        ("amqp://guest:guest@no-such-host.invalid:5672/", "unknown host 'no-such-host.invalid'"),
+        ("amqp://guest:wrong@127.0.0.1:5672/", "refused the credentials"),
+    ],
+)
+def test_a_bad_pulse_url_is_one_line_and_exit_status_2(tmp_path: Path, url: str, says: str) -> None:
+    env = {
+        **os.environ,
+        "COORDINATOR_AUTH": "false",
+        "COORDINATOR_DATA_DIR": str(tmp_path),
+        "COORDINATOR_PORT": str(free_port()),
+        "COORDINATOR_PULSE_URL": url,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "queue-coordinator:" in line]
+    assert len(lines) == 1 and "COORDINATOR_PULSE_URL=" in lines[0] and says in lines[0]
+    assert "wrong" not in done.stderr  # the password is never shown
+    assert "Traceback" not in done.stderr
