@@ -250,7 +250,9 @@ async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetric
     except BaseException:
         await blobs.close()
         raise
-    artifacts = ArtifactService(store=store, blobs=blobs, clock=clock)
+    artifacts = ArtifactService(
+        store=store, blobs=blobs, clock=clock, publish_events=config.pulse_url is not None
+    )
     service = TaskService(
         store=store,
         hints=azure_queues,

@@ -11,7 +11,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.domain.artifacts import Artifact
 from coordinator.domain.records import Run, TaskRecord, to_iso
+from coordinator.domain.task_groups import TaskGroup
 
 EXCHANGE_PREFIX = "exchange/taskcluster-queue/v1/"
 
@@ -99,12 +101,19 @@ def task_cc(record: TaskRecord) -> tuple[str, ...]:
 
 
 def _task_event(
-    exchange: str, record: TaskRecord, run: Run | None, extra: Mapping[str, Any], status: Any
+    exchange: str,
+    record: TaskRecord,
+    run: Run | None,
+    extra: Mapping[str, Any],
+    status: Any,
+    *,
+    with_task: bool = True,
 ) -> QueueEvent:
     body: dict[str, Any] = {"version": 1, "status": status}
     if run is not None:
         body["runId"] = run.run_id
-    body["task"] = {"tags": dict(record.definition.get("tags", {}))}
+    if with_task:
+        body["task"] = {"tags": dict(record.definition.get("tags", {}))}
     body.update(extra)
     return QueueEvent(
         exchange=exchange,
@@ -172,16 +181,51 @@ def task_events(before: TaskRecord | None, after: TaskRecord) -> list[QueueEvent
     return events
 
 
-def group_event(
-    exchange: str, task_group_id: str, scheduler_id: str, body: Mapping[str, Any]
-) -> QueueEvent:
-    """A message of a task-group exchange (no CC)."""
+def artifact_event(record: TaskRecord, artifact: Artifact) -> QueueEvent | None:
+    """artifact-created of a new (or repeated) artifact, as createArtifact publishes it;
+    ``None`` for an ``s3`` artifact, which Taskcluster never announces."""
+    if artifact.storage_type == "s3":
+        return None
+    run = record.runs[artifact.run_id]
+    described: dict[str, Any] = {
+        "storageType": artifact.storage_type,
+        "name": artifact.name,
+        "expires": to_iso(artifact.expires),
+        "contentType": artifact.content_type,
+    }
+    if artifact.content_length is not None:
+        described["contentLength"] = artifact.content_length
+    extra: dict[str, Any] = {"artifact": described}
+    if run.worker_group is not None and run.worker_id is not None:
+        extra |= {"workerGroup": run.worker_group, "workerId": run.worker_id}
+    return _task_event("artifact-created", record, run, extra, record.status(), with_task=False)
+
+
+def _group_body(group: TaskGroup) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "version": 1,
+        "taskGroupId": group.task_group_id,
+        "schedulerId": group.scheduler_id,
+        "expires": to_iso(group.expires),
+    }
+    if group.sealed is not None:
+        body["sealed"] = to_iso(group.sealed)
+    return body
+
+
+def group_event(exchange: str, group: TaskGroup, **extra: Any) -> QueueEvent:
+    """task-group-sealed or task-group-resolved of ``group`` (no CC), or with ``extra``
+    (``newPriority``, ``tasksAffected``) task-group-priority-changed, whose body has no
+    ``expires`` or ``sealed``."""
+    body = _group_body(group)
+    if exchange == "task-group-priority-changed":
+        body = {k: body[k] for k in ("version", "taskGroupId", "schedulerId")}
     return QueueEvent(
         exchange=exchange,
-        key=task_group_id,
-        routing_key=group_routing_key(task_group_id, scheduler_id),
+        key=group.task_group_id,
+        routing_key=group_routing_key(group.task_group_id, group.scheduler_id),
         cc=(),
-        body={"version": 1, "taskGroupId": task_group_id, "schedulerId": scheduler_id, **body},
+        body={**body, **extra},
     )
 
 

@@ -38,6 +38,7 @@ from coordinator.domain.artifacts import (
     replacement,
 )
 from coordinator.domain.errors import InputError, NotFound
+from coordinator.domain.events import artifact_event
 from coordinator.domain.listings import Page
 from coordinator.service.clock import Clock, wall_clock
 from coordinator.store.base import Store
@@ -77,9 +78,18 @@ class ArtifactService:
     :param store: the task store, which holds the artifact rows.
     :param blobs: where s3 artifacts' bytes are.
     :param clock: epoch-milliseconds clock (the tasks' and runs' clock).
+    :param publish_events: put artifact-created in the outbox (docs/events.md).
     """
 
-    def __init__(self, *, store: Store, blobs: BlobStore, clock: Clock = wall_clock) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        blobs: BlobStore,
+        clock: Clock = wall_clock,
+        publish_events: bool = False,
+    ) -> None:
+        self.publish_events = publish_events
         self._store = store
         self.blobs = blobs
         self.clock = clock
@@ -107,6 +117,11 @@ class ArtifactService:
         if existing is not None:
             artifact = replacement(existing, artifact)
             await self._store.replace_artifact(artifact)
+        if self.publish_events and task is not None:
+            # a repeated createArtifact announces it again, as Taskcluster's does
+            event = artifact_event(task, artifact)
+            if event is not None:
+                await self._store.append_events([event])
         log.info(
             "artifact created taskId=%s runId=%d name=%r storageType=%s repeat=%s",
             task_id,

@@ -16,7 +16,7 @@ from typing import Any
 
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
-from coordinator.domain.events import task_events
+from coordinator.domain.events import group_event, task_events
 from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
@@ -363,6 +363,9 @@ class TaskService:
         group = await self._store.seal_task_group(task_group_id, now=self.clock())
         if group is None:
             raise NotFound(f"task group {task_group_id} does not exist")
+        if self.transitions.publish_events:
+            # every call, as Taskcluster's; in the outbox before the caller hears of the seal
+            await self._store.append_events([group_event("task-group-sealed", group)])
         return group
 
     async def cancel_task_group(self, group: TaskGroup) -> list[str]:
@@ -382,11 +385,20 @@ class TaskService:
 
     async def change_task_group_priority(self, group: TaskGroup, priority: str) -> list[str]:
         """changeTaskGroupPriority: every unresolved task of the group; the ids changed."""
-        return await self._each_unresolved(
+        changed = await self._each_unresolved(
             group.task_group_id,
             lambda r, now: lifecycle.change_priority(r, priority=priority, now=now),
             "priority-changed",
         )
+        if self.transitions.publish_events:
+            event = group_event(
+                "task-group-priority-changed",
+                group,
+                newPriority=priority,
+                tasksAffected=len(changed),
+            )
+            await self._store.append_events([event])
+        return changed
 
     async def task_group_size(self, task_group_id: str) -> int:
         return await self._store.task_group_size(task_group_id)

@@ -156,6 +156,11 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def append_events(self, events: Sequence[QueueEvent]) -> None:
+        """Write ``events`` to the outbox in a transaction of their own (the events that
+        follow a change rather than being part of it: task-group and artifact messages)."""
+
+    @abc.abstractmethod
     async def outbox_depth(self) -> int:
         """How many events wait in the outbox."""
 

@@ -406,6 +406,14 @@ class PostgresStore(SQLStore):
 
         return await self._outages.watch(run())
 
+    async def append_events(self, events: Sequence[QueueEvent]) -> None:
+        rows = outbox_rows(events)
+        if rows:
+            statement = _Q["insert_outbox_event"]
+            await self._outages.watch(
+                self._connections.executemany(statement.sql, [statement.args(r) for r in rows])
+            )
+
     async def outbox_depth(self) -> int:
         return int(await self._fetchval("outbox_depth"))
 

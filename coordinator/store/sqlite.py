@@ -378,6 +378,11 @@ class SQLiteStore(SQLStore):
                 await self._run(lambda conn: conn.executemany(_Q["delete_outbox_event"], params))
             return len(params)
 
+    async def append_events(self, events: Sequence[QueueEvent]) -> None:
+        rows = outbox_rows(events)
+        if rows:
+            await self._run(lambda conn: conn.executemany(_Q["insert_outbox_event"], rows))
+
     async def outbox_depth(self) -> int:
         rows = await self._fetch("outbox_depth")
         return int(rows[0][0])

@@ -14,7 +14,6 @@ import pytest
 import slugid
 
 from devharness.tcp_proxy import TcpProxy
-from devharness.waiting import wait_until
 from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator
 from tests.fixtures.pulse import AMQP_URL, Listener, Received, bindings, check_body
 

@@ -56,20 +56,25 @@ async def test_a_task_life_is_published_with_its_keys_cc_and_valid_bodies(
     ]
     status = await coordinator.status(task_id)
     tail = f"test-prov.test-wt.test-scheduler.{group}._"
-    keys = [m.routing_key for m in listener.messages]
+    of_it = [m for m in listener.messages if not m.name.startswith("task-group")]
+    keys = [m.routing_key for m in of_it]
     assert keys == [
         f"primary.{task_id}._._._.{tail}".replace("test-scheduler", status["schedulerId"]),
         f"primary.{task_id}.0._._.{tail}".replace("test-scheduler", status["schedulerId"]),
         f"primary.{task_id}.0.wg.w1.{tail}".replace("test-scheduler", status["schedulerId"]),
         f"primary.{task_id}.0.wg.w1.{tail}".replace("test-scheduler", status["schedulerId"]),
     ]
-    for message in listener.messages:
+    for message in of_it:
         check_body(message.name, message.body)
         assert message.cc == [f"route.{route}"]
         assert message.content_type == "application/json"
         assert message.persistent
         assert message.body["task"] == {"tags": {"kind": "x"}}
-    assert listener.messages[-1].body["status"] == status
+    assert of_it[-1].body["status"] == status
+    # its group has no unresolved task left
+    await listener.wait_for(lambda ms: ms[-1].name == "task-group-resolved")
+    assert listener.messages[-1].routing_key == f"primary.{group}.{status['schedulerId']}._"
+    assert listener.messages[-1].cc == []
 
 
 async def test_routes_reach_who_binds_to_them(
@@ -158,3 +163,52 @@ def test_a_bad_pulse_url_is_one_line_and_exit_status_2(tmp_path: Path, url: str,
     assert len(lines) == 1 and "COORDINATOR_PULSE_URL=" in lines[0] and says in lines[0]
     assert "wrong" not in done.stderr  # the password is never shown
     assert "Traceback" not in done.stderr
+
+
+async def test_artifact_and_task_group_messages(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group) + bindings(taskGroupId="*"))
+    first = await coordinator.create(taskGroupId=group)
+    second = await coordinator.create(taskGroupId=group)
+    claim = await coordinator.claim(first, 0)
+    expires = claim["status"]["expires"]
+    await coordinator.ok(
+        "POST",
+        f"/task/{first}/runs/0/artifacts/public%2Fmissing",
+        {
+            "storageType": "error",
+            "expires": expires,
+            "reason": "file-missing-on-worker",
+            "message": "no file",
+        },
+    )
+    await coordinator.ok("POST", f"/task-group/{group}/priority", {"newPriority": "high"})
+    await coordinator.ok("POST", f"/task-group/{group}/seal")
+    await coordinator.report(first, 0, "completed")
+    await coordinator.ok("POST", f"/task/{second}/cancel")
+
+    def of_group(ms: list[Received]) -> list[str]:
+        return [
+            m.name for m in ms if m.name.startswith("task-group") and m.body["taskGroupId"] == group
+        ]
+
+    await listener.wait_for(lambda ms: "task-group-resolved" in of_group(ms))
+    assert of_group(listener.messages) == [
+        "task-group-priority-changed",
+        "task-group-sealed",
+        "task-group-resolved",
+    ]
+    by_name = {m.name: m for m in listener.messages}
+    created = by_name["artifact-created"]
+    assert created.body["artifact"]["name"] == "public/missing"
+    assert (created.body["workerGroup"], created.body["workerId"]) == ("wg", "w1")
+    assert created.routing_key.startswith(f"primary.{first}.0.wg.w1.")
+    changed = by_name["task-group-priority-changed"]
+    assert (changed.body["newPriority"], changed.body["tasksAffected"]) == ("high", 2)
+    scheduler = (await coordinator.status(first))["schedulerId"]
+    assert by_name["task-group-sealed"].routing_key == f"primary.{group}.{scheduler}._"
+    assert "sealed" in by_name["task-group-resolved"].body
+    for message in listener.messages:
+        check_body(message.name, message.body)
