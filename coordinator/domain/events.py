@@ -7,6 +7,7 @@ the store keeps them in its outbox in the same transaction as the write.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -231,7 +232,22 @@ def group_event(exchange: str, group: TaskGroup, **extra: Any) -> QueueEvent:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OutboxEntry:
-    """An event as the outbox keeps it: ``id`` orders the publishing."""
+    """An event as the outbox keeps it: ``id`` orders the publishing; ``body_json`` is the
+    body as stored, published as it is (never decoded and encoded again)."""
 
     id: int
-    event: QueueEvent
+    exchange: str
+    key: str
+    routing_key: str
+    cc: tuple[str, ...]
+    body_json: str
+
+    @property
+    def event(self) -> QueueEvent:
+        return QueueEvent(
+            exchange=self.exchange,
+            key=self.key,
+            routing_key=self.routing_key,
+            cc=self.cc,
+            body=json.loads(self.body_json),
+        )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 from aio_pika.exceptions import ProbableAuthenticationError
 from aiormq.exceptions import AMQPError
 
-from coordinator.domain.events import OutboxEntry, QueueEvent
+from coordinator.domain.events import EXCHANGE_PREFIX, OutboxEntry
 from coordinator.service.clock import Clock
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.store.base import Store
@@ -48,11 +47,11 @@ def broker_name(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
-def message_of(event: QueueEvent) -> aio_pika.Message:
-    """The AMQP message of ``event``: persistent JSON, its routes in the ``CC`` header."""
-    headers: dict[str, object] = {"CC": list(event.cc)} if event.cc else {}
+def message_of(entry: OutboxEntry) -> aio_pika.Message:
+    """The AMQP message of ``entry``: persistent JSON, its routes in the ``CC`` header."""
+    headers: dict[str, object] = {"CC": list(entry.cc)} if entry.cc else {}
     return aio_pika.Message(
-        json.dumps(event.body, separators=(",", ":")).encode(),
+        entry.body_json.encode(),
         content_type="application/json",
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
         headers=headers,  # type: ignore[arg-type]
@@ -121,15 +120,17 @@ class PulsePublisher:
         confirmed = 0
         try:
             channel = await self._channel_open()
-            exchanges = [await self._exchange(channel, e.event.exchange_name) for e in entries]
+            exchanges = [
+                await self._exchange(channel, EXCHANGE_PREFIX + e.exchange) for e in entries
+            ]
             # One channel keeps the order in which the messages are sent, and aiormq sends
             # them in the order of these calls (its channel lock is first come, first served);
             # the confirms are awaited together.
             sends = [
                 asyncio.ensure_future(
                     exchange.publish(
-                        message_of(entry.event),
-                        routing_key=entry.event.routing_key,
+                        message_of(entry),
+                        routing_key=entry.routing_key,
                         timeout=PUBLISH_TIMEOUT,
                     )
                 )
@@ -140,7 +141,7 @@ class PulsePublisher:
                 if isinstance(result, BaseException):
                     raise result
                 confirmed += 1
-                self._metrics.event_published(entry.event.exchange)
+                self._metrics.event_published(entry.exchange)
         except asyncio.CancelledError:
             raise
         except (TimeoutError, BrokerRefused, AMQPError, OSError, RuntimeError) as error:

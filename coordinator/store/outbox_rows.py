@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator.domain.events import OutboxEntry, QueueEvent
+from coordinator.domain.json_text import compact
 
 EventsByTask = Mapping[str, Sequence[QueueEvent]]
 """Events to write with the records of these task ids, if those are written."""
@@ -19,20 +20,19 @@ def outbox_rows(events: Iterable[QueueEvent]) -> list[dict[str, Any]]:
             "exchange": event.exchange,
             "routing_key": event.routing_key,
             "cc": json.dumps(list(event.cc)),
-            "body": json.dumps(event.body, separators=(",", ":")),
+            "body": compact(event.body),
         }
         for event in events
     ]
 
 
 def entry_from_row(row: Any) -> OutboxEntry:
+    cc = row["cc"]
     return OutboxEntry(
         id=int(row["id"]),
-        event=QueueEvent(
-            exchange=row["exchange"],
-            key=row["event_key"],
-            routing_key=row["routing_key"],
-            cc=tuple(json.loads(row["cc"])),
-            body=json.loads(row["body"]),
-        ),
+        exchange=row["exchange"],
+        key=row["event_key"],
+        routing_key=row["routing_key"],
+        cc=() if cc == "[]" else tuple(json.loads(cc)),
+        body_json=row["body"],
     )
