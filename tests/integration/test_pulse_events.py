@@ -4,6 +4,7 @@ Taskcluster's own message schemas (docs/events.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 import slugid
 
 from devharness.ports import free_port
+from devharness.waiting import wait_until
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 from tests.fixtures.pulse import AMQP_URL, Listener, Received, bindings, check_body
 
@@ -212,3 +214,55 @@ async def test_artifact_and_task_group_messages(
     assert "sealed" in by_name["task-group-resolved"].body
     for message in listener.messages:
         check_body(message.name, message.body)
+
+
+async def test_metrics_and_per_task_order_of_a_batch(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    """createTasks and claims of many tasks at once: each task's messages in its order, and
+    the counters and the outbox gauge on /metrics."""
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    task_ids = await coordinator.create_many(100, taskGroupId=group)
+    await asyncio.gather(*(coordinator.claim(t, 0) for t in task_ids))
+    await asyncio.gather(*(coordinator.report(t, 0, "completed") for t in task_ids))
+    await listener.wait_for(lambda ms: sum(m.name == "task-completed" for m in ms) == 100)
+    for task_id in task_ids:
+        assert [name for name, _ in of_task(listener.messages, task_id)] == [
+            "task-defined",
+            "task-pending",
+            "task-running",
+            "task-completed",
+        ]
+    expected = [
+        f'queue_events_published_total{{exchange="{exchange}"}} 100.0'
+        for exchange in ("task-defined", "task-pending", "task-running", "task-completed")
+    ] + ["queue_event_outbox_depth 0.0"]
+
+    async def counted() -> bool:
+        # the broker confirms to the publisher after it delivers to the listener
+        async with coordinator.session.get(coordinator.url + "/metrics") as response:
+            metrics = await response.text()
+        return all(line in metrics for line in expected)
+
+    await wait_until(counted, within=10, what="the counters and the gauge")
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_publishing_from_a_postgresql_store(
+    start_coordinator: StartCoordinator, store_url: str, listener: Listener
+) -> None:
+    coordinator = await start_coordinator(pulse_url=AMQP_URL, store_url=store_url)
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    task_id = await coordinator.create(taskGroupId=group)
+    await coordinator.claim(task_id, 0)
+    await coordinator.report(task_id, 0, "completed")
+    await listener.wait_for(lambda ms: len(of_task(ms, task_id)) >= 4)
+    assert [name for name, _ in of_task(listener.messages, task_id)] == [
+        "task-defined",
+        "task-pending",
+        "task-running",
+        "task-completed",
+    ]
+    assert await coordinator.parts.store.outbox_depth() == 0
