@@ -110,6 +110,7 @@ class ActorSpec:
     :param needs_azure: runs only when Azure queues are configured.
     :param busy_at: a pass acting on at least this many runs again at once.
     :param needs_pulse: runs only when ``COORDINATOR_PULSE_URL`` is set.
+    :param log_passes: an INFO line for each pass that acted.
     """
 
     name: str
@@ -118,6 +119,7 @@ class ActorSpec:
     needs_azure: bool = False
     busy_at: int = 100
     needs_pulse: bool = False
+    log_passes: bool = True
 
 
 ACTORS: tuple[ActorSpec, ...] = (
@@ -182,6 +184,7 @@ ACTORS: tuple[ActorSpec, ...] = (
         interval=lambda config: event_publisher.INTERVAL,
         busy_at=event_publisher.BATCH,
         needs_pulse=True,
+        log_passes=False,
     ),
 )
 """Every background actor of a coordinator process (docs/architecture.md says what each does)."""
@@ -197,6 +200,7 @@ def _runner(coordinator: Coordinator, *, enabled: bool) -> Runner:
             run_once=lambda: spec.run_once(coordinator),
             interval=spec.interval(coordinator.config),
             busy_at=spec.busy_at,
+            log_passes=spec.log_passes,
         )
 
     with_azure = coordinator.azure_queues is not None

@@ -120,3 +120,34 @@ async def test_a_broker_cut_for_30s_is_one_log_line_and_loses_nothing(
     log = process.log_path.read_text()
     assert log.count("pulse broker unreachable") == 1, log
     assert log.count("pulse broker reachable again") == 1, log
+
+
+async def test_replicas_share_the_outbox_without_publishing_twice(
+    coordinator_process: MakeProcess, postgres_schema_url: str, listener: Listener
+) -> None:
+    """Two replicas on one PostgreSQL store, both publishing: every message once (the normal
+    case: nobody is killed), in order per task, whichever replica made the change."""
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    replicas = [
+        await coordinator_process(
+            store_url=postgres_schema_url, pulse_url=AMQP_URL, resolver_interval_ms=200
+        ).start()
+        for _ in range(2)
+    ]
+    task_ids = []
+    for n in range(40):
+        # created on one replica, claimed and completed on the other
+        task_id = await replicas[n % 2].create(taskGroupId=group)
+        await live(replicas[(n + 1) % 2], task_id)
+        task_ids.append(task_id)
+    await listener.wait_for(
+        lambda ms: all(exchanges_of(ms, t) == LIFE for t in task_ids), within=60
+    )
+    await asyncio.sleep(1)  # anything published twice would have arrived by now
+    keys = [
+        (m.name, m.body["status"]["taskId"], m.body.get("runId"))
+        for m in listener.messages
+        if "status" in m.body
+    ]
+    assert len(keys) == len(set(keys)) == 4 * len(task_ids)
