@@ -21,7 +21,6 @@ from urllib.parse import urlsplit, urlunsplit
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 from aio_pika.exceptions import ProbableAuthenticationError
-from aiormq.exceptions import AMQPError
 
 from coordinator.domain.events import EXCHANGE_PREFIX, OutboxEntry
 from coordinator.service.clock import Clock
@@ -144,7 +143,8 @@ class PulsePublisher:
                 self._metrics.event_published(entry.exchange)
         except asyncio.CancelledError:
             raise
-        except (TimeoutError, BrokerRefused, AMQPError, OSError, RuntimeError) as error:
+        except Exception as error:  # AMQPError, OSError, TimeoutError, a nack...
+            # whatever failed, the unconfirmed rest stays in the outbox for the next pass
             self._outage(error)
             await self._drop()
         else:
