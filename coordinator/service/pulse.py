@@ -35,6 +35,9 @@ CONNECT_TIMEOUT = 10.0
 PUBLISH_TIMEOUT = 30.0
 """Seconds a batch may wait for the broker's confirms before it counts as an outage."""
 
+RETRY_EVERY = 1.0
+"""Seconds between connection attempts during an outage."""
+
 
 class BrokerRefused(Exception):
     """The broker's address or credentials are wrong: a configuration error, not an outage."""
@@ -71,6 +74,25 @@ class PulsePublisher:
         self._channel: AbstractChannel | None = None
         self._exchanges: dict[str, AbstractExchange] = {}
         self._down = False
+        self._tried_at = float("-inf")
+
+    async def ready(self) -> bool:
+        """Whether a channel is open, opening one if there is none (during an outage at most
+        every :data:`RETRY_EVERY` seconds): the publisher reads no outbox rows while the
+        broker is away."""
+        if self._channel is not None and not self._channel.is_closed:
+            return True
+        loop = asyncio.get_running_loop()
+        if self._down and loop.time() - self._tried_at < RETRY_EVERY:
+            return False
+        self._tried_at = loop.time()
+        try:
+            await self._channel_open()
+        except Exception as error:
+            self._outage(error)
+            await self._drop()
+            return False
+        return True
 
     async def check(self) -> None:
         """Connect once at start-up.
@@ -200,7 +222,9 @@ class EventOutbox:
 
     async def publish_batch(self, limit: int) -> int:
         """Publish up to ``limit`` of the oldest events; how many were confirmed (and deleted)."""
-        done = await self._store.publish_outbox(limit, self.publisher.publish)
+        done = 0
+        if await self.publisher.ready():
+            done = await self._store.publish_outbox(limit, self.publisher.publish)
         now = self._clock()
         if self._depth_at is None or now - self._depth_at >= self._depth_every_ms:
             self._depth_at = now
