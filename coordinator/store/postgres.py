@@ -115,6 +115,46 @@ T = TypeVar("T")
 
 _Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
 
+_OUTBOX_CTE = """, outbox AS (
+    INSERT INTO queue_event_outbox (event_key, exchange, routing_key, cc, body)
+    SELECT e.event_key, e.exchange, e.routing_key, e.cc, e.body
+    FROM unnest(CAST(:event_keys AS TEXT[]), CAST(:exchanges AS TEXT[]),
+                CAST(:routing_keys AS TEXT[]), CAST(:ccs AS TEXT[]), CAST(:bodies AS TEXT[]))
+         WITH ORDINALITY AS e (event_key, exchange, routing_key, cc, body, n)
+    WHERE EXISTS (SELECT 1 FROM {written})
+    ORDER BY e.n
+)
+"""
+"""The outbox rows of a single write, inserted by the write's own statement (one round trip)
+only if it wrote (``{written}``: the CTE of its RETURNING rows), in the order given."""
+
+
+def _with_outbox() -> dict[str, _Statement]:
+    """``compare_and_set`` and ``insert_task`` that also write their outbox rows."""
+    raw = queries("postgres")
+    cas = f"WITH written AS (\n{raw['compare_and_set']}\n)" + _OUTBOX_CTE.format(written="written")
+    insert, tail = raw["insert_task"].rsplit("\nSELECT count(*) FROM task", 1)
+    assert not tail.strip(), "insert_task must end with its count"
+    return {
+        "compare_and_set": _positional(cas + "SELECT version, notify_dependents FROM written"),
+        "insert_task": _positional(
+            insert + _OUTBOX_CTE.format(written="task") + "SELECT count(*) FROM task"
+        ),
+    }
+
+
+_Q_OUTBOX = _with_outbox()
+
+
+def _event_arrays(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    return {
+        "event_keys": [r["event_key"] for r in rows],
+        "exchanges": [r["exchange"] for r in rows],
+        "routing_keys": [r["routing_key"] for r in rows],
+        "ccs": [r["cc"] for r in rows],
+        "bodies": [r["body"] for r in rows],
+    }
+
 
 def _is_outage(error: BaseException) -> bool:
     """Whether ``error`` means the server is not there: the network (refused, reset, timed
@@ -288,13 +328,9 @@ class PostgresStore(SQLStore):
             "tag_values": [value for _, value in tags],
         }
         if events:
-            statement = _Q["insert_task"]
-            outbox = outbox_rows(events)
-
-            async def fetch(conn: asyncpg.Connection) -> Any:
-                return await conn.fetchval(statement.sql, *statement.args(params))
-
-            inserted = await self._with_events(fetch, lambda n: outbox if n else [])
+            statement = _Q_OUTBOX["insert_task"]
+            args = statement.args({**params, **_event_arrays(outbox_rows(events))})
+            inserted = await self._outages.watch(self._connections.fetchval(statement.sql, *args))
         else:
             inserted = await self._fetchval("insert_task", **params)
         return record.replace(version=1) if inserted else None
@@ -353,10 +389,9 @@ class PostgresStore(SQLStore):
     ) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
         if events:
-            outbox = outbox_rows(events)
-            rows = await self._with_events(
-                self._fetcher("compare_and_set", params), lambda rows: outbox if rows else []
-            )
+            statement = _Q_OUTBOX["compare_and_set"]
+            args = statement.args({**params, **_event_arrays(outbox_rows(events))})
+            rows = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         else:
             rows = await self._fetch("compare_and_set", **params)
         return stored_after_cas(record, rows[0]) if rows else None
