@@ -1,7 +1,10 @@
 """The PostgreSQL store: one database shared by several coordinator replicas.
 
 Every call borrows a connection from an asyncpg pool for one statement; the only
-multi-statement transaction is the migration. Correctness across replicas rests on the
+multi-statement transactions are the migration and, with Pulse publishing on
+(docs/events.md), a batch write with its outbox rows and the outbox publisher's batch (which
+holds the outbox lock row while it publishes). A single compare-and-set or createTask writes
+its outbox rows in its own statement. Correctness across replicas rests on the
 compare-and-set of :meth:`PostgresStore.compare_and_set` alone, as the
 :mod:`~coordinator.store.base` contract says.
 
