@@ -38,8 +38,9 @@ from coordinator.domain.artifacts import (
     replacement,
 )
 from coordinator.domain.errors import InputError, NotFound
-from coordinator.domain.events import artifact_event
+from coordinator.domain.events import QueueEvent, artifact_event
 from coordinator.domain.listings import Page
+from coordinator.domain.records import TaskRecord
 from coordinator.service.clock import Clock, wall_clock
 from coordinator.store.base import Store
 
@@ -113,15 +114,11 @@ class ArtifactService:
         artifact = new_artifact(
             task, task_id=task_id, run_id=run_id, name=name, body=body, now=self.clock()
         )
-        existing = await self._store.insert_artifact(artifact)
+        existing = await self._store.insert_artifact(artifact, events=self._events(task, artifact))
         if existing is not None:
             artifact = replacement(existing, artifact)
-            await self._store.replace_artifact(artifact)
-        if self.publish_events and task is not None:
             # a repeated createArtifact announces it again, as Taskcluster's does
-            event = artifact_event(task, artifact)
-            if event is not None:
-                await self._store.append_events([event])
+            await self._store.replace_artifact(artifact, events=self._events(task, artifact))
         log.info(
             "artifact created taskId=%s runId=%d name=%r storageType=%s repeat=%s",
             task_id,
@@ -131,6 +128,13 @@ class ArtifactService:
             existing is not None,
         )
         return artifact
+
+    def _events(self, task: TaskRecord | None, artifact: Artifact) -> list[QueueEvent]:
+        """artifact-created, written with the artifact (none for s3, or publishing off)."""
+        if not self.publish_events or task is None:
+            return []
+        event = artifact_event(task, artifact)
+        return [] if event is None else [event]
 
     async def finish(self, task_id: str, run_id: int, name: str) -> NoReturn:
         """finishArtifact, which only object artifacts take, and there are none here.

@@ -358,8 +358,11 @@ class Store(abc.ABC):
     # --- artifacts --------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def insert_artifact(self, artifact: Artifact) -> Artifact | None:
-        """Store a new artifact of an existing task.
+    async def insert_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> Artifact | None:
+        """Store a new artifact of an existing task, and ``events`` in the outbox in the same
+        transaction if it is new.
 
         :returns: ``None`` when stored; the stored artifact, unchanged, when the run has one
             of that name already.
@@ -368,8 +371,11 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def replace_artifact(self, artifact: Artifact) -> None:
-        """Write a repeated createArtifact over the stored artifact of the same key: its
+    async def replace_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> None:
+        """Write a repeated createArtifact over the stored artifact of the same key (and
+        ``events`` in the outbox in the same transaction): its
         storage type, ``expires`` and details (except that an s3 artifact keeps its upload
         state); contentType, ``created`` and the declared length stay. Nothing happens if
         there is none."""

@@ -504,9 +504,18 @@ class PostgresStore(SQLStore):
 
     # --- artifacts --------------------------------------------------------------------------
 
-    async def insert_artifact(self, artifact: Artifact) -> Artifact | None:
+    async def insert_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> Artifact | None:
+        columns = artifact_columns(artifact)
         try:
-            inserted = await self._fetch("insert_artifact", **artifact_columns(artifact))
+            if events:
+                outbox = outbox_rows(events)
+                inserted = await self._with_events(
+                    self._fetcher("insert_artifact", columns), lambda rows: outbox if rows else []
+                )
+            else:
+                inserted = await self._fetch("insert_artifact", **columns)
         except ForeignKeyViolationError:
             # the statement saw the task, and a concurrent delete removed it before the insert
             raise InputError("Task not found") from None
@@ -519,6 +528,16 @@ class PostgresStore(SQLStore):
         if existing is None:
             raise InputError("Task not found")
         return existing
+
+    async def replace_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> None:
+        columns = artifact_columns(artifact)
+        if events:
+            outbox = outbox_rows(events)
+            await self._with_events(self._fetcher("replace_artifact", columns), lambda _: outbox)
+        else:
+            await self._fetch("replace_artifact", **columns)
 
     async def delete_artifacts(self, keys: Sequence[ArtifactKey]) -> int:
         if not keys:

@@ -477,11 +477,16 @@ class SQLiteStore(SQLStore):
 
     # --- artifacts --------------------------------------------------------------------------
 
-    async def insert_artifact(self, artifact: Artifact) -> Artifact | None:
+    async def insert_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> Artifact | None:
         columns = artifact_columns(artifact)
+        outbox = outbox_rows(events)
 
         def insert(conn: sqlite3.Connection) -> sqlite3.Row | None:
             if conn.execute(_Q["insert_artifact"], columns).fetchone() is not None:
+                if outbox:
+                    conn.executemany(_Q["insert_outbox_event"], outbox)
                 return None
             existing: sqlite3.Row | None = conn.execute(_Q["get_artifact"], columns).fetchone()
             if existing is None:
@@ -490,6 +495,19 @@ class SQLiteStore(SQLStore):
 
         existing = await self._run(insert)
         return None if existing is None else artifact_from_row(existing)
+
+    async def replace_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> None:
+        columns = artifact_columns(artifact)
+        outbox = outbox_rows(events)
+
+        def replace(conn: sqlite3.Connection) -> None:
+            conn.execute(_Q["replace_artifact"], columns).fetchall()
+            if outbox:
+                conn.executemany(_Q["insert_outbox_event"], outbox)
+
+        await self._run(replace)
 
     async def delete_artifacts(self, keys: Sequence[ArtifactKey]) -> int:
         params = [key_columns(*key) for key in keys]

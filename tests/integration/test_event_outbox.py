@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from coordinator.domain import lifecycle
+from coordinator.domain.artifacts import Artifact
 from coordinator.domain.events import OutboxEntry, QueueEvent, task_events
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
@@ -159,3 +160,22 @@ async def test_replicas_take_turns_on_the_outbox(store: Store, store_url: str) -
         assert await other.outbox_depth() == 0
     finally:
         await other.close()
+
+
+async def test_artifacts_write_their_events_with_them(store: Store) -> None:
+    assert await store.insert(new_record("t1"))
+    artifact = Artifact(
+        task_id="t1",
+        run_id=0,
+        name="public/x",
+        storage_type="error",
+        content_type="application/json",
+        expires=NOW + 1000,
+        details={"reason": "file-missing-on-worker", "message": "m"},
+        created=NOW,
+    )
+    assert await store.insert_artifact(artifact, events=[event("t1", 1)]) is None
+    # a repeat is not inserted, and writes nothing; its replacement writes its own
+    assert await store.insert_artifact(artifact, events=[event("t1", 2)]) is not None
+    await store.replace_artifact(artifact, events=[event("t1", 3)])
+    assert [e.event.body["n"] for e in await drain(store)] == [1, 3]
