@@ -34,6 +34,7 @@ from coordinator.resolvers import (
     claim_resolver,
     deadline_resolver,
     dependency_resolver,
+    event_publisher,
     expiry_sweeper,
     hint_keeper,
     quarantine_refresher,
@@ -49,6 +50,7 @@ from coordinator.service.clock import wall_clock
 from coordinator.service.dispatch import NO_AZURE, WorkDispatch
 from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
+from coordinator.service.pulse import BrokerRefused, EventOutbox, PulsePublisher
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
 from coordinator.store.base import Store
@@ -70,6 +72,7 @@ class Coordinator:
     dispatch: WorkDispatch
     workers: WorkerService
     metrics: ServiceMetrics
+    events: EventOutbox | None = None
 
     @property
     def azure(self) -> QueueService:
@@ -77,6 +80,13 @@ class Coordinator:
         if self.azure_queues is None:
             raise RuntimeError("this coordinator runs without Azure queues")
         return self.azure_queues
+
+    @property
+    def outbox(self) -> EventOutbox:
+        """The event outbox, for the publisher that runs only with a broker."""
+        if self.events is None:
+            raise RuntimeError("this coordinator publishes no events")
+        return self.events
 
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
@@ -99,6 +109,8 @@ class ActorSpec:
         ``COORDINATOR_RESOLVER_INTERVAL``.
     :param needs_azure: runs only when Azure queues are configured.
     :param busy_at: a pass acting on at least this many runs again at once.
+    :param needs_pulse: runs only when ``COORDINATOR_PULSE_URL`` is set.
+    :param log_passes: an INFO line for each pass that acted.
     """
 
     name: str
@@ -106,6 +118,8 @@ class ActorSpec:
     interval: Callable[[Config], float] = _resolver_interval
     needs_azure: bool = False
     busy_at: int = 100
+    needs_pulse: bool = False
+    log_passes: bool = True
 
 
 ACTORS: tuple[ActorSpec, ...] = (
@@ -164,6 +178,14 @@ ACTORS: tuple[ActorSpec, ...] = (
         run_once=lambda c: queue_gauges.run_once(c.workers, c.metrics),
         interval=lambda config: queue_gauges.INTERVAL,
     ),
+    ActorSpec(
+        name="event-publisher",
+        run_once=lambda c: event_publisher.run_once(c.outbox),
+        interval=lambda config: event_publisher.INTERVAL,
+        busy_at=event_publisher.BATCH,
+        needs_pulse=True,
+        log_passes=False,
+    ),
 )
 """Every background actor of a coordinator process (docs/architecture.md says what each does)."""
 
@@ -178,11 +200,19 @@ def _runner(coordinator: Coordinator, *, enabled: bool) -> Runner:
             run_once=lambda: spec.run_once(coordinator),
             interval=spec.interval(coordinator.config),
             busy_at=spec.busy_at,
+            log_passes=spec.log_passes,
         )
 
     with_azure = coordinator.azure_queues is not None
+    with_pulse = coordinator.events is not None
     return Runner(
-        [actor(spec) for spec in ACTORS if enabled and (with_azure or not spec.needs_azure)],
+        [
+            actor(spec)
+            for spec in ACTORS
+            if enabled
+            and (with_azure or not spec.needs_azure)
+            and (with_pulse or not spec.needs_pulse)
+        ],
         on_pass=coordinator.metrics.resolver_acted,
     )
 
@@ -224,7 +254,9 @@ async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetric
     except BaseException:
         await blobs.close()
         raise
-    artifacts = ArtifactService(store=store, blobs=blobs, clock=clock)
+    artifacts = ArtifactService(
+        store=store, blobs=blobs, clock=clock, publish_events=config.pulse_url is not None
+    )
     service = TaskService(
         store=store,
         hints=azure_queues,
@@ -234,7 +266,21 @@ async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetric
         max_deadline_ms=config.max_deadline_ms,
         clock=clock,
         metrics=metrics,
+        publish_events=config.pulse_url is not None,
     )
+    events = None
+    if config.pulse_url is not None:
+        publisher = PulsePublisher(config.pulse_url, metrics=metrics)
+        try:
+            await publisher.check()
+        except BrokerRefused as error:
+            await store.close()
+            await blobs.close()
+            raise ConfigurationError(
+                f"COORDINATOR_PULSE_URL={publisher.name}: {error}; fix the URL (host, user, "
+                "password) or unset it to publish nothing"
+            ) from None
+        events = EventOutbox(store=store, publisher=publisher, metrics=metrics, clock=clock)
     workers = WorkerService(store=store, clock=clock)
     # Before the first request: a quarantined worker must not claim in the first second.
     await workers.refresh_quarantines()
@@ -258,6 +304,7 @@ async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetric
         ),
         workers=workers,
         metrics=metrics,
+        events=events,
     )
 
 
@@ -272,6 +319,8 @@ async def _close(coordinator: Coordinator, runner: Runner) -> None:
         log.warning("sightings not written at shutdown error=%r", error)
     if coordinator.azure_queues is not None:
         await coordinator.azure_queues.close()
+    if coordinator.events is not None:
+        await coordinator.events.publisher.close()
     await coordinator.artifacts.blobs.close()
     await coordinator.store.close()
 
@@ -306,12 +355,13 @@ def _lifespan(
         runner = _runner(coordinator, enabled=run_resolvers)
         runner.start()
         log.info(
-            "coordinator started url=%s store=%s azure=%s artifacts=%s auth=%s",
+            "coordinator started url=%s store=%s azure=%s artifacts=%s auth=%s pulse=%s",
             config.public_url,
             config.store_url.split("@")[-1],
             coordinator.azure_queues is not None,
             config.artifacts,
             config.auth_enabled,
+            coordinator.events.publisher.name if coordinator.events is not None else None,
         )
         if coordinator.azure_queues is None:
             log.warning("%s", NO_AZURE)

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 
 class ConfigurationError(ValueError):
@@ -59,6 +60,28 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigurationError(f"{name}={raw!r} is not a boolean (use true or false)")
 
 
+def pulse_url_name(url: str) -> str:
+    """``url`` without its user and password: what a log line may show."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def check_pulse_url(url: str) -> None:
+    """Raise :class:`ConfigurationError` unless ``url`` is an ``amqp://`` or ``amqps://`` URL
+    with a host (whether the broker answers is checked at start-up)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        raise ConfigurationError(
+            f"COORDINATOR_PULSE_URL={pulse_url_name(url)!r} is not an AMQP URL: use "
+            "amqp://user:password@host:5672/vhost (or amqps://), or leave it unset to publish "
+            "nothing"
+        )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Config:
     """Everything the service needs to start.
@@ -85,6 +108,9 @@ class Config:
         unless set).
     :param artifact_max_bytes: the largest artifact upload accepted (a larger Content-Length
         is refused before any byte is read).
+    :param pulse_url: ``amqp://`` or ``amqps://`` URL of the broker that Taskcluster's Pulse
+        messages are published to (docs/events.md); ``None``: nothing is published and no
+        outbox is written.
     """
 
     host: str = "127.0.0.1"
@@ -113,6 +139,7 @@ class Config:
     artifacts: str = "directory"
     artifacts_dir: Path = Path(".data/artifacts")
     artifact_max_bytes: int = 5 * 2**30
+    pulse_url: str | None = None
 
     def __post_init__(self) -> None:
         if self.artifacts not in ARTIFACT_BACKENDS:
@@ -127,6 +154,8 @@ class Config:
                 "account for the artifacts container); set it, or use "
                 "COORDINATOR_ARTIFACTS=directory"
             )
+        if self.pulse_url is not None:
+            check_pulse_url(self.pulse_url)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -164,4 +193,5 @@ class Config:
             artifacts=env.get("COORDINATOR_ARTIFACTS") or "directory",
             artifacts_dir=Path(env.get("COORDINATOR_ARTIFACTS_DIR") or data_dir / "artifacts"),
             artifact_max_bytes=_byte_count(env, "COORDINATOR_ARTIFACT_MAX_BYTES", 5 * 2**30),
+            pulse_url=env.get("COORDINATOR_PULSE_URL") or None,
         )

@@ -38,7 +38,9 @@ from coordinator.domain.artifacts import (
     replacement,
 )
 from coordinator.domain.errors import InputError, NotFound
+from coordinator.domain.events import QueueEvent, artifact_event
 from coordinator.domain.listings import Page
+from coordinator.domain.records import TaskRecord
 from coordinator.service.clock import Clock, wall_clock
 from coordinator.store.base import Store
 
@@ -77,9 +79,18 @@ class ArtifactService:
     :param store: the task store, which holds the artifact rows.
     :param blobs: where s3 artifacts' bytes are.
     :param clock: epoch-milliseconds clock (the tasks' and runs' clock).
+    :param publish_events: put artifact-created in the outbox (docs/events.md).
     """
 
-    def __init__(self, *, store: Store, blobs: BlobStore, clock: Clock = wall_clock) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        blobs: BlobStore,
+        clock: Clock = wall_clock,
+        publish_events: bool = False,
+    ) -> None:
+        self.publish_events = publish_events
         self._store = store
         self.blobs = blobs
         self.clock = clock
@@ -103,10 +114,11 @@ class ArtifactService:
         artifact = new_artifact(
             task, task_id=task_id, run_id=run_id, name=name, body=body, now=self.clock()
         )
-        existing = await self._store.insert_artifact(artifact)
+        existing = await self._store.insert_artifact(artifact, events=self._events(task, artifact))
         if existing is not None:
             artifact = replacement(existing, artifact)
-            await self._store.replace_artifact(artifact)
+            # a repeated createArtifact announces it again, as Taskcluster's does
+            await self._store.replace_artifact(artifact, events=self._events(task, artifact))
         log.info(
             "artifact created taskId=%s runId=%d name=%r storageType=%s repeat=%s",
             task_id,
@@ -116,6 +128,13 @@ class ArtifactService:
             existing is not None,
         )
         return artifact
+
+    def _events(self, task: TaskRecord | None, artifact: Artifact) -> list[QueueEvent]:
+        """artifact-created, written with the artifact (none for s3, or publishing off)."""
+        if not self.publish_events or task is None:
+            return []
+        event = artifact_event(task, artifact)
+        return [] if event is None else [event]
 
     async def finish(self, task_id: str, run_id: int, name: str) -> NoReturn:
         """finishArtifact, which only object artifacts take, and there are none here.

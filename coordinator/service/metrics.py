@@ -55,6 +55,17 @@ class ServiceMetrics:
             "Hint puts that failed (the hint keeper puts them again).",
             registry=reg,
         )
+        self._events_published = Counter(
+            "queue_events_published",
+            "Pulse messages the broker confirmed, by exchange.",
+            ["exchange"],
+            registry=reg,
+        )
+        self._outbox_depth = Gauge(
+            "queue_event_outbox_depth",
+            "Pulse messages waiting in the outbox.",
+            registry=reg,
+        )
         self._resolver_actions = Counter(
             "queue_resolver_actions",
             "Tasks a background actor acted on, by actor.",
@@ -106,3 +117,10 @@ class ServiceMetrics:
             labels = (task_queue.provisioner_id, task_queue.worker_type)
             self._pending.labels(*labels).set(found.pending)
             self._claimed.labels(*labels).set(found.running)
+
+    def event_published(self, exchange: str) -> None:
+        """The broker confirmed a message of ``exchange``."""
+        self._events_published.labels(exchange=exchange).inc()
+
+    def set_outbox_depth(self, depth: int) -> None:
+        self._outbox_depth.set(depth)

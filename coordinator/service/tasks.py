@@ -16,6 +16,7 @@ from typing import Any
 
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
+from coordinator.domain.events import group_event, task_events
 from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
@@ -75,6 +76,8 @@ class TaskService:
     :param max_deadline_ms: how far in the future a deadline may be (ms).
     :param clock: epoch-milliseconds clock; tests inject their own.
     :param metrics: the observer of runs resolved and hints put (the app's registry).
+    :param publish_events: write the Pulse messages of every change to the store's outbox
+        (docs/events.md).
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class TaskService:
         max_deadline_ms: int,
         clock: Clock = wall_clock,
         metrics: ServiceMetrics | None = None,
+        publish_events: bool = False,
     ) -> None:
         self._store = store
         self.metrics = metrics if metrics is not None else ServiceMetrics()
@@ -107,6 +111,7 @@ class TaskService:
             background=self._background,
             on_resolved=lambda task_id: self.dependencies.resolve_dependents(task_id),
             metrics=self.metrics,
+            publish_events=publish_events,
         )
         self.dependencies = Dependencies(store=store, transitions=self.transitions)
 
@@ -189,7 +194,8 @@ class TaskService:
         if record.dependencies:
             await self.dependencies.check(record)
         created = lifecycle.create(record, now=now)
-        stored = await self._store.insert(created.record)
+        events = task_events(None, created.record) if self.transitions.publish_events else ()
+        stored = await self._store.insert(created.record, events=events)
         if stored is None:
             result = await self._not_inserted(record, await self._store.get(task_id))
             if isinstance(result, Conflict):
@@ -287,7 +293,12 @@ class TaskService:
                 done[task_id] = error
                 del records[task_id]
         created = {task_id: lifecycle.create(r, now=now) for task_id, r in records.items()}
-        inserted = await self._store.insert_many([o.record for o in created.values()])
+        events = None
+        if self.transitions.publish_events:
+            events = {task_id: task_events(None, o.record) for task_id, o in created.items()}
+        inserted = await self._store.insert_many(
+            [o.record for o in created.values()], events=events
+        )
         existing = await self._store.get_many([t for t in created if t not in inserted])
         for task_id in created.keys() - inserted:
             done[task_id] = await self._not_inserted(records[task_id], existing.get(task_id))
@@ -352,6 +363,9 @@ class TaskService:
         group = await self._store.seal_task_group(task_group_id, now=self.clock())
         if group is None:
             raise NotFound(f"task group {task_group_id} does not exist")
+        if self.transitions.publish_events:
+            # every call, as Taskcluster's; in the outbox before the caller hears of the seal
+            await self._store.append_events([group_event("task-group-sealed", group)])
         return group
 
     async def cancel_task_group(self, group: TaskGroup) -> list[str]:
@@ -371,11 +385,20 @@ class TaskService:
 
     async def change_task_group_priority(self, group: TaskGroup, priority: str) -> list[str]:
         """changeTaskGroupPriority: every unresolved task of the group; the ids changed."""
-        return await self._each_unresolved(
+        changed = await self._each_unresolved(
             group.task_group_id,
             lambda r, now: lifecycle.change_priority(r, priority=priority, now=now),
             "priority-changed",
         )
+        if self.transitions.publish_events:
+            event = group_event(
+                "task-group-priority-changed",
+                group,
+                newPriority=priority,
+                tasksAffected=len(changed),
+            )
+            await self._store.append_events([event])
+        return changed
 
     async def task_group_size(self, task_group_id: str) -> int:
         return await self._store.task_group_size(task_group_id)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any
 
 from coordinator.domain.errors import Conflict, DomainError, NotFound
+from coordinator.domain.events import QueueEvent, group_event, task_events
 from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.records import Run, TaskRecord
 from coordinator.service.background import Background
@@ -82,6 +83,8 @@ class Transitions:
     :param on_resolved: re-examines the dependents of a task that just resolved (started in
         the background; the dependency resolver finishes it after a crash).
     :param metrics: counts the runs each write resolves.
+    :param publish_events: write each change's Pulse messages to the store's outbox with it
+        (docs/events.md); off, no outbox row is written.
     """
 
     def __init__(
@@ -93,7 +96,9 @@ class Transitions:
         background: Background,
         on_resolved: Callable[[str], Coroutine[Any, Any, object]],
         metrics: ServiceMetrics,
+        publish_events: bool = False,
     ) -> None:
+        self.publish_events = publish_events
         self._metrics = metrics
         self._store = store
         self._hints = hints
@@ -126,7 +131,8 @@ class Transitions:
             result = transition(record, self._clock())
             if not result.changed:
                 return result
-            stored = await self._store.compare_and_set(result.record)
+            events = task_events(record, result.record) if self.publish_events else ()
+            stored = await self._store.compare_and_set(result.record, events=events)
             if stored is not None:
                 result = self._written(action, record, result, stored)
                 await self.effects(result)
@@ -182,7 +188,12 @@ class Transitions:
                     writes.append((index, record, result))
                 else:
                     results[index] = result
-            stored = await self._store.compare_and_set_many([w[2].record for w in writes])
+            events: dict[str, list[QueueEvent]] | None = None
+            if self.publish_events:
+                events = {r.task_id: task_events(r, w.record) for _, r, w in writes}
+            stored = await self._store.compare_and_set_many(
+                [w[2].record for w in writes], events=events
+            )
             written: list[TransitionResult] = []
             indexes = []
             for (index, record, result), after in zip(writes, stored, strict=True):
@@ -221,8 +232,10 @@ class Transitions:
     def has_effects(self, result: TransitionResult) -> bool:
         """Whether :meth:`effects` has anything to do for ``result`` (most claims and reports
         have not, and a batch need not start a coroutine for each of them)."""
-        return (result.hint is not None and self._hints.enabled) or (
-            result.resolved and result.record.notify_dependents
+        return (
+            (result.hint is not None and self._hints.enabled)
+            or (result.resolved and result.record.notify_dependents)
+            or (result.resolved and self.publish_events)
         )
 
     async def effects(self, result: TransitionResult) -> None:
@@ -231,6 +244,18 @@ class Transitions:
             await self._hints.publish(result.hint)
         if result.resolved and result.record.notify_dependents:
             self._background.spawn(self._resolve_dependents(result.record.task_id))
+        if result.resolved and self.publish_events:
+            self._background.spawn(self._group_resolved(result.record.task_group_id))
+
+    async def _group_resolved(self, task_group_id: str) -> None:
+        """task-group-resolved when the group has no unresolved task left, as Taskcluster's
+        dependency tracker checks after each resolution (two resolving at once may both
+        announce it)."""
+        if await self._store.unresolved_in_group(task_group_id, limit=1, after=None):
+            return
+        group = await self._store.get_task_group(task_group_id)
+        if group is not None:
+            await self._store.append_events([group_event("task-group-resolved", group)])
 
     async def _resolve_dependents(self, task_id: str) -> None:
         await self._on_resolved(task_id)

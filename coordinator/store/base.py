@@ -24,10 +24,11 @@ All times are epoch milliseconds.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
+from coordinator.domain.events import OutboxEntry, QueueEvent
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskCounts, TaskFilter
@@ -62,9 +63,12 @@ class Store(abc.ABC):
     # --- single records -------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def insert(self, record: TaskRecord) -> TaskRecord | None:
+    async def insert(
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+    ) -> TaskRecord | None:
         """Store a new task, its dependency edges and its group (created, or its expiry
-        raised) atomically.
+        raised) atomically, and ``events`` in the outbox in the same transaction if the task
+        is inserted.
 
         :returns: the stored record (``version`` 1), or ``None`` if the task id already exists
             or its group refuses it: sealed, or of another schedulerId (nothing is written).
@@ -75,8 +79,14 @@ class Store(abc.ABC):
         """The current record, or ``None``."""
 
     @abc.abstractmethod
-    async def insert_many(self, records: Sequence[TaskRecord]) -> set[str]:
-        """Insert new records (as :meth:`insert` does) and their edges in one transaction.
+    async def insert_many(
+        self,
+        records: Sequence[TaskRecord],
+        *,
+        events: Mapping[str, Sequence[QueueEvent]] | None = None,
+    ) -> set[str]:
+        """Insert new records (as :meth:`insert` does) and their edges in one transaction,
+        with the ``events`` of each task inserted (by task id) in the outbox.
 
         :param records: distinct task ids.
         :returns: the ids inserted; an id that exists already is left as it is.
@@ -91,8 +101,11 @@ class Store(abc.ABC):
         """Task state of each existing task among ``task_ids``; cheaper than :meth:`get_many`."""
 
     @abc.abstractmethod
-    async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
-        """Write the record's mutable status if the stored version is ``record.version``.
+    async def compare_and_set(
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+    ) -> TaskRecord | None:
+        """Write the record's mutable status if the stored version is ``record.version``,
+        and then ``events`` in the outbox in the same transaction.
 
         ``notify_dependents`` is stored only if some task depends on this one: resolving a task
         nobody depends on then needs no dependency pass (a dependent created afterwards reads
@@ -104,10 +117,16 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def compare_and_set_many(self, records: Sequence[TaskRecord]) -> list[TaskRecord | None]:
+    async def compare_and_set_many(
+        self,
+        records: Sequence[TaskRecord],
+        *,
+        events: Mapping[str, Sequence[QueueEvent]] | None = None,
+    ) -> list[TaskRecord | None]:
         """:meth:`compare_and_set` for records of distinct tasks in one round trip (SQLite:
-        one transaction; PostgreSQL: one statement). Each record wins or loses on its own
-        version: a lost one never holds back the others.
+        one transaction; PostgreSQL: one statement, or one transaction with ``events``). Each
+        record wins or loses on its own version: a lost one never holds back the others; the
+        ``events`` of the records written (by task id) go to the outbox with them.
 
         :returns: per record, in order, what :meth:`compare_and_set` would have returned.
         """
@@ -122,6 +141,28 @@ class Store(abc.ABC):
         causes one duplicate hint later, which workers treat as harmless. Unknown tasks are
         ignored.
         """
+
+    # --- the event outbox ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def publish_outbox(
+        self, limit: int, publish: Callable[[Sequence[OutboxEntry]], Awaitable[int]]
+    ) -> int:
+        """Hand up to ``limit`` outbox entries, the oldest first, to ``publish``, which returns
+        how many of them (a prefix) the broker confirmed; delete those. One caller at a time
+        across replicas (others get nothing and return 0), so the order holds.
+
+        :returns: how many were deleted.
+        """
+
+    @abc.abstractmethod
+    async def append_events(self, events: Sequence[QueueEvent]) -> None:
+        """Write ``events`` to the outbox in a transaction of their own (the events that
+        follow a change rather than being part of it: task-group and artifact messages)."""
+
+    @abc.abstractmethod
+    async def outbox_depth(self) -> int:
+        """How many events wait in the outbox."""
 
     # --- resolver scans -------------------------------------------------------------------
 
@@ -317,8 +358,11 @@ class Store(abc.ABC):
     # --- artifacts --------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def insert_artifact(self, artifact: Artifact) -> Artifact | None:
-        """Store a new artifact of an existing task.
+    async def insert_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> Artifact | None:
+        """Store a new artifact of an existing task, and ``events`` in the outbox in the same
+        transaction if it is new.
 
         :returns: ``None`` when stored; the stored artifact, unchanged, when the run has one
             of that name already.
@@ -327,8 +371,11 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def replace_artifact(self, artifact: Artifact) -> None:
-        """Write a repeated createArtifact over the stored artifact of the same key: its
+    async def replace_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> None:
+        """Write a repeated createArtifact over the stored artifact of the same key (and
+        ``events`` in the outbox in the same transaction): its
         storage type, ``expires`` and details (except that an s3 artifact keeps its upload
         state); contentType, ``created`` and the declared length stay. Nothing happens if
         there is none."""

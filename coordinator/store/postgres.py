@@ -1,7 +1,10 @@
 """The PostgreSQL store: one database shared by several coordinator replicas.
 
 Every call borrows a connection from an asyncpg pool for one statement; the only
-multi-statement transaction is the migration. Correctness across replicas rests on the
+multi-statement transactions are the migration and, with Pulse publishing on
+(docs/events.md), a batch write with its outbox rows and the outbox publisher's batch (which
+holds the outbox lock row while it publishes). A single compare-and-set or createTask writes
+its outbox rows in its own statement. Correctness across replicas rests on the
 compare-and-set of :meth:`PostgresStore.compare_and_set` alone, as the
 :mod:`~coordinator.store.base` contract says.
 
@@ -36,9 +39,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -52,6 +55,7 @@ from asyncpg.exceptions import (
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.errors import InputError
+from coordinator.domain.events import OutboxEntry, QueueEvent
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
@@ -59,6 +63,7 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
 from coordinator.store.outages import OutageWatch
+from coordinator.store.outbox_rows import entry_from_row, outbox_rows
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -109,7 +114,49 @@ def _positional(sql: str) -> _Statement:
     return _Statement(sql=_PARAMETER.sub(number, sql), names=tuple(names))
 
 
+T = TypeVar("T")
+
 _Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
+
+_OUTBOX_CTE = """, outbox AS (
+    INSERT INTO queue_event_outbox (event_key, exchange, routing_key, cc, body)
+    SELECT e.event_key, e.exchange, e.routing_key, e.cc, e.body
+    FROM unnest(CAST(:event_keys AS TEXT[]), CAST(:exchanges AS TEXT[]),
+                CAST(:routing_keys AS TEXT[]), CAST(:ccs AS TEXT[]), CAST(:bodies AS TEXT[]))
+         WITH ORDINALITY AS e (event_key, exchange, routing_key, cc, body, n)
+    WHERE EXISTS (SELECT 1 FROM {written})
+    ORDER BY e.n
+)
+"""
+"""The outbox rows of a single write, inserted by the write's own statement (one round trip)
+only if it wrote (``{written}``: the CTE of its RETURNING rows), in the order given."""
+
+
+def _with_outbox() -> dict[str, _Statement]:
+    """``compare_and_set`` and ``insert_task`` that also write their outbox rows."""
+    raw = queries("postgres")
+    cas = f"WITH written AS (\n{raw['compare_and_set']}\n)" + _OUTBOX_CTE.format(written="written")
+    insert, tail = raw["insert_task"].rsplit("\nSELECT count(*) FROM task", 1)
+    assert not tail.strip(), "insert_task must end with its count"
+    return {
+        "compare_and_set": _positional(cas + "SELECT version, notify_dependents FROM written"),
+        "insert_task": _positional(
+            insert + _OUTBOX_CTE.format(written="task") + "SELECT count(*) FROM task"
+        ),
+    }
+
+
+_Q_OUTBOX = _with_outbox()
+
+
+def _event_arrays(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    return {
+        "event_keys": [r["event_key"] for r in rows],
+        "exchanges": [r["exchange"] for r in rows],
+        "routing_keys": [r["routing_key"] for r in rows],
+        "ccs": [r["cc"] for r in rows],
+        "bodies": [r["body"] for r in rows],
+    }
 
 
 def _is_outage(error: BaseException) -> bool:
@@ -144,6 +191,17 @@ def filtered_statement(name: str, filters: str) -> _Statement:
     """The named statement with ``{filters}`` filled in; cached, as filters repeat. Public
     for the tools that explain and time the management statements (devharness)."""
     return _positional(queries("postgres")[name].format(filters=filters))
+
+
+def _events_of(
+    records: Sequence[TaskRecord],
+    written: set[str],
+    events: Mapping[str, Sequence[QueueEvent]],
+) -> list[dict[str, Any]]:
+    """The outbox rows of the records written, in the records' order."""
+    return outbox_rows(
+        event for r in records if r.task_id in written for event in events.get(r.task_id, ())
+    )
 
 
 class PostgresStore(SQLStore):
@@ -245,33 +303,68 @@ class PostgresStore(SQLStore):
 
     # --- single records -------------------------------------------------------------------
 
-    async def insert(self, record: TaskRecord) -> TaskRecord | None:
+    async def _with_events(
+        self, fetch: Callable[[asyncpg.Connection], Awaitable[T]], events: Callable[[T], list[Any]]
+    ) -> T:
+        """Run ``fetch`` and then insert the outbox rows ``events`` makes of its result, in one
+        transaction (publishing on: the statement alone when off)."""
+
+        async def run() -> T:
+            async with self._connections.acquire() as conn, conn.transaction():
+                result = await fetch(conn)
+                rows = events(result)
+                if rows:
+                    statement = _Q["insert_outbox_event"]
+                    await conn.executemany(statement.sql, [statement.args(r) for r in rows])
+                return result
+
+        return await self._outages.watch(run())
+
+    async def insert(
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+    ) -> TaskRecord | None:
         tags = record.tags
-        inserted = await self._fetchval(
-            "insert_task",
+        params = {
             **insert_columns(record),
-            dependencies=list(record.dependencies),
-            tag_keys=[key for key, _ in tags],
-            tag_values=[value for _, value in tags],
-        )
+            "dependencies": list(record.dependencies),
+            "tag_keys": [key for key, _ in tags],
+            "tag_values": [value for _, value in tags],
+        }
+        if events:
+            statement = _Q_OUTBOX["insert_task"]
+            args = statement.args({**params, **_event_arrays(outbox_rows(events))})
+            inserted = await self._outages.watch(self._connections.fetchval(statement.sql, *args))
+        else:
+            inserted = await self._fetchval("insert_task", **params)
         return record.replace(version=1) if inserted else None
 
-    async def insert_many(self, records: Sequence[TaskRecord]) -> set[str]:
+    async def insert_many(
+        self,
+        records: Sequence[TaskRecord],
+        *,
+        events: Mapping[str, Sequence[QueueEvent]] | None = None,
+    ) -> set[str]:
         if not records:
             return set()
         rows = [insert_columns(record) for record in records]
         values = {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
         edges = [(dep, record.task_id) for record in records for dep in record.dependencies]
         tags = tag_rows(records)
-        inserted = await self._fetch(
-            "insert_tasks",
+        params = {
             **values,
-            required_task_ids=[required for required, _ in edges],
-            dependent_task_ids=[dependent for _, dependent in edges],
-            tag_task_ids=[tag["task_id"] for tag in tags],
-            tag_keys=[tag["tag_key"] for tag in tags],
-            tag_values=[tag["tag_value"] for tag in tags],
-        )
+            "required_task_ids": [required for required, _ in edges],
+            "dependent_task_ids": [dependent for _, dependent in edges],
+            "tag_task_ids": [tag["task_id"] for tag in tags],
+            "tag_keys": [tag["tag_key"] for tag in tags],
+            "tag_values": [tag["tag_value"] for tag in tags],
+        }
+        if events:
+            inserted = await self._with_events(
+                self._fetcher("insert_tasks", params),
+                lambda rows: _events_of(records, {row["task_id"] for row in rows}, events),
+            )
+        else:
+            inserted = await self._fetch("insert_tasks", **params)
         return {row["task_id"] for row in inserted}
 
     async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
@@ -282,24 +375,85 @@ class PostgresStore(SQLStore):
         rows = await self._fetch("states", task_ids=list(task_ids)) if task_ids else []
         return {row["task_id"]: cast(TaskState, row["state"]) for row in rows}
 
-    async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
-        rows = await self._fetch(
-            "compare_and_set", **status_columns(record), version=record.version
-        )
+    def _fetcher(
+        self, name: str, params: Mapping[str, Any]
+    ) -> Callable[[asyncpg.Connection], Awaitable[list[asyncpg.Record]]]:
+        statement = _Q[name]
+
+        async def fetch(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+            return cast(
+                "list[asyncpg.Record]", await conn.fetch(statement.sql, *statement.args(params))
+            )
+
+        return fetch
+
+    async def compare_and_set(
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+    ) -> TaskRecord | None:
+        params = {**status_columns(record), "version": record.version}
+        if events:
+            statement = _Q_OUTBOX["compare_and_set"]
+            args = statement.args({**params, **_event_arrays(outbox_rows(events))})
+            rows = await self._outages.watch(self._connections.fetch(statement.sql, *args))
+        else:
+            rows = await self._fetch("compare_and_set", **params)
         return stored_after_cas(record, rows[0]) if rows else None
 
-    async def compare_and_set_many(self, records: Sequence[TaskRecord]) -> list[TaskRecord | None]:
+    async def compare_and_set_many(
+        self,
+        records: Sequence[TaskRecord],
+        *,
+        events: Mapping[str, Sequence[QueueEvent]] | None = None,
+    ) -> list[TaskRecord | None]:
         if not records:
             return []
         rows = [{**status_columns(r), "version": r.version} for r in records]
         values = {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
-        written = {
-            row["task_id"]: row for row in await self._fetch("compare_and_set_many", **values)
-        }
+        if events:
+            fetched = await self._with_events(
+                self._fetcher("compare_and_set_many", values),
+                lambda rows: _events_of(records, {row["task_id"] for row in rows}, events),
+            )
+        else:
+            fetched = await self._fetch("compare_and_set_many", **values)
+        written = {row["task_id"]: row for row in fetched}
         return [
             None if (row := written.get(record.task_id)) is None else stored_after_cas(record, row)
             for record in records
         ]
+
+    async def publish_outbox(
+        self, limit: int, publish: Callable[[Sequence[OutboxEntry]], Awaitable[int]]
+    ) -> int:
+        # The outbox lock row is held for the whole batch, publishing included: the other
+        # replicas skip it (SKIP LOCKED) and return 0, so one publisher at a time keeps the
+        # order; a replica that dies mid-batch releases it with its connection.
+        async def run() -> int:
+            async with self._connections.acquire() as conn, conn.transaction():
+                if await conn.fetchval(_Q["lock_outbox"].sql) is None:
+                    return 0
+                statement = _Q["outbox_events"]
+                rows = await conn.fetch(statement.sql, *statement.args({"limit": limit}))
+                entries = [entry_from_row(row) for row in rows]
+                confirmed = await publish(entries) if entries else 0
+                ids = [entry.id for entry in entries[:confirmed]]
+                if ids:
+                    delete = _Q["delete_outbox_events"]
+                    await conn.execute(delete.sql, *delete.args({"ids": ids}))
+                return len(ids)
+
+        return await self._outages.watch(run())
+
+    async def append_events(self, events: Sequence[QueueEvent]) -> None:
+        rows = outbox_rows(events)
+        if rows:
+            statement = _Q["insert_outbox_event"]
+            await self._outages.watch(
+                self._connections.executemany(statement.sql, [statement.args(r) for r in rows])
+            )
+
+    async def outbox_depth(self) -> int:
+        return int(await self._fetchval("outbox_depth"))
 
     async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
         if not hints:
@@ -350,9 +504,18 @@ class PostgresStore(SQLStore):
 
     # --- artifacts --------------------------------------------------------------------------
 
-    async def insert_artifact(self, artifact: Artifact) -> Artifact | None:
+    async def insert_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> Artifact | None:
+        columns = artifact_columns(artifact)
         try:
-            inserted = await self._fetch("insert_artifact", **artifact_columns(artifact))
+            if events:
+                outbox = outbox_rows(events)
+                inserted = await self._with_events(
+                    self._fetcher("insert_artifact", columns), lambda rows: outbox if rows else []
+                )
+            else:
+                inserted = await self._fetch("insert_artifact", **columns)
         except ForeignKeyViolationError:
             # the statement saw the task, and a concurrent delete removed it before the insert
             raise InputError("Task not found") from None
@@ -365,6 +528,16 @@ class PostgresStore(SQLStore):
         if existing is None:
             raise InputError("Task not found")
         return existing
+
+    async def replace_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> None:
+        columns = artifact_columns(artifact)
+        if events:
+            outbox = outbox_rows(events)
+            await self._with_events(self._fetcher("replace_artifact", columns), lambda _: outbox)
+        else:
+            await self._fetch("replace_artifact", **columns)
 
     async def delete_artifacts(self, keys: Sequence[ArtifactKey]) -> int:
         if not keys:

@@ -25,7 +25,6 @@ from coordinator.domain.workers import (
     WorkerRecord,
 )
 from coordinator.store.artifact_rows import (
-    artifact_columns,
     artifact_from_row,
     details_json,
     key_columns,
@@ -257,9 +256,6 @@ class SQLStore(Store, abc.ABC):
         return len(workers) + len(task_queues)
 
     # --- artifacts --------------------------------------------------------------------------
-
-    async def replace_artifact(self, artifact: Artifact) -> None:
-        await self._fetch("replace_artifact", **artifact_columns(artifact))
 
     async def mark_uploaded(
         self, task_id: str, run_id: int, name: str, details: Mapping[str, Any]

@@ -20,13 +20,14 @@ import asyncio
 import functools
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.errors import InputError
+from coordinator.domain.events import OutboxEntry, QueueEvent
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
@@ -34,6 +35,7 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
 from coordinator.store.outages import OutageWatch
+from coordinator.store.outbox_rows import entry_from_row, outbox_rows
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -175,6 +177,15 @@ def _compare_and_set_statement(changed: tuple[str, ...], *, definition: bool, no
     return _Q["compare_and_set"].format(assignments=assignments)
 
 
+def _write_events(
+    conn: sqlite3.Connection, task_ids: Sequence[str], events: Mapping[str, Sequence[QueueEvent]]
+) -> None:
+    """Write the outbox events of these tasks (those written), in the caller's transaction."""
+    rows = outbox_rows(event for task_id in task_ids for event in events.get(task_id, ()))
+    if rows:
+        conn.executemany(_Q["insert_outbox_event"], rows)
+
+
 def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
     """Delete these tasks and their dependency edges both ways (their tags go by cascade), in
     the caller's transaction."""
@@ -194,6 +205,7 @@ class SQLiteStore(SQLStore):
         self._path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         self._commits: GroupCommit | None = None
+        self._outbox_lock = asyncio.Lock()
         self._outages = OutageWatch(store=f"sqlite://{self._path.absolute()}", is_outage=_is_outage)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -268,18 +280,37 @@ class SQLiteStore(SQLStore):
 
     # --- single records -------------------------------------------------------------------
 
-    async def insert(self, record: TaskRecord) -> TaskRecord | None:
+    async def insert(
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+    ) -> TaskRecord | None:
         columns = insert_columns(record)
+        outbox = outbox_rows(events)
 
-        inserted = await self._run(lambda conn: _insert_all(conn, [record], [columns]))
-        if not inserted:
+        def insert(conn: sqlite3.Connection) -> set[str]:
+            inserted = _insert_all(conn, [record], [columns])
+            if inserted and outbox:
+                conn.executemany(_Q["insert_outbox_event"], outbox)
+            return inserted
+
+        if not await self._run(insert):
             return None
         return record.replace(version=1)
 
-    async def insert_many(self, records: Sequence[TaskRecord]) -> set[str]:
+    async def insert_many(
+        self,
+        records: Sequence[TaskRecord],
+        *,
+        events: Mapping[str, Sequence[QueueEvent]] | None = None,
+    ) -> set[str]:
         rows = [insert_columns(record) for record in records]
 
-        return await self._run(lambda conn: _insert_all(conn, records, rows))
+        def insert(conn: sqlite3.Connection) -> set[str]:
+            inserted = _insert_all(conn, records, rows)
+            if events:
+                _write_events(conn, [r.task_id for r in records if r.task_id in inserted], events)
+            return inserted
+
+        return await self._run(insert)
 
     async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
         rows = await self._select_in("get_many", task_ids)
@@ -295,23 +326,66 @@ class SQLiteStore(SQLStore):
         statement = _Q[name].format(ids=",".join("?" * len(ids)))
         return await self._run(lambda conn: conn.execute(statement, list(ids)).fetchall())
 
-    async def compare_and_set(self, record: TaskRecord) -> TaskRecord | None:
+    async def compare_and_set(
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+    ) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
+        outbox = outbox_rows(events)
 
-        row = await self._run(lambda conn: _compare_and_set(conn, params))
+        def write(conn: sqlite3.Connection) -> sqlite3.Row | None:
+            row = _compare_and_set(conn, params)
+            if row is not None and outbox:
+                conn.executemany(_Q["insert_outbox_event"], outbox)
+            return row
+
+        row = await self._run(write)
         return None if row is None else stored_after_cas(record, row)
 
-    async def compare_and_set_many(self, records: Sequence[TaskRecord]) -> list[TaskRecord | None]:
+    async def compare_and_set_many(
+        self,
+        records: Sequence[TaskRecord],
+        *,
+        events: Mapping[str, Sequence[QueueEvent]] | None = None,
+    ) -> list[TaskRecord | None]:
         params = [{**status_columns(r), "version": r.version} for r in records]
 
         def write(conn: sqlite3.Connection) -> list[sqlite3.Row | None]:
-            return [_compare_and_set(conn, p) for p in params]
+            rows = [_compare_and_set(conn, p) for p in params]
+            if events:
+                written = [r.task_id for r, row in zip(records, rows, strict=True) if row]
+                _write_events(conn, written, events)
+            return rows
 
         rows = await self._run(write) if params else []
         return [
             None if row is None else stored_after_cas(record, row)
             for record, row in zip(records, rows, strict=True)
         ]
+
+    async def publish_outbox(
+        self, limit: int, publish: Callable[[Sequence[OutboxEntry]], Awaitable[int]]
+    ) -> int:
+        # One process owns a SQLite file, and the publisher is its only caller: a lock
+        # between reading and deleting would only hold the loop's group commits up.
+        async with self._outbox_lock:
+            rows = await self._fetch("outbox_events", limit=limit)
+            if not rows:
+                return 0
+            entries = [entry_from_row(row) for row in rows]
+            confirmed = await publish(entries)
+            params = [{"id": entry.id} for entry in entries[:confirmed]]
+            if params:
+                await self._run(lambda conn: conn.executemany(_Q["delete_outbox_event"], params))
+            return len(params)
+
+    async def append_events(self, events: Sequence[QueueEvent]) -> None:
+        rows = outbox_rows(events)
+        if rows:
+            await self._run(lambda conn: conn.executemany(_Q["insert_outbox_event"], rows))
+
+    async def outbox_depth(self) -> int:
+        rows = await self._fetch("outbox_depth")
+        return int(rows[0][0])
 
     async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
         params = [{"task_id": task_id, "run_id": run_id} for task_id, run_id in hints]
@@ -403,11 +477,16 @@ class SQLiteStore(SQLStore):
 
     # --- artifacts --------------------------------------------------------------------------
 
-    async def insert_artifact(self, artifact: Artifact) -> Artifact | None:
+    async def insert_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> Artifact | None:
         columns = artifact_columns(artifact)
+        outbox = outbox_rows(events)
 
         def insert(conn: sqlite3.Connection) -> sqlite3.Row | None:
             if conn.execute(_Q["insert_artifact"], columns).fetchone() is not None:
+                if outbox:
+                    conn.executemany(_Q["insert_outbox_event"], outbox)
                 return None
             existing: sqlite3.Row | None = conn.execute(_Q["get_artifact"], columns).fetchone()
             if existing is None:
@@ -416,6 +495,19 @@ class SQLiteStore(SQLStore):
 
         existing = await self._run(insert)
         return None if existing is None else artifact_from_row(existing)
+
+    async def replace_artifact(
+        self, artifact: Artifact, *, events: Sequence[QueueEvent] = ()
+    ) -> None:
+        columns = artifact_columns(artifact)
+        outbox = outbox_rows(events)
+
+        def replace(conn: sqlite3.Connection) -> None:
+            conn.execute(_Q["replace_artifact"], columns).fetchall()
+            if outbox:
+                conn.executemany(_Q["insert_outbox_event"], outbox)
+
+        await self._run(replace)
 
     async def delete_artifacts(self, keys: Sequence[ArtifactKey]) -> int:
         params = [key_columns(*key) for key in keys]

@@ -35,6 +35,7 @@ from devharness.ports import free_port
 from devharness.processes import end_processes, spawn
 from devharness.tasks import task_definition
 from devharness.waiting import wait_until
+from tests.fixtures.pulse import AMQP_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -176,9 +177,10 @@ def test_the_coordinator_waits_for_healthy_dependencies() -> None:
     found = services()
     depends = found["coordinator"]["depends_on"]
     assert depends["postgres"]["condition"] == "service_healthy"
+    assert depends["rabbitmq"]["condition"] == "service_healthy"
     assert depends["azurite"]["condition"] == "service_healthy"
     assert depends["clients"]["condition"] == "service_completed_successfully"
-    for name in ("postgres", "azurite", "coordinator"):
+    for name in ("postgres", "azurite", "rabbitmq", "coordinator"):
         test = found[name]["healthcheck"]["test"]
         assert test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, name
 
@@ -193,6 +195,20 @@ def test_the_health_checks_probe_the_ports_the_services_listen_on() -> None:
     postgres = environment(found["postgres"])
     postgres_probe = " ".join(found["postgres"]["healthcheck"]["test"])
     assert f"-U {postgres['POSTGRES_USER']} -d {postgres['POSTGRES_DB']}" in postgres_probe
+
+
+def test_the_coordinator_publishes_to_the_rabbitmq_service() -> None:
+    found = services()
+    assert found["rabbitmq"]["image"].startswith("rabbitmq:3.")
+    config = Config.from_env(environment(found["coordinator"]))
+    assert config.pulse_url is not None
+    broker = urlsplit(config.pulse_url)
+    rabbitmq = environment(found["rabbitmq"])
+    assert (broker.scheme, broker.hostname, broker.port) == ("amqp", "rabbitmq", 5672)
+    assert broker.username == rabbitmq["RABBITMQ_DEFAULT_USER"]
+    assert broker.password == rabbitmq["RABBITMQ_DEFAULT_PASS"]
+    assert "5672:5672" in found["rabbitmq"]["ports"]
+    assert "check_port_connectivity" in " ".join(found["rabbitmq"]["healthcheck"]["test"])
 
 
 # --- Dockerfile ----------------------------------------------------------------------------
@@ -374,6 +390,8 @@ async def test_the_compose_commands_start_a_working_coordinator(
         "COORDINATOR_STORE_URL": postgres_schema_url,
         "AZURE_STORAGE_CONNECTION_STRING": ";".join(f"{k}={v}" for k, v in azure.items()) + ";",
         "COORDINATOR_QUEUE_PREFIX": f"t{uuid.uuid4().hex[:10]}-",
+        # the test broker in place of the rabbitmq service
+        "COORDINATOR_PULSE_URL": AMQP_URL,
     }
     local_env = {k: v.replace(DATA_DIR, local) for k, v in local_env.items()}
     cmd = arguments(next(args for keyword, args in dockerfile() if keyword == "CMD"))

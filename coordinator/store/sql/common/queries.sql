@@ -207,3 +207,14 @@ ORDER BY name LIMIT :limit
 SELECT task_id, run_id, name, storage_type, content_type, content_length, expires, details,
        created
 FROM artifacts WHERE expires <= :now ORDER BY expires LIMIT :limit
+
+-- name: insert_outbox_event
+INSERT INTO queue_event_outbox (event_key, exchange, routing_key, cc, body)
+VALUES (:event_key, :exchange, :routing_key, :cc, :body)
+
+-- name: outbox_events
+SELECT id, event_key, exchange, routing_key, cc, body
+FROM queue_event_outbox ORDER BY id LIMIT :limit
+
+-- name: outbox_depth
+SELECT count(*) FROM queue_event_outbox

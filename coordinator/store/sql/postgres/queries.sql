@@ -322,3 +322,10 @@ USING unnest(CAST(:task_ids AS TEXT[]), CAST(:run_ids AS INTEGER[]), CAST(:names
       AS doomed (task_id, run_id, name)
 WHERE a.task_id = doomed.task_id AND a.run_id = doomed.run_id AND a.name = doomed.name
 RETURNING a.name
+
+-- name: lock_outbox
+-- One publisher at a time across replicas (docs/events.md): the others skip and try later.
+SELECT id FROM queue_event_outbox_lock WHERE id = 1 FOR UPDATE SKIP LOCKED
+
+-- name: delete_outbox_events
+DELETE FROM queue_event_outbox WHERE id = ANY(CAST(:ids AS BIGINT[]))

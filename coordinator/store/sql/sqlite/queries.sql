@@ -164,3 +164,6 @@ ORDER BY task_id, run_id, name
 
 -- name: delete_artifact
 DELETE FROM artifacts WHERE task_id = :task_id AND run_id = :run_id AND name = :artifact_name
+
+-- name: delete_outbox_event
+DELETE FROM queue_event_outbox WHERE id = :id

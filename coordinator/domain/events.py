@@ -1,0 +1,253 @@
+"""Taskcluster's Pulse messages of the queue: which exchange, routing key, CCs and body a
+change of a task makes, as ``services/queue/src/exchanges.js`` builds them.
+
+Pure: the service computes the events of a write from the records before and after it, and
+the store keeps them in its outbox in the same transaction as the write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.domain.artifacts import Artifact
+from coordinator.domain.records import Run, TaskRecord, to_iso
+from coordinator.domain.task_groups import TaskGroup
+
+EXCHANGE_PREFIX = "exchange/taskcluster-queue/v1/"
+
+TASK_EXCHANGES: tuple[str, ...] = (
+    "task-defined",
+    "task-pending",
+    "task-running",
+    "artifact-created",
+    "task-completed",
+    "task-failed",
+    "task-exception",
+    "task-priority-changed",
+)
+GROUP_EXCHANGES: tuple[str, ...] = (
+    "task-group-resolved",
+    "task-group-sealed",
+    "task-group-priority-changed",
+)
+
+_RUN_EXCHANGE = {
+    "pending": "task-pending",
+    "running": "task-running",
+    "completed": "task-completed",
+    "failed": "task-failed",
+    "exception": "task-exception",
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueEvent:
+    """One Pulse message.
+
+    :param exchange: the exchange's short name (``task-pending``), without
+        :data:`EXCHANGE_PREFIX`.
+    :param key: the message's ordering key: its task id (or task group id for group
+        exchanges); the outbox publishes the events of one key in the order written.
+    :param routing_key: the primary routing key.
+    :param cc: ``route.<route>`` per task route (AMQP ``CC`` header).
+    """
+
+    exchange: str
+    key: str
+    routing_key: str
+    cc: tuple[str, ...]
+    body: Mapping[str, Any]
+
+    @property
+    def exchange_name(self) -> str:
+        return EXCHANGE_PREFIX + self.exchange
+
+
+def _part(value: object) -> str:
+    return "_" if value is None or value == "" else str(value)
+
+
+def task_routing_key(
+    record: TaskRecord,
+    *,
+    run_id: int | None = None,
+    worker_group: str | None = None,
+    worker_id: str | None = None,
+) -> str:
+    """``primary.<taskId>.<runId>.<workerGroup>.<workerId>.<provisionerId>.<workerType>.
+    <schedulerId>.<taskGroupId>._``, ``_`` for a missing value."""
+    parts = (
+        record.task_id,
+        run_id,
+        worker_group,
+        worker_id,
+        record.provisioner_id,
+        record.worker_type,
+        record.scheduler_id,
+        record.task_group_id,
+    )
+    return "primary." + ".".join(_part(p) for p in parts) + "._"
+
+
+def group_routing_key(task_group_id: str, scheduler_id: str) -> str:
+    """``primary.<taskGroupId>.<schedulerId>._`` of the task-group exchanges."""
+    return f"primary.{_part(task_group_id)}.{_part(scheduler_id)}._"
+
+
+def task_cc(record: TaskRecord) -> tuple[str, ...]:
+    return tuple(f"route.{route}" for route in record.definition.get("routes", ()))
+
+
+def _task_event(
+    exchange: str,
+    record: TaskRecord,
+    run: Run | None,
+    extra: Mapping[str, Any],
+    status: Any,
+    *,
+    with_task: bool = True,
+) -> QueueEvent:
+    body: dict[str, Any] = {"version": 1, "status": status}
+    if run is not None:
+        body["runId"] = run.run_id
+    if with_task:
+        body["task"] = {"tags": dict(record.definition.get("tags", {}))}
+    body.update(extra)
+    return QueueEvent(
+        exchange=exchange,
+        key=record.task_id,
+        routing_key=task_routing_key(
+            record,
+            run_id=None if run is None else run.run_id,
+            worker_group=extra.get("workerGroup"),
+            worker_id=extra.get("workerId"),
+        ),
+        cc=task_cc(record),
+        body=body,
+    )
+
+
+def _run_extra(exchange: str, run: Run) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if exchange != "task-pending":
+        if run.worker_group is not None:
+            extra["workerGroup"] = run.worker_group
+        if run.worker_id is not None:
+            extra["workerId"] = run.worker_id
+    if exchange == "task-running" and run.taken_until is not None:
+        extra["takenUntil"] = to_iso(run.taken_until)
+    return extra
+
+
+def _changed_runs(before: TaskRecord | None, after: TaskRecord) -> Iterator[Run]:
+    old_runs = before.runs if before is not None else ()
+    for run in after.runs:
+        old = old_runs[run.run_id] if run.run_id < len(old_runs) else None
+        if old is None or old.state != run.state:
+            yield run
+
+
+def task_events(before: TaskRecord | None, after: TaskRecord) -> list[QueueEvent]:
+    """The messages Taskcluster publishes for the change from ``before`` (``None``: the task
+    is new) to ``after``: task-defined for a new task, then per run whose state changed, in
+    run order, task-pending, task-running, task-completed, task-failed or task-exception; and
+    task-priority-changed when the priority changed."""
+    events: list[QueueEvent] = []
+    status = after.status()
+    if before is None:
+        defined = {**status, "state": "unscheduled", "runs": []}
+        events.append(_task_event("task-defined", after, None, {}, defined))
+    elif before.priority != after.priority:
+        events.append(
+            QueueEvent(
+                exchange="task-priority-changed",
+                key=after.task_id,
+                routing_key=task_routing_key(after),
+                cc=task_cc(after),
+                body={
+                    "version": 1,
+                    "status": status,
+                    "oldPriority": before.priority,
+                    "newPriority": after.priority,
+                },
+            )
+        )
+    for run in _changed_runs(before, after):
+        exchange = _RUN_EXCHANGE.get(run.state)
+        if exchange is not None:
+            events.append(_task_event(exchange, after, run, _run_extra(exchange, run), status))
+    return events
+
+
+def artifact_event(record: TaskRecord, artifact: Artifact) -> QueueEvent | None:
+    """artifact-created of a new (or repeated) artifact, as createArtifact publishes it;
+    ``None`` for an ``s3`` artifact, which Taskcluster never announces."""
+    if artifact.storage_type == "s3":
+        return None
+    run = record.runs[artifact.run_id]
+    described: dict[str, Any] = {
+        "storageType": artifact.storage_type,
+        "name": artifact.name,
+        "expires": to_iso(artifact.expires),
+        "contentType": artifact.content_type,
+    }
+    if artifact.content_length is not None:
+        described["contentLength"] = artifact.content_length
+    extra: dict[str, Any] = {"artifact": described}
+    if run.worker_group is not None and run.worker_id is not None:
+        extra |= {"workerGroup": run.worker_group, "workerId": run.worker_id}
+    return _task_event("artifact-created", record, run, extra, record.status(), with_task=False)
+
+
+def _group_body(group: TaskGroup) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "version": 1,
+        "taskGroupId": group.task_group_id,
+        "schedulerId": group.scheduler_id,
+        "expires": to_iso(group.expires),
+    }
+    if group.sealed is not None:
+        body["sealed"] = to_iso(group.sealed)
+    return body
+
+
+def group_event(exchange: str, group: TaskGroup, **extra: Any) -> QueueEvent:
+    """task-group-sealed or task-group-resolved of ``group`` (no CC), or with ``extra``
+    (``newPriority``, ``tasksAffected``) task-group-priority-changed, whose body has no
+    ``expires`` or ``sealed``."""
+    body = _group_body(group)
+    if exchange == "task-group-priority-changed":
+        body = {k: body[k] for k in ("version", "taskGroupId", "schedulerId")}
+    return QueueEvent(
+        exchange=exchange,
+        key=group.task_group_id,
+        routing_key=group_routing_key(group.task_group_id, group.scheduler_id),
+        cc=(),
+        body={**body, **extra},
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutboxEntry:
+    """An event as the outbox keeps it: ``id`` orders the publishing; ``body_json`` is the
+    body as stored, published as it is (never decoded and encoded again)."""
+
+    id: int
+    exchange: str
+    key: str
+    routing_key: str
+    cc: tuple[str, ...]
+    body_json: str
+
+    @property
+    def event(self) -> QueueEvent:
+        return QueueEvent(
+            exchange=self.exchange,
+            key=self.key,
+            routing_key=self.routing_key,
+            cc=self.cc,
+            body=json.loads(self.body_json),
+        )

@@ -1,0 +1,181 @@
+"""The event outbox of the store (docs/events.md), against SQLite and PostgreSQL alike: events
+are written in the transaction of the change that causes them, only when it is written, and
+:meth:`Store.publish_outbox` hands them out in order, deleting only what was confirmed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from coordinator.domain import lifecycle
+from coordinator.domain.artifacts import Artifact
+from coordinator.domain.events import OutboxEntry, QueueEvent, task_events
+from coordinator.store.base import Store
+from coordinator.store.factory import store_from_url
+from tests.integration.test_store_contract import NOW, TIMING, get, new_record
+
+
+def event(key: str, n: int) -> QueueEvent:
+    return QueueEvent(
+        exchange="task-pending",
+        key=key,
+        routing_key=f"primary.{key}.{n}._._.p.w.s.g._",
+        cc=("route.a.b",),
+        body={"n": n, "text": "héllo ✓"},
+    )
+
+
+async def drain(store: Store, *, limit: int = 100) -> list[OutboxEntry]:
+    """Every entry, handed out and confirmed."""
+    seen: list[OutboxEntry] = []
+
+    async def publish(entries: Sequence[OutboxEntry]) -> int:
+        seen.extend(entries)
+        return len(entries)
+
+    while await store.publish_outbox(limit, publish):
+        pass
+    return seen
+
+
+async def test_insert_writes_the_events_of_an_inserted_task_only(store: Store) -> None:
+    record = new_record("t1")
+    assert await store.insert(record, events=[event("t1", 0), event("t1", 1)]) is not None
+    # the same id again is refused, and so are its events
+    assert await store.insert(record, events=[event("t1", 2)]) is None
+    assert await store.outbox_depth() == 2
+    entries = await drain(store)
+    assert [e.event for e in entries] == [event("t1", 0), event("t1", 1)]
+    assert await store.outbox_depth() == 0
+
+
+async def test_no_events_no_outbox_rows(store: Store) -> None:
+    await store.insert(new_record("t1"))
+    await store.insert_many([new_record("t2")])
+    assert await store.outbox_depth() == 0
+    assert await drain(store) == []
+
+
+async def test_compare_and_set_writes_events_only_when_it_wins(store: Store) -> None:
+    stored = await store.insert(new_record("t1"))
+    assert stored is not None
+    claimed = lifecycle.claim(
+        stored, run_id=0, worker_group="wg", worker_id="w", now=NOW, timing=TIMING
+    ).record
+    assert await store.compare_and_set(claimed, events=[event("t1", 1)]) is not None
+    # the same version again loses, and writes nothing
+    assert await store.compare_and_set(claimed, events=[event("t1", 2)]) is None
+    assert [e.event.body["n"] for e in await drain(store)] == [1]
+
+
+async def test_batches_write_the_events_of_the_records_written(store: Store) -> None:
+    inserted = await store.insert_many(
+        [new_record("a"), new_record("b")],
+        events={"a": [event("a", 0)], "b": [event("b", 0)], "zz": [event("zz", 0)]},
+    )
+    assert inserted == {"a", "b"}
+    a, b = await get(store, "a"), await get(store, "b")
+    claim_a = lifecycle.claim(a, run_id=0, worker_group="g", worker_id="w", now=NOW, timing=TIMING)
+    claim_b = lifecycle.claim(b, run_id=0, worker_group="g", worker_id="w", now=NOW, timing=TIMING)
+    stale_b = claim_b.record.replace(version=b.version + 5)  # loses its compare-and-set
+    written = await store.compare_and_set_many(
+        [claim_a.record, stale_b], events={"a": [event("a", 1)], "b": [event("b", 1)]}
+    )
+    assert written[0] is not None and written[1] is None
+    assert [(e.event.key, e.event.body["n"]) for e in await drain(store)] == [
+        ("a", 0),
+        ("b", 0),
+        ("a", 1),
+    ]
+
+
+async def test_only_the_confirmed_prefix_is_deleted(store: Store) -> None:
+    for n in range(5):
+        assert await store.insert(new_record(f"t{n}"), events=[event(f"t{n}", n)])
+    handed: list[list[int]] = []
+
+    async def confirm_two(entries: Sequence[OutboxEntry]) -> int:
+        handed.append([e.event.body["n"] for e in entries])
+        return 2
+
+    assert await store.publish_outbox(10, confirm_two) == 2
+    assert await store.publish_outbox(10, confirm_two) == 2
+
+    async def broker_down(entries: Sequence[OutboxEntry]) -> int:
+        return 0
+
+    assert await store.publish_outbox(10, broker_down) == 0
+    assert handed == [[0, 1, 2, 3, 4], [2, 3, 4]]
+    assert [e.event.body["n"] for e in await drain(store)] == [4]
+
+
+async def test_the_events_of_a_task_life_come_out_in_order(store: Store) -> None:
+    record = new_record("t1")
+    assert await store.insert(record, events=task_events(None, record))
+    stored = await get(store, "t1")
+    claimed = lifecycle.claim(
+        stored, run_id=0, worker_group="wg", worker_id="w", now=NOW, timing=TIMING
+    ).record
+    assert await store.compare_and_set(claimed, events=task_events(stored, claimed))
+    stored = await get(store, "t1")
+    done = lifecycle.report(
+        stored, run_id=0, state="completed", reason="completed", now=NOW, timing=TIMING
+    ).record
+    assert await store.compare_and_set(done, events=task_events(stored, done))
+    assert [e.event.exchange for e in await drain(store, limit=1)] == [
+        "task-defined",
+        "task-pending",
+        "task-running",
+        "task-completed",
+    ]
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_replicas_take_turns_on_the_outbox(store: Store, store_url: str) -> None:
+    """While one replica publishes a batch, another gets nothing (SKIP LOCKED), so no event
+    is published twice by two replicas in the normal case, and the order holds."""
+    for n in range(3):
+        assert await store.insert(new_record(f"t{n}"), events=[event(f"t{n}", n)])
+    other = store_from_url(store_url)
+    await other.open()
+    try:
+        inside = asyncio.Event()
+        release = asyncio.Event()
+
+        async def slow(entries: Sequence[OutboxEntry]) -> int:
+            inside.set()
+            await release.wait()
+            return len(entries)
+
+        async def never(entries: Sequence[OutboxEntry]) -> int:
+            raise AssertionError("the other replica must not get the batch")
+
+        first = asyncio.ensure_future(store.publish_outbox(10, slow))
+        await inside.wait()
+        assert await other.publish_outbox(10, never) == 0
+        release.set()
+        assert await first == 3
+        assert await other.outbox_depth() == 0
+    finally:
+        await other.close()
+
+
+async def test_artifacts_write_their_events_with_them(store: Store) -> None:
+    assert await store.insert(new_record("t1"))
+    artifact = Artifact(
+        task_id="t1",
+        run_id=0,
+        name="public/x",
+        storage_type="error",
+        content_type="application/json",
+        expires=NOW + 1000,
+        details={"reason": "file-missing-on-worker", "message": "m"},
+        created=NOW,
+    )
+    assert await store.insert_artifact(artifact, events=[event("t1", 1)]) is None
+    # a repeat is not inserted, and writes nothing; its replacement writes its own
+    assert await store.insert_artifact(artifact, events=[event("t1", 2)]) is not None
+    await store.replace_artifact(artifact, events=[event("t1", 3)])
+    assert [e.event.body["n"] for e in await drain(store)] == [1, 3]

@@ -1,0 +1,275 @@
+"""Taskcluster's Pulse messages, received from the test broker as a Taskcluster user receives
+them: bound with the official client's ``QueueEvents`` bindings, bodies checked against
+Taskcluster's own message schemas (docs/events.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import slugid
+
+from coordinator.store.base import Store
+from devharness.ports import free_port
+from devharness.waiting import wait_until
+from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
+from tests.fixtures.pulse import AMQP_URL, Listener, Received, bindings, check_body
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[Listener]:
+    listening = Listener()
+    yield listening
+    await listening.close()
+
+
+@pytest.fixture
+async def coordinator(start_coordinator: StartCoordinator) -> RunningCoordinator:
+    return await start_coordinator(pulse_url=AMQP_URL)
+
+
+def of_task(messages: list[Received], task_id: str) -> list[tuple[str, int | None]]:
+    return [
+        (m.name, m.body.get("runId"))
+        for m in messages
+        if m.body.get("status", {}).get("taskId") == task_id
+    ]
+
+
+async def test_a_task_life_is_published_with_its_keys_cc_and_valid_bodies(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    group = slugid.nice()
+    route = f"tests.{slugid.nice()}"
+    await listener.start(bindings(taskGroupId=group))
+    task_id = await coordinator.create(taskGroupId=group, routes=[route], tags={"kind": "x"})
+    await coordinator.claim(task_id, 0)
+    await coordinator.report(task_id, 0, "completed")
+    await listener.wait_for(lambda ms: len(of_task(ms, task_id)) >= 4)
+    assert of_task(listener.messages, task_id) == [
+        ("task-defined", None),
+        ("task-pending", 0),
+        ("task-running", 0),
+        ("task-completed", 0),
+    ]
+    status = await coordinator.status(task_id)
+    tail = f"test-prov.test-wt.test-scheduler.{group}._"
+    of_it = [m for m in listener.messages if not m.name.startswith("task-group")]
+    keys = [m.routing_key for m in of_it]
+    assert keys == [
+        f"primary.{task_id}._._._.{tail}".replace("test-scheduler", status["schedulerId"]),
+        f"primary.{task_id}.0._._.{tail}".replace("test-scheduler", status["schedulerId"]),
+        f"primary.{task_id}.0.wg.w1.{tail}".replace("test-scheduler", status["schedulerId"]),
+        f"primary.{task_id}.0.wg.w1.{tail}".replace("test-scheduler", status["schedulerId"]),
+    ]
+    for message in of_it:
+        check_body(message.name, message.body)
+        assert message.cc == [f"route.{route}"]
+        assert message.content_type == "application/json"
+        assert message.persistent
+        assert message.body["task"] == {"tags": {"kind": "x"}}
+    assert of_it[-1].body["status"] == status
+    # its group has no unresolved task left
+    await listener.wait_for(lambda ms: ms[-1].name == "task-group-resolved")
+    assert listener.messages[-1].routing_key == f"primary.{group}.{status['schedulerId']}._"
+    assert listener.messages[-1].cc == []
+
+
+async def test_routes_reach_who_binds_to_them(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    route = f"tests.{slugid.nice()}"
+    exchange = "exchange/taskcluster-queue/v1/task-defined"
+    await listener.start([(exchange, f"route.{route}")])
+    task_id = await coordinator.create(routes=[route])
+    await listener.wait_for(lambda ms: len(ms) >= 1)
+    assert listener.messages[0].body["status"]["taskId"] == task_id
+
+
+async def test_failed_exception_and_priority_messages(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    failing = await coordinator.create(taskGroupId=group)
+    await coordinator.claim(failing, 0)
+    await coordinator.report(failing, 0, "failed")
+    crashing = await coordinator.create(taskGroupId=group, retries=1)
+    await coordinator.claim(crashing, 0)
+    await coordinator.report(crashing, 0, "exception", "worker-shutdown")
+    waiting = await coordinator.create(taskGroupId=group, priority="low")
+    await coordinator.ok("POST", f"/task/{waiting}/priority", {"newPriority": "high"})
+    await coordinator.ok("POST", f"/task/{waiting}/cancel")
+    await listener.wait_for(lambda ms: len(ms) >= 13)
+    assert of_task(listener.messages, failing) == [
+        ("task-defined", None),
+        ("task-pending", 0),
+        ("task-running", 0),
+        ("task-failed", 0),
+    ]
+    assert of_task(listener.messages, crashing) == [
+        ("task-defined", None),
+        ("task-pending", 0),
+        ("task-running", 0),
+        ("task-exception", 0),
+        ("task-pending", 1),
+    ]
+    assert of_task(listener.messages, waiting) == [
+        ("task-defined", None),
+        ("task-pending", 0),
+        ("task-priority-changed", None),
+        ("task-exception", 0),
+    ]
+    for message in listener.messages:
+        check_body(message.name, message.body)
+    changed = next(m for m in listener.messages if m.name == "task-priority-changed")
+    assert (changed.body["oldPriority"], changed.body["newPriority"]) == ("low", "high")
+
+
+async def test_publishing_off_writes_no_outbox(start_coordinator: StartCoordinator) -> None:
+    coordinator = await start_coordinator()
+    await coordinator.create()
+    assert coordinator.parts.events is None
+    assert await coordinator.parts.store.outbox_depth() == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://127.0.0.1:5672/", "is not an AMQP URL"),
+        ("amqp://guest:guest@no-such-host.invalid:5672/", "unknown host 'no-such-host.invalid'"),
+        ("amqp://guest:wrong@127.0.0.1:5672/", "refused the credentials"),
+    ],
+)
+def test_a_bad_pulse_url_is_one_line_and_exit_status_2(tmp_path: Path, url: str, says: str) -> None:
+    env = {
+        **os.environ,
+        "COORDINATOR_AUTH": "false",
+        "COORDINATOR_DATA_DIR": str(tmp_path),
+        "COORDINATOR_PORT": str(free_port()),
+        "COORDINATOR_PULSE_URL": url,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "queue-coordinator:" in line]
+    assert len(lines) == 1 and "COORDINATOR_PULSE_URL=" in lines[0] and says in lines[0]
+    assert "wrong" not in done.stderr  # the password is never shown
+    assert "Traceback" not in done.stderr
+
+
+async def test_artifact_and_task_group_messages(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group) + bindings(taskGroupId="*"))
+    first = await coordinator.create(taskGroupId=group)
+    second = await coordinator.create(taskGroupId=group)
+    claim = await coordinator.claim(first, 0)
+    expires = claim["status"]["expires"]
+    await coordinator.ok(
+        "POST",
+        f"/task/{first}/runs/0/artifacts/public%2Fmissing",
+        {
+            "storageType": "error",
+            "expires": expires,
+            "reason": "file-missing-on-worker",
+            "message": "no file",
+        },
+    )
+    await coordinator.ok("POST", f"/task-group/{group}/priority", {"newPriority": "high"})
+    await coordinator.ok("POST", f"/task-group/{group}/seal")
+    await coordinator.report(first, 0, "completed")
+    await coordinator.ok("POST", f"/task/{second}/cancel")
+
+    def of_group(ms: list[Received]) -> list[str]:
+        return [
+            m.name for m in ms if m.name.startswith("task-group") and m.body["taskGroupId"] == group
+        ]
+
+    await listener.wait_for(lambda ms: "task-group-resolved" in of_group(ms))
+    assert of_group(listener.messages) == [
+        "task-group-priority-changed",
+        "task-group-sealed",
+        "task-group-resolved",
+    ]
+    by_name = {m.name: m for m in listener.messages}
+    created = by_name["artifact-created"]
+    assert created.body["artifact"]["name"] == "public/missing"
+    assert (created.body["workerGroup"], created.body["workerId"]) == ("wg", "w1")
+    assert created.routing_key.startswith(f"primary.{first}.0.wg.w1.")
+    changed = by_name["task-group-priority-changed"]
+    assert (changed.body["newPriority"], changed.body["tasksAffected"]) == ("high", 2)
+    scheduler = (await coordinator.status(first))["schedulerId"]
+    assert by_name["task-group-sealed"].routing_key == f"primary.{group}.{scheduler}._"
+    assert "sealed" in by_name["task-group-resolved"].body
+    for message in listener.messages:
+        check_body(message.name, message.body)
+
+
+async def test_metrics_and_per_task_order_of_a_batch(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    """createTasks and claims of many tasks at once: each task's messages in its order, and
+    the counters and the outbox gauge on /metrics."""
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    task_ids = await coordinator.create_many(100, taskGroupId=group)
+    await asyncio.gather(*(coordinator.claim(t, 0) for t in task_ids))
+    await asyncio.gather(*(coordinator.report(t, 0, "completed") for t in task_ids))
+    await listener.wait_for(lambda ms: sum(m.name == "task-completed" for m in ms) == 100)
+    for task_id in task_ids:
+        assert [name for name, _ in of_task(listener.messages, task_id)] == [
+            "task-defined",
+            "task-pending",
+            "task-running",
+            "task-completed",
+        ]
+    expected = [
+        f'queue_events_published_total{{exchange="{exchange}"}} 100.0'
+        for exchange in ("task-defined", "task-pending", "task-running", "task-completed")
+    ] + ["queue_event_outbox_depth 0.0"]
+
+    async def counted() -> bool:
+        # the broker confirms to the publisher after it delivers to the listener
+        async with coordinator.session.get(coordinator.url + "/metrics") as response:
+            metrics = await response.text()
+        return all(line in metrics for line in expected)
+
+    await wait_until(counted, within=10, what="the counters and the gauge")
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_publishing_from_a_postgresql_store(
+    start_coordinator: StartCoordinator, store_url: str, listener: Listener
+) -> None:
+    coordinator = await start_coordinator(pulse_url=AMQP_URL, store_url=store_url)
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    task_id = await coordinator.create(taskGroupId=group)
+    await coordinator.claim(task_id, 0)
+    await coordinator.report(task_id, 0, "completed")
+    await listener.wait_for(lambda ms: len(of_task(ms, task_id)) >= 4)
+    assert [name for name, _ in of_task(listener.messages, task_id)] == [
+        "task-defined",
+        "task-pending",
+        "task-running",
+        "task-completed",
+    ]
+    # deleted once confirmed (the listener may hear of it first), task-group-resolved too
+    store = coordinator.parts.store
+    await wait_until(lambda: _empty(store), within=10, what="an empty outbox")
+
+
+async def _empty(store: Store) -> bool:
+    return await store.outbox_depth() == 0
