@@ -202,23 +202,12 @@ def artifact_event(record: TaskRecord, artifact: Artifact) -> QueueEvent | None:
     return _task_event("artifact-created", record, run, extra, record.status(), with_task=False)
 
 
-def _group_body(group: TaskGroup) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "version": 1,
-        "taskGroupId": group.task_group_id,
-        "schedulerId": group.scheduler_id,
-        "expires": to_iso(group.expires),
-    }
-    if group.sealed is not None:
-        body["sealed"] = to_iso(group.sealed)
-    return body
-
-
 def group_event(exchange: str, group: TaskGroup, **extra: Any) -> QueueEvent:
     """task-group-sealed or task-group-resolved of ``group`` (no CC), or with ``extra``
     (``newPriority``, ``tasksAffected``) task-group-priority-changed, whose body has no
     ``expires`` or ``sealed``."""
-    body = _group_body(group)
+    # the group as getTaskGroup answers it, versioned as every message body
+    body = {"version": 1, **group.to_api()}
     if exchange == "task-group-priority-changed":
         body = {k: body[k] for k in ("version", "taskGroupId", "schedulerId")}
     return QueueEvent(
