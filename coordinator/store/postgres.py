@@ -149,14 +149,21 @@ def _with_outbox() -> dict[str, _Statement]:
 _Q_OUTBOX = _with_outbox()
 
 
-def _event_arrays(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
-    return {
+def _with_outbox_args(
+    name: str, params: Mapping[str, Any], events: Sequence[QueueEvent]
+) -> tuple[_Statement, list[Any]]:
+    """The statement ``name`` that also writes ``events`` (:data:`_Q_OUTBOX`), and its
+    arguments: ``params`` and the events' columns as arrays."""
+    rows = outbox_rows(events)
+    statement = _Q_OUTBOX[name]
+    arrays = {
         "event_keys": [r["event_key"] for r in rows],
         "exchanges": [r["exchange"] for r in rows],
         "routing_keys": [r["routing_key"] for r in rows],
         "ccs": [r["cc"] for r in rows],
         "bodies": [r["body"] for r in rows],
     }
+    return statement, statement.args({**params, **arrays})
 
 
 def _is_outage(error: BaseException) -> bool:
@@ -331,8 +338,7 @@ class PostgresStore(SQLStore):
             "tag_values": [value for _, value in tags],
         }
         if events:
-            statement = _Q_OUTBOX["insert_task"]
-            args = statement.args({**params, **_event_arrays(outbox_rows(events))})
+            statement, args = _with_outbox_args("insert_task", params, events)
             inserted = await self._outages.watch(self._connections.fetchval(statement.sql, *args))
         else:
             inserted = await self._fetchval("insert_task", **params)
@@ -392,8 +398,7 @@ class PostgresStore(SQLStore):
     ) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
         if events:
-            statement = _Q_OUTBOX["compare_and_set"]
-            args = statement.args({**params, **_event_arrays(outbox_rows(events))})
+            statement, args = _with_outbox_args("compare_and_set", params, events)
             rows = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         else:
             rows = await self._fetch("compare_and_set", **params)
