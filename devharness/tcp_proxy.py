@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from urllib.parse import urlsplit, urlunsplit
 
 from devharness.ports import free_port
 
@@ -24,6 +25,24 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def in_front_of(cls, url: str, *, default_port: int) -> TcpProxy:
+        """A proxy (not yet listening) to the server of ``url``.
+
+        :param url: ``scheme://[userinfo@]host[:port]/...``.
+        :param default_port: the scheme's port, when ``url`` names none.
+        """
+        parts = urlsplit(url)
+        return cls(parts.hostname or "127.0.0.1", parts.port or default_port)
+
+    def url_through(self, url: str) -> str:
+        """``url`` with its host and port replaced by this proxy's (userinfo, path and
+        query kept), so that a client given it connects through the proxy."""
+        parts = urlsplit(url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        here = f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=f"{userinfo}@{here}" if userinfo else here))
 
     async def start(self) -> None:
         """Listen (again)."""

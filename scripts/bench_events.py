@@ -25,7 +25,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import aio_pika
 import aiohttp
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devharness.api import call
 from devharness.postgres import ADMIN_DSN, throwaway_database
-from devharness.processes import ServeProcess
+from devharness.processes import serving
 from devharness.tasks import task_definition
 from devharness.tcp_proxy import TcpProxy
 
@@ -110,28 +109,18 @@ async def store(kind: str, directory: Path) -> AsyncIterator[str]:
 
 async def run(args: argparse.Namespace) -> dict[str, float]:
     figures: dict[str, float] = {}
-    broker = urlsplit(AMQP_URL)
     for publishing in (False, True):
         with tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
-            proxy = TcpProxy(broker.hostname or "127.0.0.1", broker.port or 5672)
+            proxy = TcpProxy.in_front_of(AMQP_URL, default_port=5672)
             await proxy.start()
-            url = AMQP_URL.replace(
-                f"{broker.hostname}:{broker.port or 5672}", f"127.0.0.1:{proxy.port}"
-            )
             settings = {"COORDINATOR_AUTH": "false", "COORDINATOR_LOG_LEVEL": "WARNING"}
             if publishing:
-                settings["COORDINATOR_PULSE_URL"] = url
-            async with store(args.store, directory) as store_url:
-                serve = ServeProcess(
-                    data_dir=directory,
-                    store_url=store_url,
-                    clients_file=directory / "clients.json",
-                    log=directory / "serve.log",
-                    port=0,
-                    **settings,
-                )
-                await serve.start()
+                settings["COORDINATOR_PULSE_URL"] = proxy.url_through(AMQP_URL)
+            async with (
+                store(args.store, directory) as store_url,
+                serving(store_url, directory, **settings) as serve,
+            ):
                 counter = Counter(args.tasks * PER_TASK)
                 group = slugid.nice()
                 listening = await counter.start(group)
@@ -162,7 +151,6 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
                         figures["outbox_backlog_messages"] = args.tasks * PER_TASK
                         figures["outbox_drain_messages_per_s"] = args.tasks * PER_TASK / drained
                 await listening.close()
-                await serve.stop()
             await proxy.close()
     return figures
 

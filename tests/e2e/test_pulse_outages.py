@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import AsyncIterator, Callable
-from urllib.parse import urlsplit
 
 import pytest
 import slugid
@@ -24,18 +23,10 @@ LIFE = ["task-defined", "task-pending", "task-running", "task-completed"]
 
 @pytest.fixture
 async def proxy() -> AsyncIterator[TcpProxy]:
-    broker = urlsplit(AMQP_URL)
-    through = TcpProxy(broker.hostname or "127.0.0.1", broker.port or 5672)
+    through = TcpProxy.in_front_of(AMQP_URL, default_port=5672)
     await through.start()
     yield through
     await through.close()
-
-
-def proxied_url(proxy: TcpProxy) -> str:
-    broker = urlsplit(AMQP_URL)
-    netloc = broker.netloc.replace(f"{broker.hostname}:{broker.port or 5672}", "")
-    netloc = netloc.rstrip(":") or "guest:guest@"
-    return f"amqp://{netloc}127.0.0.1:{proxy.port}{broker.path or '/'}"
 
 
 @pytest.fixture
@@ -69,7 +60,7 @@ async def test_a_sigkill_between_transitions_and_publishes_loses_nothing(
 ) -> None:
     group = slugid.nice()
     await listener.start(bindings(taskGroupId=group))
-    process = coordinator_process(pulse_url=proxied_url(proxy), resolver_interval_ms=200)
+    process = coordinator_process(pulse_url=proxy.url_through(AMQP_URL), resolver_interval_ms=200)
     c = await process.start()
     # the broker is away: every transition's message waits in the outbox
     await proxy.sever()
@@ -99,7 +90,7 @@ async def test_a_broker_cut_for_30s_is_one_log_line_and_loses_nothing(
 ) -> None:
     group = slugid.nice()
     await listener.start(bindings(taskGroupId=group))
-    process = coordinator_process(pulse_url=proxied_url(proxy), resolver_interval_ms=200)
+    process = coordinator_process(pulse_url=proxy.url_through(AMQP_URL), resolver_interval_ms=200)
     c = await process.start()
     before = await c.create(taskGroupId=group)
     await listener.wait_for(lambda ms: exchanges_of(ms, before)[:2] == LIFE[:2])
