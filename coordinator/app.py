@@ -11,6 +11,7 @@ everything in reverse order.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from coordinator.api.http import error_middleware, json_response
 from coordinator.api.metrics import HttpMetrics, metrics_handler, metrics_middleware
 from coordinator.api.ui import add_ui_routes
 from coordinator.azure.queues import QueueService, QueueSettings
-from coordinator.blobs import open_blob_store
+from coordinator.blobs import BlobStore, open_blob_store
 from coordinator.config import Config, ConfigurationError
 from coordinator.domain.lifecycle import Timing
 from coordinator.resolvers import (
@@ -247,13 +248,28 @@ async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetric
     :param clock: epoch-milliseconds clock for every transition.
     :param metrics: what the service layer counts into.
     """
-    azure_queues = _queue_service(config)
-    blobs = await open_blob_store(config)
-    try:
+    async with contextlib.AsyncExitStack() as opened:  # closes what opened if a later step fails
+        azure_queues = _queue_service(config)
+        if azure_queues is not None:
+            opened.push_async_callback(azure_queues.close)
+        blobs = await open_blob_store(config)
+        opened.push_async_callback(blobs.close)
         store = await open_store(config.store_url)
-    except BaseException:
-        await blobs.close()
-        raise
+        opened.push_async_callback(store.close)
+        coordinator = await _serve_over(config, clock, metrics, azure_queues, blobs, store)
+        opened.pop_all()  # open until _close
+        return coordinator
+
+
+async def _serve_over(
+    config: Config,
+    clock: Callable[[], int],
+    metrics: ServiceMetrics,
+    azure_queues: QueueService | None,
+    blobs: BlobStore,
+    store: Store,
+) -> Coordinator:
+    """The services over the open queue layer, blob store and store (see :func:`_open`)."""
     artifacts = ArtifactService(
         store=store, blobs=blobs, clock=clock, publish_events=config.pulse_url is not None
     )
@@ -274,8 +290,6 @@ async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetric
         try:
             await publisher.check()
         except BrokerRefused as error:
-            await store.close()
-            await blobs.close()
             raise ConfigurationError(
                 f"COORDINATOR_PULSE_URL={publisher.name}: {error}; fix the URL (host, user, "
                 "password) or unset it to publish nothing"
