@@ -458,9 +458,10 @@ def _render(line: bytes, *, as_json: bool) -> str:
 
 
 async def _fetch_json(
-    caller: Caller, method: str, path: str, args: argparse.Namespace
+    caller: Caller, method: str, path: str, query: Sequence[tuple[str, str]]
 ) -> tuple[str, Any]:
-    async with caller.open(method, path, filter_query(args)) as response:
+    """The answer's text and its JSON (see :func:`_json_body`)."""
+    async with caller.open(method, path, query) as response:
         return await _json_body(response, f"{method} {path}")
 
 
@@ -526,8 +527,7 @@ async def _artifacts(caller: Caller, args: argparse.Namespace, out: TextIO) -> N
     token: str | None = None
     while True:
         query = [] if token is None else [("continuationToken", token)]
-        async with caller.open("GET", path, query) as response:
-            _, page = await _json_body(response, f"GET {path}")
+        _, page = await _fetch_json(caller, "GET", path, query)
         items = page.get("artifacts") if isinstance(page, dict) else None
         if not isinstance(items, list):
             raise CommandFailed(
@@ -651,7 +651,7 @@ async def _run(args: argparse.Namespace, target: Target, out: TextIO) -> None:
             "cancel": ("POST", "/tasks/cancel", "cancelled", "cancelled"),
             "delete": ("DELETE", "/tasks", "deleted", "deleted"),
         }[command]
-        text, body = await _fetch_json(caller, method, path, args)
+        text, body = await _fetch_json(caller, method, path, filter_query(args))
         if args.json:
             out.write(text.rstrip("\n") + "\n")
         elif not isinstance(body, dict) or key not in body:
