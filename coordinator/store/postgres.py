@@ -63,7 +63,7 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
 from coordinator.store.outages import OutageWatch
-from coordinator.store.outbox_rows import entry_from_row, outbox_rows
+from coordinator.store.outbox_rows import entry_from_row, outbox_rows, written_outbox_rows
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -198,17 +198,6 @@ def filtered_statement(name: str, filters: str) -> _Statement:
     """The named statement with ``{filters}`` filled in; cached, as filters repeat. Public
     for the tools that explain and time the management statements (devharness)."""
     return _positional(queries("postgres")[name].format(filters=filters))
-
-
-def _events_of(
-    records: Sequence[TaskRecord],
-    written: set[str],
-    events: Mapping[str, Sequence[QueueEvent]],
-) -> list[dict[str, Any]]:
-    """The outbox rows of the records written, in the records' order."""
-    return outbox_rows(
-        event for r in records if r.task_id in written for event in events.get(r.task_id, ())
-    )
 
 
 class PostgresStore(SQLStore):
@@ -367,7 +356,7 @@ class PostgresStore(SQLStore):
         if events:
             inserted = await self._with_events(
                 self._fetcher("insert_tasks", params),
-                lambda rows: _events_of(records, {row["task_id"] for row in rows}, events),
+                lambda rows: written_outbox_rows(records, {row["task_id"] for row in rows}, events),
             )
         else:
             inserted = await self._fetch("insert_tasks", **params)
@@ -417,7 +406,7 @@ class PostgresStore(SQLStore):
         if events:
             fetched = await self._with_events(
                 self._fetcher("compare_and_set_many", values),
-                lambda rows: _events_of(records, {row["task_id"] for row in rows}, events),
+                lambda rows: written_outbox_rows(records, {row["task_id"] for row in rows}, events),
             )
         else:
             fetched = await self._fetch("compare_and_set_many", **values)

@@ -35,7 +35,7 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
 from coordinator.store.outages import OutageWatch
-from coordinator.store.outbox_rows import entry_from_row, outbox_rows
+from coordinator.store.outbox_rows import entry_from_row, outbox_rows, written_outbox_rows
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -177,11 +177,8 @@ def _compare_and_set_statement(changed: tuple[str, ...], *, definition: bool, no
     return _Q["compare_and_set"].format(assignments=assignments)
 
 
-def _write_events(
-    conn: sqlite3.Connection, task_ids: Sequence[str], events: Mapping[str, Sequence[QueueEvent]]
-) -> None:
-    """Write the outbox events of these tasks (those written), in the caller's transaction."""
-    rows = outbox_rows(event for task_id in task_ids for event in events.get(task_id, ()))
+def _write_outbox(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
+    """Write these outbox rows (from :func:`outbox_rows`), in the caller's transaction."""
     if rows:
         conn.executemany(_Q["insert_outbox_event"], rows)
 
@@ -288,8 +285,8 @@ class SQLiteStore(SQLStore):
 
         def insert(conn: sqlite3.Connection) -> set[str]:
             inserted = _insert_all(conn, [record], [columns])
-            if inserted and outbox:
-                conn.executemany(_Q["insert_outbox_event"], outbox)
+            if inserted:
+                _write_outbox(conn, outbox)
             return inserted
 
         if not await self._run(insert):
@@ -307,7 +304,7 @@ class SQLiteStore(SQLStore):
         def insert(conn: sqlite3.Connection) -> set[str]:
             inserted = _insert_all(conn, records, rows)
             if events:
-                _write_events(conn, [r.task_id for r in records if r.task_id in inserted], events)
+                _write_outbox(conn, written_outbox_rows(records, inserted, events))
             return inserted
 
         return await self._run(insert)
@@ -334,8 +331,8 @@ class SQLiteStore(SQLStore):
 
         def write(conn: sqlite3.Connection) -> sqlite3.Row | None:
             row = _compare_and_set(conn, params)
-            if row is not None and outbox:
-                conn.executemany(_Q["insert_outbox_event"], outbox)
+            if row is not None:
+                _write_outbox(conn, outbox)
             return row
 
         row = await self._run(write)
@@ -352,8 +349,8 @@ class SQLiteStore(SQLStore):
         def write(conn: sqlite3.Connection) -> list[sqlite3.Row | None]:
             rows = [_compare_and_set(conn, p) for p in params]
             if events:
-                written = [r.task_id for r, row in zip(records, rows, strict=True) if row]
-                _write_events(conn, written, events)
+                written = {r.task_id for r, row in zip(records, rows, strict=True) if row}
+                _write_outbox(conn, written_outbox_rows(records, written, events))
             return rows
 
         rows = await self._run(write) if params else []
@@ -381,7 +378,7 @@ class SQLiteStore(SQLStore):
     async def append_events(self, events: Sequence[QueueEvent]) -> None:
         rows = outbox_rows(events)
         if rows:
-            await self._run(lambda conn: conn.executemany(_Q["insert_outbox_event"], rows))
+            await self._run(lambda conn: _write_outbox(conn, rows))
 
     async def outbox_depth(self) -> int:
         rows = await self._fetch("outbox_depth")
@@ -485,8 +482,7 @@ class SQLiteStore(SQLStore):
 
         def insert(conn: sqlite3.Connection) -> sqlite3.Row | None:
             if conn.execute(_Q["insert_artifact"], columns).fetchone() is not None:
-                if outbox:
-                    conn.executemany(_Q["insert_outbox_event"], outbox)
+                _write_outbox(conn, outbox)
                 return None
             existing: sqlite3.Row | None = conn.execute(_Q["get_artifact"], columns).fetchone()
             if existing is None:
@@ -504,8 +500,7 @@ class SQLiteStore(SQLStore):
 
         def replace(conn: sqlite3.Connection) -> None:
             conn.execute(_Q["replace_artifact"], columns).fetchall()
-            if outbox:
-                conn.executemany(_Q["insert_outbox_event"], outbox)
+            _write_outbox(conn, outbox)
 
         await self._run(replace)
 
