@@ -432,6 +432,19 @@ async def upload(
         assert response.status == 200, await response.text()
 
 
+async def upload_log_and_report(coordinator: RunningCoordinator, run: str, *, expires: str) -> None:
+    """:func:`upload` the gzip ``public/logs/live_backing.log`` (:data:`LOG_TEXT`) and
+    ``private/report.json`` (:data:`REPORT`) to ``run`` (``/task/<id>/runs/<n>``)."""
+    await upload(
+        coordinator, run, "public/logs/live_backing.log", gzip.compress(LOG_TEXT.encode()),
+        content_type="text/plain", encoding="gzip", expires=expires,
+    )  # fmt: skip
+    await upload(
+        coordinator, run, "private/report.json", REPORT,
+        content_type="application/json", expires=expires,
+    )  # fmt: skip
+
+
 @pytest.fixture
 async def artifacts(tasks: Tasks) -> Artifacts:
     coordinator = tasks.coordinator
@@ -457,14 +470,7 @@ async def artifacts(tasks: Tasks) -> Artifacts:
     await root_call(coordinator, "POST", f"{run0}/exception", {"reason": "worker-shutdown"})
 
     await root_call(coordinator, "POST", f"{run1}/claim", worker)
-    await upload(
-        coordinator, run1, "public/logs/live_backing.log", gzip.compress(LOG_TEXT.encode()),
-        content_type="text/plain", encoding="gzip", expires=expires,
-    )  # fmt: skip
-    await upload(
-        coordinator, run1, "private/report.json", REPORT,
-        content_type="application/json", expires=expires,
-    )  # fmt: skip
+    await upload_log_and_report(coordinator, run1, expires=expires)
     missing = {
         "storageType": "error",
         "expires": expires,
@@ -620,14 +626,7 @@ async def test_download_from_azure_blob_storage(
     expires = (await root_call(coordinator, "GET", f"/task/{task_id}"))["expires"]
     run = f"/task/{task_id}/runs/0"
     await root_call(coordinator, "POST", f"{run}/claim", {"workerGroup": "wg", "workerId": "w1"})
-    await upload(
-        coordinator, run, "public/logs/live_backing.log", gzip.compress(LOG_TEXT.encode()),
-        content_type="text/plain", encoding="gzip", expires=expires,
-    )  # fmt: skip
-    await upload(
-        coordinator, run, "private/report.json", REPORT,
-        content_type="application/json", expires=expires,
-    )  # fmt: skip
+    await upload_log_and_report(coordinator, run, expires=expires)
 
     log = await tasks_cli(
         "download", task_id, "public/logs/live_backing.log", root_url=coordinator.url
