@@ -38,6 +38,15 @@ class Credentials:
             certificate=certificate or None,
         )
 
+    def to_json(self) -> dict[str, str | None]:
+        """``{clientId, accessToken, certificate}`` as the API spells them; what
+        :meth:`from_json` reads back."""
+        return {
+            "clientId": self.client_id,
+            "accessToken": self.access_token,
+            "certificate": self.certificate,
+        }
+
 
 def hawk_ext(credentials: Credentials) -> str:
     """The Hawk ``ext`` the official client sends, byte for byte.

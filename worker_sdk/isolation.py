@@ -56,7 +56,7 @@ from worker_sdk.errors import (
     TaskException,
 )
 from worker_sdk.run_log import RunLogFormatter
-from worker_sdk.runs import Handler, Lease, TaskRun, credentials_json, run_from_json
+from worker_sdk.runs import Handler, Lease, TaskRun, run_from_json
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ def _send_renewal(renewals: Connection, lease: Lease) -> None:
     """Tell the child its run's new ``taken_until`` and credentials."""
     update = {
         "takenUntil": lease.taken_until.isoformat(),
-        "credentials": credentials_json(lease.credentials),
+        "credentials": lease.credentials.to_json(),
     }
     # OSError: the child has ended; nothing needs the renewal any more.
     with contextlib.suppress(OSError):

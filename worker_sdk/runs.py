@@ -173,7 +173,6 @@ class TaskRun:
 
     def to_json(self) -> str:
         """The run as it stands now, for :func:`run_from_json` in another process."""
-        credentials = self.credentials
         return json.dumps(
             {
                 "taskId": self.task_id,
@@ -181,7 +180,7 @@ class TaskRun:
                 "task": self.task,
                 "takenUntil": self.taken_until.isoformat(),
                 "retriesLeft": self.retries_left,
-                "credentials": credentials_json(credentials),
+                "credentials": self.credentials.to_json(),
                 "rootUrls": list(self._artifacts.root_urls),
                 "backoff": {
                     "base": self._artifacts.backoff.base,
@@ -203,15 +202,6 @@ class BlockingArtifacts:
     create_link_artifact = _blocking_method(RunArtifacts.link)
     create_reference_artifact = _blocking_method(RunArtifacts.reference)
     create_error_artifact = _blocking_method(RunArtifacts.error)
-
-
-def credentials_json(credentials: Credentials) -> dict[str, str | None]:
-    """``credentials`` as the API spells them."""
-    return {
-        "clientId": credentials.client_id,
-        "accessToken": credentials.access_token,
-        "certificate": credentials.certificate,
-    }
 
 
 def run_from_json(text: str) -> tuple[TaskRun, Lease]:
