@@ -5,7 +5,8 @@ outbox drains after a broker outage.
     .venv/bin/python scripts/bench_events.py [--tasks 2000] [--concurrency 32]
         [--store sqlite|postgres]
 
-A ``queue-coordinator serve`` process without Azure and without authentication, on a fresh
+A ``queue-coordinator serve`` process started as the bench's rows start theirs
+(``benchlib.coordproc.coordinator``): without Azure and without authentication, on a fresh
 SQLite file (or a throwaway PostgreSQL database), publishing through a local TCP proxy
 (devharness/tcp_proxy.py) to the test broker (``COORDINATOR_TEST_AMQP``). The outage: the
 proxy is severed, the tasks are driven (their messages wait in the outbox), the proxy is
@@ -22,8 +23,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aio_pika
@@ -32,9 +31,10 @@ import slugid
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchlib.common import Settings
+from benchlib.coordproc import coordinator
+
 from devharness.api import call
-from devharness.postgres import ADMIN_DSN, throwaway_database
-from devharness.processes import serving
 from devharness.tasks import task_definition
 from devharness.tcp_proxy import TcpProxy
 
@@ -98,15 +98,6 @@ async def drive(
     return time.monotonic() - started
 
 
-@asynccontextmanager
-async def store(kind: str, directory: Path) -> AsyncIterator[str]:
-    if kind == "sqlite":
-        yield f"sqlite:///{directory / 'coordinator.db'}"
-    else:
-        async with throwaway_database(ADMIN_DSN, "qc_bench_events") as dsn:
-            yield dsn
-
-
 async def run(args: argparse.Namespace) -> dict[str, float]:
     figures: dict[str, float] = {}
     for publishing in (False, True):
@@ -114,13 +105,15 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
             directory = Path(tmp)
             proxy = TcpProxy.in_front_of(AMQP_URL, default_port=5672)
             await proxy.start()
-            settings = {"COORDINATOR_AUTH": "false", "COORDINATOR_LOG_LEVEL": "WARNING"}
-            if publishing:
-                settings["COORDINATOR_PULSE_URL"] = proxy.url_through(AMQP_URL)
-            async with (
-                store(args.store, directory) as store_url,
-                serving(store_url, directory, **settings) as serve,
-            ):
+            pulse = {"COORDINATOR_PULSE_URL": proxy.url_through(AMQP_URL)} if publishing else {}
+            async with coordinator(
+                Settings(coordinator_log_level="WARNING"),
+                store=args.store,
+                workdir=directory,
+                azure_connection_string=None,
+                profile=None,
+                **pulse,
+            ) as serve:
                 counter = Counter(args.tasks * PER_TASK)
                 group = slugid.nice()
                 listening = await counter.start(group)
