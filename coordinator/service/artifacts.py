@@ -21,10 +21,9 @@ Times are epoch milliseconds.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -42,6 +41,7 @@ from coordinator.domain.events import QueueEvent, artifact_event
 from coordinator.domain.listings import Page
 from coordinator.domain.records import TaskRecord
 from coordinator.service.clock import Clock, wall_clock
+from coordinator.service.gather import bounded
 from coordinator.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -301,7 +301,10 @@ class ArtifactService:
         """
         artifacts = await self._store.artifacts_of_tasks(task_ids)
         holders = sorted({a.task_id for a in artifacts if a.storage_type == "s3"})
-        await _bounded(self.blobs.delete_prefix(task_prefix(task_id)) for task_id in holders)
+        await bounded(
+            (self.blobs.delete_prefix(task_prefix(task_id)) for task_id in holders),
+            at_once=DELETES_AT_ONCE,
+        )
         return len(holders)
 
     async def expire(self, limit: int) -> Expiry:
@@ -312,10 +315,13 @@ class ArtifactService:
         """
         now = self.clock()
         expired = await self._store.expired_artifacts(now, limit)
-        await _bounded(
-            self.blobs.delete(blob_key(a.task_id, a.run_id, a.name))
-            for a in expired
-            if a.storage_type == "s3"
+        await bounded(
+            (
+                self.blobs.delete(blob_key(a.task_id, a.run_id, a.name))
+                for a in expired
+                if a.storage_type == "s3"
+            ),
+            at_once=DELETES_AT_ONCE,
         )
         deleted = await self._store.delete_artifacts([a.key for a in expired])
         # A full batch may have left artifacts expiring at the same time as its last one.
@@ -331,18 +337,3 @@ def check_uploaded(artifact: Artifact) -> None:
     """
     if artifact.storage_type == "s3" and not artifact.uploaded:
         raise NotFound("Artifact not uploaded yet")
-
-
-async def _bounded(work: Iterable[Awaitable[Any]]) -> None:
-    """Await every item, at most :data:`DELETES_AT_ONCE` at a time; the first failure is
-    raised once all have finished."""
-    gate = asyncio.Semaphore(DELETES_AT_ONCE)
-
-    async def one(item: Awaitable[Any]) -> None:
-        async with gate:
-            await item
-
-    results = await asyncio.gather(*(one(item) for item in work), return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result

@@ -9,9 +9,8 @@ and the resolvers' scans included. Failures are domain errors
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator.domain import definitions, lifecycle
@@ -25,6 +24,7 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.background import Background
 from coordinator.service.clock import Clock, wall_clock
 from coordinator.service.dependencies import Dependencies
+from coordinator.service.gather import bounded
 from coordinator.service.hints import HintPublisher, HintSink
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.transitions import Change, Transition, Transitions, log_changes
@@ -54,17 +54,6 @@ GROUP_PAGE = 200
 
 BATCH_EFFECTS_AT_ONCE = 64
 """How many of a createTasks batch's hint puts are in flight at once."""
-
-
-async def _bounded(work: Iterable[Awaitable[None]]) -> None:
-    """Await every item, at most :data:`BATCH_EFFECTS_AT_ONCE` at a time."""
-    gate = asyncio.Semaphore(BATCH_EFFECTS_AT_ONCE)
-
-    async def one(item: Awaitable[None]) -> None:
-        async with gate:
-            await item
-
-    await asyncio.gather(*(one(item) for item in work))
 
 
 class TaskService:
@@ -310,10 +299,13 @@ class TaskService:
         }
         for result in stored.values():
             log_changes("created", None, result.record)
-        await _bounded(
-            self.transitions.effects(result)
-            for result in stored.values()
-            if self.transitions.has_effects(result)
+        await bounded(
+            (
+                self.transitions.effects(result)
+                for result in stored.values()
+                if self.transitions.has_effects(result)
+            ),
+            at_once=BATCH_EFFECTS_AT_ONCE,
         )
         for task_id, result in stored.items():
             record = result.record
