@@ -9,7 +9,7 @@ import re
 import pytest
 
 from coordinator.domain import lifecycle
-from coordinator.domain.artifacts import Artifact
+from coordinator.domain.artifacts import Artifact, StorageType
 from coordinator.domain.events import (
     QueueEvent,
     artifact_event,
@@ -127,31 +127,29 @@ def test_priority_changed() -> None:
 
 def test_artifact_created_and_never_for_s3() -> None:
     claimed = life()[1][1]
-    error = Artifact(
-        task_id=claimed.task_id,
-        run_id=0,
-        name="public/x",
-        storage_type="error",
-        content_type="application/json",
-        expires=NOW + 1000,
-        details={"reason": "file-missing-on-worker", "message": "m"},
-        created=NOW,
+
+    def artifact(
+        name: str, storage_type: StorageType, content_type: str, **details: str
+    ) -> Artifact:
+        return Artifact(
+            task_id=claimed.task_id,
+            run_id=0,
+            name=name,
+            storage_type=storage_type,
+            content_type=content_type,
+            expires=NOW + 1000,
+            details=details,
+            created=NOW,
+        )
+
+    error = artifact(
+        "public/x", "error", "application/json", reason="file-missing-on-worker", message="m"
     )
     event = artifact_event(claimed, error)
     assert isinstance(event, QueueEvent)
     assert event.routing_key.startswith(f"primary.{claimed.task_id}.0.wg.w1.")
     check_body("artifact-created", event.body)
-    s3 = Artifact(
-        task_id=claimed.task_id,
-        run_id=0,
-        name="public/y",
-        storage_type="s3",
-        content_type="text/plain",
-        expires=NOW + 1000,
-        details={},
-        created=NOW,
-    )
-    assert artifact_event(claimed, s3) is None
+    assert artifact_event(claimed, artifact("public/y", "s3", "text/plain")) is None
 
 
 def test_group_messages() -> None:
