@@ -10,7 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from coordinator.domain.urls import without_credentials
 
 
 class ConfigurationError(ValueError):
@@ -60,12 +62,6 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigurationError(f"{name}={raw!r} is not a boolean (use true or false)")
 
 
-def pulse_url_name(url: str) -> str:
-    """``url`` without its user and password: what a log line may show."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
-
-
 def check_pulse_url(url: str) -> None:
     """Raise :class:`ConfigurationError` unless ``url`` is an ``amqp://`` or ``amqps://`` URL
     with a host (whether the broker answers is checked at start-up)."""
@@ -76,7 +72,7 @@ def check_pulse_url(url: str) -> None:
         parts = None
     if parts is None or parts.scheme not in ("amqp", "amqps") or not parts.hostname:
         raise ConfigurationError(
-            f"COORDINATOR_PULSE_URL={pulse_url_name(url)!r} is not an AMQP URL: use "
+            f"COORDINATOR_PULSE_URL={without_credentials(url)!r} is not an AMQP URL: use "
             "amqp://user:password@host:5672/vhost (or amqps://), or leave it unset to publish "
             "nothing"
         )

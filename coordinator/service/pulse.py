@@ -16,13 +16,14 @@ import contextlib
 import logging
 import socket
 from collections.abc import Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 from aio_pika.exceptions import ProbableAuthenticationError
 
 from coordinator.domain.events import EXCHANGE_PREFIX, OutboxEntry
+from coordinator.domain.urls import without_credentials
 from coordinator.service.clock import Clock
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.store.base import Store
@@ -41,12 +42,6 @@ RETRY_EVERY = 1.0
 
 class BrokerRefused(Exception):
     """The broker's address or credentials are wrong: a configuration error, not an outage."""
-
-
-def broker_name(url: str) -> str:
-    """``url`` without user and password: what logs may show."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def message_of(entry: OutboxEntry) -> aio_pika.Message:
@@ -68,7 +63,7 @@ class PulsePublisher:
 
     def __init__(self, url: str, *, metrics: ServiceMetrics) -> None:
         self._url = url
-        self.name = broker_name(url)
+        self.name = without_credentials(url)
         self._metrics = metrics
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None

@@ -42,7 +42,6 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 from asyncpg.exceptions import (
@@ -60,6 +59,7 @@ from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
 from coordinator.store.outages import OutageWatch
@@ -187,12 +187,6 @@ def _is_outage(error: BaseException) -> bool:
     )
 
 
-def _name(dsn: str) -> str:
-    """``dsn`` without its user, password and query: what logs and error bodies may show."""
-    parts = urlsplit(dsn)
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
-
-
 @functools.lru_cache(maxsize=512)
 def filtered_statement(name: str, filters: str) -> _Statement:
     """The named statement with ``{filters}`` filled in; cached, as filters repeat. Public
@@ -216,7 +210,7 @@ class PostgresStore(SQLStore):
         self._min_size = min_size
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
-        self._outages = OutageWatch(store=_name(dsn), is_outage=_is_outage)
+        self._outages = OutageWatch(store=without_credentials(dsn), is_outage=_is_outage)
 
     @property
     def _connections(self) -> asyncpg.Pool:
