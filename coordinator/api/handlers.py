@@ -191,6 +191,12 @@ def _held_or(auth: Auth, endpoint: Endpoint) -> Permit:
     return permit
 
 
+def _retry_after_ms(report: Body) -> int | None:
+    """A report's ``retryAfter`` (seconds; the schema bounds it) in milliseconds."""
+    seconds = report.get("retryAfter")
+    return None if seconds is None else round(seconds * 1000)
+
+
 def _run_error(method: str, task_id: str, run_id: int, error: DomainError) -> Body:
     """A batch's answer for a run it refused, as the single call would have answered."""
     api_error = as_api_error(error)
@@ -507,11 +513,18 @@ class Handlers(ArtifactHandlers):
         self.workers.run_held(record, run_id, claimed=False)
         return self._held_run(record, run_id)
 
-    async def _report(self, request: web.Request, resolution: str, reason: str) -> Body:
+    async def _report(
+        self, request: web.Request, resolution: str, reason: str, body: Body | None = None
+    ) -> Body:
         task_id, run_id = _task_id(request), _run_id(request)
-        return _status(
-            await self.service.report(task_id, run_id, resolution=resolution, reason=reason)
+        record = await self.service.report(
+            task_id,
+            run_id,
+            resolution=resolution,
+            reason=reason,
+            retry_after_ms=_retry_after_ms(body or {}),
         )
+        return _status(record)
 
     async def reportCompleted(self, request: web.Request, body: Any) -> Body:
         return await self._report(request, "completed", "completed")
@@ -520,7 +533,7 @@ class Handlers(ArtifactHandlers):
         return await self._report(request, "failed", "failed")
 
     async def reportException(self, request: web.Request, body: Any) -> Body:
-        return await self._report(request, "exception", body["reason"])
+        return await self._report(request, "exception", body["reason"], body)
 
     # --- batches of runs (not Taskcluster methods) ----------------------------------------
     # One request and one store round trip for what one Azure get hinted at, and for the
@@ -587,6 +600,7 @@ class Handlers(ArtifactHandlers):
                 run_id=run_id,
                 resolution=item["resolution"],
                 reason=item.get("reason") or item["resolution"],
+                retry_after_ms=_retry_after_ms(item),
             )
             for (task_id, run_id), item in zip(runs, items, strict=True)
         ]

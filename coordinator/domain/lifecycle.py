@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.errors import Conflict, InputError, NotFound
 from coordinator.domain.records import MAX_RUNS, RESOLVED_STATES, Run, TaskRecord, to_iso
 from coordinator.domain.retry import RetryDelay
 
@@ -38,6 +38,10 @@ RETRYING_REASONS: Mapping[str, str] = {
     "claim-expired": "retry",
 }
 """Reasons that add a retry run while retries remain, mapped to the new run's reasonCreated."""
+
+RETRY_AFTER_REASON = "intermittent-task"
+"""The one reason a worker may give a ``retryAfter`` with: the others never retry, or retry at
+once (``worker-shutdown``: the task did nothing wrong)."""
 
 
 EARLY_CLAIM_TOLERANCE = 1_000
@@ -166,9 +170,13 @@ def _resolve(record: TaskRecord, *, state: str, reason: str, now: int) -> Transi
 
 
 def _resolve_maybe_retry(
-    record: TaskRecord, *, reason: str, now: int, timing: Timing
+    record: TaskRecord, *, reason: str, now: int, timing: Timing, retry_after_ms: int | None = None
 ) -> TransitionResult:
-    """Resolve the last run as ``exception/<reason>``, retrying if the reason and budget allow."""
+    """Resolve the last run as ``exception/<reason>``, retrying if the reason and budget allow.
+
+    :param retry_after_ms: the worker's delay before the retry run becomes visible, instead
+        of the task's retry policy (reportException's ``retryAfter``).
+    """
     retry_reason = RETRYING_REASONS.get(reason)
     can_retry = (
         retry_reason is not None
@@ -180,7 +188,9 @@ def _resolve_maybe_retry(
         return _resolve(record, state="exception", reason=reason, now=now)
     definition_retries: int = record.definition["retries"]
     retry = definition_retries - record.retries_left + 1
-    if record.retry_delay is None:
+    if retry_after_ms is not None:
+        delay_ms = retry_after_ms
+    elif record.retry_delay is None:
         delay_ms = RetryDelay(base=timing.retry_delay_base_ms).before(retry)
     elif reason == "worker-shutdown":
         delay_ms = 0  # the task did nothing wrong: its worker went away
@@ -363,12 +373,22 @@ def reclaim(record: TaskRecord, *, run_id: int, now: int, timing: Timing) -> Tra
 
 
 def report(
-    record: TaskRecord, *, run_id: int, state: str, reason: str, now: int, timing: Timing
+    record: TaskRecord,
+    *,
+    run_id: int,
+    state: str,
+    reason: str,
+    now: int,
+    timing: Timing,
+    retry_after_ms: int | None = None,
 ) -> TransitionResult:
     """reportCompleted, reportFailed and reportException.
 
     :param state: ``completed``, ``failed`` or ``exception``.
     :param reason: the reasonResolved: ``completed``, ``failed`` or an exception reason.
+    :param retry_after_ms: reportException's ``retryAfter``: for ``intermittent-task`` only,
+        from 0 to the time left until the deadline; the retry run (if any) becomes visible
+        that long after ``now``, instead of after the task's retry delay.
 
     Repeating the report that resolved the run answers the same again; any other report of a
     run that is not the running last run is a conflict.
@@ -376,9 +396,19 @@ def report(
     if state == "exception" and reason not in EXCEPTION_REASONS:
         # The API's schema admits only these; claim-expired and the like are the resolvers'.
         raise ValueError(f"{reason!r} is not a reason a worker may report")
+    if retry_after_ms is not None and reason != RETRY_AFTER_REASON:
+        raise InputError(
+            f"retryAfter is only for reason {RETRY_AFTER_REASON}, not for {reason}: "
+            "other reports never retry, or retry at once (worker-shutdown)"
+        )
     run = _run(record, run_id)
     if run.state == state and run.reason_resolved == reason:
         return unchanged(record)
+    if retry_after_ms is not None and not 0 <= retry_after_ms <= record.deadline - now:
+        raise InputError(
+            f"retryAfter must be from 0 to the {max(0, record.deadline - now) // 1000} s left "
+            f"until task {record.task_id}'s deadline, not {retry_after_ms / 1000:g}"
+        )
     _require_last(record, run)
     if run.state != "running":
         raise Conflict(
@@ -387,7 +417,9 @@ def report(
             + f", not running: can't report it {state}"
         )
     if state == "exception":
-        return _resolve_maybe_retry(record, reason=reason, now=now, timing=timing)
+        return _resolve_maybe_retry(
+            record, reason=reason, now=now, timing=timing, retry_after_ms=retry_after_ms
+        )
     return _resolve(record, state=state, reason=reason, now=now)
 
 

@@ -41,12 +41,15 @@ class RunReport:
 
     :param resolution: ``completed``, ``failed`` or ``exception`` (the wire field ``resolution``).
     :param reason: the reasonResolved: ``completed``, ``failed`` or the exception reason.
+    :param retry_after_ms: reportException's ``retryAfter`` (intermittent-task only): the
+        retry run becomes visible after it instead of after the task's retry delay.
     """
 
     task_id: str
     run_id: int
     resolution: str
     reason: str
+    retry_after_ms: int | None = None
 
 
 GROUP_PAGE = 200
@@ -440,6 +443,7 @@ class TaskService:
             reason=report.reason,
             now=now,
             timing=self.timing,
+            retry_after_ms=report.retry_after_ms,
         )
 
     async def claim(
@@ -460,9 +464,21 @@ class TaskService:
         return result.record
 
     async def report(
-        self, task_id: str, run_id: int, *, resolution: str, reason: str
+        self,
+        task_id: str,
+        run_id: int,
+        *,
+        resolution: str,
+        reason: str,
+        retry_after_ms: int | None = None,
     ) -> TaskRecord:
-        report = RunReport(task_id=task_id, run_id=run_id, resolution=resolution, reason=reason)
+        report = RunReport(
+            task_id=task_id,
+            run_id=run_id,
+            resolution=resolution,
+            reason=reason,
+            retry_after_ms=retry_after_ms,
+        )
         result = await self.apply(task_id, self._reporting(report), action=f"reported-{resolution}")
         return result.record
 

@@ -108,6 +108,66 @@ async def test_retries_are_spaced_as_the_tasks_policy_says(
     assert (await c.try_claim(task_id, 3)).status == 200
 
 
+async def test_retry_after_delays_the_retry_instead_of_the_tasks_policy(
+    start_coordinator: StartCoordinator,
+) -> None:
+    clock = FakeClock()
+    c = await start_coordinator(clock=clock, run_resolvers=False)
+    single, batched = await c.create(retries=2), await c.create(retries=2)
+    for task_id in (single, batched):
+        assert (await c.try_claim(task_id, 0)).status == 200
+    reported = await c.call(
+        "POST",
+        f"/task/{single}/runs/0/exception",
+        {"reason": "intermittent-task", "retryAfter": 90},
+    )
+    assert reported.status == 200, reported.body
+    item = {"taskId": batched, "runId": 0, "resolution": "exception"}
+    resolved = await c.ok(
+        "POST",
+        "/resolve-runs",
+        {"reports": [{**item, "reason": "intermittent-task", "retryAfter": 30.5}]},
+    )
+    assert "status" in resolved["reports"][0], resolved
+    assert await counts(c) == (0, 2, 0)
+    clock.advance(30.5)
+    assert (await c.try_claim(single, 1)).status == 409
+    assert (await c.try_claim(batched, 1)).status == 200
+    clock.advance(59.5)
+    assert (await c.try_claim(single, 1)).status == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"reason": "malformed-payload", "retryAfter": 5}, "retryAfter is only for reason"),
+        ({"reason": "worker-shutdown", "retryAfter": 0}, "retryAfter is only for reason"),
+        ({"reason": "intermittent-task", "retryAfter": -1}, "retryAfter"),
+        ({"reason": "intermittent-task", "retryAfter": "5"}, "retryAfter"),
+        ({"reason": "intermittent-task", "retryAfter": 2 * 86_400}, "retryAfter must be from 0"),
+    ],
+)
+async def test_a_bad_retry_after_is_a_400_naming_it_and_changes_nothing(
+    start_coordinator: StartCoordinator, body: dict[str, Any], fragment: str
+) -> None:
+    c = await start_coordinator(run_resolvers=False)
+    single, batched = await c.create(retries=2), await c.create(retries=2)
+    for task_id in (single, batched):
+        assert (await c.try_claim(task_id, 0)).status == 200
+    refused = await c.call("POST", f"/task/{single}/runs/0/exception", body)
+    assert refused.status == 400, refused.body
+    assert fragment in refused.body["message"]
+    item = {"taskId": batched, "runId": 0, "resolution": "exception", **body}
+    answer = await c.call("POST", "/resolve-runs", {"reports": [item]})
+    if answer.status == 200:  # a refusal of this item alone, as its single call answers
+        assert answer.body["reports"][0]["error"]["status"] == 400, answer.body
+        assert fragment in answer.body["reports"][0]["error"]["message"]
+    else:  # the schema refuses the whole request
+        assert answer.status == 400 and fragment in answer.body["message"], answer.body
+    for task_id in (single, batched):
+        assert [run["state"] for run in (await c.status(task_id))["runs"]] == ["running"]
+
+
 async def test_a_tasks_claim_timeout_sets_taken_until(start_coordinator: StartCoordinator) -> None:
     clock = FakeClock()
     c = await start_coordinator(clock=clock, run_resolvers=False)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.domain.errors import Conflict, NotFound
+from coordinator.domain.errors import Conflict, InputError, NotFound
 from coordinator.domain.lifecycle import (
     EXCEPTION_REASONS,
     Hint,
@@ -1839,6 +1839,65 @@ def test_a_tasks_retry_delay_replaces_the_coordinators_base() -> None:
 def test_worker_shutdown_retries_at_once_despite_a_retry_delay() -> None:
     record = pending(retries=2, retryDelay=exponential(600))
     assert retry_delays(record, "worker-shutdown", 2) == [0, 0]
+
+
+def report_retry_after(
+    record: TaskRecord, reason: str, retry_after_ms: int, *, now: int
+) -> TransitionResult:
+    """reportException of the last run with a ``retryAfter``."""
+    return check(
+        report(
+            record,
+            run_id=len(record.runs) - 1,
+            state="exception",
+            reason=reason,
+            now=now,
+            timing=TIMING,
+            retry_after_ms=retry_after_ms,
+        )
+    )
+
+
+@pytest.mark.parametrize("retry_after_ms", [0, 7 * SECOND, DEADLINE - CLAIMED_AT - SECOND])
+def test_retry_after_replaces_the_tasks_retry_delay(retry_after_ms: int) -> None:
+    record = running(retries=2, retryDelay=exponential(600), notBefore=to_iso(T0))
+    now = CLAIMED_AT + SECOND
+    result = report_retry_after(record, "intermittent-task", retry_after_ms, now=now)
+    retry = result.record.runs[-1]
+    assert (retry.reason_created, retry.state) == ("task-retry", "pending")
+    assert retry.visible_at == now + retry_after_ms
+    assert result.hint == expected_hint(result.record, visible_at=now + retry_after_ms)
+    assert result.record.retries_left == 1
+
+
+def test_retry_after_never_makes_a_run_visible_before_not_before() -> None:
+    not_before = CLAIMED_AT + HOUR
+    record = do_claim(pending(retries=1, notBefore=to_iso(not_before)), now=not_before).record
+    # claimed at notBefore; a retry 0 s later is visible at once, never before notBefore
+    result = report_retry_after(record, "intermittent-task", 0, now=not_before + SECOND)
+    assert result.record.runs[-1].visible_at == not_before + SECOND
+
+
+def test_retry_after_without_retries_left_resolves_the_task() -> None:
+    result = report_retry_after(
+        running(retries=0), "intermittent-task", MINUTE, now=CLAIMED_AT + SECOND
+    )
+    assert result.resolved and result.hint is None
+    assert result.record.runs[-1].reason_resolved == "intermittent-task"
+
+
+@pytest.mark.parametrize("reason", sorted(EXCEPTION_REASONS - {"intermittent-task"}))
+def test_retry_after_with_another_reason_is_an_input_error(reason: str) -> None:
+    with pytest.raises(InputError, match="retryAfter is only for reason intermittent-task"):
+        report_retry_after(running(), reason, SECOND, now=CLAIMED_AT + SECOND)
+
+
+def test_retry_after_past_the_deadline_is_an_input_error_naming_it() -> None:
+    now = CLAIMED_AT + SECOND
+    with pytest.raises(InputError, match=r"retryAfter must be from 0 to the \d+ s left"):
+        report_retry_after(running(), "intermittent-task", DEADLINE - now + 1, now=now)
+    with pytest.raises(InputError, match="retryAfter"):
+        report_retry_after(running(), "intermittent-task", -1, now=now)
 
 
 def test_retry_priority_queues_automatic_retries_only() -> None:
