@@ -5,7 +5,8 @@
         [--polling strict|weighted [--weight PRIORITY=W ...]] \\
         [--worker-group G] [--worker-id ID] [--capacity N] [--claim-work] \\
         [--grace-period SECONDS] [--dequeue-warning N] [--retry-failures] \\
-        [--isolation none|process] [--processes N] [--metrics-port PORT] \\
+        [--isolation none|process [--max-runs-per-child N]] [--processes N] \\
+        [--metrics-port PORT] \\
         [--no-batching] [--empty-queue-skip SECONDS] [--polls-in-flight N] \\
         [--no-run-log] package.module:function
 
@@ -43,7 +44,7 @@ from urllib.parse import urlsplit
 
 from hawk_signing import Credentials
 from worker_sdk.errors import RequestFailed
-from worker_sdk.isolation import watch_parent
+from worker_sdk.handler_process import watch_parent
 from worker_sdk.priorities import (
     DEFAULT_WEIGHTS,
     POLLINGS,
@@ -82,6 +83,7 @@ class Options:
     dequeue_warning: int
     retry_failures: bool
     isolation: Isolation
+    max_runs_per_child: int | None
     processes: int
     metrics_port: int | None
     batching: bool
@@ -212,7 +214,14 @@ def _parser() -> argparse.ArgumentParser:
         "--isolation",
         choices=ISOLATIONS,
         default="none",
-        help="process: run each task's handler in a child process of its own (default: none)",
+        help="process: run each task's handler in one of a pool of --capacity child "
+        "processes (default: none)",
+    )
+    parser.add_argument(
+        "--max-runs-per-child",
+        type=_positive_int,
+        metavar="N",
+        help="with --isolation process: replace a child process after N runs (default: never)",
     )
     parser.add_argument(
         "--processes",
@@ -288,6 +297,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         parser.error(f"{error}: give --task-queue, or --provisioner-id and --worker-type")
     if args.weight and args.polling != "weighted":
         parser.error("--weight needs --polling weighted")
+    if args.max_runs_per_child is not None and args.isolation != "process":
+        parser.error("--max-runs-per-child needs --isolation process")
     if args.polling == "weighted" and args.claim_work:
         parser.error("--polling weighted needs Azure: claimWork picks by priority itself")
     credentials = (
@@ -313,6 +324,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         dequeue_warning=args.dequeue_warning,
         retry_failures=args.retry_failures,
         isolation=args.isolation,
+        max_runs_per_child=args.max_runs_per_child,
         processes=args.processes,
         metrics_port=args.metrics_port,
         batching=args.batching,
@@ -374,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dequeue_warning=options.dequeue_warning,
         retry_failures=options.retry_failures,
         isolation=options.isolation,
+        max_runs_per_child=options.max_runs_per_child,
         metrics_port=options.metrics_port,
         batching=options.batching,
         empty_queue_skip=options.empty_queue_skip,

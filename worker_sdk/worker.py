@@ -148,9 +148,10 @@ class Worker:
     is detected and gets single calls, and ``batching=False`` sends one request per step.
     ``retry_failures`` reports a handler's ordinary exceptions (not a :class:`TaskException`)
     like :class:`~worker_sdk.errors.RetryTask`: ``intermittent-task`` while the task has
-    retries left, ``failed`` on its last run. ``isolation="process"`` runs each handler in a
-    child process of its own (see :mod:`worker_sdk.isolation`): a handler that crashes its
-    process fails only its run, reported ``exception/internal-error``.
+    retries left, ``failed`` on its last run. ``isolation="process"`` runs each handler in one
+    of a pool of ``capacity`` child processes (see :mod:`worker_sdk.isolation`): a handler
+    that crashes its process fails only its run, reported ``exception/internal-error``, and
+    the pool replaces the child, as it does after ``max_runs_per_child`` runs when given.
     ``run_log`` uploads what each run's handler logged (:mod:`worker_sdk.run_log`), and its
     traceback when it raised, as the run's ``public/logs/live_backing.log`` (gzipped
     ``text/plain``) before reporting the run; a failed upload is logged, and the report goes
@@ -182,6 +183,7 @@ class Worker:
         backoff: Backoff = Backoff(),  # noqa: B008 (frozen, so sharing the default is safe)
         retry_failures: bool = False,
         isolation: Isolation = "none",
+        max_runs_per_child: int | None = None,
         handle_signals: bool = True,
         metrics_port: int | None = None,
         batching: bool = True,
@@ -227,7 +229,13 @@ class Worker:
         self._polls_in_flight = 1 if claim_work else min(polls_in_flight, capacity)
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be none or process, not {isolation!r}")
-        self._isolation = ProcessIsolation(handler) if isolation == "process" else None
+        if max_runs_per_child is not None and isolation != "process":
+            raise ValueError("max_runs_per_child needs isolation='process'")
+        self._isolation = (
+            ProcessIsolation(handler, size=capacity, max_runs_per_child=max_runs_per_child)
+            if isolation == "process"
+            else None
+        )
         self._root_urls = root_urls_of(root_url, root_urls)
         self._handler = handler
         # Also true for objects with an ``async def __call__``.
@@ -291,7 +299,7 @@ class Worker:
             async with contextlib.AsyncExitStack() as stack:
                 session = await stack.enter_async_context(aiohttp.ClientSession())
                 if self._isolation is not None:
-                    stack.enter_context(self._isolation.logging_to_parent())
+                    await stack.enter_async_context(self._isolation.running())
                 if self._run_logs is not None:
                     logging.getLogger().addHandler(self._run_logs)
                     stack.callback(logging.getLogger().removeHandler, self._run_logs)

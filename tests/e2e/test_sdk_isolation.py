@@ -1,6 +1,8 @@
-"""``isolation="process"`` against the coordinator test double: each run's handler in a child
-process, its outcome carried back, a crash failing only its own run, and cancellation (a
-lost claim, a shutdown) ending the child. tests/e2e/test_sdk_features_e2e.py runs it end to end.
+"""``isolation="process"`` against the coordinator test double: each run's handler in one of a
+pool of pre-forked child processes, its outcome carried back, a crash failing only its own
+run (and the pool replacing the process), children reused and recycled after
+``max_runs_per_child``, and cancellation (a lost claim, a shutdown) ending the child.
+tests/e2e/test_sdk_features_e2e.py runs it end to end.
 
 The handlers are module-level functions, because a child process imports its handler by
 name.
@@ -9,6 +11,7 @@ name.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import signal
@@ -69,8 +72,21 @@ def gone(pid: int) -> bool:
     return False
 
 
+def ran_in(caplog: pytest.LogCaptureFixture) -> dict[str, int]:
+    """taskId -> the process id of the handler that logged for it."""
+    return {
+        r.getMessage().removeprefix("isolated handler taskId="): r.process or 0
+        for r in caplog.records
+        if r.getMessage().startswith("isolated handler")
+    }
+
+
+def started(caplog: pytest.LogCaptureFixture) -> int:
+    return sum(r.getMessage().startswith("handler process started") for r in caplog.records)
+
+
 @pytest.mark.parametrize("handler", [isolated, isolated_async])
-async def test_each_run_gets_a_process_and_a_crash_fails_only_its_run(
+async def test_a_crash_fails_only_its_run_and_the_pool_replaces_its_process(
     double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, handler: object
 ) -> None:
     for do in OUTCOMES:
@@ -82,20 +98,41 @@ async def test_each_run_gets_a_process_and_a_crash_fails_only_its_run(
     assert reports(double) == {f"t-{do}": outcome for do, outcome in OUTCOMES.items()}
 
     # A child that dies at once may take its last log records with it; the others arrive.
-    ran_in = {
-        r.getMessage().removeprefix("isolated handler taskId=t-"): r.process
-        for r in caplog.records
-        if r.getMessage().startswith("isolated handler")
-    }
+    pids = ran_in(caplog)
     survivors = ["complete", "fail", "retry", "malformed"]
-    assert len({ran_in[do] for do in survivors} - {os.getpid()}) == 4, "one process each"
+    assert os.getpid() not in {pids[f"t-{do}"] for do in survivors}, "ran in the worker"
     messages = [r.getMessage() for r in caplog.records]
     assert "handler process died taskId=t-exit runId=0 exitCode=3" in messages
     assert f"handler process died taskId=t-segfault runId=0 exitCode=-{signal.SIGSEGV}" in messages
+    assert started(caplog) == 3 + 2, "three pre-forked, and one in place of each that died"
     [failed] = [r for r in caplog.records if r.getMessage().startswith("handler failed")]
     assert isinstance(failed.exc_info and failed.exc_info[1], HandlerError)
     assert "RuntimeError: boom" in str(failed.exc_info and failed.exc_info[1])
     assert 'raise RuntimeError("boom")' in str(failed.exc_info and failed.exc_info[1])
+
+
+@pytest.mark.parametrize(("max_runs", "processes"), [(None, 1), (2, 3)])
+async def test_the_pool_is_pre_forked_reuses_its_processes_and_recycles_them(
+    double: CoordinatorDouble,
+    caplog: pytest.LogCaptureFixture,
+    max_runs: int | None,
+    processes: int,
+) -> None:
+    worker = make_worker(
+        double, isolated, capacity=1, isolation="process", max_runs_per_child=max_runs
+    )
+    async with running(worker):
+        await eventually(lambda: started(caplog) == 1, what="the pre-forked process")
+        for i in range(6):
+            double.add_task(f"t-{i}", payload={"do": "complete"})
+        await eventually(lambda: len(double.reports) == 6, within=30, what="reports")
+    pids = ran_in(caplog)
+    assert len(pids) == 6 and os.getpid() not in pids.values()
+    assert len(set(pids.values())) == processes, pids
+    if max_runs is not None:
+        assert sorted(collections.Counter(pids.values()).values()) == [2, 2, 2]
+        retired = [r.getMessage() for r in caplog.records if "process retired" in r.getMessage()]
+        assert [line.rpartition(" ")[2] for line in retired] == ["runs=2"] * 3 + ["runs=0"]
 
 
 async def test_a_lost_claim_and_a_shutdown_end_the_child(
@@ -119,3 +156,5 @@ async def test_a_lost_claim_and_a_shutdown_end_the_child(
 def test_a_handler_a_child_cannot_import_is_refused_at_once() -> None:
     with pytest.raises(ValueError, match="importable by name"):
         make_worker(CoordinatorDouble(), lambda run: None, isolation="process")
+    with pytest.raises(ValueError, match="max_runs_per_child needs isolation='process'"):
+        make_worker(CoordinatorDouble(), isolated, max_runs_per_child=5)

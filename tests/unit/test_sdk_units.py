@@ -497,6 +497,9 @@ def test_isolation_and_processes_from_the_command_line() -> None:
     argv = ["--root-url", "http://c", "--isolation", "process", "--processes", "3", *REQUIRED]
     options = cli.parse_options(argv, {})
     assert (options.isolation, options.processes) == ("process", 3)
+    assert options.max_runs_per_child is None
+    argv = ["--root-url", "http://c", "--isolation", "process", "--max-runs-per-child", "50"]
+    assert cli.parse_options([*argv, *REQUIRED], {}).max_runs_per_child == 50
 
 
 def test_each_supervised_worker_gets_a_legal_worker_id_of_its_own() -> None:
@@ -515,6 +518,7 @@ def test_each_supervised_worker_gets_a_legal_worker_id_of_its_own() -> None:
         {"task_queues": ["p/w"], "polling": "weighted", "claim_work": True},
         {"task_queues": ["p/w"], "polling": "weighted", "weights": {"lowest": 0}},
         {"task_queues": ["p/w"], "isolation": "thread"},
+        {"task_queues": ["p/w"], "max_runs_per_child": 10},
     ],
 )
 def test_a_worker_refuses_options_that_cannot_work(options: dict[str, Any]) -> None:
@@ -546,6 +550,19 @@ def test_without_credentials_in_the_environment_requests_go_unsigned() -> None:
         (["--root-url", "http://c", "--polling", "random", *REQUIRED], {}),
         (["--root-url", "http://c", "--isolation", "thread", *REQUIRED], {}),
         (["--root-url", "http://c", "--processes", "0", *REQUIRED], {}),
+        (["--root-url", "http://c", "--max-runs-per-child", "5", *REQUIRED], {}),
+        (
+            [
+                "--root-url",
+                "http://c",
+                "--isolation",
+                "process",
+                "--max-runs-per-child",
+                "0",
+                *REQUIRED,
+            ],
+            {},
+        ),
         *(
             (["--root-url", "http://c", "--polling", "weighted", "--weight", bad, *REQUIRED], {})
             for bad in ("lowest=0", "lowest=-1", "lowest=x", "normal=2", "lowest")
