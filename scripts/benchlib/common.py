@@ -244,8 +244,8 @@ def pids(
 ) -> Callable[[], list[psutil.Process]]:
     """A CPU group of child processes started with :func:`devharness.processes.spawn`; with
     ``descendants``, the processes they started too (a ``queue-worker --isolation process``'s
-    fork server, whose own figures include the handler processes it has reaped, and the
-    handler processes still running)."""
+    fork server, whose own figures include the pool processes it has reaped, and the pool
+    processes still running)."""
 
     def group() -> list[psutil.Process]:
         found = []

@@ -1,8 +1,9 @@
 """Row 7, the cost of process isolation: the end-to-end SQLite row (:mod:`benchlib.e2e`) once
 with ``queue-worker --isolation none`` (the default: the no-op handler runs in the worker) and
-once with ``--isolation process`` (each run's handler in a process of its own, forked from the
-worker's fork server), at the same capacity, producer concurrency and depth, each with a fresh
-Azurite and coordinator. The workers' CPU includes their fork servers and handler processes.
+once with ``--isolation process`` (the handlers in each worker's pool of ``capacity`` child
+processes, forked from its fork server), at the same capacity, producer concurrency and depth,
+each with a fresh Azurite and coordinator. The workers' CPU includes their fork servers and
+pool processes.
 The notes give each row's milliseconds per task (wall clock at its rate, and the workers' CPU)
 and process ÷ none of both.
 """
