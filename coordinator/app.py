@@ -22,8 +22,9 @@ from prometheus_client import CollectorRegistry
 from coordinator.api import keyset, openapi, validation
 from coordinator.api.artifacts import ArtifactUrls
 from coordinator.api.auth import Authorizer
-from coordinator.api.endpoints import API_PREFIX, ENDPOINTS, MAX_REQUEST_LINE
+from coordinator.api.endpoints import API_PREFIX, ENDPOINTS, HOOK_ENDPOINTS, MAX_REQUEST_LINE
 from coordinator.api.handlers import HANDLERS, Handlers, route_handler
+from coordinator.api.hooks import HookTasks
 from coordinator.api.http import error_middleware, json_response
 from coordinator.api.metrics import HttpMetrics, metrics_handler, metrics_middleware
 from coordinator.api.ui import add_ui_routes
@@ -38,6 +39,7 @@ from coordinator.resolvers import (
     event_publisher,
     expiry_sweeper,
     hint_keeper,
+    hook_scheduler,
     quarantine_refresher,
     queue_gauges,
     queue_sweeper,
@@ -49,6 +51,7 @@ from coordinator.resolvers.runner import Actor, Runner
 from coordinator.service.artifacts import ArtifactService
 from coordinator.service.clock import wall_clock
 from coordinator.service.dispatch import NO_AZURE, WorkDispatch
+from coordinator.service.hooks import DUE_BATCH, HookService
 from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.pulse import BrokerRefused, EventOutbox, PulsePublisher
@@ -72,6 +75,7 @@ class Coordinator:
     management: TaskManagement
     dispatch: WorkDispatch
     workers: WorkerService
+    hooks: HookService
     metrics: ServiceMetrics
     events: EventOutbox | None = None
 
@@ -186,6 +190,13 @@ ACTORS: tuple[ActorSpec, ...] = (
         busy_at=event_publisher.BATCH,
         needs_pulse=True,
         log_passes=False,
+    ),
+    ActorSpec(
+        name="hook-scheduler",
+        run_once=lambda c: hook_scheduler.run_once(c.hooks),
+        interval=lambda config: hook_scheduler.INTERVAL,
+        busy_at=DUE_BATCH,
+        log_passes=False,  # the hook service logs each fire
     ),
 )
 """Every background actor of a coordinator process (docs/architecture.md says what each does)."""
@@ -317,6 +328,12 @@ async def _serve_over(
             claim_work_timeout_s=config.claim_work_timeout_ms / 1000,
         ),
         workers=workers,
+        hooks=HookService(
+            store=store,
+            create_task=HookTasks(service=service, workers=workers),
+            clock=clock,
+            metrics=metrics,
+        ),
         metrics=metrics,
         events=events,
     )
@@ -364,6 +381,7 @@ def _lifespan(
                 public_url=config.public_url,
                 max_bytes=config.artifact_max_bytes,
             ),
+            hooks=coordinator.hooks,
             authorizer=authorizer,
         )
         runner = _runner(coordinator, enabled=run_resolvers)
@@ -388,8 +406,9 @@ def _lifespan(
 
 
 def _add_routes(app: web.Application, config: Config, registry: CollectorRegistry) -> None:
-    """Every endpoint of the table under ``/api/queue/v1`` (and the root's few at the root),
-    the OpenAPI document, ``/metrics`` and the dashboard.
+    """Every endpoint of the tables under its prefix (``/api/queue/v1``, ``/api/hooks/v1``;
+    the queue's root few at the root too), the OpenAPI document, ``/metrics`` and the
+    dashboard.
 
     A path without placeholders answers every other method with a 405 of its own, as OpenAPI
     resolves a request to the concrete path before a templated one: ``GET
@@ -401,15 +420,15 @@ def _add_routes(app: web.Application, config: Config, registry: CollectorRegistr
     async def serve_openapi(request: web.Request) -> web.Response:
         return json_response(openapi_document)
 
-    for endpoint in ENDPOINTS:
-        route = API_PREFIX + endpoint.server_route
+    for endpoint in (*ENDPOINTS, *HOOK_ENDPOINTS):
+        route = endpoint.prefix + endpoint.server_route
         if endpoint.name == "openapi":
             app.router.add_route(endpoint.method, route, serve_openapi, name="openapi")
             continue
         max_body = config.max_batch_body_bytes if endpoint.batch else config.max_body_bytes
         handler = route_handler(endpoint, max_body=max_body)
         app.router.add_route(endpoint.method, route, handler)
-        if endpoint.name in ROOT_ENDPOINTS:
+        if endpoint.name in ROOT_ENDPOINTS and endpoint.prefix == API_PREFIX:
             app.router.add_route(endpoint.method, endpoint.route, handler)
     _add_method_not_allowed(app)
     app.router.add_get("/metrics", metrics_handler(registry), name="metrics")
@@ -420,13 +439,14 @@ def _add_method_not_allowed(app: web.Application) -> None:
     """On each path without placeholders, after its routes, one for any other method: a 405
     naming the path's own methods (aiohttp would try the templated routes the path also
     matches, and its 405 would add their methods)."""
-    for path in {e.route for e in ENDPOINTS if not e.path_parameters}:
-        methods: set[str] = {e.method for e in ENDPOINTS if e.route == path}
+    endpoints = (*ENDPOINTS, *HOOK_ENDPOINTS)
+    for path in {e.prefix + e.route for e in endpoints if not e.path_parameters}:
+        methods: set[str] = {e.method for e in endpoints if e.prefix + e.route == path}
 
         async def refuse(request: web.Request, methods: set[str] = methods) -> web.Response:
             raise web.HTTPMethodNotAllowed(request.method, methods)
 
-        app.router.add_route(hdrs.METH_ANY, API_PREFIX + path, refuse)
+        app.router.add_route(hdrs.METH_ANY, path, refuse)
 
 
 def build_app(

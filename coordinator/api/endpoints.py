@@ -36,15 +36,18 @@ it, percent-encoded (tests/unit/test_validation.py adds up the worst case).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from coordinator.api.scopes import CREATE_TASK_SCOPES, Template, template_parameters
 from coordinator.domain.task_queues import TaskQueue
 
 API_PREFIX = "/api/queue/v1"
+HOOKS_PREFIX = "/api/hooks/v1"
+"""Where Taskcluster's hooks service answers on the same root URL (:data:`HOOK_ENDPOINTS`)."""
 
 MAX_REQUEST_LINE = 8190
 """Longest request line (method, path and query string, percent-encoded, in bytes) the server
@@ -104,6 +107,8 @@ class Endpoint:
         endpoint may answer (:data:`coordinator.api.openapi.ERROR_STATUSES`), e.g. ``"410"``.
     :param uploads: the request body is an artifact's bytes, streamed, of any Content-Type.
     :param downloads: the success is an artifact's bytes, with its Content-Type.
+    :param prefix: the service the route belongs to: the queue's :data:`API_PREFIX`, or the
+        hooks service's :data:`HOOKS_PREFIX`.
     """
 
     name: str
@@ -124,6 +129,7 @@ class Endpoint:
     statuses: tuple[str, ...] = ()
     uploads: bool = False
     downloads: bool = False
+    prefix: str = API_PREFIX
 
     @property
     def operation_id(self) -> str:
@@ -186,6 +192,13 @@ PARAMETERS: Mapping[str, Parameter] = {
             "(`proj%2Fwt`).",
         ),
         Parameter(name="limit", schema="limit-parameter", description="Maximum page size."),
+        Parameter(name="hookGroupId", schema="hook-group-id", description="The hook's group."),
+        Parameter(
+            name="hookId",
+            schema="hook-id",
+            description="The hook within its group (a `/` in it sent as `%2F`).",
+        ),
+        Parameter(name="token", schema="trigger-token", description="The hook's trigger token."),
         Parameter(
             name="continuationToken",
             schema="continuation-token-parameter",
@@ -1150,6 +1163,155 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         },
     ),
 )
+
+
+_HOOK = "<hookGroupId>/<hookId>"
+_MODIFY_HOOK: Template = {"AllOf": [f"hooks:modify-hook:{_HOOK}", f"assume:hook-id:{_HOOK}"]}
+"""createHook's and updateHook's scopes: to change the hook, and to hold what its tasks will
+(Taskcluster's role ``hook-id:<hookGroupId>/<hookId>``)."""
+
+
+def _hook_endpoint(**fields: Any) -> Endpoint:
+    return Endpoint(prefix=HOOKS_PREFIX, **fields)
+
+
+HOOK_ENDPOINTS: tuple[Endpoint, ...] = (
+    *(
+        dataclasses.replace(endpoint, prefix=HOOKS_PREFIX, variant="Hooks")
+        for endpoint in ENDPOINTS
+        if endpoint.name in ("ping", "heartbeat", "lbheartbeat", "version")
+    ),
+    _hook_endpoint(
+        name="listHookGroups",
+        method="GET",
+        route="/hooks",
+        input=None,
+        output="list-hook-groups-response",
+        title="List hook groups",
+        description="Every hook group with at least one hook.",
+        scopes="hooks:list-hooks:",
+    ),
+    _hook_endpoint(
+        name="listHooks",
+        method="GET",
+        route="/hooks/{hookGroupId}",
+        input=None,
+        output="list-hooks-response",
+        title="List hooks in a given group",
+        description="Every hook definition of the group; 404 for a group without hooks.",
+        scopes="hooks:list-hooks:<hookGroupId>",
+    ),
+    _hook_endpoint(
+        name="hook",
+        method="GET",
+        route="/hooks/{hookGroupId}/{hookId}",
+        input=None,
+        output="hook-definition",
+        title="Get hook definition",
+        description="The hook's definition.",
+        scopes="hooks:get:<hookGroupId>:<hookId>",
+    ),
+    _hook_endpoint(
+        name="getHookStatus",
+        method="GET",
+        route="/hooks/{hookGroupId}/{hookId}/status",
+        input=None,
+        output="hook-status",
+        title="Get hook status",
+        description="The hook's last fire and, with a schedule, its next scheduled date "
+        "(deprecated in favour of listLastFires).",
+        stability="deprecated",
+        scopes=f"hooks:status:{_HOOK}",
+    ),
+    _hook_endpoint(
+        name="createHook",
+        method="PUT",
+        route="/hooks/{hookGroupId}/{hookId}",
+        input="create-hook-request",
+        output="hook-definition",
+        title="Create a hook",
+        description="Create a hook. Its tasks are created with the scopes of the client that "
+        "created it (or last updated it). Repeating the call with the same definition returns "
+        "it; another definition under the same id is a 409.",
+        scopes=_MODIFY_HOOK,
+    ),
+    _hook_endpoint(
+        name="updateHook",
+        method="POST",
+        route="/hooks/{hookGroupId}/{hookId}",
+        input="create-hook-request",
+        output="hook-definition",
+        title="Update a hook",
+        description="Replace every field of the hook but its ids and trigger token (bindings "
+        "stay when the body has none); its schedule restarts from now.",
+        scopes=_MODIFY_HOOK,
+    ),
+    _hook_endpoint(
+        name="removeHook",
+        method="DELETE",
+        route="/hooks/{hookGroupId}/{hookId}",
+        input=None,
+        output=None,
+        title="Delete a hook",
+        description="Delete the hook and its last fires; `{}` whether it existed or not.",
+        scopes=f"hooks:modify-hook:{_HOOK}",
+    ),
+    _hook_endpoint(
+        name="triggerHook",
+        method="POST",
+        route="/hooks/{hookGroupId}/{hookId}/trigger",
+        input="trigger-hook",
+        output="trigger-hook-response",
+        title="Trigger a hook",
+        description="Create the hook's task now, its template rendered with this payload "
+        "(which must match the hook's triggerSchema) as `payload`.",
+        scopes=f"hooks:trigger-hook:{_HOOK}",
+    ),
+    _hook_endpoint(
+        name="getTriggerToken",
+        method="GET",
+        route="/hooks/{hookGroupId}/{hookId}/token",
+        input=None,
+        output="trigger-token-response",
+        title="Get a trigger token",
+        description="The hook's secret token for triggerHookWithToken.",
+        scopes=f"hooks:get-trigger-token:{_HOOK}",
+    ),
+    _hook_endpoint(
+        name="resetTriggerToken",
+        method="POST",
+        route="/hooks/{hookGroupId}/{hookId}/token",
+        input=None,
+        output="trigger-token-response",
+        title="Reset a trigger token",
+        description="A new trigger token; the previous one stops working.",
+        scopes=f"hooks:reset-trigger-token:{_HOOK}",
+    ),
+    _hook_endpoint(
+        name="triggerHookWithToken",
+        method="POST",
+        route="/hooks/{hookGroupId}/{hookId}/trigger/{token}",
+        input="trigger-hook",
+        output="trigger-hook-response",
+        title="Trigger a hook with a token",
+        description="triggerHook for whoever holds the hook's trigger token (a webhook): no "
+        "credentials; a wrong token is a 401.",
+    ),
+    _hook_endpoint(
+        name="listLastFires",
+        method="GET",
+        route="/hooks/{hookGroupId}/{hookId}/last-fires",
+        input=None,
+        output="list-last-fires-response",
+        title="Get information about recent hook fires",
+        description="The hook's fires, the newest first, each with its task's state now; 404 "
+        "when it never fired.",
+        query=_PAGED,
+        scopes=f"hooks:list-last-fires:{_HOOK}",
+    ),
+)
+"""The hooks service, under :data:`HOOKS_PREFIX`: Taskcluster's 14 methods of the ``Hooks``
+client (its four service-status ones shared with the queue's handlers)."""
 
 
 def url_parameters(match_info: Mapping[str, str]) -> dict[str, str]:

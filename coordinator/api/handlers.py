@@ -33,16 +33,17 @@ from coordinator.api.errors import (
     as_api_error,
 )
 from coordinator.api.filters import task_filter
+from coordinator.api.hooks import HookHandlers
 from coordinator.api.http import ENDPOINT, json_response, read_json
-from coordinator.api.scopes import Expression, expand, priority_ladder
-from coordinator.domain import definitions
+from coordinator.api.scopes import Expression, create_task_params, expand
 from coordinator.domain.errors import DomainError, Forbidden
 from coordinator.domain.listings import Page, RunCounts
-from coordinator.domain.records import DEFAULT_PROJECT_ID, TaskRecord, from_iso, to_iso
+from coordinator.domain.records import TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey, task_queue_fields
 from coordinator.service.artifacts import ArtifactService
 from coordinator.service.dispatch import WorkDispatch
+from coordinator.service.hooks import HookService
 from coordinator.service.management import TaskManagement
 from coordinator.service.tasks import Permit, RunReport, TaskService
 from coordinator.service.workers import WorkerService
@@ -88,21 +89,6 @@ def _counts_body(task_queue: TaskQueue, counts: RunCounts) -> Body:
         # the names the current Taskcluster client's taskQueueCounts reads
         "pendingTasks": counts.pending,
         "claimedTasks": counts.running,
-    }
-
-
-def _create_task_params(task: Body) -> dict[str, Hashable]:
-    """The parameters of createTask's scopes for a (schema-valid) task definition, hashable so
-    that :func:`declared` caches the expression (a producer's tasks mostly share theirs)."""
-    provisioner_id, worker_type = definitions.task_queue_of(task)
-    return {
-        "priorities": priority_ladder(task.get("priority", "lowest")),
-        "provisionerId": provisioner_id,
-        "workerType": worker_type,
-        "schedulerId": task.get("schedulerId", "-"),
-        "projectId": task.get("projectId", DEFAULT_PROJECT_ID),
-        "routes": tuple(task.get("routes", ())),
-        "scopes": tuple(task.get("scopes", ())),
     }
 
 
@@ -229,9 +215,10 @@ def _status(record: TaskRecord) -> Body:
     return {"status": record.status()}
 
 
-class Handlers(ArtifactHandlers):
+class Handlers(ArtifactHandlers, HookHandlers):
     """The endpoint methods, sharing the services and the authorizer (the artifact methods
-    are in :class:`~coordinator.api.artifacts.ArtifactHandlers`)."""
+    are in :class:`~coordinator.api.artifacts.ArtifactHandlers`, the hooks service's in
+    :class:`~coordinator.api.hooks.HookHandlers`)."""
 
     def __init__(
         self,
@@ -242,6 +229,7 @@ class Handlers(ArtifactHandlers):
         workers: WorkerService,
         artifacts: ArtifactService,
         artifact_urls: ArtifactUrls,
+        hooks: HookService,
         authorizer: Authorizer,
     ) -> None:
         self.service = service
@@ -250,6 +238,7 @@ class Handlers(ArtifactHandlers):
         self.workers = workers
         self.artifacts = artifacts
         self.artifact_urls = artifact_urls
+        self.hooks = hooks
         self.auth = authorizer
         self.started = time.monotonic()
 
@@ -346,7 +335,7 @@ class Handlers(ArtifactHandlers):
 
     async def createTask(self, request: web.Request, body: Any) -> Body:
         task_id = _task_id(request)
-        await self.authorize(request, **_create_task_params(body))
+        await self.authorize(request, **create_task_params(body))
         record = await self.service.create_task(task_id, body)
         self.workers.task_created(record)
         return _status(record)
@@ -361,7 +350,7 @@ class Handlers(ArtifactHandlers):
                 validation.validate(
                     "create-task-request", item["task"], where=f"tasks[{index}].task"
                 )
-                params = _create_task_params(item["task"])
+                params = create_task_params(item["task"])
             except (InputValidationError, DomainError) as error:
                 results[index]["error"] = _item_error(error)
                 continue

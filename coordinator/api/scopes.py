@@ -21,9 +21,11 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from coordinator.domain import definitions
+from coordinator.domain.records import DEFAULT_PROJECT_ID
 from coordinator.domain.task_queues import PRIORITIES, canonical_priority
 
 Expression: TypeAlias = "str | Mapping[str, Sequence[Expression]]"
@@ -237,6 +239,22 @@ def create_task_expression(priority: str, provisioner_id: str, worker_type: str)
             f"queue:create-task:{p}:{provisioner_id}/{worker_type}"
             for p in priority_ladder(priority)
         ]
+    }
+
+
+def create_task_params(task: Mapping[str, Any]) -> dict[str, Hashable]:
+    """The parameters of :data:`CREATE_TASK_SCOPES` for a (schema-valid) task definition,
+    hashable so that the handlers' ``declared`` caches the expression (a producer's tasks
+    mostly share theirs)."""
+    provisioner_id, worker_type = definitions.task_queue_of(task)
+    return {
+        "priorities": priority_ladder(task.get("priority", "lowest")),
+        "provisionerId": provisioner_id,
+        "workerType": worker_type,
+        "schedulerId": task.get("schedulerId", "-"),
+        "projectId": task.get("projectId", DEFAULT_PROJECT_ID),
+        "routes": tuple(task.get("routes", ())),
+        "scopes": tuple(task.get("scopes", ())),
     }
 
 

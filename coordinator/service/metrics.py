@@ -4,7 +4,8 @@
 happens: a run resolved (``queue_completed_tasks_total``, ``queue_failed_tasks_total``,
 ``queue_exception_tasks_total{reasonResolved}``), a hint put or not
 (``queue_hints_put_total``, ``queue_hint_put_failures_total``), a background pass that acted
-(``queue_resolver_actions_total{resolver}``). It also holds the per-task-queue gauges
+(``queue_resolver_actions_total{resolver}``), a hook fired
+(``hooks_fires_total{hookGroupId,result}``). It also holds the per-task-queue gauges
 (``queue_pending_tasks``, ``queue_claimed_tasks``) that the queue-gauges actor
 (:mod:`coordinator.resolvers.queue_gauges`) refreshes from exact store counts, so a scrape
 never queries the store. Names follow Taskcluster's queue monitor where it has one.
@@ -84,6 +85,12 @@ class ServiceMetrics:
             _TASK_QUEUE_LABELS,
             registry=reg,
         )
+        self._hook_fires = Counter(
+            "hooks_fires",
+            "Hook fires that reached createTask, by hookGroupId and result (success, error).",
+            ["hookGroupId", "result"],
+            registry=reg,
+        )
         self._gauged: set[TaskQueue] = set()
 
     def runs_resolved(self, runs: Iterable[Run]) -> None:
@@ -124,3 +131,6 @@ class ServiceMetrics:
 
     def set_outbox_depth(self, depth: int) -> None:
         self._outbox_depth.set(depth)
+
+    def hook_fired(self, hook_group_id: str, result: str) -> None:
+        self._hook_fires.labels(hookGroupId=hook_group_id, result=result).inc()

@@ -29,6 +29,7 @@ from typing import Any
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.events import OutboxEntry, QueueEvent
+from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskCounts, TaskFilter
@@ -412,3 +413,48 @@ class Store(abc.ABC):
     async def artifacts_of_tasks(self, task_ids: Sequence[str]) -> list[Artifact]:
         """Every artifact of these tasks, by task, run and name: what deleting the tasks
         deletes, whose bytes the caller deletes first."""
+
+    # --- hooks (docs/hooks.md) --------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def insert_hook(self, hook: Hook) -> bool:
+        """Store a new hook (``version`` 1); ``False`` if one of that id exists."""
+
+    @abc.abstractmethod
+    async def get_hook(self, hook_group_id: str, hook_id: str) -> Hook | None:
+        """The hook, or ``None``."""
+
+    @abc.abstractmethod
+    async def hooks_in_group(self, hook_group_id: str) -> list[Hook]:
+        """Every hook of the group, by hookId."""
+
+    @abc.abstractmethod
+    async def hook_groups(self) -> list[str]:
+        """Every hookGroupId with at least one hook, in order."""
+
+    @abc.abstractmethod
+    async def compare_and_set_hook(self, hook: Hook) -> Hook | None:
+        """Write ``hook`` if the stored version is still ``hook.version``; the stored hook
+        (its version one more), or ``None`` when it changed meanwhile or is gone."""
+
+    @abc.abstractmethod
+    async def delete_hook(self, hook_group_id: str, hook_id: str) -> bool:
+        """Delete the hook and its last fires; whether it existed."""
+
+    @abc.abstractmethod
+    async def due_hooks(self, now: int, limit: int) -> list[Hook]:
+        """Up to ``limit`` hooks whose ``next_due`` is at or before ``now``, the earliest
+        first."""
+
+    @abc.abstractmethod
+    async def insert_last_fire(self, fire: LastFire) -> bool:
+        """Record a fire; ``False`` (nothing written) when the hook already has a fire of that
+        taskId."""
+
+    @abc.abstractmethod
+    async def last_fires(
+        self, hook_group_id: str, hook_id: str, *, limit: int, before: tuple[int, str] | None
+    ) -> list[LastFire]:
+        """Up to ``limit`` of the hook's fires, the newest first (by ``task_create_time``, then
+        taskId), from the one ``before`` is of (``(task_create_time, task_id)``; ``None``:
+        the newest)."""

@@ -8,10 +8,12 @@ are then written once.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coordinator.domain.artifacts import Artifact
+from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
@@ -30,6 +32,13 @@ from coordinator.store.artifact_rows import (
     key_columns,
 )
 from coordinator.store.base import Store
+from coordinator.store.hook_rows import (
+    hook_columns,
+    hook_from_row,
+    hook_key,
+    last_fire_columns,
+    last_fire_from_row,
+)
 from coordinator.store.rows import Row, page_from_rows, record_from_row
 from coordinator.store.worker_rows import (
     after_names,
@@ -280,6 +289,56 @@ class SQLStore(Store, abc.ABC):
     async def expired_artifacts(self, now: int, limit: int) -> list[Artifact]:
         rows = await self._fetch("expired_artifacts", now=now, limit=limit)
         return [artifact_from_row(row) for row in rows]
+
+    # --- hooks ------------------------------------------------------------------------------
+
+    async def insert_hook(self, hook: Hook) -> bool:
+        columns = hook_columns(hook)
+        del columns["version"]
+        return bool(await self._fetch("insert_hook", **columns))
+
+    async def get_hook(self, hook_group_id: str, hook_id: str) -> Hook | None:
+        rows = await self._fetch("get_hook", **hook_key(hook_group_id, hook_id))
+        return hook_from_row(rows[0]) if rows else None
+
+    async def hooks_in_group(self, hook_group_id: str) -> list[Hook]:
+        rows = await self._fetch("hooks_in_group", hook_group_id=hook_group_id)
+        return [hook_from_row(row) for row in rows]
+
+    async def hook_groups(self) -> list[str]:
+        return [row[0] for row in await self._fetch("hook_groups")]
+
+    async def compare_and_set_hook(self, hook: Hook) -> Hook | None:
+        rows = await self._fetch("compare_and_set_hook", **hook_columns(hook))
+        return dataclasses.replace(hook, version=rows[0][0]) if rows else None
+
+    async def delete_hook(self, hook_group_id: str, hook_id: str) -> bool:
+        key = hook_key(hook_group_id, hook_id)
+        await self._fetch("delete_last_fires", **key)
+        return bool(await self._fetch("delete_hook", **key))
+
+    async def due_hooks(self, now: int, limit: int) -> list[Hook]:
+        return [hook_from_row(row) for row in await self._fetch("due_hooks", now=now, limit=limit)]
+
+    async def insert_last_fire(self, fire: LastFire) -> bool:
+        return bool(await self._fetch("insert_last_fire", **last_fire_columns(fire)))
+
+    async def last_fires(
+        self, hook_group_id: str, hook_id: str, *, limit: int, before: tuple[int, str] | None
+    ) -> list[LastFire]:
+        before_time, before_task_id = (_LATEST, "") if before is None else before
+        rows = await self._fetch(
+            "last_fires",
+            **hook_key(hook_group_id, hook_id),
+            before_time=before_time,
+            before_task_id=before_task_id,
+            limit=limit,
+        )
+        return [last_fire_from_row(row) for row in rows]
+
+
+_LATEST = 2**62
+"""Later than any fire: the first page of :meth:`SQLStore.last_fires` starts before it."""
 
 
 def _artifact_name(artifact: Artifact) -> str:

@@ -9,6 +9,7 @@ database at once, and opening stores by URL.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import asyncpg
 import pytest
 
 from coordinator.domain import lifecycle
+from coordinator.domain.hooks import FireResult, Hook, LastFire
 from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
@@ -868,3 +870,71 @@ async def test_run_counts_of_counts_many_queues_in_one_call(store: Store) -> Non
     assert counts[TaskQueue("prov", "other")] == RunCounts(pending=1, delayed=0, running=0)
     assert unknown not in counts
     assert await store.run_counts_of([], now=NOW) == {}
+
+
+# --- hooks ------------------------------------------------------------------------------------
+
+
+def _hook(hook_id: str, *, next_due: int | None, group: str = "g") -> Hook:
+    return Hook(
+        hook_group_id=group,
+        hook_id=hook_id,
+        metadata={"name": hook_id},
+        task={"payload": {"big": 2**70}},
+        schedule=("0 * * * * *",) if next_due is not None else (),
+        trigger_schema={"type": "object"},
+        scopes=("queue:*",),
+        next_due=next_due,
+    )
+
+
+async def test_hooks_are_written_once_and_changed_by_compare_and_set(store: Store) -> None:
+    hook = _hook("a/b", next_due=NOW)
+    assert await store.insert_hook(hook)
+    assert not await store.insert_hook(dataclasses.replace(hook, metadata={"other": 1}))
+    assert await store.get_hook("g", "a/b") == hook
+    moved = await store.compare_and_set_hook(dataclasses.replace(hook, next_due=NOW + MINUTE))
+    assert moved is not None and moved.version == 2
+    assert await store.compare_and_set_hook(dataclasses.replace(hook, next_due=NOW)) is None
+    assert await store.get_hook("g", "a/b") == moved
+    racers = [dataclasses.replace(moved, next_due=NOW + i) for i in range(5)]
+    won = await asyncio.gather(*(store.compare_and_set_hook(h) for h in racers))
+    assert sum(result is not None for result in won) == 1
+
+    await store.insert_hook(_hook("c", next_due=None))
+    await store.insert_hook(_hook("x", next_due=NOW - MINUTE, group="other"))
+    assert [h.hook_id for h in await store.hooks_in_group("g")] == ["a/b", "c"]
+    assert await store.hook_groups() == ["g", "other"]
+    assert [h.hook_id for h in await store.due_hooks(NOW + MINUTE, 10)] == ["x", "a/b"]
+    assert [h.hook_id for h in await store.due_hooks(NOW + MINUTE, 1)] == ["x"]
+
+
+async def test_last_fires_are_one_per_task_id_newest_first_and_go_with_their_hook(
+    store: Store,
+) -> None:
+    await store.insert_hook(_hook("h", next_due=None))
+
+    def fire(task_id: str, at: int, result: FireResult = "success") -> LastFire:
+        return LastFire(
+            hook_group_id="g",
+            hook_id="h",
+            fired_by="schedule",
+            task_id=task_id,
+            task_create_time=at,
+            result=result,
+            error="" if result == "success" else "refused",
+        )
+
+    assert await store.insert_last_fire(fire("t1", NOW))
+    assert not await store.insert_last_fire(fire("t1", NOW + 5, "error"))  # a repeat
+    assert await store.insert_last_fire(fire("t2", NOW + 1, "error"))
+    assert await store.insert_last_fire(fire("t3", NOW + 1))
+    first = await store.last_fires("g", "h", limit=2, before=None)
+    assert [f.task_id for f in first] == ["t3", "t2"]
+    rest = await store.last_fires("g", "h", limit=2, before=(NOW + 1, "t2"))
+    assert rest == [fire("t1", NOW)]
+
+    assert await store.delete_hook("g", "h")
+    assert not await store.delete_hook("g", "h")
+    assert await store.get_hook("g", "h") is None
+    assert await store.last_fires("g", "h", limit=5, before=None) == []

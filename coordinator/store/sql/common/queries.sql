@@ -218,3 +218,64 @@ FROM queue_event_outbox ORDER BY id LIMIT :limit
 
 -- name: outbox_depth
 SELECT count(*) FROM queue_event_outbox
+
+-- name: insert_hook
+-- createHook: no row back means the hook exists.
+INSERT INTO hooks (hook_group_id, hook_id, metadata, task, schedule, trigger_schema, bindings,
+                   scopes, trigger_token, next_due, version)
+VALUES (:hook_group_id, :hook_id, :metadata, :task, :schedule, :trigger_schema, :bindings,
+        :scopes, :trigger_token, :next_due, 1)
+ON CONFLICT (hook_group_id, hook_id) DO NOTHING
+RETURNING hook_id
+
+-- name: get_hook
+SELECT hook_group_id, hook_id, metadata, task, schedule, trigger_schema, bindings, scopes,
+       trigger_token, next_due, version
+FROM hooks WHERE hook_group_id = :hook_group_id AND hook_id = :hook_id
+
+-- name: hooks_in_group
+SELECT hook_group_id, hook_id, metadata, task, schedule, trigger_schema, bindings, scopes,
+       trigger_token, next_due, version
+FROM hooks WHERE hook_group_id = :hook_group_id ORDER BY hook_id
+
+-- name: hook_groups
+SELECT DISTINCT hook_group_id FROM hooks ORDER BY hook_group_id
+
+-- name: compare_and_set_hook
+-- Every column but the key, only while the stored version is still the one read.
+UPDATE hooks
+SET metadata = :metadata, task = :task, schedule = :schedule, trigger_schema = :trigger_schema,
+    bindings = :bindings, scopes = :scopes, trigger_token = :trigger_token,
+    next_due = :next_due, version = version + 1
+WHERE hook_group_id = :hook_group_id AND hook_id = :hook_id AND version = :version
+RETURNING version
+
+-- name: delete_hook
+DELETE FROM hooks WHERE hook_group_id = :hook_group_id AND hook_id = :hook_id
+RETURNING hook_id
+
+-- name: delete_last_fires
+DELETE FROM hook_last_fires WHERE hook_group_id = :hook_group_id AND hook_id = :hook_id
+
+-- name: due_hooks
+-- The scheduler's scan: hooks whose next due time has come, the most overdue first.
+SELECT hook_group_id, hook_id, metadata, task, schedule, trigger_schema, bindings, scopes,
+       trigger_token, next_due, version
+FROM hooks WHERE next_due IS NOT NULL AND next_due <= :now ORDER BY next_due LIMIT :limit
+
+-- name: insert_last_fire
+-- One row per taskId: a scheduled fire repeated (another replica, a crash) adds nothing.
+INSERT INTO hook_last_fires (hook_group_id, hook_id, task_id, fired_by, task_create_time,
+                             result, error)
+VALUES (:hook_group_id, :hook_id, :task_id, :fired_by, :task_create_time, :result, :error)
+ON CONFLICT (hook_group_id, hook_id, task_id) DO NOTHING
+RETURNING task_id
+
+-- name: last_fires
+-- The newest first, from before the (task_create_time, task_id) of the previous page's last.
+SELECT hook_group_id, hook_id, task_id, fired_by, task_create_time, result, error
+FROM hook_last_fires
+WHERE hook_group_id = :hook_group_id AND hook_id = :hook_id
+  AND (task_create_time < :before_time
+       OR (task_create_time = :before_time AND task_id < :before_task_id))
+ORDER BY task_create_time DESC, task_id DESC LIMIT :limit
