@@ -13,6 +13,7 @@ written once. A name in both the common file and a driver's is a mistake, refuse
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -37,7 +38,11 @@ def _directory(folder: str) -> resources.abc.Traversable:
 
 @functools.cache
 def migrations(driver: str) -> tuple[Migration, ...]:
-    """Every migration of ``driver``, ordered by version."""
+    """Every migration of ``driver``, ordered by version.
+
+    :raises ValueError: two files have one version (branches that each added the next number):
+        a store that applied one would skip the other.
+    """
     found = []
     for entry in _directory(driver).iterdir():
         match = _MIGRATION_FILE.match(entry.name)
@@ -45,7 +50,15 @@ def migrations(driver: str) -> tuple[Migration, ...]:
             found.append(
                 Migration(version=int(match[1]), name=match[2], sql=entry.read_text("utf-8"))
             )
-    return tuple(sorted(found, key=lambda m: m.version))
+    found.sort(key=lambda m: (m.version, m.name))
+    twice = sorted(
+        f"{a.version:04d}_{a.name} and {b.version:04d}_{b.name}"
+        for a, b in itertools.pairwise(found)
+        if a.version == b.version
+    )
+    if twice:
+        raise ValueError(f"{driver} migrations share a version: {', '.join(twice)}; renumber one")
+    return tuple(found)
 
 
 @functools.cache

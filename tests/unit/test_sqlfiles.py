@@ -57,6 +57,21 @@ def test_a_name_defined_twice_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
         sqlfiles.queries.__wrapped__("twice")
 
 
+def test_two_migrations_of_one_version_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "clash").mkdir()
+    for name in ("0001_a.sql", "0002_b.sql", "0002_c.sql"):
+        (tmp_path / "clash" / name).write_text("SELECT 1;\n")
+    monkeypatch.setattr(sqlfiles, "_directory", lambda folder: tmp_path / folder)
+
+    with pytest.raises(ValueError, match=r"share a version: 0002_b and 0002_c; renumber one"):
+        sqlfiles.migrations.__wrapped__("clash")
+    for driver in DRIVERS:  # the real ones are all distinct
+        versions = [m.version for m in sqlfiles.migrations(driver)]
+        assert len(versions) == len(set(versions)), driver
+
+
 def test_the_wheel_ships_every_sql_folder() -> None:
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     for folder in sorted(path.name for path in SQL.iterdir() if path.is_dir()):
