@@ -8,6 +8,7 @@
         [--isolation none|process [--max-runs-per-child N]] [--processes N] \\
         [--metrics-port PORT] \\
         [--no-batching] [--empty-queue-skip SECONDS] [--polls-in-flight N] \\
+        [--idle-rate REQUESTS_PER_SECOND] \\
         [--no-run-log] package.module:function
 
 Like the official Taskcluster tools it reads ``TASKCLUSTER_ROOT_URL`` (when ``--root-url`` is
@@ -22,9 +23,10 @@ supervisor (:mod:`worker_sdk.supervisor`). ``--no-batching`` sends one request p
 reclaim and report instead of batches of runs (``Worker(batching=False)``), and
 ``--empty-queue-skip`` sets how long an Azure queue that answered empty is left alone
 (``Worker(empty_queue_skip=)``), ``--polls-in-flight`` how many Azure gets and their claims
-run at once (``Worker(polls_in_flight=)``). Each run's log (what its handler logged, and its
-traceback) is uploaded as the artifact ``public/logs/live_backing.log`` before the run is
-reported; ``--no-run-log`` turns that off (``Worker(run_log=False)``).
+run at once (``Worker(polls_in_flight=)``), ``--idle-rate`` how many Azure requests a second
+an idle worker backs off to (``Worker(idle_rate=)``). Each run's log (what its handler
+logged, and its traceback) is uploaded as the artifact ``public/logs/live_backing.log`` before
+the run is reported; ``--no-run-log`` turns that off (``Worker(run_log=False)``).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Options:
     batching: bool
     empty_queue_skip: float
     polls_in_flight: int
+    idle_rate: float
     run_log: bool
     handler: str
     log_level: str
@@ -112,6 +115,13 @@ def _skip(text: str) -> float:
     value = _seconds(text)
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError("must be a finite number of seconds")
+    return value
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
     return value
 
 
@@ -259,6 +269,14 @@ def _parser() -> argparse.ArgumentParser:
         "the next get goes out while the last one's hints are claimed (default: 2)",
     )
     parser.add_argument(
+        "--idle-rate",
+        type=_rate,
+        default=1.0,
+        metavar="REQUESTS_PER_SECOND",
+        help="Azure requests a second, on average, that a worker finding no work backs off to: "
+        "its pause doubles from 1 s with each empty pass until then (default: 1)",
+    )
+    parser.add_argument(
         "--no-run-log",
         dest="run_log",
         action="store_false",
@@ -330,6 +348,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         batching=args.batching,
         empty_queue_skip=args.empty_queue_skip,
         polls_in_flight=args.polls_in_flight,
+        idle_rate=args.idle_rate,
         run_log=args.run_log,
         handler=args.handler,
         log_level=args.log_level,
@@ -391,6 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batching=options.batching,
         empty_queue_skip=options.empty_queue_skip,
         polls_in_flight=options.polls_in_flight,
+        idle_rate=options.idle_rate,
         run_log=options.run_log,
     )
     supervisor_pid = os.environ.get(SUPERVISOR_ENV)

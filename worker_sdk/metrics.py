@@ -2,9 +2,11 @@
 
 ``worker_tasks_total{outcome}`` (runs reported: completed, failed, exception),
 ``worker_task_duration_seconds`` (handler run time), ``worker_running_tasks``,
-``worker_hint_dequeue_warnings_total`` (hints logged by the DequeueCount alert line) and
-``worker_hint_delete_failures_total``. Each worker has its own registry, so several workers in
-one process (tests, embedding applications) neither share nor clash.
+``worker_hint_dequeue_warnings_total`` (hints logged by the DequeueCount alert line),
+``worker_hint_delete_failures_total`` and ``worker_azure_requests_total{operation}`` (the
+Azure queue requests sent: get, delete, release; what an idle worker costs). Each worker has
+its own registry, so several workers in one process (tests, embedding applications) neither
+share nor clash.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ class WorkerMetrics:
         self.delete_failures = Counter(
             "worker_hint_delete_failures",
             "Hint deletes Azure did not accept (the hint reappears and is deleted later).",
+            registry=self.registry,
+        )
+        self.azure_requests = Counter(
+            "worker_azure_requests",
+            "Azure queue requests sent, by operation (get, delete, release).",
+            ["operation"],
             registry=self.registry,
         )
 

@@ -20,6 +20,13 @@ and leaves an Azure queue that answered empty alone for a short jittered while
 get on each empty higher one every pass, and work that arrives in a higher priority waits at
 most that long (1 s by default) behind the lower ones.
 
+An :class:`AzurePoller` that finds no work backs off: one pass at a time over its queues
+(its concurrent polls take turns), each after a pause that doubles from ``idle_delay`` with
+every pass in a row that found nothing, up to the pause that holds the worker to
+``idle_rate`` Azure requests a second on average (:func:`~worker_sdk.timing.idle_pause`); the
+first pass that finds work ends the backoff. The price is pickup latency: work arriving at an
+idle worker waits for its next pass, up to the longest pause.
+
 A hint :class:`AzurePoller` took but could not claim because no coordinator answered (no
 connection, a timeout, a 5xx, once its short retries are spent) is released through the
 queue's ``signedReleaseUrl``: Azure makes it visible again within seconds, for a worker whose
@@ -48,7 +55,7 @@ from worker_sdk.client import Claim, CoordinatorClient, PollUrls, SignedQueue
 from worker_sdk.errors import RequestFailed, missing_scopes
 from worker_sdk.metrics import WorkerMetrics
 from worker_sdk.priorities import PollOrder, TaskQueue, priority_at
-from worker_sdk.timing import Backoff, jittered
+from worker_sdk.timing import Backoff, idle_pause, jittered
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +101,12 @@ class PollSettings:
     reads the queues): a hint dequeued more than ``dequeue_warning`` times is logged as
     :data:`DEQUEUE_WARNING`, ``order`` arranges the queues of each pass, and a queue that
     answered empty is skipped for between half and all of ``empty_queue_skip`` seconds (0:
-    never skipped).
+    never skipped), and an idle worker's pauses grow until it makes ``idle_rate`` Azure
+    requests a second on average.
     """
 
     idle_delay: float
+    idle_rate: float
     backoff: Backoff
     dequeue_warning: int
     order: PollOrder
@@ -245,11 +254,24 @@ class AzurePoller(_Polling):
         """Deletes of hints already answered (claimed or dead), still on their way."""
         self._empty_until: dict[tuple[TaskQueue, str], float] = {}
         """Monotonic time until which a queue that answered empty is not polled again."""
+        self._empty_passes = 0
+        """Passes in a row that found no work: while there are any, the worker is idle."""
+        self._idle_turn = asyncio.Lock()
+        """Held by the one poll whose pass (and pause) an idle worker makes at a time."""
 
     async def _attempt(self, count: int) -> list[Claim]:
+        if self._empty_passes:
+            # Idle: the polls take turns, so the worker makes one pass per pause, not one
+            # per poll in flight.
+            async with self._idle_turn:
+                if self._empty_passes:
+                    return await self._pass(count)
+        return await self._pass(count)
+
+    async def _pass(self, count: int) -> list[Claim]:
         """One pass over the queues in the settings' order, stopping at the first that yields
         claims; pauses before answering ``[]`` when every queue was empty (or skipped, having
-        been empty a moment ago)."""
+        been empty a moment ago), longer after each such pass in a row."""
         if self._coordinator_lost:
             # A hint taken now could not be claimed: it would hide for the poll visibility
             # timeout (300 s), or with a release URL come back only after a needless round.
@@ -259,6 +281,7 @@ class AzurePoller(_Polling):
             for task_queue in self._identity.task_queues
             for azure_queue in await self._azure_queues(task_queue)
         ]
+        gets = 0
         for azure_queue in self._settings.order.arrange(
             azure_queues, lambda q: q.priority, self._rng
         ):
@@ -266,6 +289,8 @@ class AzurePoller(_Polling):
                 return []
             if time.monotonic() < self._empty_until.get(azure_queue.key, 0.0):
                 continue
+            gets += 1
+            self._metrics.azure_requests.labels("get").inc()
             try:
                 messages = await azure.get_messages(
                     self._session, azure.poll_url(azure_queue.urls.poll_url, count)
@@ -281,6 +306,7 @@ class AzurePoller(_Polling):
                         self._urls.pop(azure_queue.task_queue, None)
                     raise _Transient() from error
             if messages:
+                self._empty_passes = 0
                 return await self._take_all(azure_queue, messages)
             skip = self._settings.empty_queue_skip
             self._empty_until[azure_queue.key] = time.monotonic() + self._rng.uniform(
@@ -289,7 +315,19 @@ class AzurePoller(_Polling):
         # Nothing anywhere: the idle pause already spaces the gets out, so the next pass asks
         # every queue again (a skip outlasting the pause would only delay picking work up).
         self._empty_until.clear()
-        await self._idle()
+        self._empty_passes += 1
+        settings = self._settings
+        pause = idle_pause(
+            self._empty_passes,
+            gets,
+            idle_delay=settings.idle_delay,
+            idle_rate=settings.idle_rate,
+            rng=self._rng,
+        )
+        log.debug(
+            "no work, pausing emptyPasses=%d gets=%d pause=%.3f", self._empty_passes, gets, pause
+        )
+        await self._retrying.pause(pause)
         return []
 
     async def _leftovers(self) -> list[Claim]:
@@ -562,6 +600,7 @@ class AzurePoller(_Polling):
         task_id: str,
         run_id: int | str,
     ) -> None:
+        self._metrics.azure_requests.labels("delete").inc()
         try:
             await azure.delete_message(
                 self._session, azure.delete_url(azure_queue.urls.delete_url, message)
@@ -603,6 +642,7 @@ class AzurePoller(_Polling):
         task_id: str,
         run_id: int,
     ) -> None:
+        self._metrics.azure_requests.labels("release").inc()
         try:
             await azure.release_message(self._session, azure.release_url(template, message))
         except RequestFailed as error:

@@ -48,6 +48,21 @@ def jittered(seconds: float, rng: random.Random) -> float:
     return rng.uniform(seconds / 2, seconds * 1.5)
 
 
+def idle_pause(
+    empty_passes: int, gets: int, *, idle_delay: float, idle_rate: float, rng: random.Random
+) -> float:
+    """The pause after the ``empty_passes``-th pass in a row that found no work, a pass that
+    sent ``gets`` Azure requests.
+
+    The first pause is ``idle_delay``; each further one doubles it, up to the pause that brings
+    the worker down to ``idle_rate`` Azure requests a second on average (``gets / idle_rate``,
+    or ``idle_delay`` if that is longer), all :func:`jittered`. Growing only while nothing is
+    found keeps a worker between bursts of work as quick to look as a busy one.
+    """
+    grown = idle_delay * 2 ** min(max(0, empty_passes - 1), 32)
+    return jittered(min(grown, max(idle_delay, gets / idle_rate)), rng)
+
+
 def deadline(*, sent_at: float, until: datetime, server_time: datetime) -> float:
     """The monotonic time at which the server's wall-clock time ``until`` arrives.
 

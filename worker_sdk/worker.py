@@ -135,7 +135,9 @@ class Worker:
     ``claim_work`` selects the claimWork mode (the coordinator polls Azure on the worker's
     behalf and picks by priority itself, so ``polling`` must stay strict); otherwise the
     worker polls Azure itself through signed URLs. ``idle_delay`` is the pause when there is
-    no work and ``backoff`` the schedule after transient errors, both jittered. A hint
+    no work and ``backoff`` the schedule after transient errors, both jittered; an Azure
+    worker that keeps finding no work doubles its pause with each empty pass until it makes
+    ``idle_rate`` Azure requests a second on average. A hint
     dequeued more than ``dequeue_warning`` times is logged as a WARNING, and an Azure queue
     that answered empty is not polled again for between half and all of
     ``empty_queue_skip`` seconds (0 polls every queue each pass), which bounds how long work
@@ -180,6 +182,7 @@ class Worker:
         grace_period: float = 60.0,
         dequeue_warning: int = 10,
         idle_delay: float = 1.0,
+        idle_rate: float = 1.0,
         backoff: Backoff = Backoff(),  # noqa: B008 (frozen, so sharing the default is safe)
         retry_failures: bool = False,
         isolation: Isolation = "none",
@@ -193,6 +196,8 @@ class Worker:
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
+        if not 0 < idle_rate < math.inf:
+            raise ValueError(f"idle_rate must be a positive number, not {idle_rate}")
         if polls_in_flight < 1:
             raise ValueError(f"polls_in_flight must be at least 1, not {polls_in_flight}")
         if grace_period < 0:
@@ -218,6 +223,7 @@ class Worker:
         )
         self._settings = PollSettings(
             idle_delay=idle_delay,
+            idle_rate=idle_rate,
             backoff=backoff,
             dequeue_warning=dequeue_warning,
             order=PollOrder(polling=polling, weights=weights_with(weights or {})),

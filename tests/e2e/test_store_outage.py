@@ -28,6 +28,7 @@ from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
+from tests.fixtures.sdk import QUICK_IDLE_RATE
 from worker_sdk import Backoff, TaskRun, Worker
 
 BINDIR = postgres_bindir()
@@ -107,6 +108,7 @@ async def test_a_postgresql_outage_mid_flow_is_a_503_logged_once_and_loses_nothi
             worker_id=f"w{index}",
             capacity=8,
             idle_delay=0.05,
+            idle_rate=QUICK_IDLE_RATE,
             backoff=Backoff(base=0.05, cap=0.5),
             handle_signals=False,
         )

@@ -10,6 +10,9 @@ conflict (the task canceled mid-run), and shutdown handing runs back for a retry
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
+import time
 from typing import Any
 
 import aiohttp
@@ -18,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.ports import free_port
 from devharness.waiting import wait_until
-from tests.fixtures.sdk import MakeSetup, Overlap, last_run, run_until
+from tests.fixtures.sdk import MakeSetup, Overlap, last_run, run_until, running
 from worker_sdk import MalformedPayload, TaskRun
 
 
@@ -210,3 +213,41 @@ async def test_worker_metrics_on_its_metrics_port(setup: MakeSetup) -> None:
     assert samples["worker_running_tasks{}"] == 0
     assert samples["worker_hint_dequeue_warnings_total{}"] == 0
     assert samples["worker_hint_delete_failures_total{}"] == 0
+
+
+async def test_an_idle_worker_backs_off_to_its_idle_rate_and_work_ends_the_backoff(
+    setup: MakeSetup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seven Azure queues a pass; the pause doubles from 20 ms up to 7 / 20 = 0.35 s, where
+    the worker makes 20 gets a second (without the backoff, two polls in flight every 20 ms
+    would make about 700)."""
+    caplog.set_level(logging.DEBUG, logger="worker_sdk.poller")
+    s = await setup()
+
+    async def handle(run: TaskRun) -> None:
+        pass
+
+    worker = s.worker(handle, capacity=4, idle_delay=0.02, idle_rate=20.0)
+
+    def gets() -> float:
+        value = worker.metrics.registry.get_sample_value(
+            "worker_azure_requests_total", {"operation": "get"}
+        )
+        return value or 0.0
+
+    def empty_passes() -> list[int]:
+        found = (re.search(r"emptyPasses=(\d+)", r.getMessage()) for r in caplog.records)
+        return [int(match.group(1)) for match in found if match]
+
+    async with running(worker):
+        await wait_until(lambda: max(empty_passes(), default=0) >= 6, what="the longest pause")
+        # a rate needs a window of time: about eight passes at the longest pause
+        before, started = gets(), time.monotonic()
+        await asyncio.sleep(3.0)
+        rate = (gets() - before) / (time.monotonic() - started)
+        assert 0 < rate <= 20.0 * 1.5, f"{rate:.1f} gets a second"
+        caplog.clear()
+        task_id = await s.create()
+        await s.resolved(task_id)
+        await wait_until(lambda: bool(empty_passes()), what="an empty pass after the work")
+    assert empty_passes()[0] == 1, "the work ended the backoff"

@@ -33,7 +33,7 @@ from devharness.waiting import wait_until
 from tests.coordinator_double import CoordinatorDouble, eventually, hint_text
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import StartCoordinator, base_config
-from tests.fixtures.sdk import make_worker, reports, running
+from tests.fixtures.sdk import QUICK_IDLE_RATE, make_worker, reports, running
 from tests.integration.test_sdk_worker import MODES, route
 from worker_sdk import Backoff, RequestFailed, Worker, poller
 from worker_sdk.client import CoordinatorClient
@@ -233,6 +233,7 @@ async def test_a_hint_taken_after_the_coordinator_died_is_visible_again_in_azuri
         worker_type=WORKER_TYPE,
         handler=lambda run: None,
         idle_delay=0.1,
+        idle_rate=QUICK_IDLE_RATE,
         backoff=Backoff(base=0.05, cap=0.5),
         handle_signals=False,
     )
@@ -329,6 +330,7 @@ async def test_a_worker_given_a_dead_root_url_first_works_through_the_next(
         worker_type=WORKER_TYPE,
         handler=lambda run: done.append(run.task_id),
         idle_delay=0.1,
+        idle_rate=QUICK_IDLE_RATE,
         handle_signals=False,
     )
     async with running(worker):

@@ -183,6 +183,25 @@ def test_idle_pause_is_jittered_around_the_delay() -> None:
     assert min(pauses) < 0.6 and max(pauses) > 1.4
 
 
+def test_an_idle_pause_doubles_while_nothing_is_found_up_to_the_idle_rate() -> None:
+    class Middle(random.Random):
+        def uniform(self, a: float, b: float) -> float:
+            return (a + b) / 2  # the jitter's mean
+
+    def pause(empty_passes: int, gets: int = 7) -> float:
+        return timing.idle_pause(empty_passes, gets, idle_delay=1.0, idle_rate=1.0, rng=Middle())
+
+    assert [pause(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 7.0, 7.0]
+    assert pause(10_000) == 7.0, "the gets of a pass over the pause: one request a second"
+    assert pause(5, gets=14) == 14.0, "two task queues' queues: twice the pause"
+    assert pause(5, gets=0) == 1.0, "never below the idle delay"
+    rng = random.Random(3)
+    spread = [timing.idle_pause(9, 7, idle_delay=1.0, idle_rate=1.0, rng=rng) for _ in range(400)]
+    assert all(3.5 <= value <= 10.5 for value in spread) and max(spread) - min(spread) > 5
+    # on average the pause is the gets of a pass divided by the idle rate
+    assert 6.0 < sum(spread) / len(spread) < 8.0
+
+
 def test_a_server_deadline_becomes_a_monotonic_one_measured_on_the_server_clock() -> None:
     server_now = datetime(2026, 11, 22, 5, 0, 0, tzinfo=UTC)
     # The worker's own wall clock plays no part, so a skewed worker still meets the deadline.
