@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.fixtures.sdk",
     "tests.fixtures.workers",
     "tests.fixtures.replicas",
+    "tests.fixtures.browser",
 ]
 
 

@@ -1,5 +1,5 @@
 // The REST API through the official browser client, with this browser session's credentials.
-import { Queue } from './vendor/taskcluster-client.js';
+import { Hooks, Queue } from './vendor/taskcluster-client.js';
 
 const KEY = 'queue-dashboard-credentials';
 
@@ -19,13 +19,21 @@ export function signOut() {
   sessionStorage.removeItem(KEY);
 }
 
-export function queue() {
+function options() {
   const creds = credentials();
-  return new Queue({
+  return {
     rootUrl: window.location.origin,
     retries: 0,
     ...(creds ? { credentials: creds } : {}),
-  });
+  };
+}
+
+export function queue() {
+  return new Queue(options());
+}
+
+export function hooks() {
+  return new Hooks(options());
 }
 
 // Every page of a paginated list method, up to `max` items.

@@ -1,6 +1,7 @@
 // The dashboard's router (location.hash) and the credentials form.
 import { credentials, signIn, signOut } from './api.js';
 import { groupPage } from './group.js';
+import { hooksPage } from './hooks.js';
 import { queuesPage } from './queues.js';
 import { taskPage } from './task.js';
 import { tasksPage } from './tasks.js';
@@ -19,6 +20,7 @@ function route() {
   if (page === 'task' && id) taskPage(main, id, route);
   else if (page === 'group' && id) groupPage(main, id);
   else if (page === 'tasks') tasksPage(main, params);
+  else if (page === 'hooks') hooksPage(main, every);
   else queuesPage(main, every);
 }
 

@@ -1,2 +1,2 @@
-// The browser's view of the official client: only the Queue is needed by the dashboard.
-export { Queue } from 'taskcluster-client-web';
+// The browser's view of the official client: the Queue, and the Hooks for the hooks page.
+export { Hooks, Queue } from 'taskcluster-client-web';

@@ -12,39 +12,23 @@ import json
 import os
 import re
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import slugid
 import taskcluster.aio
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, expect
 from yarl import URL
 
 from devharness.tasks import task_definition
+from tests.fixtures.browser import WAIT_MS, needs_chromium, sign_in
 from tests.fixtures.clients import start_secured, write_clients
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 
-CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
-WAIT_MS = 30_000
-"""Every wait in the browser is bounded by this (the machine may be busy with a soak)."""
 
-pytestmark = [
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (scripts/test)"),
-    pytest.mark.timeout(180),
-]
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox"], timeout=WAIT_MS
-        )
-        yield browser
-        await browser.close()
+pytestmark = [needs_chromium, pytest.mark.timeout(180)]
 
 
 class Seed:
@@ -99,13 +83,6 @@ class Seed:
         for n in range(3):
             await self.create(f"lint-{n}", worker_type="linter")
         await self.create("deploy", dependencies=[self.ids["lint-0"]])
-
-
-async def sign_in(page: Page, root: dict[str, str]) -> None:
-    await page.fill("input[name=clientId]", root["clientId"])
-    await page.fill("input[name=accessToken]", root["accessToken"])
-    await page.click("#sign-in")
-    await expect(page.locator("#who")).to_have_text("Signed in as root", timeout=WAIT_MS)
 
 
 async def test_dashboard_as_a_person_uses_it(
