@@ -7,6 +7,10 @@ worker uploaded; the same URL with its bewit's MAC altered is refused with a 401
 The URL is signed once with a permanent client's credentials and once with a run's temporary
 credentials (the bewit then carries their certificate), as scriptworker signs the URLs of its
 tasks' upstream artifacts.
+
+The same client's ``Hooks`` drives the hooks service (docs/hooks.md) through
+``tests/e2e/node_hooks.js``: create, read, trigger (with credentials and with the token), last
+fires, status, remove.
 """
 
 from __future__ import annotations
@@ -116,3 +120,48 @@ async def test_node_client_reads_a_private_artifact_through_a_signed_url(
             refused = await response.json()
         assert refused["code"] == "AuthenticationFailed", refused
         assert f"queue:get-artifact:{NAME}" in refused["message"], refused
+
+
+HOOKS_SCRIPT = Path(__file__).with_name("node_hooks.js")
+
+
+async def test_the_node_clients_hooks_drive_the_hooks_service(
+    start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    coordinator, creds = await start_secured(start_coordinator, tmp_path / "clients.json", {})
+    body = {
+        "metadata": {"name": "from node", "description": "", "owner": "me@example.com"},
+        "schedule": ["0 0 * * *"],
+        "task": task_definition(
+            provisionerId=PROVISIONER, workerType=WT, payload={"colour": "${payload.colour}"}
+        ),
+        "triggerSchema": {"type": "object", "properties": {"colour": {"type": "string"}}},
+    }
+    request = {
+        "rootUrl": coordinator.url,
+        "credentials": creds["root"],
+        "hookGroupId": "node",
+        "hookId": "nightly/build",
+        "body": body,
+    }
+    node = await run_to_end(
+        ["node", str(HOOKS_SCRIPT), json.dumps(request)],
+        cwd=REPO,
+        env=taskcluster_env(coordinator.url, None),
+        timeout_s=NODE_TIMEOUT_S,
+    )
+    assert node.status == 0, node.output
+    seen: dict[str, Any] = json.loads(node.stdout)
+
+    assert seen["created"] == seen["hook"] == seen["listed"]["hooks"][0]
+    assert seen["created"]["hookId"] == "nightly/build" and "node" in seen["groups"]["groups"]
+    queue = Queue("aio", coordinator.url)
+    for fired, colour in ((seen["triggered"], "blue"), (seen["byToken"], "green")):
+        assert (await queue.task(fired["taskId"]))["payload"] == {"colour": colour}
+    assert {f["taskId"] for f in seen["lastFires"]["lastFires"]} == {
+        seen["triggered"]["taskId"],
+        seen["byToken"]["taskId"],
+    }
+    assert seen["status"]["lastFire"]["result"] == "success"
+    assert seen["status"]["nextScheduledDate"].endswith("T00:00:00.000Z")
+    assert seen["afterRemove"] == 404
