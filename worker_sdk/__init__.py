@@ -65,9 +65,15 @@ WARNING by ``worker_sdk.poller`` when a hint's Azure ``DequeueCount`` exceeds th
     hint dequeued too often taskId=<taskId> runId=<runId> queue=<queue name> dequeueCount=<n>
 
 Its text, field names and field order do not change; new fields would only be appended.
+
+Tasks as Python functions (:mod:`worker_sdk.app`): an :class:`App` registers functions with
+``@app.task``, dispatches calls of them as tasks (``fn.dispatch(...)``, returning a
+:class:`TaskHandle` whose ``result()`` is the function's return value or raises
+:class:`TaskFailed`), and ``queue-worker --app module:app`` serves them.
 """
 
 from hawk_signing import Credentials
+from worker_sdk.app import App, TaskFunction
 from worker_sdk.errors import (
     InternalError,
     MalformedPayload,
@@ -76,12 +82,15 @@ from worker_sdk.errors import (
     RetryTask,
     TaskException,
 )
+from worker_sdk.handles import TaskHandle
 from worker_sdk.priorities import TaskQueue
+from worker_sdk.results import TaskFailed
 from worker_sdk.runs import Handler, TaskRun
 from worker_sdk.timing import Backoff
 from worker_sdk.worker import Worker
 
 __all__ = [
+    "App",
     "Backoff",
     "Credentials",
     "Handler",
@@ -91,6 +100,9 @@ __all__ = [
     "ResourceUnavailable",
     "RetryTask",
     "TaskException",
+    "TaskFailed",
+    "TaskFunction",
+    "TaskHandle",
     "TaskQueue",
     "TaskRun",
     "Worker",

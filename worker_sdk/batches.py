@@ -209,7 +209,7 @@ class RunBatches:
         async def single() -> None:
             if resolution.reason is not None:
                 await self._client.report_exception(
-                    task_id, run_id, resolution.reason, credentials=credentials
+                    task_id, run_id, resolution, credentials=credentials
                 )
             elif resolution.kind == "completed":
                 await self._client.report_completed(task_id, run_id, credentials=credentials)

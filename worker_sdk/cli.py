@@ -9,7 +9,7 @@
         [--metrics-port PORT] \\
         [--no-batching] [--empty-queue-skip SECONDS] [--polls-in-flight N] \\
         [--idle-rate REQUESTS_PER_SECOND] \\
-        [--no-run-log] package.module:function
+        [--no-run-log] (package.module:function | --app package.module:app)
 
 Like the official Taskcluster tools it reads ``TASKCLUSTER_ROOT_URL`` (when ``--root-url`` is
 not given), ``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN`` and, for temporary
@@ -27,6 +27,11 @@ run at once (``Worker(polls_in_flight=)``), ``--idle-rate`` how many Azure reque
 an idle worker backs off to (``Worker(idle_rate=)``). Each run's log (what its handler
 logged, and its traceback) is uploaded as the artifact ``public/logs/live_backing.log`` before
 the run is reported; ``--no-run-log`` turns that off (``Worker(run_log=False)``).
+
+``--app package.module:app`` serves every function registered on that
+:class:`~worker_sdk.app.App` (routed by each payload's ``function``) from the task queues its
+functions use, or from those ``--task-queue`` names; ``--retry-failures`` does not go with it
+(each function's ``retry_on`` and ``retry_with`` decide).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hawk_signing import Credentials
+from worker_sdk.app import App
 from worker_sdk.errors import RequestFailed
 from worker_sdk.handler_process import watch_parent
 from worker_sdk.priorities import (
@@ -93,7 +99,10 @@ class Options:
     polls_in_flight: int
     idle_rate: float
     run_log: bool
-    handler: str
+    handler: str | None
+    """``package.module:function``, or ``None`` with :attr:`app`."""
+    app: str | None
+    """``package.module:app`` of ``--app``."""
     log_level: str
 
 
@@ -284,7 +293,15 @@ def _parser() -> argparse.ArgumentParser:
         "the artifact public/logs/live_backing.log",
     )
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
-    parser.add_argument("handler", help="the handler, as package.module:function")
+    parser.add_argument(
+        "--app",
+        metavar="PACKAGE.MODULE:APP",
+        help="serve every function registered on this worker_sdk.App, from the task queues "
+        "they use (or those --task-queue names), instead of one handler",
+    )
+    parser.add_argument(
+        "handler", nargs="?", help="the handler, as package.module:function (or give --app)"
+    )
     return parser
 
 
@@ -303,14 +320,25 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
             parser.error(f"TASKCLUSTER_ROOT_URL: {error}")
     if len(set(root_urls)) != len(root_urls):
         parser.error("a --root-url is given twice: give each replica once")
-    if ":" not in args.handler:
+    if (args.handler is None) == (args.app is None):
+        parser.error("give a handler (package.module:function) or --app package.module:app")
+    if args.handler is not None and ":" not in args.handler:
         parser.error(f"handler {args.handler!r} is not of the form package.module:function")
+    if args.app is not None and ":" not in args.app:
+        parser.error(f"--app {args.app!r} is not of the form package.module:app")
+    if args.app is not None and args.retry_failures:
+        parser.error("--retry-failures does not go with --app: give functions retry_on")
     client_id = environ.get("TASKCLUSTER_CLIENT_ID")
     access_token = environ.get("TASKCLUSTER_ACCESS_TOKEN")
     if bool(client_id) != bool(access_token):
         parser.error("set both TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN, or neither")
     try:
-        task_queues = task_queues_of(args.provisioner_id, args.worker_type, args.task_queue)
+        task_queues = (
+            task_queues_of(args.provisioner_id, args.worker_type, args.task_queue)
+            # an app knows its functions' task queues; --task-queue narrows them
+            if args.app is None or args.task_queue or args.provisioner_id or args.worker_type
+            else ()
+        )
     except ValueError as error:
         parser.error(f"{error}: give --task-queue, or --provisioner-id and --worker-type")
     if args.weight and args.polling != "weighted":
@@ -351,20 +379,37 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         idle_rate=args.idle_rate,
         run_log=args.run_log,
         handler=args.handler,
+        app=args.app,
         log_level=args.log_level,
     )
 
 
-def load_handler(spec: str) -> Handler:
-    """Import ``package.module:function`` (the function may be a dotted attribute path)."""
+def _imported(spec: str) -> Any:
+    """Import ``package.module:name`` (the name may be a dotted attribute path)."""
     module_name, _, attribute = spec.partition(":")
     target: Any = importlib.import_module(module_name)
     for name in attribute.split("."):
         target = getattr(target, name)
+    return target
+
+
+def load_handler(spec: str) -> Handler:
+    """Import ``package.module:function``."""
+    target = _imported(spec)
     if not callable(target):
         raise TypeError(f"{spec} is not callable")
     handler: Handler = target
     return handler
+
+
+def load_app(spec: str) -> App:
+    """Import ``package.module:app``, an :class:`~worker_sdk.app.App` with functions."""
+    target = _imported(spec)
+    if not isinstance(target, App):
+        raise TypeError(f"{spec} is a {type(target).__qualname__}, not a worker_sdk.App")
+    if not target.functions:
+        raise TypeError(f"{spec} has no functions: register some with @app.task")
+    return target
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -377,10 +422,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # Console scripts don't put the current directory on sys.path; handlers usually live there.
     sys.path.insert(0, os.getcwd())
+    task_queues = options.task_queues
     try:
-        handler = load_handler(options.handler)
-    except (ImportError, AttributeError, TypeError) as error:
-        print(f"queue-worker: cannot load handler {options.handler}: {error}", file=sys.stderr)
+        if options.app is not None:
+            app = load_app(options.app)
+            handler: Handler = app.serve
+            task_queues = task_queues or app.task_queues
+        else:
+            assert options.handler is not None
+            handler = load_handler(options.handler)
+    except (ImportError, AttributeError, TypeError, ValueError) as error:
+        what = f"app {options.app}" if options.app is not None else f"handler {options.handler}"
+        print(f"queue-worker: cannot load {what}: {error}", file=sys.stderr)
         return 2
     if options.processes > 1:
         supervisor = Supervisor(
@@ -393,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = Worker(
         root_urls=options.root_urls,
         credentials=options.credentials,
-        task_queues=options.task_queues,
+        task_queues=task_queues,
         polling=options.polling,
         weights=options.weights,
         worker_group=options.worker_group,

@@ -1,10 +1,12 @@
-"""HTTP client for the coordinator routes a worker uses, and ``createTasks`` for producers.
+"""HTTP client for the coordinator routes a worker uses, and those a producer uses.
 
 Covers ``ping``, ``pollTaskUrls``, ``claimTask``, ``claimWork``, ``reclaimTask`` and the three
 reports, their batch forms ``claimRuns``, ``reclaimRuns`` and ``resolveRuns`` (not Taskcluster
 methods: up to 32 runs per request, one result per run), ``createArtifact`` and the upload of an
-s3 artifact's bytes to the ``putUrl`` it answers (:meth:`CoordinatorClient.upload_to`), and
-``createTasks`` (up to 1,000 tasks a request). Requests are signed by :mod:`hawk_signing`
+s3 artifact's bytes to the ``putUrl`` it answers (:meth:`CoordinatorClient.upload_to`); and for
+producers (:mod:`worker_sdk.app`) ``createTask``, ``createTasks`` (up to 1,000 tasks a
+request), ``status``, ``cancelTask`` and an artifact's bytes (``artifact``'s signed URL,
+then a GET of it). Requests are signed by :mod:`hawk_signing`
 exactly as the official ``taskcluster`` client signs them, or not at all without credentials.
 Every failure surfaces as :class:`~worker_sdk.errors.RequestFailed`; retrying is the caller's
 business, because only the caller knows its deadline.
@@ -101,10 +103,21 @@ class Resolution:
     kind: Literal["completed", "failed", "exception"]
     reason: str | None = None
     """The reportException reason, given exactly when ``kind`` is ``exception``."""
+    retry_after: float | None = None
+    """reportException's ``retryAfter`` (seconds), only with reason ``intermittent-task``."""
 
     def __post_init__(self) -> None:
         if (self.kind == "exception") != (self.reason is not None):
             raise ValueError(f"an {self.kind} resolution with reason {self.reason!r}")
+        if self.retry_after is not None and self.reason != "intermittent-task":
+            raise ValueError(f"retry_after with reason {self.reason!r}, not intermittent-task")
+
+    def exception_body(self) -> dict[str, Any]:
+        """The reportException body (without ``retryAfter`` unless there is one)."""
+        body: dict[str, Any] = {"reason": self.reason}
+        if self.retry_after is not None:
+            body["retryAfter"] = self.retry_after
+        return body
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +181,40 @@ class CoordinatorClient:
         with _parsing(answer, "createTasks"):
             results: list[dict[str, Any]] = list(answer.body["tasks"])
         return results
+
+    async def create_task(self, task_id: str, task: Mapping[str, Any]) -> dict[str, Any]:
+        """createTask; returns the task's status."""
+        answer = await self._call("PUT", ("task", task_id), body=task)
+        return _status_of(answer, "createTask")
+
+    async def task_status(self, task_id: str) -> dict[str, Any]:
+        """status: the task's status (``state``, ``runs``, ...)."""
+        answer = await self._call("GET", ("task", task_id, "status"))
+        return _status_of(answer, "status")
+
+    async def cancel_task(self, task_id: str) -> dict[str, Any]:
+        """cancelTask; returns the task's status."""
+        answer = await self._call("POST", ("task", task_id, "cancel"))
+        return _status_of(answer, "cancelTask")
+
+    async def artifact_content(self, task_id: str, run_id: int, name: str) -> bytes:
+        """The bytes of an ``s3`` artifact of the run: the ``artifact`` method's signed URL,
+        then an unsigned GET of it (decompressed as its ``Content-Encoding`` says)."""
+        answer = await self._call(
+            "GET", ("task", task_id, "runs", str(run_id), "artifact-content", name)
+        )
+        with _parsing(answer, "artifact"):
+            url = answer.body["url"]
+            if not isinstance(url, str):
+                raise TypeError(f"url {url!r} is not a string")
+        with no_answer_fails("GET", url):
+            async with self._session.get(
+                URL(url, encoded=True), timeout=UPLOAD_TIMEOUT
+            ) as response:
+                content = await response.read()
+                status = response.status
+        check_status("GET", url, status, content[:200].decode(errors="replace"), _error_fields)
+        return content
 
     async def poll_task_urls(self, provisioner_id: str, worker_type: str) -> PollUrls:
         answer = await self._call("GET", ("poll-task-url", provisioner_id, worker_type))
@@ -263,12 +310,13 @@ class CoordinatorClient:
         )
 
     async def report_exception(
-        self, task_id: str, run_id: int, reason: str, *, credentials: Credentials
+        self, task_id: str, run_id: int, resolution: Resolution, *, credentials: Credentials
     ) -> None:
+        """reportException of ``resolution`` (its reason and any ``retryAfter``)."""
         await self._call(
             "POST",
             ("task", task_id, "runs", str(run_id), "exception"),
-            body={"reason": reason},
+            body=resolution.exception_body(),
             credentials=credentials,
         )
 
@@ -283,7 +331,7 @@ class CoordinatorClient:
                 "resolution": report.resolution.kind,
             }
             if report.resolution.reason is not None:
-                item["reason"] = report.resolution.reason
+                item.update(report.resolution.exception_body())
             items.append(item)
         answer = await self._call("POST", ("resolve-runs",), body={"reports": items})
         runs = [(report.task_id, report.run_id) for report in reports]
@@ -474,6 +522,15 @@ def _invalid(answer: _Answer, route: str, value: Any, error: Exception) -> Reque
         code="InvalidResponse",
         message=f"not a {route} answer: {value!r} ({error!r})",
     )
+
+
+def _status_of(answer: _Answer, route: str) -> dict[str, Any]:
+    """The ``status`` object of an answer that carries one."""
+    with _parsing(answer, route):
+        status = answer.body["status"]
+        if not isinstance(status, dict) or not isinstance(status.get("state"), str):
+            raise TypeError(f"status {status!r} is not a task status")
+    return status
 
 
 def _run_results(

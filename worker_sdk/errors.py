@@ -10,6 +10,7 @@ what a 403 says the worker lacks.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,10 +52,18 @@ class RetryTask(TaskException):
     Reported ``exception/intermittent-task``, which the coordinator answers with a new
     ``task-retry`` run while the task's ``retriesLeft`` is above 0; on the last run (none
     left) the worker reports ``failed`` instead, as Celery and Sidekiq fail a job whose
-    retries ran out.
+    retries ran out. ``retry_after`` (seconds, from 0 to the time left until the task's
+    deadline) makes the retry claimable that long after the report instead of after the
+    task's ``retryDelay`` (reportException's ``retryAfter``).
     """
 
     reason = "intermittent-task"
+
+    def __init__(self, *args: object, retry_after: float | None = None) -> None:
+        super().__init__(*args)
+        if retry_after is not None and not 0 <= retry_after < math.inf:
+            raise ValueError(f"retry_after must be a number of seconds from 0, not {retry_after}")
+        self.retry_after = retry_after
 
 
 class RequestFailed(Exception):

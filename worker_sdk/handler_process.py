@@ -33,7 +33,7 @@ from typing import Any
 
 from hawk_signing import Credentials
 from worker_sdk.client import Reclaim
-from worker_sdk.errors import TaskException
+from worker_sdk.errors import RetryTask, TaskException
 from worker_sdk.run_log import RunLogFormatter
 from worker_sdk.runs import Handler, Lease, run_from_json
 
@@ -158,6 +158,7 @@ def serve_runs(
                 "type": type(raised).__qualname__,
                 "message": str(raised),
                 "reason": raised.reason if isinstance(raised, TaskException) else None,
+                "retryAfter": raised.retry_after if isinstance(raised, RetryTask) else None,
                 "traceback": traceback.format_exc(),
             }
         current.key = current.lease = None

@@ -349,6 +349,8 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
         return HandlerError(
             f"{error['type']}: {error['message']}\nIn the handler's process:\n{error['traceback']}"
         )
+    if reason == RetryTask.reason:
+        return RetryTask(error["message"], retry_after=error.get("retryAfter"))
     rebuilt = _TASK_EXCEPTIONS.get(reason, TaskException)(error["message"])
     rebuilt.reason = reason
     return rebuilt

@@ -98,7 +98,8 @@ def resolution_for(
     )
     if retry:
         if retries_left > 0:
-            return Resolution(kind="exception", reason=RetryTask.reason)
+            retry_after = error.retry_after if isinstance(error, RetryTask) else None
+            return Resolution(kind="exception", reason=RetryTask.reason, retry_after=retry_after)
         return Resolution(kind="failed")
     if isinstance(error, TaskException):
         return Resolution(kind="exception", reason=error.reason)
@@ -529,7 +530,10 @@ class Worker:
         if self._handler_is_async:
             result = self._handler(run)
         else:
-            result = await _in_daemon_thread(self._handler, run)
+            result = await in_daemon_thread(
+                functools.partial(self._handler, run),
+                name=f"handler taskId={run.task_id} runId={run.run_id}",
+            )
         if result is not None:
             await result
 
@@ -713,39 +717,39 @@ def _run_log_line(message: str) -> str:
     return RunLogFormatter().format(record)
 
 
-async def _in_daemon_thread(handler: Handler, run: TaskRun) -> Awaitable[None] | None:
-    """Call a sync handler in a thread of its own, in the caller's context (the run's, for
-    the run log), and await its result.
+async def in_daemon_thread(function: Callable[[], _T], *, name: str) -> _T:
+    """Call ``function`` in a thread of its own, in the caller's context (the run's, for the
+    run log), and await what it returns.
 
     A daemon thread, unlike an executor's, doesn't hold up the process's exit: a handler
-    that ignores ``run.cancelled`` is abandoned at shutdown rather than waited for forever.
+    that ignores ``run.cancelled`` is abandoned at shutdown rather than waited for forever;
+    so is one the awaiting task stopped waiting for (cancelled, or timed out).
     """
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
-    done: asyncio.Future[Awaitable[None] | None] = loop.create_future()
+    done: asyncio.Future[_T] = loop.create_future()
 
-    def deliver(result: Awaitable[None] | None, error: BaseException | None) -> None:
-        if done.done():  # cancelled while the thread ran
-            return
-        if error is None:
+    def succeed(result: _T) -> None:
+        if not done.done():  # not cancelled while the thread ran
             done.set_result(result)
-        else:
+
+    def fail(error: BaseException) -> None:
+        if not done.done():
             done.set_exception(error)
 
     def target() -> None:
-        result: Awaitable[None] | None = None
-        error: BaseException | None = None
         try:
-            result = context.run(handler, run)
+            result = context.run(function)
         except StopIteration as caught:
             # A future refuses StopIteration: it would silently end the awaiting coroutine.
-            error = RuntimeError(f"handler raised {caught!r}")
+            outcome = functools.partial(fail, RuntimeError(f"handler raised {caught!r}"))
         except BaseException as caught:  # whatever it is, the event loop decides
-            error = caught
+            outcome = functools.partial(fail, caught)
+        else:
+            outcome = functools.partial(succeed, result)
         # RuntimeError: the event loop is gone, so nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(deliver, result, error)
+            loop.call_soon_threadsafe(outcome)
 
-    name = f"handler taskId={run.task_id} runId={run.run_id}"
     threading.Thread(target=target, name=name, daemon=True).start()
     return await done

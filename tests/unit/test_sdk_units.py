@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
 import re
 from collections import Counter
@@ -319,6 +320,20 @@ def test_retries_are_asked_for_only_while_the_task_has_some_left(
         assert on_the_last_run == Resolution(kind="failed")
     else:
         assert on_the_last_run == with_retries_left
+
+
+def test_retry_after_of_a_retry_task_goes_into_the_report_body() -> None:
+    resolution = resolution_for(RetryTask("later", retry_after=600), retries_left=1)
+    assert resolution == Resolution(kind="exception", reason="intermittent-task", retry_after=600)
+    assert resolution.exception_body() == {"reason": "intermittent-task", "retryAfter": 600}
+    assert INTERMITTENT.exception_body() == {"reason": "intermittent-task"}
+    # on the last run there is nothing to delay: failed, as without retry_after
+    assert resolution_for(RetryTask("later", retry_after=600)) == Resolution(kind="failed")
+    for bad in (-1, math.inf, math.nan):
+        with pytest.raises(ValueError, match="retry_after"):
+            RetryTask("later", retry_after=bad)
+    with pytest.raises(ValueError, match="retry_after"):
+        Resolution(kind="exception", reason="internal-error", retry_after=1)
 
 
 def test_a_resolution_has_a_reason_exactly_when_it_is_an_exception() -> None:

@@ -1,0 +1,463 @@
+"""Tasks as Python functions (SPEC §22): :class:`App`, ``@app.task`` and :class:`TaskFunction`.
+
+A producer dispatches a call of a registered function as a task; a worker started with
+``queue-worker --app module:app`` (or ``await app.worker().run()``) runs it::
+
+    from worker_sdk import App
+
+    app = App.from_env(task_queue="proj/default")
+
+    @app.task(retries=3, retry_on=(ConnectionError,), max_run_time=60)
+    async def add(x: int, y: int) -> int:
+        return x + y
+
+    handle = await add.dispatch(2, 3, wait=10)  # a task, claimable in 10 s
+    assert await handle.result(timeout=60) == 5
+
+``dispatch`` writes the task definition: the function's task queue (``task_queue=`` of
+``@app.task``, else the app's), ``created`` now, ``deadline`` the app's ``deadline`` after
+it may first run (one day by default), ``expires`` when the app says (else the
+coordinator's default, a year after the deadline), ``metadata`` (the function's name, the
+app's ``owner`` and ``source``), the function's defaults (:class:`TaskOptions`) and the
+payload of the call (:mod:`worker_sdk.calls`). Arguments are checked against the function's
+signature and for JSON at dispatch, so a bad call is a :class:`TypeError` there. The
+coordinator is reached through the app's :class:`~worker_sdk.connection.Connection`: the
+``_sync`` forms are for code without an event loop.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import slugid
+
+from hawk_signing import Credentials
+from worker_sdk.artifacts import expires_text
+from worker_sdk.calls import FunctionCall, encode_call, function_name
+from worker_sdk.client import root_urls_of
+from worker_sdk.connection import Connection
+from worker_sdk.errors import RequestFailed
+from worker_sdk.handles import TaskHandle
+from worker_sdk.priorities import PRIORITIES, TaskQueue
+from worker_sdk.runs import TaskRun
+from worker_sdk.serving import serve
+from worker_sdk.task_options import RetryDelay, RetryWith, TaskOptions
+from worker_sdk.worker import Worker
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+CREATE_TASKS_BATCH = 1_000
+"""Tasks per createTasks request (the coordinator's limit)."""
+
+DEFAULT_OWNER = "worker-sdk@example.com"
+DEFAULT_SOURCE = "https://example.com/worker-sdk"
+"""``metadata.owner`` and ``metadata.source`` of an app that does not name its own."""
+
+Wait = float | timedelta
+"""``wait=``: seconds, or a timedelta."""
+
+
+class App:
+    """Functions registered as tasks, and where and how their tasks are created.
+
+    :param root_url: the coordinator (or ``root_urls``, replicas of one, as for
+        :class:`~worker_sdk.worker.Worker`).
+    :param credentials: sign createTask, cancelTask and the reads of ``result.json`` (which
+        need ``queue:create-task:<priority>:<taskQueueId>``, ``queue:cancel-task:...`` and
+        ``queue:get-artifact:result.json``); ``None`` sends them unsigned.
+    :param task_queue: ``provisionerId/workerType`` of functions that name none.
+    :param deadline: how long after it may first run a task is given (default one day).
+    :param expires: how long after its deadline a task is kept (default: the coordinator's).
+    :param owner: ``metadata.owner`` of the tasks (an e-mail address).
+    :param source: ``metadata.source`` of the tasks (a URL).
+    """
+
+    def __init__(
+        self,
+        *,
+        root_url: str | None = None,
+        root_urls: Sequence[str] = (),
+        credentials: Credentials | Mapping[str, Any] | None,
+        task_queue: str | TaskQueue,
+        deadline: timedelta = timedelta(days=1),
+        expires: timedelta | None = None,
+        owner: str = DEFAULT_OWNER,
+        source: str = DEFAULT_SOURCE,
+    ) -> None:
+        if deadline <= timedelta(0):
+            raise ValueError(f"deadline must be after the task may run, not {deadline}")
+        self.connection = Connection(
+            root_urls=root_urls_of(root_url, root_urls),
+            credentials=credentials
+            if credentials is None or isinstance(credentials, Credentials)
+            else Credentials.from_json(credentials),
+        )
+        self.task_queue = _task_queue(task_queue)
+        self.deadline = deadline
+        self.expires = expires
+        self.owner = owner
+        self.source = source
+        self._functions: dict[str, TaskFunction[..., Any]] = {}
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        task_queue: str | TaskQueue,
+        environ: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> App:
+        """An app of the coordinator at ``TASKCLUSTER_ROOT_URL`` with the credentials of
+        ``TASKCLUSTER_CLIENT_ID`` and ``TASKCLUSTER_ACCESS_TOKEN`` (and
+        ``TASKCLUSTER_CERTIFICATE``), as ``queue-worker`` and the official clients read
+        them; ``options`` are the other parameters of :class:`App`.
+
+        :raises ValueError: the root URL is missing, or only one of the two credentials is
+            set.
+        """
+        environ = os.environ if environ is None else environ
+        root_url = environ.get("TASKCLUSTER_ROOT_URL")
+        if not root_url:
+            raise ValueError("set TASKCLUSTER_ROOT_URL to the coordinator's root URL")
+        client_id = environ.get("TASKCLUSTER_CLIENT_ID")
+        access_token = environ.get("TASKCLUSTER_ACCESS_TOKEN")
+        if bool(client_id) != bool(access_token):
+            raise ValueError(
+                "set both TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN, or neither"
+            )
+        credentials = (
+            Credentials(
+                client_id=client_id,
+                access_token=access_token,
+                certificate=environ.get("TASKCLUSTER_CERTIFICATE") or None,
+            )
+            if client_id and access_token
+            else None
+        )
+        return cls(root_url=root_url, credentials=credentials, task_queue=task_queue, **options)
+
+    @overload
+    def task(self, function: Callable[_P, _R], /) -> TaskFunction[_P, _R]: ...
+
+    @overload
+    def task(
+        self,
+        function: None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | TaskQueue | None = None,
+        priority: str | None = None,
+        retries: int | None = None,
+        retry_delay: RetryDelay | None = None,
+        retry_priority: str | None = None,
+        claim_timeout: int | None = None,
+        retry_on: Iterable[type[BaseException]] = (),
+        retry_with: RetryWith | None = None,
+        max_run_time: float | None = None,
+    ) -> Callable[[Callable[_P, _R]], TaskFunction[_P, _R]]: ...
+
+    def task(
+        self,
+        function: Callable[_P, _R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        task_queue: str | TaskQueue | None = None,
+        priority: str | None = None,
+        retries: int | None = None,
+        retry_delay: RetryDelay | None = None,
+        retry_priority: str | None = None,
+        claim_timeout: int | None = None,
+        retry_on: Iterable[type[BaseException]] = (),
+        retry_with: RetryWith | None = None,
+        max_run_time: float | None = None,
+    ) -> TaskFunction[_P, _R] | Callable[[Callable[_P, _R]], TaskFunction[_P, _R]]:
+        """Register a function (``async def`` or plain) as a task, with its defaults
+        (:class:`~worker_sdk.task_options.TaskOptions`); as ``@app.task`` or
+        ``@app.task(...)``. ``name`` replaces ``<module>:<qualified name>`` as what the
+        payload calls it by (needed for a function of a module run as ``__main__``).
+
+        :raises ValueError: an option is out of range, or the name is taken.
+        """
+        options = TaskOptions(
+            task_queue=None if task_queue is None else _task_queue(task_queue),
+            priority=priority,
+            retries=retries,
+            retry_delay=retry_delay,
+            retry_priority=retry_priority,
+            claim_timeout=claim_timeout,
+            retry_on=tuple(retry_on),
+            retry_with=retry_with,
+            max_run_time=max_run_time,
+        )
+
+        def register(function: Callable[_P, _R]) -> TaskFunction[_P, _R]:
+            registered = TaskFunction(
+                app=self, function=function, name=name or function_name(function), options=options
+            )
+            if registered.name in self._functions:
+                raise ValueError(f"a function named {registered.name} is already registered")
+            self._functions[registered.name] = registered
+            return registered
+
+        return register if function is None else register(function)
+
+    @property
+    def functions(self) -> Mapping[str, TaskFunction[..., Any]]:
+        """The registered functions, by the name their payloads call them by."""
+        return dict(self._functions)
+
+    @property
+    def task_queues(self) -> tuple[TaskQueue, ...]:
+        """The task queues the registered functions' tasks go to, each once."""
+        queues = (f.options.task_queue or self.task_queue for f in self._functions.values())
+        return tuple(dict.fromkeys(queues))
+
+    def handle(self, task_id: str) -> TaskHandle:
+        """The handle of a task dispatched earlier (by its id, e.g. kept in a database)."""
+        return TaskHandle(task_id=task_id, connection=self.connection)
+
+    async def serve(self, run: TaskRun) -> None:
+        """The worker's handler: run the function the run's payload calls
+        (:mod:`worker_sdk.serving`)."""
+        await serve(run, self._functions)
+
+    def worker(self, **options: Any) -> Worker:
+        """A :class:`~worker_sdk.worker.Worker` serving every registered function from
+        :attr:`task_queues`; ``options`` are its other parameters (``capacity``, ...)."""
+        if not self._functions:
+            raise ValueError("the app has no functions: register some with @app.task")
+        return Worker(
+            root_urls=self.connection.root_urls,
+            credentials=self.connection.credentials,
+            handler=self.serve,
+            task_queues=self.task_queues,
+            **options,
+        )
+
+    async def aclose(self) -> None:
+        """Close the running event loop's connection (the async forms')."""
+        await self.connection.aclose()
+
+    def close(self) -> None:
+        """Close the connection of the sync forms."""
+        self.connection.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class TaskFunction(Generic[_P, _R]):
+    """A function registered with ``@app.task``: call it to run it here and now, or
+    dispatch it as a task.
+
+    ``wait``, ``at``, ``priority`` and ``dependencies`` are options of ``dispatch``, so a
+    function's own parameters of those names can only be passed positionally.
+    """
+
+    def __init__(
+        self, *, app: App, function: Callable[_P, _R], name: str, options: TaskOptions
+    ) -> None:
+        self.app = app
+        self.function = function
+        self.name = name
+        self.options = options
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return self.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<TaskFunction {self.name}>"
+
+    async def dispatch(
+        self,
+        *args: Any,
+        wait: Wait | None = None,
+        at: datetime | None = None,
+        priority: str | None = None,
+        dependencies: Iterable[TaskHandle | str] = (),
+        **kwargs: Any,
+    ) -> TaskHandle:
+        """Create one task calling the function with ``args`` and ``kwargs``.
+
+        :param wait: not claimable before this long from now (the task's ``notBefore``).
+        :param at: not claimable before then (an aware datetime); not with ``wait``.
+        :param priority: instead of the function's (or the coordinator's default).
+        :param dependencies: tasks (handles or taskIds) that must complete first.
+        :raises TypeError: the arguments do not bind to the function, or are not JSON.
+        :raises RequestFailed: the coordinator refused the task, or did not answer.
+        """
+        call = encode_call(self.name, self.function, args, kwargs)
+        task_id = slugid.nice()
+        definition = self._definition(
+            call,
+            now=datetime.now(UTC),
+            not_before=_not_before(wait, at),
+            priority=priority,
+            dependencies=dependencies,
+        )
+        await self.app.connection.client().create_task(task_id, definition)
+        return self.app.handle(task_id)
+
+    async def dispatch_many(
+        self,
+        calls: Iterable[Sequence[Any] | Mapping[str, Any]],
+        *,
+        wait: Wait | None = None,
+        at: datetime | None = None,
+        priority: str | None = None,
+        dependencies: Iterable[TaskHandle | str] = (),
+    ) -> list[TaskHandle]:
+        """Create one task per call, through createTasks (1,000 a request); their handles,
+        in order. A call is a tuple (or list) of positional arguments, or a dict of keyword
+        arguments; the options hold for every task.
+
+        :raises TypeError: a call's arguments do not bind or are not JSON (nothing was
+            created).
+        :raises RequestFailed: the coordinator refused some of the tasks (the others were
+            created), or did not answer.
+        """
+        encoded = [self._encode(index, call) for index, call in enumerate(calls)]
+        not_before = _not_before(wait, at)
+        dependencies = list(dependencies)
+        client = self.app.connection.client()
+        task_ids: list[str] = []
+        refused: list[dict[str, Any]] = []
+        for start in range(0, len(encoded), CREATE_TASKS_BATCH):
+            now = datetime.now(UTC)
+            batch = {
+                slugid.nice(): self._definition(
+                    call,
+                    now=now,
+                    not_before=not_before,
+                    priority=priority,
+                    dependencies=dependencies,
+                )
+                for call in encoded[start : start + CREATE_TASKS_BATCH]
+            }
+            results = await client.create_tasks(batch)
+            refused.extend(result for result in results if "error" in result)
+            task_ids.extend(batch)
+        if refused:
+            first = refused[0]
+            raise RequestFailed(
+                method="PUT",
+                url=self.app.connection.root_urls[0] + "/api/queue/v1/tasks",
+                status=400,
+                code=str(first["error"].get("code", "")),
+                message=f"{len(refused)} of {len(task_ids)} tasks refused; task "
+                f"{first['taskId']}: {first['error'].get('message', '')}",
+            )
+        return [self.app.handle(task_id) for task_id in task_ids]
+
+    def dispatch_sync(
+        self,
+        *args: Any,
+        wait: Wait | None = None,
+        at: datetime | None = None,
+        priority: str | None = None,
+        dependencies: Iterable[TaskHandle | str] = (),
+        **kwargs: Any,
+    ) -> TaskHandle:
+        """:meth:`dispatch` for code without an event loop."""
+        return self.app.connection.blocking(
+            self.dispatch(
+                *args, wait=wait, at=at, priority=priority, dependencies=dependencies, **kwargs
+            )
+        )
+
+    def dispatch_many_sync(
+        self,
+        calls: Iterable[Sequence[Any] | Mapping[str, Any]],
+        *,
+        wait: Wait | None = None,
+        at: datetime | None = None,
+        priority: str | None = None,
+        dependencies: Iterable[TaskHandle | str] = (),
+    ) -> list[TaskHandle]:
+        """:meth:`dispatch_many` for code without an event loop."""
+        return self.app.connection.blocking(
+            self.dispatch_many(
+                calls, wait=wait, at=at, priority=priority, dependencies=dependencies
+            )
+        )
+
+    def _encode(self, index: int, call: Sequence[Any] | Mapping[str, Any]) -> FunctionCall:
+        if isinstance(call, Mapping):
+            return encode_call(self.name, self.function, (), call)
+        if isinstance(call, list | tuple):
+            return encode_call(self.name, self.function, call, {})
+        raise TypeError(
+            f"{self.name}: call {index} of dispatch_many is a {type(call).__qualname__}: give "
+            "a tuple of positional arguments or a dict of keyword arguments"
+        )
+
+    def _definition(
+        self,
+        call: FunctionCall,
+        *,
+        now: datetime,
+        not_before: datetime | None,
+        priority: str | None,
+        dependencies: Iterable[TaskHandle | str],
+    ) -> dict[str, Any]:
+        """The createTask body of ``call``."""
+        if priority is not None and priority not in PRIORITIES:
+            raise ValueError(f"priority {priority!r} is not one of {', '.join(PRIORITIES)}")
+        if not_before is not None and not_before < now:
+            not_before = None  # a time in the past means now
+        deadline = (not_before or now) + self.app.deadline
+        definition: dict[str, Any] = {
+            "taskQueueId": str(self.options.task_queue or self.app.task_queue),
+            "created": expires_text(now),
+            "deadline": expires_text(deadline),
+            "payload": call.payload(),
+            "metadata": {
+                "name": self.name,
+                "description": f"{self.name}, dispatched by worker_sdk.App",
+                "owner": self.app.owner,
+                "source": self.app.source,
+            },
+            **self.options.definition_fields(),
+        }
+        if self.app.expires is not None:
+            definition["expires"] = expires_text(deadline + self.app.expires)
+        if priority is not None:
+            definition["priority"] = priority
+        if not_before is not None:
+            definition["notBefore"] = expires_text(not_before)
+        needed = [d.task_id if isinstance(d, TaskHandle) else d for d in dependencies]
+        if needed:
+            definition["dependencies"] = needed
+        return definition
+
+
+def _task_queue(value: str | TaskQueue) -> TaskQueue:
+    return value if isinstance(value, TaskQueue) else TaskQueue.parse(value)
+
+
+def _not_before(wait: Wait | None, at: datetime | None) -> datetime | None:
+    """The ``notBefore`` that ``wait`` or ``at`` asks for."""
+    if wait is not None and at is not None:
+        raise ValueError("give wait or at, not both")
+    if at is not None:
+        if at.tzinfo is None:
+            raise ValueError(f"at {at} has no time zone: give an aware datetime")
+        return at.astimezone(UTC)
+    if wait is None:
+        return None
+    seconds = wait.total_seconds() if isinstance(wait, timedelta) else wait
+    if not 0 <= seconds < math.inf:
+        raise ValueError(f"wait must be a time from now on, not {wait}")
+    return datetime.now(UTC) + timedelta(seconds=seconds)

@@ -1,0 +1,95 @@
+""":class:`TaskHandle`: a dispatched function call, as its caller follows it.
+
+``result()`` polls the task's status (every 50 ms at first, backing off to every second)
+until the task is resolved, then reads the ``result.json`` of its last run
+(:mod:`worker_sdk.results`): the function's return value, or :class:`TaskFailed`. A task that
+is retried is not resolved until its last run is, so ``result()`` waits through the retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from worker_sdk.connection import Connection
+from worker_sdk.errors import RequestFailed
+from worker_sdk.results import RESULT_ARTIFACT, outcome, task_failed
+
+RESOLVED = frozenset({"completed", "failed", "exception"})
+
+FIRST_POLL = 0.05
+"""Seconds between the first status polls of ``result()``; each wait doubles, up to
+:data:`LAST_POLL`."""
+LAST_POLL = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskHandle:
+    """A task created by ``dispatch`` (or any task of an app's functions, by its id)."""
+
+    task_id: str
+    connection: Connection
+
+    async def status(self) -> str:
+        """The task's state: ``unscheduled``, ``pending``, ``running``, ``completed``,
+        ``failed`` or ``exception``."""
+        status = await self.connection.client().task_status(self.task_id)
+        return str(status["state"])
+
+    async def cancel(self) -> None:
+        """Cancel the task (``exception/canceled``); nothing for a task already resolved.
+        A running function is stopped when its worker next reclaims the run."""
+        await self.connection.client().cancel_task(self.task_id)
+
+    async def result(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 (SPEC §22's name)
+        """Wait for the task to be resolved; the function's return value.
+
+        :param timeout: seconds to wait at most (``None``: until the task's deadline).
+        :raises TaskFailed: the task ended ``failed`` or ``exception``.
+        :raises TimeoutError: it is not resolved within ``timeout``.
+        """
+        client = self.connection.client()
+        until = None if timeout is None else time.monotonic() + timeout
+        pause = FIRST_POLL
+        while True:
+            status = await client.task_status(self.task_id)
+            if status["state"] in RESOLVED:
+                break
+            if until is not None and time.monotonic() + pause > until:
+                raise TimeoutError(
+                    f"task {self.task_id} is still {status['state']} after {timeout} s"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, LAST_POLL)
+        run_id = status["runs"][-1]["runId"]
+        body = await self._result_json(run_id, required=status["state"] == "completed")
+        if status["state"] == "completed":
+            assert body is not None
+            return body["value"]
+        raise task_failed(self.task_id, status, body)
+
+    async def _result_json(self, run_id: int, *, required: bool) -> dict[str, Any] | None:
+        """The run's ``result.json``; ``None`` if it has none and need not."""
+        try:
+            content = await self.connection.client().artifact_content(
+                self.task_id, run_id, RESULT_ARTIFACT
+            )
+        except RequestFailed as error:
+            if error.status == 404 and not required:
+                return None
+            raise
+        return dict(outcome(content))
+
+    def status_sync(self) -> str:
+        """:meth:`status` for code without an event loop."""
+        return self.connection.blocking(self.status())
+
+    def cancel_sync(self) -> None:
+        """:meth:`cancel` for code without an event loop."""
+        self.connection.blocking(self.cancel())
+
+    def result_sync(self, timeout: float | None = None) -> Any:
+        """:meth:`result` for code without an event loop."""
+        return self.connection.blocking(self.result(timeout))

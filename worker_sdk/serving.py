@@ -1,0 +1,153 @@
+"""Running an app's functions on a worker: :func:`serve` is the handler ``queue-worker --app``
+(and ``App.worker()``) gives the :class:`~worker_sdk.worker.Worker`.
+
+For each run it reads the payload's call (:mod:`worker_sdk.calls`), finds the function it
+names and binds the arguments (either failing is ``exception/malformed-payload``), calls
+the function (an ``async def`` on the worker's loop, a plain one in a thread of its own)
+within its ``max_run_time``, and uploads the run's ``result.json`` (:mod:`worker_sdk.results`)
+before returning, so the worker reports the run completed. When the function raises, the
+error goes into ``result.json`` too, and its :class:`~worker_sdk.task_options.TaskOptions`
+decide the report: a retry (``exception/intermittent-task``, with ``retryAfter`` when
+``retry_with`` named the delay) or ``failed``. What this logs, it logs in the run's context,
+so it is in the run's log (``public/logs/live_backing.log``) as well as the worker's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from worker_sdk.calls import FunctionCall, bind, decode_call
+from worker_sdk.errors import MalformedPayload, RequestFailed, TaskException
+from worker_sdk.results import RESULT_ARTIFACT, RESULT_CONTENT_TYPE, error_body, value_body
+from worker_sdk.runs import TaskRun
+from worker_sdk.task_options import TaskOptions
+from worker_sdk.worker import in_daemon_thread
+
+log = logging.getLogger(__name__)
+
+
+class RunTimeExceeded(Exception):
+    """The function ran longer than its ``max_run_time``: it was cancelled (an ``async def``)
+    or abandoned in its thread (a plain function, whose thread cannot be stopped), and the
+    run is reported ``failed``."""
+
+
+class Served(Protocol):
+    """A registered function, as the worker needs it."""
+
+    @property
+    def function(self) -> Callable[..., Any]: ...
+
+    @property
+    def options(self) -> TaskOptions: ...
+
+
+async def serve(run: TaskRun, functions: Mapping[str, Served]) -> None:
+    """Run the function the run's payload calls; raises what the worker is to report."""
+    try:
+        call = decode_call(run.payload)
+        served = functions.get(call.function)
+        if served is None:
+            raise MalformedPayload(
+                f"unknown function {call.function!r}: this worker serves "
+                + ", ".join(sorted(functions))
+            )
+        arguments = bind(call, served.function)
+    except MalformedPayload as error:
+        log.error("malformed payload taskId=%s runId=%d: %s", run.task_id, run.run_id, error)
+        await _upload(run, error_body(error))
+        raise
+    try:
+        value = await _call(run, call, served, arguments)
+        body = value_body(value)
+    except asyncio.CancelledError:
+        raise  # the worker gave up on the run: nobody wants its result
+    except Exception as error:
+        await _upload(run, error_body(error))
+        raise _report_for(run, call, served.options, error) from error
+    await _upload(run, body, required=True)
+
+
+async def _call(
+    run: TaskRun, call: FunctionCall, served: Served, arguments: inspect.BoundArguments
+) -> Any:
+    """The function's return value, within its ``max_run_time``."""
+    function = served.function
+    invoke = functools.partial(function, *arguments.args, **arguments.kwargs)
+    limit = served.options.max_run_time
+    log.info("calling function=%s taskId=%s runId=%d", call.function, run.task_id, run.run_id)
+    deadline = asyncio.timeout(limit)
+    try:
+        async with deadline:
+            if inspect.iscoroutinefunction(function):
+                return await invoke()
+            result = await in_daemon_thread(
+                invoke, name=f"function {call.function} taskId={run.task_id} runId={run.run_id}"
+            )
+            # a plain function that returned an awaitable (a decorated coroutine function)
+            return await result if inspect.isawaitable(result) else result
+    except TimeoutError:
+        if not deadline.expired():
+            raise  # the function's own TimeoutError
+        message = f"max_run_time of {limit:g} s exceeded: {call.function} was " + (
+            "cancelled" if inspect.iscoroutinefunction(function) else "abandoned in its thread"
+        )
+        log.error("%s taskId=%s runId=%d", message, run.task_id, run.run_id)
+        raise RunTimeExceeded(message) from None
+
+
+def _report_for(
+    run: TaskRun, call: FunctionCall, options: TaskOptions, error: Exception
+) -> BaseException:
+    """What to raise to the worker for a function that raised ``error``: the retry its
+    options ask for, or ``error`` itself (``failed``, or its own exception reason)."""
+    if isinstance(error, TaskException | RunTimeExceeded):
+        return error  # the function chose its report, or ran out of time: no policy applies
+    retry_count = int(run.task.get("retries", 0)) - run.retries_left
+    try:
+        retry = options.retry_for(error, retry_count=retry_count)
+    except Exception as broken:  # retry_with itself failed: the run fails with its error
+        log.error(
+            "retry_with failed function=%s taskId=%s runId=%d: %s",
+            call.function,
+            run.task_id,
+            run.run_id,
+            broken,
+        )
+        return error
+    if retry is None:
+        return error
+    if run.retries_left == 0:
+        log.warning(
+            "no retries left, the run fails function=%s taskId=%s runId=%d",
+            call.function,
+            run.task_id,
+            run.run_id,
+        )
+    else:
+        log.warning(
+            "retry asked for function=%s taskId=%s runId=%d retryCount=%d retryAfter=%s",
+            call.function,
+            run.task_id,
+            run.run_id,
+            retry_count,
+            "-" if retry.retry_after is None else f"{retry.retry_after:g}",
+        )
+    return retry
+
+
+async def _upload(run: TaskRun, body: bytes, *, required: bool = False) -> None:
+    """Upload the run's ``result.json``. A failure is raised when ``required`` (a return
+    value nobody can read: the run fails) and logged otherwise (an error's report still goes
+    out, and ``result()`` says the run recorded no error)."""
+    try:
+        await run.upload_artifact(RESULT_ARTIFACT, body, content_type=RESULT_CONTENT_TYPE)
+    except RequestFailed as error:
+        log.error("result not uploaded taskId=%s runId=%d error=%s", run.task_id, run.run_id, error)
+        if required:
+            raise
