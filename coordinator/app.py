@@ -40,6 +40,7 @@ from coordinator.resolvers import (
     expiry_sweeper,
     hint_keeper,
     hook_scheduler,
+    last_fire_sweeper,
     quarantine_refresher,
     queue_gauges,
     queue_sweeper,
@@ -197,6 +198,12 @@ ACTORS: tuple[ActorSpec, ...] = (
         interval=lambda config: hook_scheduler.INTERVAL,
         busy_at=DUE_BATCH,
         log_passes=False,  # the hook service logs each fire
+    ),
+    ActorSpec(
+        name="last-fire-sweeper",
+        run_once=lambda c: last_fire_sweeper.run_once(c.hooks),
+        interval=lambda config: last_fire_sweeper.INTERVAL,
+        busy_at=last_fire_sweeper.BATCH,
     ),
 )
 """Every background actor of a coordinator process (docs/architecture.md says what each does)."""

@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 DUE_BATCH = 100
 """Hooks fired per scheduler pass at most (a busy pass runs again at once)."""
 
+LAST_FIRE_TTL_MS = 365 * 24 * 3600 * 1000
+"""How long a last fire is kept (Taskcluster's year)."""
+
 
 class TaskCreator(Protocol):
     """createTask on behalf of a hook."""
@@ -163,6 +166,10 @@ class HookService:
             raise NotFound(f"No such hook or never fired: {hook_group_id}/{hook_id}")
         states = await self.store.states([fire.task_id for fire in fires])
         return [(fire, states.get(fire.task_id)) for fire in fires]
+
+    async def expire_last_fires(self, limit: int) -> int:
+        """Delete up to ``limit`` last fires older than :data:`LAST_FIRE_TTL_MS`; how many."""
+        return await self.store.expire_last_fires(self.clock() - LAST_FIRE_TTL_MS, limit)
 
     async def trigger(
         self,

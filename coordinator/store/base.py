@@ -452,6 +452,11 @@ class Store(abc.ABC):
         taskId."""
 
     @abc.abstractmethod
+    async def expire_last_fires(self, before: int, limit: int) -> int:
+        """Delete up to ``limit`` last fires created before ``before``, the oldest first; how
+        many."""
+
+    @abc.abstractmethod
     async def last_fires(
         self, hook_group_id: str, hook_id: str, *, limit: int, before: tuple[int, str] | None
     ) -> list[LastFire]:

@@ -323,6 +323,9 @@ class SQLStore(Store, abc.ABC):
     async def insert_last_fire(self, fire: LastFire) -> bool:
         return bool(await self._fetch("insert_last_fire", **last_fire_columns(fire)))
 
+    async def expire_last_fires(self, before: int, limit: int) -> int:
+        return len(await self._fetch("expire_last_fires", before=before, limit=limit))
+
     async def last_fires(
         self, hook_group_id: str, hook_id: str, *, limit: int, before: tuple[int, str] | None
     ) -> list[LastFire]:

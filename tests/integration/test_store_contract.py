@@ -909,7 +909,7 @@ async def test_hooks_are_written_once_and_changed_by_compare_and_set(store: Stor
     assert [h.hook_id for h in await store.due_hooks(NOW + MINUTE, 1)] == ["x"]
 
 
-async def test_last_fires_are_one_per_task_id_newest_first_and_go_with_their_hook(
+async def test_last_fires_are_one_per_task_id_newest_first_expire_and_go_with_their_hook(
     store: Store,
 ) -> None:
     await store.insert_hook(_hook("h", next_due=None))
@@ -933,6 +933,13 @@ async def test_last_fires_are_one_per_task_id_newest_first_and_go_with_their_hoo
     assert [f.task_id for f in first] == ["t3", "t2"]
     rest = await store.last_fires("g", "h", limit=2, before=(NOW + 1, "t2"))
     assert rest == [fire("t1", NOW)]
+    assert await store.expire_last_fires(NOW + 1, 10) == 1  # t1, created before
+    assert [f.task_id for f in await store.last_fires("g", "h", limit=5, before=None)] == [
+        "t3",
+        "t2",
+    ]
+    assert await store.expire_last_fires(NOW + 2, 1) == 1  # at most the limit
+    assert len(await store.last_fires("g", "h", limit=5, before=None)) == 1
 
     assert await store.delete_hook("g", "h")
     assert not await store.delete_hook("g", "h")

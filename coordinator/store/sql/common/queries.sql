@@ -279,3 +279,11 @@ WHERE hook_group_id = :hook_group_id AND hook_id = :hook_id
   AND (task_create_time < :before_time
        OR (task_create_time = :before_time AND task_id < :before_task_id))
 ORDER BY task_create_time DESC, task_id DESC LIMIT :limit
+
+-- name: expire_last_fires
+-- The oldest fires created before :before, up to :limit of them.
+DELETE FROM hook_last_fires
+WHERE (hook_group_id, hook_id, task_id) IN (
+    SELECT hook_group_id, hook_id, task_id FROM hook_last_fires
+    WHERE task_create_time < :before ORDER BY task_create_time LIMIT :limit)
+RETURNING task_id
