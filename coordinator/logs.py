@@ -78,3 +78,6 @@ def configure_logging(*, level: str, env: Mapping[str, str]) -> None:
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # The Azure SDK logs every HTTP request at INFO; our own lines already say what matters.
     logging.getLogger("azure").setLevel(logging.WARNING)
+    # pika logs every connection and channel step at INFO, and a refused connection at
+    # ERROR with its traceback; the Pulse publisher logs an outage once (docs/events.md).
+    logging.getLogger("pika").setLevel(logging.CRITICAL)

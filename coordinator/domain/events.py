@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.domain.artifacts import Artifact
@@ -222,7 +222,8 @@ def group_event(exchange: str, group: TaskGroup, **extra: Any) -> QueueEvent:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OutboxEntry:
     """An event as the outbox keeps it: ``id`` orders the publishing; ``body_json`` is the
-    body as stored, published as it is (never decoded and encoded again)."""
+    body as stored, published as it is (never decoded and encoded again); ``attempts`` how
+    many times the broker refused it so far."""
 
     id: int
     exchange: str
@@ -230,6 +231,7 @@ class OutboxEntry:
     routing_key: str
     cc: tuple[str, ...]
     body_json: str
+    attempts: int = 0
 
     @property
     def event(self) -> QueueEvent:
@@ -240,3 +242,45 @@ class OutboxEntry:
             cc=self.cc,
             body=json.loads(self.body_json),
         )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BrokerReply:
+    """What the broker answered for a batch of outbox entries, by entry id.
+
+    :param confirmed: the entries it confirmed (deleted from the outbox).
+    :param refused: the entries it refused, and why: a nack, or the channel it closed over
+        the entry (retried, then parked: :func:`after_refusal`).
+
+    Entries in neither went unanswered (the broker went away): they stay as they are and
+    are published again, in order, once it is back.
+    """
+
+    confirmed: frozenset[int] = frozenset()
+    refused: Mapping[int, str] = field(default_factory=dict)
+
+
+REFUSALS_BEFORE_PARKING = 5
+"""How many times the broker may refuse a message before it is parked."""
+
+RETRY_BACKOFF_MS = 1000
+"""The wait after a message's first refusal; it doubles with each further one (1, 2, 4, 8 s)."""
+
+
+def after_refusal(entry: OutboxEntry, now: int) -> int | None:
+    """When to publish ``entry`` again after the broker refused it once more (epoch ms), or
+    ``None``: it was refused :data:`REFUSALS_BEFORE_PARKING` times, park it. Until then the
+    later messages of its task wait with it, so a task's order holds."""
+    attempts = entry.attempts + 1
+    if attempts >= REFUSALS_BEFORE_PARKING:
+        return None
+    return now + RETRY_BACKOFF_MS * (1 << (attempts - 1))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutboxPass:
+    """What one pass of the publisher did: how many messages the broker confirmed (and the
+    outbox deleted), and the messages it parked, each with the broker's last refusal."""
+
+    published: int = 0
+    parked: tuple[tuple[OutboxEntry, str], ...] = ()

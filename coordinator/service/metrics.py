@@ -62,6 +62,13 @@ class ServiceMetrics:
             ["exchange"],
             registry=reg,
         )
+        self._events_parked = Counter(
+            "queue_events_parked",
+            "Pulse messages the broker refused every time, set aside in "
+            "queue_event_outbox_parked, by exchange.",
+            ["exchange"],
+            registry=reg,
+        )
         self._outbox_depth = Gauge(
             "queue_event_outbox_depth",
             "Pulse messages waiting in the outbox.",
@@ -128,6 +135,10 @@ class ServiceMetrics:
     def event_published(self, exchange: str) -> None:
         """The broker confirmed a message of ``exchange``."""
         self._events_published.labels(exchange=exchange).inc()
+
+    def event_parked(self, exchange: str) -> None:
+        """The broker refused a message of ``exchange`` too often: it was parked."""
+        self._events_parked.labels(exchange=exchange).inc()
 
     def set_outbox_depth(self, depth: int) -> None:
         self._outbox_depth.set(depth)

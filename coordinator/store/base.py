@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
-from coordinator.domain.events import OutboxEntry, QueueEvent
+from coordinator.domain.events import BrokerReply, OutboxEntry, OutboxPass, QueueEvent
 from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
@@ -147,13 +147,18 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def publish_outbox(
-        self, limit: int, publish: Callable[[Sequence[OutboxEntry]], Awaitable[int]]
-    ) -> int:
-        """Hand up to ``limit`` outbox entries, the oldest first, to ``publish``, which returns
-        how many of them (a prefix) the broker confirmed; delete those. One caller at a time
-        across replicas (others get nothing and return 0), so the order holds.
-
-        :returns: how many were deleted.
+        self,
+        limit: int,
+        publish: Callable[[Sequence[OutboxEntry]], Awaitable[BrokerReply]],
+        *,
+        now: int,
+    ) -> OutboxPass:
+        """Hand up to ``limit`` outbox entries due at ``now``, the oldest first, to
+        ``publish``, which says what the broker answered; delete those it confirmed, retry
+        those it refused later or park them (:func:`~coordinator.domain.events.after_refusal`:
+        into ``queue_event_outbox_parked``), and keep the unanswered. An entry whose key has an
+        earlier one waiting out a refusal is not handed out. One caller at a time across
+        replicas (others get nothing and return an empty pass), so the order holds.
         """
 
     @abc.abstractmethod

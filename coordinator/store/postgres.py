@@ -54,7 +54,7 @@ from asyncpg.exceptions import (
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.errors import InputError
-from coordinator.domain.events import OutboxEntry, QueueEvent
+from coordinator.domain.events import BrokerReply, OutboxEntry, OutboxPass, QueueEvent
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
@@ -63,7 +63,7 @@ from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
 from coordinator.store.outages import OutageWatch
-from coordinator.store.outbox_rows import entry_from_row, outbox_rows, written_outbox_rows
+from coordinator.store.outbox_rows import entry_from_row, outbox_rows, settle, written_outbox_rows
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -411,24 +411,37 @@ class PostgresStore(SQLStore):
         ]
 
     async def publish_outbox(
-        self, limit: int, publish: Callable[[Sequence[OutboxEntry]], Awaitable[int]]
-    ) -> int:
+        self,
+        limit: int,
+        publish: Callable[[Sequence[OutboxEntry]], Awaitable[BrokerReply]],
+        *,
+        now: int,
+    ) -> OutboxPass:
         # The outbox lock row is held for the whole batch, publishing included: the other
-        # replicas skip it (SKIP LOCKED) and return 0, so one publisher at a time keeps the
+        # replicas skip it (SKIP LOCKED) and pass, so one publisher at a time keeps the
         # order; a replica that dies mid-batch releases it with its connection.
-        async def run() -> int:
+        async def run() -> OutboxPass:
             async with self._connections.acquire() as conn, conn.transaction():
                 if await conn.fetchval(_Q["lock_outbox"].sql) is None:
-                    return 0
+                    return OutboxPass()
                 statement = _Q["outbox_events"]
-                rows = await conn.fetch(statement.sql, *statement.args({"limit": limit}))
+                rows = await conn.fetch(
+                    statement.sql, *statement.args({"limit": limit, "now": now})
+                )
+                if not rows:
+                    return OutboxPass()
                 entries = [entry_from_row(row) for row in rows]
-                confirmed = await publish(entries) if entries else 0
-                ids = [entry.id for entry in entries[:confirmed]]
-                if ids:
+                settled = settle(entries, await publish(entries), now=now)
+                for name, params in (
+                    ("park_outbox_event", settled.parks),
+                    ("retry_outbox_event", settled.retries),
+                ):
+                    if params:
+                        await conn.executemany(_Q[name].sql, [_Q[name].args(p) for p in params])
+                if settled.deleted:
                     delete = _Q["delete_outbox_events"]
-                    await conn.execute(delete.sql, *delete.args({"ids": ids}))
-                return len(ids)
+                    await conn.execute(delete.sql, *delete.args({"ids": settled.deleted}))
+                return settled.outcome
 
         return await self._outages.watch(run())
 

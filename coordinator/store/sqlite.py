@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -27,7 +28,7 @@ from typing import Any, TypeVar, cast
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.errors import InputError
-from coordinator.domain.events import OutboxEntry, QueueEvent
+from coordinator.domain.events import BrokerReply, OutboxEntry, OutboxPass, QueueEvent
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
@@ -35,7 +36,13 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
 from coordinator.store.outages import OutageWatch
-from coordinator.store.outbox_rows import entry_from_row, outbox_rows, written_outbox_rows
+from coordinator.store.outbox_rows import (
+    Settled,
+    entry_from_row,
+    outbox_rows,
+    settle,
+    written_outbox_rows,
+)
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -181,6 +188,13 @@ def _write_outbox(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
     """Write these outbox rows (from :func:`outbox_rows`), in the caller's transaction."""
     if rows:
         conn.executemany(_Q["insert_outbox_event"], rows)
+
+
+def _settle(conn: sqlite3.Connection, settled: Settled) -> None:
+    """The outbox writes after a broker's reply, in the caller's transaction."""
+    conn.executemany(_Q["park_outbox_event"], settled.parks)
+    conn.executemany(_Q["retry_outbox_event"], settled.retries)
+    conn.execute(_Q["delete_outbox_events"], {"ids": json.dumps(settled.deleted)})
 
 
 def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
@@ -360,20 +374,23 @@ class SQLiteStore(SQLStore):
         ]
 
     async def publish_outbox(
-        self, limit: int, publish: Callable[[Sequence[OutboxEntry]], Awaitable[int]]
-    ) -> int:
+        self,
+        limit: int,
+        publish: Callable[[Sequence[OutboxEntry]], Awaitable[BrokerReply]],
+        *,
+        now: int,
+    ) -> OutboxPass:
         # One process owns a SQLite file, and the publisher is its only caller: a lock
         # between reading and deleting would only hold the loop's group commits up.
         async with self._outbox_lock:
-            rows = await self._fetch("outbox_events", limit=limit)
+            rows = await self._fetch("outbox_events", limit=limit, now=now)
             if not rows:
-                return 0
+                return OutboxPass()
             entries = [entry_from_row(row) for row in rows]
-            confirmed = await publish(entries)
-            params = [{"id": entry.id} for entry in entries[:confirmed]]
-            if params:
-                await self._run(lambda conn: conn.executemany(_Q["delete_outbox_event"], params))
-            return len(params)
+            settled = settle(entries, await publish(entries), now=now)
+            if settled.writes:
+                await self._run(lambda conn: _settle(conn, settled))
+            return settled.outcome
 
     async def append_events(self, events: Sequence[QueueEvent]) -> None:
         rows = outbox_rows(events)

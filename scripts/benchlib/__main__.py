@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from benchlib import artifacts, coordinator_only, create, e2e, isolation, raw, rq_peer
+from benchlib import artifacts, coordinator_only, create, e2e, events, isolation, raw, rq_peer
 from benchlib.common import TIMES, Row, Settings, machine_description
 from benchlib.coordproc import StoreKind
 from devharness.azurite import AzuriteProcess
@@ -60,6 +60,8 @@ ALL_ROWS = (
     "artifacts-directory",
     "artifacts-azure",
     "artifact-1gib",
+    "events-sqlite",
+    "events-postgres",
 )
 
 PERCENT = "{:.0%}"
@@ -103,6 +105,15 @@ RATIOS = (
         )
         for backend in ("directory", "azure")
         for way in ("upload", "download")
+    ),
+    *(
+        Ratio(
+            f"events-{store}-on",
+            f"events-{store}-off",
+            PERCENT,
+            f"events-on / events-off, {label} (target >= 80%)",
+        )
+        for store, label in (("sqlite", "SQLite"), ("postgres", "PostgreSQL"))
     ),
     Ratio(
         "artifact-1gib-createtask",
@@ -295,6 +306,8 @@ async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | Non
         return await artifacts.run(settings, "azure" if key == "artifacts-azure" else "directory")
     if key == "artifact-1gib":
         return await artifacts.run_big(settings)
+    if key.startswith("events-"):
+        return await events.run(settings, store)
     previous = next((r for r in rows if r.key == "e2e-sqlite" and r.count), None)
     jobs = rq_jobs or (previous.count if previous else 3000)
     return [await rq_peer.run(settings, jobs, simple=key == "rq-simple")]

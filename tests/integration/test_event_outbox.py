@@ -1,6 +1,8 @@
 """The event outbox of the store (docs/events.md), against SQLite and PostgreSQL alike: events
 are written in the transaction of the change that causes them, only when it is written, and
-:meth:`Store.publish_outbox` hands them out in order, deleting only what was confirmed."""
+:meth:`Store.publish_outbox` hands them out in order, deleting only what was confirmed,
+retrying what the broker refused (its task's later messages waiting behind it) and parking
+what it refused every time."""
 
 from __future__ import annotations
 
@@ -11,7 +13,14 @@ import pytest
 
 from coordinator.domain import lifecycle
 from coordinator.domain.artifacts import Artifact
-from coordinator.domain.events import OutboxEntry, QueueEvent, task_events
+from coordinator.domain.events import (
+    REFUSALS_BEFORE_PARKING,
+    RETRY_BACKOFF_MS,
+    BrokerReply,
+    OutboxEntry,
+    QueueEvent,
+    task_events,
+)
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
 from tests.integration.test_store_contract import NOW, TIMING, get, new_record
@@ -27,15 +36,19 @@ def event(key: str, n: int) -> QueueEvent:
     )
 
 
-async def drain(store: Store, *, limit: int = 100) -> list[OutboxEntry]:
-    """Every entry, handed out and confirmed."""
+def confirm(entries: Sequence[OutboxEntry]) -> BrokerReply:
+    return BrokerReply(confirmed=frozenset(e.id for e in entries))
+
+
+async def drain(store: Store, *, limit: int = 100, now: int = NOW) -> list[OutboxEntry]:
+    """Every entry due at ``now``, handed out and confirmed."""
     seen: list[OutboxEntry] = []
 
-    async def publish(entries: Sequence[OutboxEntry]) -> int:
+    async def publish(entries: Sequence[OutboxEntry]) -> BrokerReply:
         seen.extend(entries)
-        return len(entries)
+        return confirm(entries)
 
-    while await store.publish_outbox(limit, publish):
+    while (await store.publish_outbox(limit, publish, now=now)).published:
         pass
     return seen
 
@@ -91,24 +104,67 @@ async def test_batches_write_the_events_of_the_records_written(store: Store) -> 
     ]
 
 
-async def test_only_the_confirmed_prefix_is_deleted(store: Store) -> None:
+async def test_only_what_the_broker_confirmed_is_deleted(store: Store) -> None:
     for n in range(5):
         assert await store.insert(new_record(f"t{n}"), events=[event(f"t{n}", n)])
     handed: list[list[int]] = []
 
-    async def confirm_two(entries: Sequence[OutboxEntry]) -> int:
+    async def confirm_two(entries: Sequence[OutboxEntry]) -> BrokerReply:
         handed.append([e.event.body["n"] for e in entries])
-        return 2
+        return BrokerReply(confirmed=frozenset({entries[0].id, entries[2].id}))
 
-    assert await store.publish_outbox(10, confirm_two) == 2
-    assert await store.publish_outbox(10, confirm_two) == 2
+    assert (await store.publish_outbox(10, confirm_two, now=NOW)).published == 2
+    assert (await store.publish_outbox(10, confirm_two, now=NOW)).published == 2
 
-    async def broker_down(entries: Sequence[OutboxEntry]) -> int:
-        return 0
+    async def broker_down(entries: Sequence[OutboxEntry]) -> BrokerReply:
+        return BrokerReply()
 
-    assert await store.publish_outbox(10, broker_down) == 0
-    assert handed == [[0, 1, 2, 3, 4], [2, 3, 4]]
-    assert [e.event.body["n"] for e in await drain(store)] == [4]
+    assert (await store.publish_outbox(10, broker_down, now=NOW)).published == 0
+    assert handed == [[0, 1, 2, 3, 4], [1, 3, 4]]
+    assert [e.event.body["n"] for e in await drain(store)] == [3]
+
+
+async def test_a_refused_message_is_retried_later_its_tasks_next_waiting_behind_it(
+    store: Store,
+) -> None:
+    assert await store.insert(new_record("a"), events=[event("a", 0), event("a", 1)])
+    assert await store.insert(new_record("b"), events=[event("b", 2)])
+
+    async def refuse_a0(entries: Sequence[OutboxEntry]) -> BrokerReply:
+        first = entries[0]
+        assert first.event.body["n"] == 0
+        return BrokerReply(
+            confirmed=frozenset(e.id for e in entries[1:]), refused={first.id: "nack"}
+        )
+
+    # a0 refused; a1 confirmed, but kept to go out again after a0; b2 confirmed
+    assert (await store.publish_outbox(10, refuse_a0, now=NOW)).published == 1
+    assert await store.outbox_depth() == 2
+    # during the backoff neither of a's messages is handed out, b's later ones are
+    assert await store.insert(new_record("c"), events=[event("c", 3)])
+    assert [e.event.body["n"] for e in await drain(store, now=NOW + 1)] == [3]
+    # after it, in their order, a0 with its refusal counted
+    later = await drain(store, now=NOW + RETRY_BACKOFF_MS)
+    assert [(e.event.body["n"], e.attempts) for e in later] == [(0, 1), (1, 0)]
+
+
+async def test_a_message_refused_every_time_is_parked(store: Store) -> None:
+    assert await store.insert(new_record("a"), events=[event("a", 0), event("a", 1)])
+
+    async def refuse_first(entries: Sequence[OutboxEntry]) -> BrokerReply:
+        return BrokerReply(refused={entries[0].id: "too big"})
+
+    now = NOW
+    parked: list[tuple[OutboxEntry, str]] = []
+    for _ in range(REFUSALS_BEFORE_PARKING):
+        done = await store.publish_outbox(10, refuse_first, now=now)
+        assert done.published == 0
+        parked += done.parked
+        now += 3_600_000  # past any backoff
+    assert [(e.event.body["n"], reason) for e, reason in parked] == [(0, "too big")]
+    # the outbox goes on with the task's next message
+    assert [e.event.body["n"] for e in await drain(store, now=now)] == [1]
+    assert await store.outbox_depth() == 0
 
 
 async def test_the_events_of_a_task_life_come_out_in_order(store: Store) -> None:
@@ -144,19 +200,19 @@ async def test_replicas_take_turns_on_the_outbox(store: Store, store_url: str) -
         inside = asyncio.Event()
         release = asyncio.Event()
 
-        async def slow(entries: Sequence[OutboxEntry]) -> int:
+        async def slow(entries: Sequence[OutboxEntry]) -> BrokerReply:
             inside.set()
             await release.wait()
-            return len(entries)
+            return confirm(entries)
 
-        async def never(entries: Sequence[OutboxEntry]) -> int:
+        async def never(entries: Sequence[OutboxEntry]) -> BrokerReply:
             raise AssertionError("the other replica must not get the batch")
 
-        first = asyncio.ensure_future(store.publish_outbox(10, slow))
+        first = asyncio.ensure_future(store.publish_outbox(10, slow, now=NOW))
         await inside.wait()
-        assert await other.publish_outbox(10, never) == 0
+        assert (await other.publish_outbox(10, never, now=NOW)).published == 0
         release.set()
-        assert await first == 3
+        assert (await first).published == 3
         assert await other.outbox_depth() == 0
     finally:
         await other.close()

@@ -11,9 +11,13 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aio_pika
 import pytest
 import slugid
 
+from coordinator.domain.events import EXCHANGE_PREFIX, REFUSALS_BEFORE_PARKING, QueueEvent
+from coordinator.service.metrics import ServiceMetrics
+from coordinator.service.pulse import EventOutbox, PulsePublisher
 from coordinator.store.base import Store
 from devharness.ports import free_port
 from devharness.waiting import wait_until
@@ -273,3 +277,57 @@ async def test_publishing_from_a_postgresql_store(
 
 async def _empty(store: Store) -> bool:
     return await store.outbox_depth() == 0
+
+
+async def test_a_message_the_broker_always_refuses_is_parked_and_the_rest_goes_on(
+    store: Store, listener: Listener, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A queue that refuses every message (full, ``reject-publish``) is bound to one task's
+    route: the broker nacks that task's message each time. It is retried with backoff (its
+    task's later message waiting behind it), parked after the last refusal (one log line
+    with its taskId, a counter), and the outbox goes on."""
+    poison, route = slugid.nice(), f"poison-{slugid.nice()}"
+    connection = await aio_pika.connect(AMQP_URL)
+    channel = await connection.channel()
+    full = await channel.declare_queue(
+        exclusive=True, arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+    )
+    pending = await channel.declare_exchange(
+        EXCHANGE_PREFIX + "task-pending", aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    await full.bind(pending, routing_key=f"route.{route}")
+    await listener.start([(EXCHANGE_PREFIX + "task-pending", f"primary.{poison}.#")])
+
+    def message(n: int, cc: tuple[str, ...] = ()) -> QueueEvent:
+        return QueueEvent(
+            exchange="task-pending",
+            key=poison,
+            routing_key=f"primary.{poison}.{n}._._.p.w.s.g._",
+            cc=cc,
+            body={"n": n},
+        )
+
+    await store.append_events([message(0, (f"route.{route}",)), message(1)])
+    now = [1_700_000_000_000]
+    metrics = ServiceMetrics()
+    publisher = PulsePublisher(AMQP_URL, metrics=metrics)
+    outbox = EventOutbox(store=store, publisher=publisher, metrics=metrics, clock=lambda: now[0])
+    try:
+        for _ in range(REFUSALS_BEFORE_PARKING):
+            assert await outbox.publish_batch(10) == 0
+            now[0] += 3_600_000  # past the backoff
+        assert await outbox.publish_batch(10) == 1
+        await listener.wait_for(lambda ms: len(ms) == 2 * REFUSALS_BEFORE_PARKING + 1)
+    finally:
+        await publisher.close()
+        await connection.close()
+    # message 1 went out with each try of message 0 (the listener is not behind the full
+    # queue), and once more after it was parked
+    assert [m.body["n"] for m in listener.messages] == [0, 1] * REFUSALS_BEFORE_PARKING + [1]
+    assert await store.outbox_depth() == 0
+    parked = [r for r in caplog.records if "pulse message parked" in r.getMessage()]
+    assert len(parked) == 1 and f"taskId={poison}" in parked[0].getMessage()
+    assert (
+        metrics.registry.get_sample_value("queue_events_parked_total", {"exchange": "task-pending"})
+        == 1
+    )

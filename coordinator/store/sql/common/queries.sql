@@ -213,8 +213,24 @@ INSERT INTO queue_event_outbox (event_key, exchange, routing_key, cc, body)
 VALUES (:event_key, :exchange, :routing_key, :cc, :body)
 
 -- name: outbox_events
-SELECT id, event_key, exchange, routing_key, cc, body
-FROM queue_event_outbox ORDER BY id LIMIT :limit
+-- The oldest messages due, except those of a key (a task) that has a message waiting out a
+-- refusal's backoff: they wait behind it, so the key's order holds.
+SELECT id, event_key, exchange, routing_key, cc, body, attempts
+FROM queue_event_outbox
+WHERE retry_at <= :now AND event_key NOT IN (
+    SELECT event_key FROM queue_event_outbox WHERE retry_at > 0 AND retry_at > :now
+)
+ORDER BY id LIMIT :limit
+
+-- name: retry_outbox_event
+UPDATE queue_event_outbox SET attempts = attempts + 1, retry_at = :retry_at WHERE id = :id
+
+-- name: park_outbox_event
+-- Copied before the delete of the pass removes it from the outbox.
+INSERT INTO queue_event_outbox_parked
+    (id, event_key, exchange, routing_key, cc, body, attempts, reason, parked)
+SELECT id, event_key, exchange, routing_key, cc, body, attempts + 1, :reason, :now
+FROM queue_event_outbox WHERE id = :id
 
 -- name: outbox_depth
 SELECT count(*) FROM queue_event_outbox

@@ -165,5 +165,6 @@ ORDER BY task_id, run_id, name
 -- name: delete_artifact
 DELETE FROM artifacts WHERE task_id = :task_id AND run_id = :run_id AND name = :artifact_name
 
--- name: delete_outbox_event
-DELETE FROM queue_event_outbox WHERE id = :id
+-- name: delete_outbox_events
+-- :ids is a JSON array: one statement for the whole batch.
+DELETE FROM queue_event_outbox WHERE id IN (SELECT value FROM json_each(:ids))
