@@ -10,13 +10,14 @@ scopes, here the hook's), then the task service.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from coordinator.api import keyset, validation
-from coordinator.api.auth import Rejected
+from coordinator.api.auth import Auth, Rejected
 from coordinator.api.errors import AuthenticationFailed, InputValidationError, InsufficientScopes
 from coordinator.api.scopes import CREATE_TASK_SCOPES, create_task_params, expand, render
 from coordinator.api.scopes import unsatisfied as unsatisfied_scopes
@@ -126,7 +127,7 @@ class HookHandlers:
     async def triggerHook(self, request: web.Request, body: Any) -> Body:
         hook = await self.hooks.get(*_hook_of(request))
         caller = await self.auth.caller(request)
-        client_id = getattr(caller, "client_id", None)
+        client_id = caller.client_id if isinstance(caller, Auth) else None
         try:
             task_id = await self.hooks.trigger(
                 hook, body, fired_by="triggerHook", client_id=client_id
@@ -140,7 +141,9 @@ class HookHandlers:
 
     async def triggerHookWithToken(self, request: web.Request, body: Any) -> Body:
         hook = await self.hooks.get(*_hook_of(request))
-        if request.match_info["token"] != hook.trigger_token:
+        if not hmac.compare_digest(
+            request.match_info["token"].encode(), hook.trigger_token.encode()
+        ):
             raise AuthenticationFailed("invalid hook token")
         return _fire_body(await self.hooks.trigger(hook, body, fired_by="triggerHookWithToken"))
 
