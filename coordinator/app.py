@@ -42,6 +42,7 @@ from coordinator.resolvers import (
     hook_scheduler,
     last_fire_sweeper,
     quarantine_refresher,
+    queue_controls_refresher,
     queue_gauges,
     queue_sweeper,
     reconciler,
@@ -56,6 +57,7 @@ from coordinator.service.hooks import DUE_BATCH, HookService
 from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.pulse import BrokerRefused, EventOutbox, PulsePublisher
+from coordinator.service.queue_controls import QueueControlService
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
 from coordinator.store.base import Store
@@ -77,6 +79,7 @@ class Coordinator:
     dispatch: WorkDispatch
     workers: WorkerService
     hooks: HookService
+    controls: QueueControlService
     metrics: ServiceMetrics
     events: EventOutbox | None = None
 
@@ -172,6 +175,10 @@ ACTORS: tuple[ActorSpec, ...] = (
     ActorSpec(
         name="quarantine-refresher",
         run_once=lambda c: quarantine_refresher.run_once(c.workers),
+    ),
+    ActorSpec(
+        name="queue-controls-refresher",
+        run_once=lambda c: queue_controls_refresher.run_once(c.controls),
     ),
     ActorSpec(
         name="worker-sweeper",
@@ -314,8 +321,11 @@ async def _serve_over(
             ) from None
         events = EventOutbox(store=store, publisher=publisher, metrics=metrics, clock=clock)
     workers = WorkerService(store=store, clock=clock)
-    # Before the first request: a quarantined worker must not claim in the first second.
+    # Before the first request: a quarantined worker must not claim in the first second, nor
+    # a paused or limited queue be claimed from.
     await workers.refresh_quarantines()
+    controls = QueueControlService(store=store, service=service, metrics=metrics, clock=clock)
+    await controls.refresh()
     return Coordinator(
         config=config,
         store=store,
@@ -332,6 +342,7 @@ async def _serve_over(
             service=service,
             azure_queues=azure_queues,
             workers=workers,
+            controls=controls,
             claim_work_timeout_s=config.claim_work_timeout_ms / 1000,
         ),
         workers=workers,
@@ -341,6 +352,7 @@ async def _serve_over(
             clock=clock,
             metrics=metrics,
         ),
+        controls=controls,
         metrics=metrics,
         events=events,
     )
@@ -382,6 +394,7 @@ def _lifespan(
             management=coordinator.management,
             dispatch=coordinator.dispatch,
             workers=coordinator.workers,
+            controls=coordinator.controls,
             artifacts=coordinator.artifacts,
             artifact_urls=ArtifactUrls(
                 key=await coordinator.artifacts.url_key(),

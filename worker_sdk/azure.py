@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
@@ -52,6 +53,9 @@ class PoisonHint(ValueError):
     """A message whose text is not a hint; it can never be acted on, only deleted."""
 
 
+_VISIBILITY = re.compile(r"([?&]visibilitytimeout=)\d+")
+
+
 def poll_url(signed_poll_url: str, count: int) -> str:
     """The Get Messages URL asking for ``count`` messages (1..32)."""
     if not 1 <= count <= MAX_MESSAGES:
@@ -65,9 +69,22 @@ def delete_url(template: str, message: QueueMessage) -> str:
     return _message_url(template, message)
 
 
-def release_url(template: str, message: QueueMessage) -> str:
-    """The Update Message URL that releases ``message``, from a ``signedReleaseUrl``."""
-    return _message_url(template, message)
+MAX_RELEASE_S = 3600
+"""The longest a released message is kept hidden (a coordinator's ``Retry-After`` beyond it
+is cut short: the hint is then only tried again sooner)."""
+
+
+def release_url(template: str, message: QueueMessage, *, after_s: int | None = None) -> str:
+    """The Update Message URL that releases ``message``, from a ``signedReleaseUrl``: visible
+    again after the URL's own ``visibilitytimeout``, or after ``after_s`` seconds when given
+    (the SAS signs the queue and the permission, not that parameter)."""
+    url = _message_url(template, message)
+    if after_s is None:
+        return url
+    seconds = min(after_s, MAX_RELEASE_S)
+    if _VISIBILITY.search(url):
+        return _VISIBILITY.sub(f"\\g<1>{seconds}", url, count=1)
+    return f"{url}{'&' if '?' in url else '?'}visibilitytimeout={seconds}"
 
 
 def _message_url(template: str, message: QueueMessage) -> str:

@@ -464,7 +464,8 @@ class CoordinatorClient:
                 text = await response.text()
                 status = response.status
                 date = response.headers.get("Date")
-        check_status(method, url, status, text, _error_fields)
+                retry_after = response.headers.get("Retry-After")
+        check_status(method, url, status, text, _error_fields, retry_after=retry_after)
         try:
             parsed = json.loads(text)
         except ValueError:
@@ -580,12 +581,14 @@ def _run_error(item: Mapping[str, Any], answer: _Answer) -> tuple[tuple[str, int
     status = error["status"]
     if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 599:
         raise ValueError(f"error status {status!r} is not an HTTP error status")
+    retry_after = error.get("retryAfter")
     failure = RequestFailed(
         method=answer.method,
         url=answer.url,
         status=status,
         code=str(error["code"]),
         message=str(error["message"]),
+        retry_after=retry_after if isinstance(retry_after, int) and retry_after > 0 else None,
     )
     return _run_of(item["taskId"], item["runId"]), failure
 

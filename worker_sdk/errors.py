@@ -75,13 +75,25 @@ class RequestFailed(Exception):
     because that is where Azure's SAS signature lives and this text ends up in logs.
     """
 
-    def __init__(self, *, method: str, url: str, status: int | None, code: str, message: str):
+    def __init__(
+        self,
+        *,
+        method: str,
+        url: str,
+        status: int | None,
+        code: str,
+        message: str,
+        retry_after: int | None = None,
+    ):
         self.method = method
         self.url = url.partition("?")[0]
         super().__init__(f"{method} {self.url} -> {status or 'no response'} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.retry_after = retry_after
+        """Seconds the answer asked to wait before trying again (``Retry-After``), if it
+        said."""
 
     @property
     def transient(self) -> bool:
@@ -119,10 +131,24 @@ def no_answer_fails(method: str, url: str) -> Iterator[None]:
 
 
 def check_status(
-    method: str, url: str, status: int, text: str, error_fields: Callable[[str], tuple[str, str]]
+    method: str,
+    url: str,
+    status: int,
+    text: str,
+    error_fields: Callable[[str], tuple[str, str]],
+    *,
+    retry_after: str | None = None,
 ) -> None:
     """Raise RequestFailed for an error status; ``error_fields`` reads the service's error body
-    (Azure's XML or Taskcluster's JSON) into its code and message."""
+    (Azure's XML or Taskcluster's JSON) into its code and message, ``retry_after`` is the
+    answer's ``Retry-After`` header (seconds; an HTTP date is not used)."""
     if status >= 400:
         code, message = error_fields(text)
-        raise RequestFailed(method=method, url=url, status=status, code=code, message=message)
+        raise RequestFailed(
+            method=method,
+            url=url,
+            status=status,
+            code=code,
+            message=message,
+            retry_after=int(retry_after) if retry_after and retry_after.isdigit() else None,
+        )

@@ -31,7 +31,10 @@ A hint :class:`AzurePoller` took but could not claim because no coordinator answ
 connection, a timeout, a 5xx, once its short retries are spent) is released through the
 queue's ``signedReleaseUrl``: Azure makes it visible again within seconds, for a worker whose
 coordinator answers, instead of hiding it for the poll visibility timeout (300 s). So are the
-hints taken just as the worker stops. A coordinator that signs no release URLs (older ones)
+hints taken just as the worker stops. A claim the coordinator answers 429 with
+``Retry-After`` (the task queue is paused or at its limits) is not retried in place and its
+hint not deleted: it is released to become visible again after ``Retry-After`` seconds. A
+coordinator that signs no release URLs (older ones)
 gets the old behaviour: the claim is retried in place for up to a minute, then the hint waits
 out its visibility timeout.
 """
@@ -415,6 +418,10 @@ class AzurePoller(_Polling):
         if claims or not failures:
             # Only stale hints: an empty answer sends the caller straight back to the top queue.
             return claims
+        if azure_queue.urls.release_url is not None and all(map(_throttled, failures)):
+            # Paused or at its limits: its hints are released for Retry-After; as if empty.
+            await self._idle()
+            return []
         for failure in failures:
             if failure.refused:
                 raise failure
@@ -462,7 +469,18 @@ class AzurePoller(_Polling):
         name = azure_queue.name
         if isinstance(outcome, RequestFailed):
             if outcome.status not in DEAD_HINT_STATUSES:
-                if outcome.transient and azure_queue.urls.release_url is not None:
+                if _throttled(outcome) and azure_queue.urls.release_url is not None:
+                    log.info(
+                        "claim throttled, hint released taskId=%s runId=%s queue=%s "
+                        "retryAfter=%s code=%s",
+                        task_id,
+                        run_id,
+                        name,
+                        outcome.retry_after,
+                        outcome.code,
+                    )
+                    await self._release(azure_queue, {run: messages}, after_s=outcome.retry_after)
+                elif outcome.transient and azure_queue.urls.release_url is not None:
                     log.warning(
                         "claim failed, releasing hint taskId=%s runId=%s queue=%s error=%s",
                         task_id,
@@ -619,15 +637,25 @@ class AzurePoller(_Polling):
             )
 
     async def _release(
-        self, azure_queue: _AzureQueue, runs: Mapping[tuple[str, int], list[azure.QueueMessage]]
+        self,
+        azure_queue: _AzureQueue,
+        runs: Mapping[tuple[str, int], list[azure.QueueMessage]],
+        *,
+        after_s: int | None = None,
     ) -> None:
-        """Make the messages hinting at ``runs`` visible again within seconds (Update Message
-        through the queue's release URL, which it must have)."""
+        """Make the messages hinting at ``runs`` visible again within seconds, or after
+        ``after_s`` (Update Message through the queue's release URL, which it must have)."""
         template = azure_queue.urls.release_url
         assert template is not None
         await asyncio.gather(
             *(
-                self._release_one(azure_queue, template, message, task_id=task_id, run_id=run_id)
+                self._release_one(
+                    azure_queue,
+                    azure.release_url(template, message, after_s=after_s),
+                    message,
+                    task_id=task_id,
+                    run_id=run_id,
+                )
                 for (task_id, run_id), messages in runs.items()
                 for message in messages
             )
@@ -636,7 +664,7 @@ class AzurePoller(_Polling):
     async def _release_one(
         self,
         azure_queue: _AzureQueue,
-        template: str,
+        url: str,
         message: azure.QueueMessage,
         *,
         task_id: str,
@@ -644,7 +672,7 @@ class AzurePoller(_Polling):
     ) -> None:
         self._metrics.azure_requests.labels("release").inc()
         try:
-            await azure.release_message(self._session, azure.release_url(template, message))
+            await azure.release_message(self._session, url)
         except RequestFailed as error:
             # Not retried: the message reappears after its visibility timeout anyway (and a
             # 404 or PopReceiptMismatch means it is gone, or taken again, already).
@@ -797,9 +825,18 @@ def _log_refusal(task_id: str, run_id: int, name: str, error: RequestFailed) -> 
     )
 
 
+def _throttled(error: RequestFailed) -> bool:
+    """The coordinator refused the claim for now, saying when to ask again (a paused or
+    limited task queue): its hint is good, only not now."""
+    return error.status == 429 and error.retry_after is not None
+
+
 def _claim_retry_window(error: RequestFailed, *, releasable: bool) -> float:
     """How long after its first try a claim that failed with ``error`` is still retried;
-    ``releasable``: its hint can be released once the tries end."""
+    ``releasable``: its hint can be released once the tries end (at once when the coordinator
+    said when to ask again)."""
+    if _throttled(error) and releasable:
+        return 0.0
     if error.transient:
         return RELEASE_RETRY_WINDOW if releasable else CLAIM_RETRY_WINDOW
     if error.refused:

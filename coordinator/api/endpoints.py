@@ -607,9 +607,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         output="task-claim-response",
         title="Claim Task",
         description="Claim a pending run for the worker until `takenUntil`. Repeating the "
-        "claim of a run the same worker holds returns the claim again.",
+        "claim of a run the same worker holds returns the claim again. 429 with `Retry-After` "
+        "while the task queue is paused or at its limits.",
         stability="deprecated",
         scopes=_as_worker("queue:claim-task:<provisionerId>/<workerType>"),
+        statuses=("429",),
     ),
     Endpoint(
         name="claimWork",
@@ -978,6 +980,21 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         scopes="queue:manage:cancel-tasks",
     ),
     Endpoint(
+        name="rerunTasks",
+        method="POST",
+        route="/tasks/rerun",
+        input=None,
+        output="rerun-tasks-response",
+        title="Rerun Tasks",
+        description="rerunTask for every failed or exception task that matches the filters, in "
+        "bounded batches; `rerun` counts the tasks this call reran, `matched` the failed and "
+        "exception tasks it found (one past its deadline or at its maximum of runs is not "
+        "rerun). Needs `queue:manage:rerun-tasks`; at least one filter is required. " + _MANAGEMENT,
+        stability="experimental",
+        filters="required",
+        scopes="queue:manage:rerun-tasks",
+    ),
+    Endpoint(
         name="deleteTasks",
         method="DELETE",
         route="/tasks",
@@ -1020,6 +1037,46 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         output="task-queue-response",
         title="Get Task Queue",
         description="The task queue; 404 when never seen or expired.",
+    ),
+    Endpoint(
+        name="pauseTaskQueue",
+        method="POST",
+        route="/task-queues/{taskQueueId}/pause",
+        input="pause-task-queue-request",
+        output="task-queue-controls-response",
+        title="Pause a Task Queue",
+        description="No run of the task queue is claimed until it is resumed: claimWork hands "
+        "out nothing, claimTask and claimRuns answer 429 with `Retry-After`. Tasks are still "
+        "accepted and stay pending. Every replica applies it within about a second. Pausing a "
+        "paused queue keeps its `since` and takes the new reason. Not a Taskcluster method.",
+        stability="experimental",
+        scopes="queue:manage:pause:<taskQueueId>",
+    ),
+    Endpoint(
+        name="resumeTaskQueue",
+        method="POST",
+        route="/task-queues/{taskQueueId}/resume",
+        input=None,
+        output="task-queue-controls-response",
+        title="Resume a Task Queue",
+        description="Lift the task queue's pause (nothing happens to one not paused). Not a "
+        "Taskcluster method.",
+        stability="experimental",
+        scopes="queue:manage:pause:<taskQueueId>",
+    ),
+    Endpoint(
+        name="setTaskQueueLimits",
+        method="PUT",
+        route="/task-queues/{taskQueueId}/limits",
+        input="task-queue-limits-request",
+        output="task-queue-controls-response",
+        title="Set a Task Queue's Limits",
+        description="At most `maxRunning` runs of the task queue running, at most "
+        "`maxClaimsPerSecond` claims a second, across every replica; a claim beyond them is "
+        "answered 429 with `Retry-After`, and claimWork hands out nothing beyond them. Only "
+        "the limits in the body change; `null` lifts one. Not a Taskcluster method.",
+        stability="experimental",
+        scopes="queue:manage:limits:<taskQueueId>",
     ),
     Endpoint(
         name="listPendingTasks",

@@ -12,7 +12,14 @@ from __future__ import annotations
 from coordinator.azure.errors import QueueUnavailable
 from coordinator.blobs.base import BlobUnavailable
 from coordinator.domain.artifacts import ArtifactExpired
-from coordinator.domain.errors import Conflict, DomainError, Forbidden, InputError, NotFound
+from coordinator.domain.errors import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    InputError,
+    NotFound,
+    Throttled,
+)
 from coordinator.store.errors import StoreUnavailable
 
 Outage = QueueUnavailable | StoreUnavailable | BlobUnavailable
@@ -87,6 +94,18 @@ class InputTooLarge(ApiError):
     code = "InputTooLarge"
 
 
+class TooManyRequests(ApiError):
+    """A claim a task queue's pause or limits refuse for now; ``Retry-After`` says when to
+    ask again."""
+
+    status = 429
+    code = "TooManyRequests"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ServiceUnavailable(ApiError):
     """A backing service (Azure, the store) is unreachable; the caller should retry later."""
 
@@ -110,6 +129,8 @@ def as_api_error(error: DomainError | Outage) -> ApiError:
         return ServiceUnavailable(f"Azure queues are unreachable, retry later: {error}")
     if isinstance(error, StoreUnavailable | BlobUnavailable):
         return ServiceUnavailable(f"{error}; retry later")
+    if isinstance(error, Throttled):
+        return TooManyRequests(str(error), retry_after=error.retry_after_s)
     for kind, api_error in _DOMAIN.items():
         if isinstance(error, kind):
             return api_error(str(error))

@@ -38,6 +38,7 @@ from coordinator.api.http import ENDPOINT, json_response, read_json
 from coordinator.api.scopes import Expression, create_task_params, expand
 from coordinator.domain.errors import DomainError, Forbidden
 from coordinator.domain.listings import Page, RunCounts
+from coordinator.domain.queue_controls import Limits
 from coordinator.domain.records import TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey, task_queue_fields
@@ -45,6 +46,7 @@ from coordinator.service.artifacts import ArtifactService
 from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.hooks import HookService
 from coordinator.service.management import TaskManagement
+from coordinator.service.queue_controls import QueueControlService
 from coordinator.service.tasks import Permit, RunReport, TaskService
 from coordinator.service.workers import WorkerService
 from coordinator.store.errors import StoreUnavailable
@@ -194,11 +196,14 @@ def _run_error(method: str, task_id: str, run_id: int, error: DomainError) -> Bo
         api_error.status,
         api_error.code,
     )
-    return {
-        "taskId": task_id,
-        "runId": run_id,
-        "error": {"status": api_error.status, "code": api_error.code, "message": str(api_error)},
+    error_body: Body = {
+        "status": api_error.status,
+        "code": api_error.code,
+        "message": str(api_error),
     }
+    if api_error.retry_after is not None:
+        error_body["retryAfter"] = api_error.retry_after
+    return {"taskId": task_id, "runId": run_id, "error": error_body}
 
 
 VERSION: Body = {
@@ -227,6 +232,7 @@ class Handlers(ArtifactHandlers, HookHandlers):
         management: TaskManagement,
         dispatch: WorkDispatch,
         workers: WorkerService,
+        controls: QueueControlService,
         artifacts: ArtifactService,
         artifact_urls: ArtifactUrls,
         hooks: HookService,
@@ -236,6 +242,7 @@ class Handlers(ArtifactHandlers, HookHandlers):
         self.management = management
         self.dispatch = dispatch
         self.workers = workers
+        self.controls = controls
         self.artifacts = artifacts
         self.artifact_urls = artifact_urls
         self.hooks = hooks
@@ -474,7 +481,7 @@ class Handlers(ArtifactHandlers, HookHandlers):
                 worker_id=body["workerId"],
             )
         )
-        claimed = await self.service.claim(
+        claimed = await self.controls.claim_task(
             task_id,
             run_id,
             worker_group=body["workerGroup"],
@@ -547,7 +554,7 @@ class Handlers(ArtifactHandlers, HookHandlers):
                 )
             )
 
-        results = await self.service.claim_runs(
+        results = await self.controls.claim_runs(
             runs, worker_group=worker_group, worker_id=worker_id, permit=permit
         )
         return {"claims": self._held_items("claimRuns", runs, results, claimed=True)}
@@ -621,10 +628,42 @@ class Handlers(ArtifactHandlers, HookHandlers):
         page = await self.workers.task_queues(
             limit=keyset.limit(request), after=keyset.after(request, (str, str))
         )
-        return keyset.page_body(request, "taskQueues", page, lambda found: found.to_api())
+        controls = await self.controls.restricted()
+        return keyset.page_body(
+            request,
+            "taskQueues",
+            page,
+            lambda found: {
+                **found.to_api(),
+                **(
+                    controls[found.task_queue].task_queue_fields()
+                    if found.task_queue in controls
+                    else {}
+                ),
+            },
+        )
 
     async def getTaskQueue(self, request: web.Request, body: Any) -> Body:
-        return (await self.workers.task_queue(task_queue_of(request.match_info))).to_api()
+        task_queue = task_queue_of(request.match_info)
+        found = await self.workers.task_queue(task_queue)
+        controls = await self.controls.controls_of(task_queue)
+        return {**found.to_api(), **controls.task_queue_fields()}
+
+    async def pauseTaskQueue(self, request: web.Request, body: Any) -> Body:
+        task_queue = task_queue_of(request.match_info)
+        return (await self.controls.pause(task_queue, reason=body["reason"])).to_api()
+
+    async def resumeTaskQueue(self, request: web.Request, body: Any) -> Body:
+        return (await self.controls.resume(task_queue_of(request.match_info))).to_api()
+
+    async def setTaskQueueLimits(self, request: web.Request, body: Any) -> Body:
+        limits = Limits(
+            max_running=body.get("maxRunning"),
+            max_claims_per_second=body.get("maxClaimsPerSecond"),
+        )
+        task_queue = task_queue_of(request.match_info)
+        controls = await self.controls.set_limits(task_queue, limits, named=frozenset(body))
+        return controls.to_api()
 
     async def listPendingTasks(self, request: web.Request, body: Any) -> Body:
         page = await self.workers.pending_runs(
@@ -745,6 +784,10 @@ class Handlers(ArtifactHandlers, HookHandlers):
     async def cancelTasks(self, request: web.Request, body: Any) -> Body:
         matching = task_filter(request.query)
         return {"cancelled": await self.management.cancel_tasks(matching)}
+
+    async def rerunTasks(self, request: web.Request, body: Any) -> Body:
+        rerun, matched = await self.management.rerun_tasks(task_filter(request.query))
+        return {"rerun": rerun, "matched": matched}
 
     async def deleteTasks(self, request: web.Request, body: Any) -> Body:
         matching = task_filter(request.query)

@@ -70,6 +70,11 @@ STATUSES: Mapping[str, dict[str, Any]] = {
         "$ref": "#/components/responses/Error",
         "description": "LengthRequired: the upload has no Content-Length.",
     },
+    "429": {
+        "$ref": "#/components/responses/Error",
+        "description": "TooManyRequests: the task queue is paused, or at its limits "
+        "(`maxRunning`, `maxClaimsPerSecond`); ask again after `Retry-After` seconds.",
+    },
     "424": {
         "description": "The artifact is an `error` artifact: why the worker could not upload it.",
         "headers": _STORAGE_TYPE_HEADER,

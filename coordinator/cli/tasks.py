@@ -1,7 +1,7 @@
-"""The ``queue-coordinator tasks`` commands: ``list``, ``summary``, ``count``, ``cancel`` and
-``delete`` the tasks that match a filter, through the coordinator's management REST API;
-``artifacts`` lists a task's artifacts and ``download`` fetches one, through Taskcluster's
-artifact API (listArtifacts/listLatestArtifacts, getArtifact/getLatestArtifact).
+"""The ``queue-coordinator tasks`` commands: ``list``, ``summary``, ``count``, ``cancel``,
+``rerun`` and ``delete`` the tasks that match a filter, through the coordinator's management
+REST API; ``artifacts`` lists a task's artifacts and ``download`` fetches one, through
+Taskcluster's artifact API (listArtifacts/listLatestArtifacts, getArtifact/getLatestArtifact).
 
 This module owns the client side of those calls: the filter flags and the query string they
 become, reading the address and credentials from the environment as the official
@@ -45,7 +45,7 @@ NDJSON = "application/x-ndjson"
 
 TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=300)
 """No total: a listing streams for as long as it has tasks, a download for as long as the
-artifact's bytes take. A bulk cancel or delete may take the server a while before it answers,
+artifact's bytes take. A bulk cancel, rerun or delete may take the server a while before it answers,
 hence the generous read timeout."""
 
 EXIT_REFUSED = 1
@@ -68,14 +68,15 @@ CHUNK = 1 << 16
 """How much of an artifact's bytes is read and written at a time."""
 
 DESCRIPTION = """\
-List, count, cancel or delete the tasks matching a filter, through the coordinator's REST
-API. The coordinator's address comes from TASKCLUSTER_ROOT_URL (its API lies at
+List, count, cancel, rerun or delete the tasks matching a filter, through the coordinator's
+REST API. The coordinator's address comes from TASKCLUSTER_ROOT_URL (its API lies at
 <root>/api/queue/v1); TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN (and
 TASKCLUSTER_CERTIFICATE for temporary credentials) sign the requests. list, summary and count
-are open reads; cancel needs the scope queue:manage:cancel-tasks, delete
-queue:manage:delete-tasks. Filters combine with AND. artifacts lists a run's artifacts
-(scope queue:list-artifacts:<taskId>[:<runId>]) and download fetches one (scope
-queue:get-artifact:<name>; anonymous callers may fetch public/ names)."""
+are open reads; cancel needs the scope queue:manage:cancel-tasks, rerun
+queue:manage:rerun-tasks, delete queue:manage:delete-tasks. Filters combine with AND.
+artifacts lists a run's artifacts (scope queue:list-artifacts:<taskId>[:<runId>]) and
+download fetches one (scope queue:get-artifact:<name>; anonymous callers may fetch public/
+names)."""
 
 ARTIFACTS_EPILOG = """\
 Without --run-id, the task's latest run. Every page of the listing is read."""
@@ -100,8 +101,8 @@ class CommandFailed(Exception):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add the ``list``/``summary``/``count``/``cancel``/``delete`` commands to ``parser``
-    (the ``tasks`` command's own parser, made by :mod:`coordinator.cli.main`)."""
+    """Add the ``list``/``summary``/``count``/``cancel``/``rerun``/``delete`` commands to
+    ``parser`` (the ``tasks`` command's own parser, made by :mod:`coordinator.cli.main`)."""
     parser.description = DESCRIPTION
     commands = parser.add_subparsers(dest="tasks_command", required=True)
     helps = {
@@ -109,6 +110,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "summary": "stream the matching tasks without their payload and extra",
         "count": "count the matching tasks by state",
         "cancel": "cancel the unresolved matching tasks (scope queue:manage:cancel-tasks)",
+        "rerun": "rerun the failed and exception matching tasks (scope queue:manage:rerun-tasks)",
         "delete": "delete the matching tasks (scope queue:manage:delete-tasks)",
     }
     for name, help_text in helps.items():
@@ -649,6 +651,7 @@ async def _run(args: argparse.Namespace, target: Target, out: TextIO) -> None:
         method, path, key, verb = {
             "count": ("GET", "/tasks/count", "total", ""),
             "cancel": ("POST", "/tasks/cancel", "cancelled", "cancelled"),
+            "rerun": ("POST", "/tasks/rerun", "rerun", "rerun"),
             "delete": ("DELETE", "/tasks", "deleted", "deleted"),
         }[command]
         text, body = await _fetch_json(caller, method, path, filter_query(args))

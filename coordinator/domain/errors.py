@@ -7,9 +7,12 @@ claimWork treat them as definitive answers about a task ("another actor got ther
 
 from __future__ import annotations
 
+import math
+
 
 class DomainError(Exception):
-    """A definitive refusal: repeating the same request gives the same answer."""
+    """A definitive refusal: repeating the same request gives the same answer (except
+    :class:`Throttled`, which says when it may not)."""
 
 
 class InputError(DomainError):
@@ -27,3 +30,18 @@ class Conflict(DomainError):
 class Forbidden(DomainError):
     """The caller may not do this to the task as it is now (a scope check that depends on the
     stored task, such as who holds a run, made with the transition it guards)."""
+
+
+class Throttled(DomainError):
+    """A claim its task queue's pause or limits refuse for now
+    (:mod:`coordinator.domain.queue_controls`): the same request may succeed after
+    :attr:`retry_after_ms`, so it is no answer about the task."""
+
+    def __init__(self, message: str, *, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+    @property
+    def retry_after_s(self) -> int:
+        """:attr:`retry_after_ms` in whole seconds, rounded up, at least 1."""
+        return max(1, math.ceil(self.retry_after_ms / 1000))

@@ -19,6 +19,7 @@ FilterState = Literal[
 ]
 FILTER_STATES: tuple[FilterState, ...] = get_args(FilterState)
 UNRESOLVED_FILTER_STATES: tuple[FilterState, ...] = ("unscheduled", "pending", "delayed", "running")
+RERUNNABLE_STATES: tuple[FilterState, ...] = ("failed", "exception")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,6 +57,13 @@ class TaskFilter:
             return None
         wanted = self.states or UNRESOLVED_FILTER_STATES
         states = tuple(state for state in wanted if state in UNRESOLVED_FILTER_STATES)
+        return dataclasses.replace(self, states=states) if states else None
+
+    def rerunnable(self) -> TaskFilter | None:
+        """The filter narrowed to failed and exception tasks (what rerunTasks acts on);
+        ``None`` when it can match none of them."""
+        wanted = self.states or RERUNNABLE_STATES
+        states = tuple(state for state in wanted if state in RERUNNABLE_STATES)
         return dataclasses.replace(self, states=states) if states else None
 
 

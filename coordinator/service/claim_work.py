@@ -5,7 +5,9 @@ walks the task queue's Azure queues in priority order, claims what the hints poi
 each hint after a definitive answer (a claim, or a domain refusal: the hint is stale) and
 releases it (visibility 0) after anything else, and returns as soon as at least one claim
 succeeded. While idle it waits on a wake-up that this process's own hint puts ring, so a task
-created through the same coordinator is handed out without waiting for the next poll.
+created through the same coordinator is handed out without waiting for the next poll. Each
+round passes the queue's claim gate (:mod:`coordinator.service.queue_controls`): it takes no
+more hints than the queue's pause and limits let through, and none while they let none.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from coordinator.azure.queues import QueueService, ReceivedHint
-from coordinator.domain.errors import DomainError
+from coordinator.domain.errors import DomainError, Throttled
 from coordinator.domain.records import TaskRecord
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.service.queue_controls import QueueControlService
 from coordinator.service.tasks import TaskService
 from coordinator.store.errors import StoreUnavailable
 
@@ -39,12 +43,14 @@ class ClaimWork:
         *,
         service: TaskService,
         azure_queues: QueueService,
+        controls: QueueControlService,
         timeout_s: float = 20.0,
         idle_poll_s: float = 1.0,
         visibility_timeout_s: int = 60,
     ) -> None:
         self.service = service
         self.azure_queues = azure_queues
+        self.controls = controls
         self.timeout_s = timeout_s
         self.idle_poll_s = idle_poll_s
         self.visibility_timeout_s = visibility_timeout_s
@@ -76,20 +82,28 @@ class ClaimWork:
         """
         give_up = time.monotonic() + self.timeout_s
         wakeup = self._wakeups[(provisioner_id, worker_type)]
+
+        async def receive_and_claim(allowed: int) -> list[TaskRecord]:
+            hints = await self.azure_queues.receive(
+                provisioner_id,
+                worker_type,
+                max_messages=allowed,
+                visibility_timeout=self.visibility_timeout_s,
+            )
+            return await self._claim_hints(hints, worker_group=worker_group, worker_id=worker_id)
+
         while True:
             wakeup.clear()
             if not quarantined():
-                hints = await self.azure_queues.receive(
-                    provisioner_id,
-                    worker_type,
-                    max_messages=count,
-                    visibility_timeout=self.visibility_timeout_s,
-                )
-                claimed = await self._claim_hints(
-                    hints, worker_group=worker_group, worker_id=worker_id
-                )
-                if claimed:
-                    return claimed
+                try:
+                    gated = await self.controls.claiming(
+                        TaskQueue(provisioner_id, worker_type), count, receive_and_claim
+                    )
+                except Throttled:
+                    pass  # paused, or at its limits: wait as for an empty queue
+                else:
+                    if gated.results:
+                        return list(gated.results)
             remaining = give_up - time.monotonic()
             if remaining <= 0 or disconnected():
                 return []

@@ -18,6 +18,7 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey
 from coordinator.service.claim_work import ClaimWork
+from coordinator.service.queue_controls import QueueControlService
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
 
@@ -35,6 +36,7 @@ class WorkDispatch:
 
     :param azure_queues: ``None`` when the coordinator runs without Azure.
     :param workers: sees the workers that poll and claim, and knows the quarantined ones.
+    :param controls: the claim gate of paused and limited task queues.
     :param claim_work_timeout_s: how long one claimWork call waits for work (seconds).
     """
 
@@ -44,6 +46,7 @@ class WorkDispatch:
         service: TaskService,
         azure_queues: QueueService | None,
         workers: WorkerService,
+        controls: QueueControlService,
         claim_work_timeout_s: float,
     ) -> None:
         self._service = service
@@ -52,7 +55,10 @@ class WorkDispatch:
         self._claim_work: ClaimWork | None = None
         if azure_queues is not None:
             claim_work = ClaimWork(
-                service=service, azure_queues=azure_queues, timeout_s=claim_work_timeout_s
+                service=service,
+                azure_queues=azure_queues,
+                controls=controls,
+                timeout_s=claim_work_timeout_s,
             )
             service.hints.listeners.append(
                 lambda hint: claim_work.wake(hint.provisioner_id, hint.worker_type)

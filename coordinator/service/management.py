@@ -1,14 +1,15 @@
 """TaskManagement: what operators do to many tasks at once, selected by a
-:class:`~coordinator.domain.task_filters.TaskFilter`: list, stream, count, cancel and delete;
+:class:`~coordinator.domain.task_filters.TaskFilter`: list, stream, count, cancel, rerun and
+delete;
 the resolved-task TTLs, which delete resolved tasks early; and the deletion of expired tasks.
 Whatever deletes tasks deletes their artifacts' bytes first (the store deletes their rows with
 them), so no bytes outlive the rows that point at them.
 
-Every bulk operation works in bounded batches, each its own short transaction (or, for cancel,
-one compare-and-set per task), so a million matches neither holds a long transaction nor keeps
-other requests from the store. Streaming reads page by page with the same keyset the paged
-listing uses: memory stays at one page, and no database cursor or snapshot is held open while
-a slow client reads.
+Every bulk operation works in bounded batches, each its own short transaction (or, for cancel
+and rerun, one compare-and-set per task), so a million matches neither holds a long
+transaction nor keeps other requests from the store. Streaming reads page by page with the
+same keyset the paged listing uses: memory stays at one page, and no database cursor or
+snapshot is held open while a slow client reads.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
 from coordinator.service.artifacts import ArtifactService
 from coordinator.service.tasks import TaskService
+from coordinator.service.transitions import Transition
 from coordinator.store.base import Store
 
 STREAM_PAGE = 500
 """How many tasks a stream reads from the store at a time."""
 CANCEL_BATCH = 100
-"""How many matches cancelTasks reads at a time; their compare-and-sets run concurrently."""
+"""How many matches cancelTasks and rerunTasks read at a time; their compare-and-sets run
+concurrently."""
 DELETE_BATCH = 500
 """How many tasks one deleteTasks (or resolved-task TTL) transaction deletes."""
 TOKEN_SECRET = "continuation-tokens"
@@ -110,22 +113,46 @@ class TaskManagement:
         unresolved = matching.unresolved()
         if unresolved is None:
             return 0
-        cancelled = 0
+        cancelled, _ = await self._apply_matching(unresolved, _cancel, action="canceled")
+        return cancelled
+
+    async def rerun_tasks(self, matching: TaskFilter) -> tuple[int, int]:
+        """Rerun every failed or exception task ``matching`` matches, as rerunTask does;
+        ``(rerun, matched)``: how many this call reran, of how many failed or exception
+        tasks it found (a task past its deadline or at its maximum of runs is not rerun, nor
+        one another caller reran meanwhile).
+
+        :raises InputError: ``matching`` is empty.
+        """
+        _refuse_empty(matching, "rerunTasks")
+        rerunnable = matching.rerunnable()
+        if rerunnable is None:
+            return 0, 0
+        return await self._apply_matching(rerunnable, _rerun, action="rerun")
+
+    async def _apply_matching(
+        self, matching: TaskFilter, transition: Transition, *, action: str
+    ) -> tuple[int, int]:
+        """Apply ``transition`` to every task ``matching`` matches, :data:`CANCEL_BATCH` at a
+        time in task-id order (a task it changes may stop matching: the next batch starts
+        after the last id, so none is read twice); ``(changed, matched)``."""
+        changed = matched = 0
         after: str | None = None
         while True:
             batch = await self._store.matching_task_ids(
-                unresolved, now=self._service.clock(), limit=CANCEL_BATCH, after=after
+                matching, now=self._service.clock(), limit=CANCEL_BATCH, after=after
             )
             # concurrently, each with the skipping of a task that vanished or refuses
-            changed = await asyncio.gather(
+            done = await asyncio.gather(
                 *(
-                    self._service.apply_each([(task_id, _cancel)], action="canceled")
+                    self._service.apply_each([(task_id, transition)], action=action)
                     for task_id in batch
                 )
             )
-            cancelled += sum(changed)
+            changed += sum(done)
+            matched += len(batch)
             if len(batch) < CANCEL_BATCH:
-                return cancelled
+                return changed, matched
             after = batch[-1]
 
     async def delete_tasks(self, matching: TaskFilter) -> int:
@@ -198,6 +225,10 @@ class TaskManagement:
 
 def _cancel(record: TaskRecord, now: int) -> TransitionResult:
     return lifecycle.cancel(record, now=now)
+
+
+def _rerun(record: TaskRecord, now: int) -> TransitionResult:
+    return lifecycle.rerun(record, now=now)
 
 
 def _refuse_empty(matching: TaskFilter, method: str) -> None:

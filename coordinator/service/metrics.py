@@ -5,7 +5,9 @@ happens: a run resolved (``queue_completed_tasks_total``, ``queue_failed_tasks_t
 ``queue_exception_tasks_total{reasonResolved}``), a hint put or not
 (``queue_hints_put_total``, ``queue_hint_put_failures_total``), a background pass that acted
 (``queue_resolver_actions_total{resolver}``), a hook fired
-(``hooks_fires_total{hookGroupId,result}``). It also holds the per-task-queue gauges
+(``hooks_fires_total{hookGroupId,result}``), runs a task queue's pause or limits held back
+(``queue_limited_claims_total{provisionerId,workerType}``), and which queues are paused
+(``queue_paused{provisionerId,workerType}``). It also holds the per-task-queue gauges
 (``queue_pending_tasks``, ``queue_claimed_tasks``) that the queue-gauges actor
 (:mod:`coordinator.resolvers.queue_gauges`) refreshes from exact store counts, so a scrape
 never queries the store. Names follow Taskcluster's queue monitor where it has one.
@@ -99,6 +101,19 @@ class ServiceMetrics:
             registry=reg,
         )
         self._gauged: set[TaskQueue] = set()
+        self._paused = Gauge(
+            "queue_paused",
+            "1 while an operator has the task queue paused (this process's copy).",
+            _TASK_QUEUE_LABELS,
+            registry=reg,
+        )
+        self._paused_queues: set[TaskQueue] = set()
+        self._limited_claims = Counter(
+            "queue_limited_claims",
+            "Runs a claim asked for that a task queue's pause or limits held back.",
+            _TASK_QUEUE_LABELS,
+            registry=reg,
+        )
 
     def runs_resolved(self, runs: Iterable[Run]) -> None:
         """Count runs that just became completed, failed or exception."""
@@ -131,6 +146,18 @@ class ServiceMetrics:
             labels = (task_queue.provisioner_id, task_queue.worker_type)
             self._pending.labels(*labels).set(found.pending)
             self._claimed.labels(*labels).set(found.running)
+
+    def set_paused_queues(self, paused: Iterable[TaskQueue]) -> None:
+        """``queue_paused`` 1 for these queues; 0 for any paused before and not now."""
+        now_paused = set(paused)
+        for task_queue in self._paused_queues | now_paused:
+            labels = (task_queue.provisioner_id, task_queue.worker_type)
+            self._paused.labels(*labels).set(1 if task_queue in now_paused else 0)
+        self._paused_queues |= now_paused
+
+    def claims_limited(self, task_queue: TaskQueue, runs: int) -> None:
+        """A claim of ``runs`` runs of the queue was held back by its pause or limits."""
+        self._limited_claims.labels(task_queue.provisioner_id, task_queue.worker_type).inc(runs)
 
     def event_published(self, exchange: str) -> None:
         """The broker confirmed a message of ``exchange``."""

@@ -24,13 +24,17 @@ All times are epoch milliseconds.
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.events import BrokerReply, OutboxEntry, OutboxPass, QueueEvent
 from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts
+from coordinator.domain.queue_controls import Limits, Pause, QueueControls
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskCounts, TaskFilter
 from coordinator.domain.task_groups import TaskGroup
@@ -361,6 +365,44 @@ class Store(abc.ABC):
         """Delete up to ``limit`` workers expired and not quarantined at ``now``, and up to
         ``limit`` expired task queues; return how many records were deleted."""
 
+    # --- task-queue controls (pause and limits) --------------------------------------------
+
+    @abc.abstractmethod
+    async def queue_controls(self) -> list[QueueControls]:
+        """Every task queue paused or limited."""
+
+    @abc.abstractmethod
+    async def queue_controls_of(self, task_queue: TaskQueue) -> QueueControls:
+        """The controls of one task queue (none set: the default)."""
+
+    @abc.abstractmethod
+    async def pause_task_queue(self, task_queue: TaskQueue, pause: Pause | None) -> QueueControls:
+        """Pause the queue (a queue paused already keeps its ``since`` and takes the new
+        reason), or resume it with ``None``; its controls as now stored."""
+
+    @abc.abstractmethod
+    async def limit_task_queue(
+        self, task_queue: TaskQueue, limits: Limits, *, named: frozenset[str]
+    ) -> QueueControls:
+        """Set those of the queue's limits whose wire names (``maxRunning``,
+        ``maxClaimsPerSecond``) are in ``named`` to their value in ``limits``; its controls as
+        now stored."""
+
+    @abc.abstractmethod
+    async def set_claims_tat(self, task_queue: TaskQueue, claims_tat_us: int) -> None:
+        """Store the queue's rate-limit state (its controls exist)."""
+
+    @abc.abstractmethod
+    async def give_back_claims(self, task_queue: TaskQueue, room_us: int) -> None:
+        """Move the queue's rate-limit state ``room_us`` back, in one statement (without the
+        queue's lock)."""
+
+    @abc.abstractmethod
+    def queue_lock(self, task_queue: TaskQueue) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold the queue's claim lock: one holder at a time per task queue, across every
+        process sharing the store, so that counting its running runs and claiming are one
+        step."""
+
     # --- artifacts --------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -468,3 +510,16 @@ class Store(abc.ABC):
         """Up to ``limit`` of the hook's fires, the newest first (by ``task_create_time``, then
         taskId), from the one ``before`` is of (``(task_create_time, task_id)``; ``None``:
         the newest)."""
+
+
+class ProcessLocks:
+    """One :class:`asyncio.Lock` per task queue, in this process (a lock a driver shared by
+    several processes takes first, so that each process waits on the shared one once)."""
+
+    def __init__(self) -> None:
+        self._locks: defaultdict[TaskQueue, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, task_queue: TaskQueue) -> AsyncIterator[None]:
+        async with self._locks[task_queue]:
+            yield

@@ -36,10 +36,12 @@ settings, e.g. ``postgresql://host/db?search_path=coordinator`` keeps the tables
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -62,6 +64,7 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
+from coordinator.store.base import ProcessLocks
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import entry_from_row, outbox_rows, settle, written_outbox_rows
 from coordinator.store.rows import (
@@ -117,6 +120,16 @@ def _positional(sql: str) -> _Statement:
 T = TypeVar("T")
 
 _Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
+
+_QUEUE_LOCK_SPACE = 0x7163
+"""The first key of every task queue's claim lock ('qc')."""
+
+
+def _queue_lock_key(task_queue: TaskQueue) -> int:
+    """The second key of the queue's claim lock: its id's CRC-32 as a signed 32-bit integer."""
+    crc = zlib.crc32(str(task_queue).encode())
+    return crc - 2**32 if crc >= 2**31 else crc
+
 
 _OUTBOX_CTE = """, outbox AS (
     INSERT INTO queue_event_outbox (event_key, exchange, routing_key, cc, body)
@@ -211,6 +224,7 @@ class PostgresStore(SQLStore):
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
         self._outages = OutageWatch(store=without_credentials(dsn), is_outage=_is_outage)
+        self._queue_locks = ProcessLocks()
 
     @property
     def _connections(self) -> asyncpg.Pool:
@@ -232,6 +246,20 @@ class PostgresStore(SQLStore):
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
+
+    @contextlib.asynccontextmanager
+    async def queue_lock(self, task_queue: TaskQueue) -> AsyncIterator[None]:
+        # This process's lock first: at most one of its connections waits on the shared one
+        # per queue, so waiting claims never take the pool's connections from everything else.
+        # A session lock: a dropped connection releases it with the session.
+        params = {"space": _QUEUE_LOCK_SPACE, "key": _queue_lock_key(task_queue)}
+        async with self._queue_locks.hold(task_queue), self._connections.acquire() as conn:
+            lock, unlock = _Q["lock_task_queue"], _Q["unlock_task_queue"]
+            await self._outages.watch(conn.execute(lock.sql, *lock.args(params)))
+            try:
+                yield
+            finally:
+                await self._outages.watch(conn.execute(unlock.sql, *unlock.args(params)))
 
     async def migrate(self) -> list[int]:
         applied = []

@@ -15,6 +15,7 @@ from typing import Any
 from coordinator.domain.artifacts import Artifact
 from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
+from coordinator.domain.queue_controls import Limits, Pause, QueueControls
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
 from coordinator.domain.task_groups import TaskGroup
@@ -43,6 +44,7 @@ from coordinator.store.rows import Row, page_from_rows, record_from_row
 from coordinator.store.worker_rows import (
     after_names,
     after_time,
+    controls_from_row,
     note_json,
     provisioner_from_row,
     task_queue_columns,
@@ -338,6 +340,48 @@ class SQLStore(Store, abc.ABC):
             limit=limit,
         )
         return [last_fire_from_row(row) for row in rows]
+
+    # --- task-queue controls ----------------------------------------------------------------
+
+    async def queue_controls(self) -> list[QueueControls]:
+        return [controls_from_row(row) for row in await self._fetch("queue_controls")]
+
+    async def queue_controls_of(self, task_queue: TaskQueue) -> QueueControls:
+        rows = await self._fetch("queue_controls_of", **task_queue_columns(task_queue))
+        return controls_from_row(rows[0]) if rows else QueueControls(task_queue=task_queue)
+
+    async def pause_task_queue(self, task_queue: TaskQueue, pause: Pause | None) -> QueueControls:
+        if pause is None:
+            rows = await self._fetch("resume_task_queue", **task_queue_columns(task_queue))
+        else:
+            rows = await self._fetch(
+                "pause_task_queue",
+                **task_queue_columns(task_queue),
+                paused_since=pause.since,
+                paused_reason=pause.reason,
+            )
+        return controls_from_row(rows[0]) if rows else QueueControls(task_queue=task_queue)
+
+    async def limit_task_queue(
+        self, task_queue: TaskQueue, limits: Limits, *, named: frozenset[str]
+    ) -> QueueControls:
+        rows = await self._fetch(
+            "limit_task_queue",
+            **task_queue_columns(task_queue),
+            max_running=limits.max_running,
+            max_claims_per_second=limits.max_claims_per_second,
+            set_max_running="maxRunning" in named,
+            set_max_claims_per_second="maxClaimsPerSecond" in named,
+        )
+        return controls_from_row(rows[0])
+
+    async def set_claims_tat(self, task_queue: TaskQueue, claims_tat_us: int) -> None:
+        await self._fetch(
+            "set_claims_tat", **task_queue_columns(task_queue), claims_tat_us=claims_tat_us
+        )
+
+    async def give_back_claims(self, task_queue: TaskQueue, room_us: int) -> None:
+        await self._fetch("give_back_claims", **task_queue_columns(task_queue), room_us=room_us)
 
 
 _LATEST = 2**62

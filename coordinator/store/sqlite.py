@@ -17,6 +17,7 @@ lock), or that the disk fails or fills, is an outage: the call raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import sqlite3
@@ -35,6 +36,7 @@ from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
+from coordinator.store.base import ProcessLocks
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
     Settled,
@@ -217,7 +219,12 @@ class SQLiteStore(SQLStore):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         self._commits: GroupCommit | None = None
         self._outbox_lock = asyncio.Lock()
+        self._queue_locks = ProcessLocks()
         self._outages = OutageWatch(store=f"sqlite://{self._path.absolute()}", is_outage=_is_outage)
+
+    def queue_lock(self, task_queue: TaskQueue) -> contextlib.AbstractAsyncContextManager[None]:
+        # One process has the database: its own lock is the only one there is.
+        return self._queue_locks.hold(task_queue)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn``'s statements on the event loop, group-committed with the calls waiting

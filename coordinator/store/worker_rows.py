@@ -1,6 +1,7 @@
-"""Mapping between the task-queue and worker records and the columns of the ``task_queues`` and
-``workers`` tables that both drivers store: recent tasks and quarantine notes as compact JSON
-text, times as epoch milliseconds; and the parameters of the keyed listings."""
+"""Mapping between the task-queue and worker records and the columns of the ``task_queues``,
+``task_queue_controls`` and ``workers`` tables that both drivers store: recent tasks and
+quarantine notes as compact JSON text, times as epoch milliseconds; and the parameters of the
+keyed listings."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from coordinator.domain.json_text import compact
 from coordinator.domain.listings import Key, RunCounts
+from coordinator.domain.queue_controls import Limits, Pause, QueueControls
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
     NEVER_QUARANTINED,
@@ -142,3 +144,19 @@ def after_time(after: Key | None, time: str) -> dict[str, Any]:
     a task id."""
     values = after if after is not None else (BEFORE_EVERY_TIME, "")
     return {f"after_{time}": values[0], "after_task_id": values[1]}
+
+
+def controls_from_row(row: Row) -> QueueControls:
+    paused_since = row["paused_since"]
+    rate = row["max_claims_per_second"]
+    return QueueControls(
+        task_queue=TaskQueue(row["provisioner_id"], row["worker_type"]),
+        pause=None
+        if paused_since is None
+        else Pause(since=paused_since, reason=row["paused_reason"] or ""),
+        limits=Limits(
+            max_running=row["max_running"],
+            max_claims_per_second=None if rate is None else float(rate),
+        ),
+        claims_tat_us=row["claims_tat_us"],
+    )

@@ -42,7 +42,11 @@ from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 ROOT = {"clientId": "root", "accessToken": "root-token-" + "r" * 33}
 MANAGER = {"clientId": "ops/manager", "accessToken": "manager-token-" + "m" * 30}
 READER = {"clientId": "ops/reader", "accessToken": "reader-token-" + "e" * 31}
-MANAGE_SCOPES = ["queue:manage:cancel-tasks", "queue:manage:delete-tasks"]
+MANAGE_SCOPES = [
+    "queue:manage:cancel-tasks",
+    "queue:manage:delete-tasks",
+    "queue:manage:rerun-tasks",
+]
 HEADER = ["TASK", "ID", "STATE", "TASK", "QUEUE", "CREATED", "NAME"]
 
 
@@ -268,10 +272,10 @@ async def test_count_as_a_table_and_as_json(tasks: Tasks) -> None:
     )
 
 
-async def test_cancel_and_delete_need_their_scopes(tasks: Tasks) -> None:
+async def test_cancel_rerun_and_delete_need_their_scopes(tasks: Tasks) -> None:
     group = ("--task-group-id", tasks.group)
     url = tasks.root_url
-    for command, scope in (("cancel", MANAGE_SCOPES[0]), ("delete", MANAGE_SCOPES[1])):
+    for command, scope in zip(("cancel", "delete", "rerun"), MANAGE_SCOPES, strict=True):
         refused = await tasks_cli(command, *group, root_url=url, client=READER)
         assert refused.status == 1
         line = refused.refused()
@@ -287,7 +291,7 @@ async def test_cancel_and_delete_need_their_scopes(tasks: Tasks) -> None:
     assert json.loads(counted.stdout)["total"] == 3  # nothing was touched
 
 
-async def test_cancel_then_delete(tasks: Tasks) -> None:
+async def test_cancel_rerun_then_delete(tasks: Tasks) -> None:
     group = ("--task-group-id", tasks.group)
     url = tasks.root_url
     cancelled = await tasks_cli("cancel", *group, root_url=url, client=MANAGER)
@@ -295,6 +299,14 @@ async def test_cancel_then_delete(tasks: Tasks) -> None:
 
     counted = await tasks_cli("count", *group, "--json", root_url=url)
     assert json.loads(counted.stdout)["states"]["exception"] == 3
+    rerun = await tasks_cli("rerun", *group, root_url=url, client=MANAGER)
+    assert (rerun.status, rerun.stdout, rerun.stderr) == (0, "rerun 3 tasks\n", "")
+    rerun_again = await tasks_cli("rerun", *group, "--json", root_url=url, client=MANAGER)
+    assert json.loads(rerun_again.stdout) == {"rerun": 0, "matched": 0}
+    counted = await tasks_cli("count", *group, "--json", root_url=url)
+    assert json.loads(counted.stdout)["states"]["pending"] == 3
+    cancelled = await tasks_cli("cancel", *group, root_url=url, client=MANAGER)
+    assert cancelled.stdout == "cancelled 3 tasks\n"
     again = await tasks_cli("cancel", *group, "--json", root_url=url, client=MANAGER)
     assert (again.status, json.loads(again.stdout)) == (0, {"cancelled": 0})
 

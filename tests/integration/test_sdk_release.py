@@ -354,3 +354,57 @@ async def test_a_worker_given_a_dead_root_url_first_works_through_the_next(
         f"coordinator failover rootUrl={coordinator.url} previous={dead}"
     ]
     assert all(r.levelno < logging.ERROR for r in caplog.records if r.name.startswith("worker_sdk"))
+
+
+@pytest.mark.parametrize("batches", [True, False], ids=["claimRuns", "claimTask"])
+async def test_a_hint_of_a_paused_queue_is_released_for_retry_after(
+    start_coordinator: StartCoordinator,
+    azurite: AzuriteProcess,
+    azure_namespace: AzureNamespace,
+    caplog: pytest.LogCaptureFixture,
+    batches: bool,
+) -> None:
+    """A claim answered 429 (the task queue is paused) is not a dead hint: the worker neither
+    deletes it nor leaves it hidden for the poll visibility (300 s), but releases it to be
+    visible again after ``Retry-After`` (5 s for a pause)."""
+    prov = azure_namespace.provisioner_id
+    coordinator = await start_coordinator(
+        azure_connection_string=azurite.connection_string,
+        queue_prefix=azure_namespace.queue_prefix,
+    )
+    queue_path = f"/task-queues/{prov}%2F{WORKER_TYPE}"
+    await coordinator.ok("POST", queue_path + "/pause", {"reason": "test"})
+    task_id = await coordinator.create(provisionerId=prov, workerType=WORKER_TYPE)
+    worker = Worker(
+        root_url=coordinator.url,
+        credentials=None,
+        provisioner_id=prov,
+        worker_type=WORKER_TYPE,
+        handler=lambda run: None,
+        idle_delay=0.1,
+        batching=batches,
+        handle_signals=False,
+    )
+    settings = azure_namespace.queue_settings()
+    async with (
+        QueueService(azurite.connection_string, settings) as queues,
+        QueueClient.from_connection_string(
+            azurite.connection_string, queues.name(prov, WORKER_TYPE, "lowest")
+        ) as lowest,
+    ):
+        async with running(worker):
+            await eventually(
+                lambda: bool(lines(caplog, "claim throttled, hint released")), what="a release"
+            )
+        released_at = time.monotonic()
+        [released] = lines(caplog, "claim throttled, hint released")
+        assert f"taskId={task_id} runId=0" in released and "retryAfter=5" in released
+
+        async def visible() -> bool:
+            return bool(await lowest.peek_messages())
+
+        await wait_until(visible, within=15, what="the hint visible again")
+        # hidden for Retry-After (Azurite rounds to the second), not 300 s, and not deleted
+        assert 3 <= time.monotonic() - released_at < 10
+    assert (await coordinator.status(task_id))["state"] == "pending"
+    assert lines(caplog, "hint release failed") == []

@@ -108,7 +108,11 @@ OUR_METHODS = {
     "listTaskSummaries",
     "countTasks",
     "cancelTasks",
+    "rerunTasks",
     "deleteTasks",
+    "pauseTaskQueue",
+    "resumeTaskQueue",
+    "setTaskQueueLimits",
     "claimRuns",
     "reclaimRuns",
     "resolveRuns",
@@ -653,7 +657,7 @@ def test_openapi_shows_each_operations_scopes() -> None:
             if template is not None:
                 declared += 1
                 assert json.dumps(template, indent=2) in operation["description"]
-    assert declared == 35  # 32 operations declare scopes, 3 batch calls on runs run_scopes
+    assert declared == 39  # 36 operations declare scopes, 3 batch calls on runs run_scopes
     claim = document["paths"]["/task/{taskId}/runs/{runId}/claim"]["post"]
     assert claim["x-scopes"] == {
         "AllOf": [
@@ -679,7 +683,7 @@ def test_openapi_requires_a_filter_where_the_api_does() -> None:
         )
         assert set(parameter["schema"]["properties"]) == set(TASK_FILTERS)
         assert parameter["schema"]["additionalProperties"] is False
-        required = endpoint.name in ("cancelTasks", "deleteTasks")
+        required = endpoint.name in ("cancelTasks", "rerunTasks", "deleteTasks")
         assert parameter["required"] is required, endpoint.operation_id
         assert ("minProperties" in parameter["schema"]) is required
         state = parameter["schema"]["properties"]["state"]

@@ -303,3 +303,53 @@ WHERE (hook_group_id, hook_id, task_id) IN (
     SELECT hook_group_id, hook_id, task_id FROM hook_last_fires
     WHERE task_create_time < :before ORDER BY task_create_time LIMIT :limit)
 RETURNING task_id
+
+-- name: queue_controls
+-- The task queues an operator paused or limited (the per-second reload of every replica).
+SELECT provisioner_id, worker_type, paused_since, paused_reason, max_running,
+       max_claims_per_second, claims_tat_us
+FROM task_queue_controls
+WHERE paused_since IS NOT NULL OR max_running IS NOT NULL OR max_claims_per_second IS NOT NULL
+
+-- name: queue_controls_of
+SELECT provisioner_id, worker_type, paused_since, paused_reason, max_running,
+       max_claims_per_second, claims_tat_us
+FROM task_queue_controls
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+
+-- name: pause_task_queue
+-- A queue paused again keeps the time it was first paused, with the latest reason.
+INSERT INTO task_queue_controls (provisioner_id, worker_type, paused_since, paused_reason)
+VALUES (:provisioner_id, :worker_type, :paused_since, :paused_reason)
+ON CONFLICT (provisioner_id, worker_type) DO UPDATE
+SET paused_since = coalesce(task_queue_controls.paused_since, excluded.paused_since),
+    paused_reason = excluded.paused_reason
+RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
+          max_claims_per_second, claims_tat_us
+
+-- name: resume_task_queue
+UPDATE task_queue_controls SET paused_since = NULL, paused_reason = NULL
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
+          max_claims_per_second, claims_tat_us
+
+-- name: limit_task_queue
+-- Only the limits the request names change (set_*); the others keep their value.
+INSERT INTO task_queue_controls (provisioner_id, worker_type, max_running, max_claims_per_second)
+VALUES (:provisioner_id, :worker_type, :max_running, :max_claims_per_second)
+ON CONFLICT (provisioner_id, worker_type) DO UPDATE
+SET max_running = CASE WHEN :set_max_running THEN excluded.max_running
+                       ELSE task_queue_controls.max_running END,
+    max_claims_per_second = CASE WHEN :set_max_claims_per_second
+                                 THEN excluded.max_claims_per_second
+                                 ELSE task_queue_controls.max_claims_per_second END
+RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
+          max_claims_per_second, claims_tat_us
+
+-- name: set_claims_tat
+UPDATE task_queue_controls SET claims_tat_us = :claims_tat_us
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+
+-- name: give_back_claims
+UPDATE task_queue_controls SET claims_tat_us = claims_tat_us - :room_us
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type

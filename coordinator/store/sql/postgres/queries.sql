@@ -6,6 +6,16 @@
 -- The key is an arbitrary constant: 'queue-co' in ASCII.
 SELECT pg_advisory_xact_lock(8175498151003530095)
 
+-- name: lock_task_queue
+-- A task queue's claim lock (Store.queue_lock), held by a session across statements. The
+-- two-integer form keeps these keys apart from the migrations' one-integer key; space is
+-- 'qc' in ASCII, key a hash of the taskQueueId (two queues sharing one only wait for each
+-- other).
+SELECT pg_advisory_lock(:space, :key)
+
+-- name: unlock_task_queue
+SELECT pg_advisory_unlock(:space, :key)
+
 -- name: create_schema_migrations
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,
