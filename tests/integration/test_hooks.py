@@ -1,7 +1,7 @@
 """The hooks service (docs/hooks.md) through the official ``taskcluster.Hooks`` client, against an
 in-process coordinator with authentication on: every method, the scopes it checks, the 400s of
-bad input, and the scheduler's pass on an injected clock (each due time once, a missed one
-once). Replicas and a SIGKILL are tests/e2e/test_hooks.py's."""
+bad input, ``hooks_fires_total``, and the scheduler's pass on an injected clock (each due time
+once, a missed one once). Replicas and a SIGKILL are tests/e2e/test_hooks.py's."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import slugid
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.domain.hooks import fire_task_id
 from coordinator.domain.records import to_iso
@@ -182,6 +183,20 @@ async def test_scopes_are_checked_as_taskcluster_checks_them(
     assert fire["result"] == "error" and f"queue:create-task:lowest:{POOL}" in fire["error"]
     assert fire["taskState"] == "unknown"
     assert (await admin.getHookStatus("g", "h"))["lastFire"]["result"] == "error"
+    assert await fires_counted(coordinator) == {("g", "error"): 1.0}
+
+
+async def fires_counted(coordinator: RunningCoordinator) -> dict[tuple[str, str], float]:
+    """``hooks_fires_total`` by (hookGroupId, result), from ``/metrics``."""
+    async with coordinator.session.get(coordinator.url + "/metrics") as response:
+        text = await response.text()
+    return {
+        (sample.labels["hookGroupId"], sample.labels["result"]): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "hooks_fires"
+        for sample in family.samples
+        if sample.name == "hooks_fires_total"
+    }
 
 
 @pytest.mark.parametrize(
@@ -258,3 +273,4 @@ async def test_each_due_time_fires_once_and_a_missed_one_once(
         missed,
         first,
     ]
+    assert await fires_counted(coordinator) == {("g", "success"): 2.0}  # the repeat uncounted
