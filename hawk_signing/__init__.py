@@ -38,6 +38,28 @@ class Credentials:
             certificate=certificate or None,
         )
 
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> Credentials | None:
+        """``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN`` and, for temporary
+        credentials, ``TASKCLUSTER_CERTIFICATE``, as the official tools read them; ``None``
+        when neither of the first two is set.
+
+        :raises ValueError: only one of the two is set.
+        """
+        client_id = environ.get("TASKCLUSTER_CLIENT_ID")
+        access_token = environ.get("TASKCLUSTER_ACCESS_TOKEN")
+        if bool(client_id) != bool(access_token):
+            raise ValueError(
+                "set both TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN, or neither"
+            )
+        if not (client_id and access_token):
+            return None
+        return cls(
+            client_id=client_id,
+            access_token=access_token,
+            certificate=environ.get("TASKCLUSTER_CERTIFICATE") or None,
+        )
+
     def to_json(self) -> dict[str, str | None]:
         """``{clientId, accessToken, certificate}`` as the API spells them; what
         :meth:`from_json` reads back."""

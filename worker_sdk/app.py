@@ -27,6 +27,7 @@ coordinator is reached through the app's :class:`~worker_sdk.connection.Connecti
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -124,21 +125,7 @@ class App:
         root_url = environ.get("TASKCLUSTER_ROOT_URL")
         if not root_url:
             raise ValueError("set TASKCLUSTER_ROOT_URL to the coordinator's root URL")
-        client_id = environ.get("TASKCLUSTER_CLIENT_ID")
-        access_token = environ.get("TASKCLUSTER_ACCESS_TOKEN")
-        if bool(client_id) != bool(access_token):
-            raise ValueError(
-                "set both TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN, or neither"
-            )
-        credentials = (
-            Credentials(
-                client_id=client_id,
-                access_token=access_token,
-                certificate=environ.get("TASKCLUSTER_CERTIFICATE") or None,
-            )
-            if client_id and access_token
-            else None
-        )
+        credentials = Credentials.from_environment(environ)
         return cls(root_url=root_url, credentials=credentials, task_queue=task_queue, **options)
 
     @overload
@@ -271,6 +258,7 @@ class TaskFunction(Generic[_P, _R]):
         self.function = function
         self.name = name
         self.options = options
+        self.signature = inspect.signature(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
 
@@ -298,15 +286,15 @@ class TaskFunction(Generic[_P, _R]):
         :raises TypeError: the arguments do not bind to the function, or are not JSON.
         :raises RequestFailed: the coordinator refused the task, or did not answer.
         """
-        call = encode_call(self.name, self.function, args, kwargs)
+        call = encode_call(self.name, self.signature, args, kwargs)
         task_id = slugid.nice()
         definition = self._definition(
-            call,
             now=datetime.now(UTC),
             not_before=_not_before(wait, at),
             priority=priority,
             dependencies=dependencies,
         )
+        definition["payload"] = call.payload()
         await self.app.connection.client().create_task(task_id, definition)
         return self.app.handle(task_id)
 
@@ -335,15 +323,15 @@ class TaskFunction(Generic[_P, _R]):
         task_ids: list[str] = []
         refused: list[dict[str, Any]] = []
         for start in range(0, len(encoded), CREATE_TASKS_BATCH):
-            now = datetime.now(UTC)
+            # one definition per request, each task with its own payload
+            shared = self._definition(
+                now=datetime.now(UTC),
+                not_before=not_before,
+                priority=priority,
+                dependencies=dependencies,
+            )
             batch = {
-                slugid.nice(): self._definition(
-                    call,
-                    now=now,
-                    not_before=not_before,
-                    priority=priority,
-                    dependencies=dependencies,
-                )
+                slugid.nice(): {**shared, "payload": call.payload()}
                 for call in encoded[start : start + CREATE_TASKS_BATCH]
             }
             results = await client.create_tasks(batch)
@@ -395,9 +383,9 @@ class TaskFunction(Generic[_P, _R]):
 
     def _encode(self, index: int, call: Sequence[Any] | Mapping[str, Any]) -> FunctionCall:
         if isinstance(call, Mapping):
-            return encode_call(self.name, self.function, (), call)
+            return encode_call(self.name, self.signature, (), call)
         if isinstance(call, list | tuple):
-            return encode_call(self.name, self.function, call, {})
+            return encode_call(self.name, self.signature, call, {})
         raise TypeError(
             f"{self.name}: call {index} of dispatch_many is a {type(call).__qualname__}: give "
             "a tuple of positional arguments or a dict of keyword arguments"
@@ -405,14 +393,13 @@ class TaskFunction(Generic[_P, _R]):
 
     def _definition(
         self,
-        call: FunctionCall,
         *,
         now: datetime,
         not_before: datetime | None,
         priority: str | None,
         dependencies: Iterable[TaskHandle | str],
     ) -> dict[str, Any]:
-        """The createTask body of ``call``."""
+        """The createTask body of a call created ``now``, but for its ``payload``."""
         if priority is not None and priority not in PRIORITIES:
             raise ValueError(f"priority {priority!r} is not one of {', '.join(PRIORITIES)}")
         if not_before is not None and not_before < now:
@@ -422,7 +409,6 @@ class TaskFunction(Generic[_P, _R]):
             "taskQueueId": str(self.options.task_queue or self.app.task_queue),
             "created": expires_text(now),
             "deadline": expires_text(deadline),
-            "payload": call.payload(),
             "metadata": {
                 "name": self.name,
                 "description": f"{self.name}, dispatched by worker_sdk.App",

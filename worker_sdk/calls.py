@@ -41,15 +41,16 @@ def function_name(function: Callable[..., Any]) -> str:
 
 
 def encode_call(
-    name: str, function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    name: str, signature: inspect.Signature, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> FunctionCall:
-    """The call of ``function`` (registered as ``name``) with ``args`` and ``kwargs``.
+    """The call of the function registered as ``name``, whose ``signature`` this is, with
+    ``args`` and ``kwargs``.
 
     :raises TypeError: the arguments do not bind to its signature, or one is not JSON (the
         message names it, and where inside it the offending value is).
     """
     try:
-        bound = inspect.signature(function).bind(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
     except TypeError as error:
         raise TypeError(f"{name}: {error}") from None
     for parameter, value in bound.arguments.items():

@@ -328,10 +328,10 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         parser.error(f"--app {args.app!r} is not of the form package.module:app")
     if args.app is not None and args.retry_failures:
         parser.error("--retry-failures does not go with --app: give functions retry_on")
-    client_id = environ.get("TASKCLUSTER_CLIENT_ID")
-    access_token = environ.get("TASKCLUSTER_ACCESS_TOKEN")
-    if bool(client_id) != bool(access_token):
-        parser.error("set both TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN, or neither")
+    try:
+        credentials = Credentials.from_environment(environ)
+    except ValueError as error:
+        parser.error(str(error))
     try:
         task_queues = (
             task_queues_of(args.provisioner_id, args.worker_type, args.task_queue)
@@ -347,15 +347,6 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         parser.error("--max-runs-per-child needs --isolation process")
     if args.polling == "weighted" and args.claim_work:
         parser.error("--polling weighted needs Azure: claimWork picks by priority itself")
-    credentials = (
-        Credentials(
-            client_id=client_id,
-            access_token=access_token,
-            certificate=environ.get("TASKCLUSTER_CERTIFICATE") or None,
-        )
-        if client_id and access_token
-        else None
-    )
     return Options(
         root_urls=tuple(root_urls),
         credentials=credentials,

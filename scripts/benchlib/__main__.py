@@ -9,16 +9,19 @@
 Rows: raw-rest, raw-sdk (row 1); e2e-sqlite, e2e-postgres (row 2: createTasks and the batching
 SDK), e2e-sqlite-single, e2e-postgres-single (row 2, one request per step), e2e-sqlite-runlog
 (e2e-sqlite with the workers' run log uploaded; every other row runs its workers with
---no-run-log); coord-sqlite, coord-postgres (row 3: createTasks, claimRuns, resolveRuns),
-coord-sqlite-single, coord-postgres-single (row 3: createTask, claimTask, reportCompleted); rq
-(RQ's default forking worker), rq-simple (its SimpleWorker, no fork) (row 4); create-single
-(createTask) and create-batch (createTasks), SQLite with Azurite hints (row 6); isolation
-(e2e-sqlite with queue-worker --isolation none, then process: rows isolation-none and
-isolation-process) (row 7); artifacts-directory, artifacts-azure (row 8: upload and download
-MiB/s through the coordinator against the same bytes straight to the backend, --artifact-count
-artifacts of --artifact-mib MiB each way); artifact-1gib (row 9: one --big-artifact-mib MiB
-upload, the coordinator's RSS growth, createTask p99 during it against without it; about 20-30
-s and 1 GiB of disk with the defaults). The ratios (row 5) are computed from whichever ran.
+--no-run-log), e2e-sqlite-app (e2e-sqlite with tasks as Python functions: queue-worker --app,
+which uploads each run's result.json); coord-sqlite, coord-postgres (row 3: createTasks, claimRuns,
+resolveRuns), coord-sqlite-single, coord-postgres-single (row 3: createTask, claimTask,
+reportCompleted); rq (RQ's default forking worker), rq-simple (its SimpleWorker, no fork) (row
+4); create-single (createTask) and create-batch (createTasks), SQLite with Azurite hints, and
+create-dispatch and create-dispatch-many, the same through worker_sdk.App's dispatch and
+dispatch_many (row 6); isolation (e2e-sqlite with queue-worker --isolation none, then process:
+rows isolation-none and isolation-process) (row 7); artifacts-directory, artifacts-azure (row 8:
+upload and download MiB/s through the coordinator against the same bytes straight to the
+backend, --artifact-count artifacts of --artifact-mib MiB each way); artifact-1gib (row 9: one
+--big-artifact-mib MiB upload, the coordinator's RSS growth, createTask p99 during it against
+without it; about 20-30 s and 1 GiB of disk with the defaults). The ratios (row 5) are computed
+from whichever ran.
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
 """
 
@@ -45,6 +48,7 @@ ALL_ROWS = (
     "raw-sdk",
     "e2e-sqlite",
     "e2e-sqlite-runlog",
+    "e2e-sqlite-app",
     "e2e-postgres",
     "e2e-sqlite-single",
     "e2e-postgres-single",
@@ -56,6 +60,8 @@ ALL_ROWS = (
     "rq-simple",
     "create-single",
     "create-batch",
+    "create-dispatch",
+    "create-dispatch-many",
     "isolation",
     "artifacts-directory",
     "artifacts-azure",
@@ -95,6 +101,20 @@ RATIOS = (
     Ratio("e2e-sqlite", "rq-simple", PERCENT),
     Ratio("e2e-postgres", "rq-simple", PERCENT),
     Ratio("create-batch", "create-single", FACTOR),
+    Ratio(
+        "create-dispatch-many",
+        "create-batch",
+        PERCENT,
+        "create-dispatch-many / create-batch (target >= 90%)",
+    ),
+    Ratio(
+        "create-dispatch",
+        "create-single",
+        PERCENT,
+        "create-dispatch / create-single (target >= 80%)",
+    ),
+    Ratio("e2e-sqlite-app", "e2e-sqlite", PERCENT),
+    Ratio("e2e-sqlite-app", "e2e-sqlite-runlog", PERCENT),
     Ratio("isolation-process", "isolation-none", PERCENT),
     *(
         Ratio(
@@ -292,12 +312,14 @@ async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | Non
     batching = not key.endswith("-single")
     if key.startswith("e2e-"):
         async with AzuriteProcess() as azurite:
-            run_log = key.endswith("-runlog")
-            return [await e2e.run(settings, azurite, store, batching=batching, run_log=run_log)]
+            run_log, app = key.endswith("-runlog"), key.endswith("-app")
+            return [
+                await e2e.run(settings, azurite, store, batching=batching, run_log=run_log, app=app)
+            ]
     if key.startswith("coord-"):
         return await coordinator_only.run(settings, store, batching=batching)
-    if key in ("create-single", "create-batch"):
-        mode: create.Mode = "single" if key == "create-single" else "batch"
+    if key.startswith("create-"):
+        mode: create.Mode = key.removeprefix("create-")  # type: ignore[assignment]
         async with AzuriteProcess() as azurite:
             return [await create.run(settings, azurite, mode)]
     if key == "isolation":

@@ -155,16 +155,22 @@ class TaskClient:
 
     @staticmethod
     def new_tasks(
-        count: int, *, worker_type: str, task_group_id: str, priority: str
+        count: int,
+        *,
+        worker_type: str,
+        task_group_id: str,
+        priority: str,
+        payload: dict[str, Any] | None = None,
     ) -> list[tuple[str, dict[str, Any]]]:
         """``count`` new ``(taskId, definition)`` no-op tasks of one worker type and group,
-        created now (they share one definition)."""
+        created now (they share one definition; its payload ``payload``, else empty)."""
         definition = task_definition(
             provisionerId=PROVISIONER_ID,
             workerType=worker_type,
             taskGroupId=task_group_id,
             priority=priority,
             metadata=BENCH_METADATA,
+            payload=payload or {},
         )
         return [(new_task_id(), definition) for _ in range(count)]
 

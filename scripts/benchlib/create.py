@@ -1,6 +1,11 @@
 """Row 6, creating tasks: ``create-single``, one createTask per request from ``producers``
 concurrent clients, against ``create-batch``, createTasks (``PUT /tasks``, the bulk endpoint)
-with ``create_batch`` tasks per request from ``create_requests`` concurrent clients.
+with ``create_batch`` tasks per request from ``create_requests`` concurrent clients; and the
+same through tasks as Python functions (:class:`worker_sdk.App`, :mod:`benchlib.noop_app`):
+``create-dispatch``, ``fn.dispatch()`` from ``producers`` concurrent callers, and
+``create-dispatch-many``, ``fn.dispatch_many()`` of ``create_batch`` calls from
+``create_requests`` concurrent callers (the SDK building, checking and signing each
+definition, against the harness's one shared definition per request).
 
 Each row has its own ``queue-coordinator serve`` process (SQLite store) and in-memory Azurite:
 the coordinator puts every new task's hint into Azurite before it answers, so both rates
@@ -21,6 +26,7 @@ from typing import Literal
 
 import aiohttp
 
+from benchlib import noop_app
 from benchlib.common import (
     CpuMeter,
     Row,
@@ -33,18 +39,25 @@ from benchlib.common import (
 )
 from benchlib.coordproc import TaskClient, coordinator, new_task_id
 from devharness.azurite import AzuriteProcess
+from worker_sdk import RequestFailed
 
-Mode = Literal["single", "batch"]
+Mode = Literal["single", "batch", "dispatch", "dispatch-many"]
 
 Request = tuple[float, float, int]
 """One answered request: sent and answered (epoch seconds), tasks it created."""
 
 
 async def run(settings: Settings, azurite: AzuriteProcess, mode: Mode) -> Row:
-    if mode == "single":
-        size, concurrency, method = 1, settings.producers, "createTask"
-    else:
-        size, concurrency, method = settings.create_batch, settings.create_requests, "createTasks"
+    one = mode in ("single", "dispatch")
+    size, concurrency = (
+        (1, settings.producers) if one else (settings.create_batch, settings.create_requests)
+    )
+    method = {
+        "single": "createTask",
+        "batch": "createTasks",
+        "dispatch": "App fn.dispatch() (createTask)",
+        "dispatch-many": "App fn.dispatch_many() (createTasks)",
+    }[mode]
     row = Row(
         key=f"create-{mode}",
         title=f"creating tasks, SQLite + Azurite hints: {method}, {size} per request",
@@ -69,24 +82,35 @@ async def run(settings: Settings, azurite: AzuriteProcess, mode: Mode) -> Row:
         tasks = TaskClient(session, running)
         worker_type = f"wt-{uuid.uuid4().hex[:8]}"
         task_group_id = new_task_id()
+        app, noop = noop_app.producer_app(running, worker_type)
         requests: list[Request] = []
         failures = 0
         window_start = time.monotonic() + settings.warmup
         stop_at = window_start + settings.duration
 
+        async def send() -> int:
+            """One request's worth of tasks, the row's way; how many were created."""
+            if mode == "dispatch":
+                await noop.dispatch(priority=settings.priority)
+                return 1
+            if mode == "dispatch-many":
+                calls = [()] * size
+                return len(await noop.dispatch_many(calls, priority=settings.priority))
+            items = tasks.new_tasks(
+                size,
+                worker_type=worker_type,
+                task_group_id=task_group_id,
+                priority=settings.priority,
+            )
+            return await tasks.send(items, batch=mode != "single")
+
         async def producer() -> None:
             nonlocal failures
             while time.monotonic() < stop_at:
-                items = tasks.new_tasks(
-                    size,
-                    worker_type=worker_type,
-                    task_group_id=task_group_id,
-                    priority=settings.priority,
-                )
                 sent = time.time()
                 try:
-                    created = await tasks.send(items, batch=mode != "single")
-                except (aiohttp.ClientError, TimeoutError, RuntimeError):
+                    created = await send()
+                except (aiohttp.ClientError, TimeoutError, RuntimeError, RequestFailed):
                     failures += size
                     await asyncio.sleep(0.1)
                     continue
@@ -94,7 +118,8 @@ async def run(settings: Settings, azurite: AzuriteProcess, mode: Mode) -> Row:
                 requests.append((sent, time.time(), created))
 
         measured = asyncio.create_task(metered_window(meter, window_start, stop_at))
-        await asyncio.gather(*(producer() for _ in range(concurrency)))
+        async with app:
+            await asyncio.gather(*(producer() for _ in range(concurrency)))
         wall_start, wall_end = await measured
     row.window = wall_end - wall_start
     created_inside = _created_inside(requests, wall_start, wall_end)

@@ -16,6 +16,10 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
 * ``e2e-sqlite-runlog``: ``e2e-sqlite`` with the workers' run log on (the SDK's default since
   issue 25): every run also uploads its ``public/logs/live_backing.log`` (createArtifact, then
   a PUT of its gzipped lines to the coordinator's directory backend) before its report.
+* ``e2e-sqlite-app``: ``e2e-sqlite`` with tasks as Python functions: each task's payload
+  calls :func:`benchlib.noop_app.noop` and the workers run ``queue-worker --app
+  benchlib.noop_app:app``, which routes the call, binds its arguments and uploads the run's
+  ``result.json`` (createArtifact + PUT, as the run log) before its report.
 
 Every other row runs its workers with ``--no-run-log``, so that they measure hint, claim and
 report throughput as they did before workers uploaded run logs, and stay comparable with
@@ -35,7 +39,7 @@ from pathlib import Path
 
 import aiohttp
 
-from benchlib import azure_rest
+from benchlib import azure_rest, noop_app
 from benchlib.common import (
     PYTHON,
     CpuMeter,
@@ -73,11 +77,13 @@ class WorkerOptions:
     :param batching: claimRuns and resolveRuns (else one request per step, see above).
     :param isolation: ``queue-worker --isolation``.
     :param run_log: upload each run's log (else ``--no-run-log``).
+    :param app: serve :mod:`benchlib.noop_app` with ``--app`` (the tasks call its function).
     """
 
     batching: bool
     isolation: Isolation = "none"
     run_log: bool = False
+    app: bool = False
 
 
 async def run(
@@ -87,9 +93,18 @@ async def run(
     *,
     batching: bool,
     run_log: bool = False,
+    app: bool = False,
 ) -> Row:
     label = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[store]
-    if run_log:
+    if app:
+        row = Row(
+            key=f"e2e-{store}-app",
+            title=f"end to end, {label} store, batching, tasks as Python functions: createTasks "
+            "-> queue-worker --app: claimRuns -> call -> createArtifact + PUT result.json -> "
+            "resolveRuns",
+            unit="tasks/s",
+        )
+    elif run_log:
         row = Row(
             key=f"e2e-{store}-runlog",
             title=f"end to end, {label} store, batching, run log on: createTasks -> SDK "
@@ -110,7 +125,7 @@ async def run(
             "poll/claimTask/delete -> reportCompleted",
             unit="tasks/s",
         )
-    return await measure(settings, azurite, store, row, batching=batching, run_log=run_log)
+    return await measure(settings, azurite, store, row, batching=batching, run_log=run_log, app=app)
 
 
 async def measure(
@@ -122,10 +137,11 @@ async def measure(
     batching: bool,
     isolation: Isolation = "none",
     run_log: bool = False,
+    app: bool = False,
 ) -> Row:
     """Fill ``row`` (its key names the work directory) with one end-to-end run whose workers
     run as :class:`WorkerOptions` says."""
-    options = WorkerOptions(batching=batching, isolation=isolation, run_log=run_log)
+    options = WorkerOptions(batching=batching, isolation=isolation, run_log=run_log, app=app)
     workdir = settings.workdir / row.key
     profile = workdir / "coordinator.pyisession" if settings.profile else None
     async with coordinator(
@@ -171,7 +187,7 @@ def _worker_command(
             if options.batching
             else ["--no-batching", "--empty-queue-skip=0", "--polls-in-flight=1"]
         ),
-        "benchlib.noop:handle",
+        *(["--app", "benchlib.noop_app:app"] if options.app else ["benchlib.noop:handle"]),
     ]
 
 
@@ -236,6 +252,7 @@ async def _measure(
                         worker_type=worker_type,
                         task_group_id=task_group_id,
                         priority=settings.priority,
+                        payload=noop_app.PAYLOAD if options.app else None,
                     )
                     now = time.time()
                     sent.update((task_id, now) for task_id, _ in items)
