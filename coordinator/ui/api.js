@@ -62,3 +62,25 @@ export async function countsOf(taskQueueIds) {
     return Promise.all(taskQueueIds.map(id => q.taskQueueCounts(id)));
   }
 }
+
+// The methods of ours (not Taskcluster's) the dashboard calls, as entries for the client's
+// generic request: the management API's filtered listing, counts and bulk actions, and a task
+// queue's pause and limits. Query filters repeat as `state=a&state=b`.
+const FILTERS = ['taskQueueId', 'state'];
+const OURS = {
+  listTasks: { method: 'get', route: '/tasks', args: [], query: [...FILTERS, 'limit',
+    'continuationToken'] },
+  countTasks: { method: 'get', route: '/tasks/count', args: [], query: FILTERS },
+  cancelTasks: { method: 'post', route: '/tasks/cancel', args: [], query: FILTERS },
+  rerunTasks: { method: 'post', route: '/tasks/rerun', args: [], query: FILTERS },
+  pauseTaskQueue: { method: 'post', route: '/task-queues/<taskQueueId>/pause',
+    args: ['taskQueueId'], query: [], input: true },
+  resumeTaskQueue: { method: 'post', route: '/task-queues/<taskQueueId>/resume',
+    args: ['taskQueueId'], query: [] },
+  setTaskQueueLimits: { method: 'put', route: '/task-queues/<taskQueueId>/limits',
+    args: ['taskQueueId'], query: [], input: true },
+};
+
+export function ours(name, ...args) {
+  return queue().request(OURS[name], args);
+}

@@ -2,9 +2,11 @@
 import { credentials, signIn, signOut } from './api.js';
 import { groupPage } from './group.js';
 import { hooksPage } from './hooks.js';
+import { queuePage } from './queue.js';
 import { queuesPage } from './queues.js';
 import { taskPage } from './task.js';
 import { tasksPage } from './tasks.js';
+import { workersPage } from './workers.js';
 
 const main = document.getElementById('app');
 let timers = [];
@@ -16,10 +18,15 @@ function route() {
   main.replaceChildren();
   const [path, search] = location.hash.replace(/^#/, '').split('?');
   const params = new URLSearchParams(search);
-  const [, page, id] = (path || '/').split('/');
+  const [, page, raw] = (path || '/').split('/');
+  const id = raw && decodeURIComponent(raw);
   if (page === 'task' && id) taskPage(main, id, route);
   else if (page === 'group' && id) groupPage(main, id);
-  else if (page === 'tasks') tasksPage(main, params);
+  else if (page === 'queue' && id) queuePage(main, id, params, route);
+  else if (page === 'workers' && id) workersPage(main, id);
+  else if (page === 'tasks' && params.get('queue')) {
+    location.replace(`#/queue/${encodeURIComponent(params.get('queue'))}`);
+  } else if (page === 'tasks') tasksPage(main, params);
   else if (page === 'hooks') hooksPage(main, every);
   else queuesPage(main, every);
 }

@@ -1,7 +1,7 @@
 // Task queues: counts per queue and a live chart of the total depth, refreshed every 3 s.
 import { all, countsOf, queue } from './api.js';
 import { depthChart } from './chart.js';
-import { failure, h, link } from './util.js';
+import { badge, failure, h, link } from './util.js';
 
 const SERIES = ['pending', 'delayed', 'running'];
 const CAPACITY = 60;
@@ -23,11 +23,11 @@ export function queuesPage(main, every) {
       const rows = ids.map((id, i) => {
         const c = counts[i];
         for (const s of SERIES) total[s] += c[s] ?? 0;
-        const tasks = `#/tasks?queue=${encodeURIComponent(id)}`;
+        const tasks = `#/queue/${encodeURIComponent(id)}`;
         return h('tr', { 'data-queue': id },
           h('td', {}, link(tasks, id)),
           ...SERIES.map(s => h('td', { class: `num ${s}` }, String(c[s] ?? 0))),
-          h('td', { class: 'muted' }, queues[i].stability));
+          h('td', {}, queues[i].paused ? badge('paused') : ''));
       });
       samples.push(total);
       if (samples.length > CAPACITY) samples.shift();
@@ -35,7 +35,7 @@ export function queuesPage(main, every) {
       table.replaceChildren(rows.length
         ? h('table', { id: 'queues' },
           h('thead', {}, h('tr', {}, h('th', {}, 'task queue'),
-            ...SERIES.map(s => h('th', { class: 'num' }, s)), h('th', {}, 'stability'))),
+            ...SERIES.map(s => h('th', { class: 'num' }, s)), h('th', {}, ''))),
           h('tbody', {}, rows))
         : h('p', {}, 'No task queue has been used yet.'));
       stamp.textContent = `Updated ${new Date().toLocaleTimeString()}; every 3 s.`;

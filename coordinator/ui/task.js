@@ -56,7 +56,7 @@ export async function taskPage(main, taskId, rerender) {
   main.append(
     h('p', {}, badge(status.state), ' ', task.metadata.name, ' — group ',
       link(`#/group/${status.taskGroupId}`, status.taskGroupId), ', queue ',
-      link(`#/tasks?queue=${encodeURIComponent(status.taskQueueId)}`, status.taskQueueId)),
+      link(`#/queue/${encodeURIComponent(status.taskQueueId)}`, status.taskQueueId)),
     h('div', { class: 'actions' },
       act('cancel', () => queue().cancelTask(taskId)),
       act('rerun', () => queue().rerunTask(taskId)),

@@ -1,29 +1,15 @@
-// A task list: a task group's tasks (listTaskGroup) or a queue's pending and running tasks
-// (listPendingTasks, listClaimedTasks), narrowed by a state filter.
+// A task group's tasks (listTaskGroup), narrowed by a state filter. A task queue's tasks are
+// on its own page (queue.js), through the management API.
 import { all, queue } from './api.js';
 import { STATES, badge, failure, h, link } from './util.js';
 
 async function load(params) {
-  const q = queue();
-  if (params.get('group')) {
-    const tasks = await all(query => q.listTaskGroup(params.get('group'), query), 'tasks');
-    return tasks.map(({ status, task }) => ({ taskId: status.taskId, state: status.state, task }));
-  }
-  const id = params.get('queue');
-  const [pending, claimed] = await Promise.all([
-    all(query => q.listPendingTasks(id, query), 'tasks'),
-    all(query => q.listClaimedTasks(id, query), 'tasks'),
-  ]);
-  return [
-    ...pending.map(t => ({ taskId: t.taskId, state: 'pending', task: t.task })),
-    ...claimed.map(t => ({ taskId: t.taskId, state: 'running', task: t.task })),
-  ];
+  const tasks = await all(query => queue().listTaskGroup(params.get('group'), query), 'tasks');
+  return tasks.map(({ status, task }) => ({ taskId: status.taskId, state: status.state, task }));
 }
 
 export async function tasksPage(main, params) {
-  const source = params.get('group')
-    ? ['Task group ', link(`#/group/${params.get('group')}`, params.get('group'))]
-    : ['Task queue ', params.get('queue')];
+  const source = ['Task group ', link(`#/group/${params.get('group')}`, params.get('group'))];
   const filter = h('select', { id: 'state-filter', 'aria-label': 'state' },
     h('option', { value: '' }, 'all states'),
     ...STATES.map(s => h('option', { value: s }, s)));

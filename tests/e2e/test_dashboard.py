@@ -126,10 +126,18 @@ async def test_dashboard_as_a_person_uses_it(
     await page.select_option("#state-filter", "unscheduled")
     await expect(rows).to_have_count(1, timeout=WAIT_MS)
 
-    # A queue's list: its pending and running tasks.
+    # A queue's page lists its tasks of every state through the management API; a failed
+    # one links to its log on the task page.
     await page.goto(f"{coordinator.url}/ui/#/tasks?queue=dash%2Fbuilder", timeout=WAIT_MS)
+    await expect(rows).to_have_count(4, timeout=WAIT_MS)  # and the unscheduled deploy
+    failed = page.locator(f'#tasks tr[data-task="{ids["build-b"]}"]')
+    await expect(failed).to_have_attribute("data-state", "failed", timeout=WAIT_MS)
+    await expect(failed.locator("a.log-link")).to_have_attribute(
+        "href", f"#/task/{ids['build-b']}", timeout=WAIT_MS
+    )
+    await page.select_option("#state-filter", "running")
     await expect(rows).to_have_count(1, timeout=WAIT_MS)
-    await expect(rows.first).to_have_attribute("data-state", "running", timeout=WAIT_MS)
+    await expect(rows.first).to_have_attribute("data-task", ids["test-running"], timeout=WAIT_MS)
 
     # The group page's progress bar.
     await page.goto(f"{coordinator.url}/ui/#/group/{seed.group}", timeout=WAIT_MS)
@@ -259,4 +267,83 @@ async def test_task_page_shows_each_runs_artifacts_and_its_log(
     await expect(rows).to_have_count(1, timeout=WAIT_MS)
     await expect(log).to_have_text("run 0 started\nrun 0 shut down\n", timeout=WAIT_MS)
     await expect(page.locator("#log-note")).not_to_contain_text("The last", timeout=WAIT_MS)
+    assert not errors, errors
+
+
+async def test_an_operator_drives_a_queue_from_its_page(
+    start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
+) -> None:
+    """The queue page: counts by state, pause and resume, limits, a task list paged on the
+    server, rerun and cancel of the filtered tasks after a confirmation; the workers page."""
+    coordinator, creds = await start_secured(start_coordinator, tmp_path / "clients.json", {})
+    seed = Seed(coordinator, creds["root"])
+    failed = []
+    for n in range(3):
+        task_id = await seed.create(f"flaky-{n}", worker_type="ops", retries=0)
+        await seed.claim(task_id)
+        await seed.queue.reportFailed(task_id, "0")
+        failed.append(task_id)
+    for n in range(52):  # more than one page of 50
+        await seed.create(f"waiting-{n}", worker_type="ops")
+    page = await browser.new_page(viewport={"width": 1200, "height": 900})
+    page.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("dialog", lambda dialog: dialog.accept())
+
+    await page.goto(f"{coordinator.url}/ui/", timeout=WAIT_MS)
+    await page.locator('tr[data-queue="dash/ops"] a').click()
+    counts = page.locator("#state-counts")
+    await expect(counts.locator("td.failed")).to_have_text("3", timeout=WAIT_MS)
+    await expect(counts.locator("td.pending")).to_have_text("52", timeout=WAIT_MS)
+    rows = page.locator("#tasks tbody tr")
+    await expect(rows).to_have_count(50, timeout=WAIT_MS)
+    await page.click("#next-page")
+    await expect(rows).to_have_count(5, timeout=WAIT_MS)
+    await page.click("#previous-page")
+    await expect(rows).to_have_count(50, timeout=WAIT_MS)
+    await expect(page.locator("button.action.pause")).to_be_disabled(timeout=WAIT_MS)
+
+    await sign_in(page, creds["root"])
+    await page.fill("#pause-reason", "downstream outage")
+    await page.click("button.action.pause")
+    await expect(page.locator("#pause-state")).to_contain_text("downstream outage", timeout=WAIT_MS)
+    queue = await coordinator.ok("GET", "/task-queues/dash%2Fops")
+    assert queue["paused"]["reason"] == "downstream outage"
+    await page.fill("#max-running", "2")
+    await page.fill("#max-claims-per-second", "5")
+    await page.click("button.action.limits")
+    await expect(page.locator("#action-result")).to_have_text("Limits set.", timeout=WAIT_MS)
+    queue = await coordinator.ok("GET", "/task-queues/dash%2Fops")
+    assert queue["limits"] == {"maxRunning": 2, "maxClaimsPerSecond": 5}
+    await expect(page.locator("#max-running")).to_have_value("2", timeout=WAIT_MS)
+    await page.click("button.action.resume")
+    await expect(page.locator("#pause-state")).to_have_text(
+        "Claims are handed out.", timeout=WAIT_MS
+    )
+
+    # The failed tasks, filtered on the server, then all of them rerun after a confirmation.
+    await page.select_option("#state-filter", "failed")
+    await expect(rows).to_have_count(3, timeout=WAIT_MS)
+    await page.click("button.action.bulk-rerun")
+    await expect(page.locator("#action-result")).to_have_text(
+        "Rerun all: 3 tasks.", timeout=WAIT_MS
+    )
+    await expect(rows).to_have_count(0, timeout=WAIT_MS)
+    for task_id in failed:
+        status = (await coordinator.ok("GET", f"/task/{task_id}/status"))["status"]
+        assert [run["reasonCreated"] for run in status["runs"]] == ["scheduled", "rerun"]
+    await page.select_option("#state-filter", "pending")
+    await page.click("button.action.bulk-cancel")
+    await expect(page.locator("#action-result")).to_have_text(
+        "Cancel all: 55 tasks.", timeout=WAIT_MS
+    )
+    await expect(counts.locator("td.exception")).to_have_text("55", timeout=WAIT_MS)
+
+    # The workers page: the worker that claimed, with its recent tasks.
+    await page.click("text=Workers and their recent tasks")
+    worker = page.locator('#workers tr[data-worker="dash/w1"]')
+    await expect(worker.locator("td.recent a")).to_have_count(3, timeout=WAIT_MS)
+    await worker.locator("td.recent a").first.click()
+    await expect(page.locator("h1")).to_contain_text(failed[-1], timeout=WAIT_MS)
     assert not errors, errors
