@@ -220,6 +220,12 @@ class App:
         :attr:`task_queues`; ``options`` are its other parameters (``capacity``, ...)."""
         if not self._functions:
             raise ValueError("the app has no functions: register some with @app.task")
+        if options.get("isolation") == "process":
+            # its handler processes must import the app by name, which only the command knows
+            raise ValueError(
+                "isolation='process' serves an app from the command line: queue-worker --app "
+                "package.module:app --isolation process"
+            )
         return Worker(
             root_urls=self.connection.root_urls,
             credentials=self.connection.credentials,

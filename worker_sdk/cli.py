@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib
 import logging
 import math
@@ -61,7 +62,7 @@ from worker_sdk.priorities import (
     task_queues_of,
     weights_with,
 )
-from worker_sdk.runs import Handler
+from worker_sdk.runs import Handler, TaskRun
 from worker_sdk.supervisor import SUPERVISOR_ENV, Supervisor
 from worker_sdk.worker import (
     ISOLATIONS,
@@ -393,6 +394,7 @@ def load_handler(spec: str) -> Handler:
     return handler
 
 
+@functools.cache
 def load_app(spec: str) -> App:
     """Import ``package.module:app``, an :class:`~worker_sdk.app.App` with functions."""
     target = _imported(spec)
@@ -401,6 +403,18 @@ def load_app(spec: str) -> App:
     if not target.functions:
         raise TypeError(f"{spec} has no functions: register some with @app.task")
     return target
+
+
+@dataclass(frozen=True)
+class ServedApp:
+    """The handler of ``--app``: the app named ``spec`` serves each run. It travels by that
+    name, so under ``--isolation process`` each handler process imports the app itself (an
+    App, with its connection, is not plain data)."""
+
+    spec: str
+
+    async def __call__(self, run: TaskRun) -> None:
+        await load_app(self.spec).serve(run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -416,9 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     task_queues = options.task_queues
     try:
         if options.app is not None:
-            app = load_app(options.app)
-            handler: Handler = app.serve
-            task_queues = task_queues or app.task_queues
+            handler: Handler = ServedApp(options.app)
+            task_queues = task_queues or load_app(options.app).task_queues
         else:
             assert options.handler is not None
             handler = load_handler(options.handler)

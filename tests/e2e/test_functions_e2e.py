@@ -25,12 +25,19 @@ APP = "tests.e2e.function_app:app"
 
 
 @pytest.fixture
-async def served(e2e: MakeE2E) -> AsyncIterator[tuple[E2E, App]]:
-    """A coordinator with a worker process serving :data:`APP` with capacity 4, and the
-    test's own app of the same functions, signed as root."""
+async def served(e2e: MakeE2E, request: pytest.FixtureRequest) -> AsyncIterator[tuple[E2E, App]]:
+    """A coordinator with a worker process serving :data:`APP` with capacity 4 (and, through
+    indirect parametrization, further command-line flags), and the test's own app of the
+    same functions, signed as root."""
     s = await e2e(claim_work=False)
     task_queue = f"{s.provisioner_id}/{s.worker_type}"
-    await s.start_worker("fn", capacity=4, app=APP, env={function_app.TASK_QUEUE_ENV: task_queue})
+    await s.start_worker(
+        "fn",
+        capacity=4,
+        app=APP,
+        env={function_app.TASK_QUEUE_ENV: task_queue},
+        flags=getattr(request, "param", ()),
+    )
     root = ensure_root_client(s.directory / "clients.json")
     app = App(
         root_url=s.root_url,
@@ -165,3 +172,23 @@ async def test_max_run_time_cancels_the_function_and_fails_the_run(
     assert "max_run_time of 1 s exceeded: tests.e2e.function_app:sleepy was cancelled" in log
     run = (await s.status(handle.task_id))["runs"][0]
     assert (from_iso(run["resolved"]) - from_iso(run["started"])) / 1000 < 20
+
+
+@pytest.mark.parametrize("served", [("--isolation", "process")], indirect=True)
+async def test_functions_run_alike_in_handler_processes(served: tuple[E2E, App]) -> None:
+    """The pool's children import the app by its name; results, remote errors and a retry
+    block's retryAfter cross back from them."""
+    s, app = served
+    total = await fn(app, function_app.add).dispatch(20, 22)
+    by_zero = await fn(app, function_app.divide).dispatch(1, 0)
+    failing = await fn(app, function_app.always_failing).dispatch()
+    assert await total.result(timeout=30) == 42
+    with pytest.raises(TaskFailed) as failed:
+        await by_zero.result(timeout=30)
+    assert failed.value.type == "builtins.ZeroDivisionError"
+    with pytest.raises(TaskFailed):
+        await failing.result(timeout=60)
+    runs = (await s.status(failing.task_id))["runs"]
+    assert len(runs) == len(function_app.RETRY_DELAYS) + 1
+    for before, after, delay in zip(runs[:-1], runs[1:], function_app.RETRY_DELAYS, strict=True):
+        assert (from_iso(after["started"]) - from_iso(before["resolved"])) / 1000 >= delay

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import re
 from datetime import UTC, datetime, timedelta
 from inspect import signature
@@ -262,3 +263,12 @@ def test_app_option_needs_no_task_queue_and_excludes_a_handler() -> None:
 def test_load_app_refuses_what_is_no_app_with_functions() -> None:
     with pytest.raises(TypeError, match=r"not a worker_sdk\.App"):
         cli.load_app("worker_sdk.timing:jittered")
+
+
+def test_the_app_handler_travels_by_name_to_handler_processes() -> None:
+    handler = cli.ServedApp("examples.tasks_app:app")
+    assert pickle.loads(pickle.dumps(handler)) == handler
+    app = App(root_url="http://c", credentials=None, task_queue="p/w")
+    app.task(greet)
+    with pytest.raises(ValueError, match=r"queue-worker --app package\.module:app --isolation"):
+        app.worker(isolation="process")
