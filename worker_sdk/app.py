@@ -40,7 +40,7 @@ from hawk_signing import Credentials
 from worker_sdk.artifacts import expires_text
 from worker_sdk.calls import FunctionCall, encode_call, function_name
 from worker_sdk.client import root_urls_of
-from worker_sdk.connection import Connection
+from worker_sdk.connection import Connection, blocking_form
 from worker_sdk.errors import RequestFailed
 from worker_sdk.handles import TaskHandle
 from worker_sdk.priorities import PRIORITIES, TaskQueue
@@ -268,6 +268,10 @@ class TaskFunction(Generic[_P, _R]):
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
 
+    @property
+    def connection(self) -> Connection:
+        return self.app.connection
+
     def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return self.function(*args, **kwargs)
 
@@ -276,6 +280,7 @@ class TaskFunction(Generic[_P, _R]):
 
     async def dispatch(
         self,
+        /,
         *args: Any,
         wait: Wait | None = None,
         at: datetime | None = None,
@@ -355,37 +360,8 @@ class TaskFunction(Generic[_P, _R]):
             )
         return [self.app.handle(task_id) for task_id in task_ids]
 
-    def dispatch_sync(
-        self,
-        *args: Any,
-        wait: Wait | None = None,
-        at: datetime | None = None,
-        priority: str | None = None,
-        dependencies: Iterable[TaskHandle | str] = (),
-        **kwargs: Any,
-    ) -> TaskHandle:
-        """:meth:`dispatch` for code without an event loop."""
-        return self.app.connection.blocking(
-            self.dispatch(
-                *args, wait=wait, at=at, priority=priority, dependencies=dependencies, **kwargs
-            )
-        )
-
-    def dispatch_many_sync(
-        self,
-        calls: Iterable[Sequence[Any] | Mapping[str, Any]],
-        *,
-        wait: Wait | None = None,
-        at: datetime | None = None,
-        priority: str | None = None,
-        dependencies: Iterable[TaskHandle | str] = (),
-    ) -> list[TaskHandle]:
-        """:meth:`dispatch_many` for code without an event loop."""
-        return self.app.connection.blocking(
-            self.dispatch_many(
-                calls, wait=wait, at=at, priority=priority, dependencies=dependencies
-            )
-        )
+    dispatch_sync = blocking_form(dispatch)
+    dispatch_many_sync = blocking_form(dispatch_many)
 
     def _encode(self, index: int, call: Sequence[Any] | Mapping[str, Any]) -> FunctionCall:
         if isinstance(call, Mapping):

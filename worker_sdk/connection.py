@@ -12,10 +12,11 @@ or Django view, a script, a sync handler's thread), and refuse to block a runnin
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import weakref
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import aiohttp
 
@@ -23,6 +24,7 @@ from hawk_signing import Credentials
 from worker_sdk.client import CoordinatorClient
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 class Connection:
@@ -96,3 +98,29 @@ def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
         loop.run_forever()
     finally:
         loop.close()
+
+
+class Connected(Protocol):
+    """What has a connection: an app's functions and handles."""
+
+    @property
+    def connection(self) -> Connection: ...
+
+
+_C = TypeVar("_C", bound=Connected)
+
+
+def blocking_form(
+    method: Callable[Concatenate[_C, _P], Coroutine[Any, Any, _T]],
+) -> Callable[Concatenate[_C, _P], _T]:
+    """The ``_sync`` form of a coroutine method: the same parameters, run on the object's
+    connection's own loop (:meth:`Connection.blocking`) while the calling thread waits."""
+
+    @functools.wraps(method)
+    def call(self: _C, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return self.connection.blocking(method(self, *args, **kwargs))
+
+    call.__name__ = f"{method.__name__}_sync"
+    call.__qualname__ = f"{method.__qualname__}_sync"
+    call.__doc__ = f"``{method.__name__}`` for code without an event loop."
+    return call

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from worker_sdk.connection import Connection
+from worker_sdk.connection import Connection, blocking_form
 from worker_sdk.errors import RequestFailed
 from worker_sdk.results import RESULT_ARTIFACT, outcome, task_failed
 
@@ -82,14 +82,6 @@ class TaskHandle:
             raise
         return dict(outcome(content))
 
-    def status_sync(self) -> str:
-        """:meth:`status` for code without an event loop."""
-        return self.connection.blocking(self.status())
-
-    def cancel_sync(self) -> None:
-        """:meth:`cancel` for code without an event loop."""
-        self.connection.blocking(self.cancel())
-
-    def result_sync(self, timeout: float | None = None) -> Any:
-        """:meth:`result` for code without an event loop."""
-        return self.connection.blocking(self.result(timeout))
+    status_sync = blocking_form(status)
+    cancel_sync = blocking_form(cancel)
+    result_sync = blocking_form(result)
