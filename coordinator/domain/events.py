@@ -182,6 +182,15 @@ def task_events(before: TaskRecord | None, after: TaskRecord) -> list[QueueEvent
     return events
 
 
+def running_event(record: TaskRecord, run_id: int) -> QueueEvent:
+    """task-running of run ``run_id`` as it stands: what a repeated claim (the same worker
+    claiming the run it holds) publishes again, as Taskcluster's claimTask does."""
+    run = record.runs[run_id]
+    return _task_event(
+        "task-running", record, run, _run_extra("task-running", run), record.status()
+    )
+
+
 def artifact_event(record: TaskRecord, artifact: Artifact) -> QueueEvent | None:
     """artifact-created of a new (or repeated) artifact, as createArtifact publishes it;
     ``None`` for an ``s3`` artifact, which Taskcluster never announces."""

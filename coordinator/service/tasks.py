@@ -15,7 +15,7 @@ from typing import Any
 
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
-from coordinator.domain.events import group_event, task_events
+from coordinator.domain.events import group_event, running_event, task_events
 from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
@@ -355,12 +355,11 @@ class TaskService:
 
         :raises NotFound: no such group.
         """
-        group = await self._store.seal_task_group(task_group_id, now=self.clock())
+        group = await self._store.seal_task_group(
+            task_group_id, now=self.clock(), announce=self.transitions.publish_events
+        )
         if group is None:
             raise NotFound(f"task group {task_group_id} does not exist")
-        if self.transitions.publish_events:
-            # every call, as Taskcluster's; in the outbox before the caller hears of the seal
-            await self._store.append_events([group_event("task-group-sealed", group)])
         return group
 
     async def cancel_task_group(self, group: TaskGroup) -> list[str]:
@@ -457,6 +456,9 @@ class TaskService:
     ) -> TaskRecord:
         transition = self._claiming(run_id, worker_group=worker_group, worker_id=worker_id)
         result = await self.apply(task_id, transition, action="claimed", read=read)
+        if not result.changed and self.transitions.publish_events:
+            # the same worker's claim again: Taskcluster publishes task-running again too
+            await self._store.append_events([running_event(result.record, run_id)])
         return result.record
 
     async def reclaim(self, task_id: str, run_id: int) -> TaskRecord:

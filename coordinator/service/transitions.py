@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any
 
 from coordinator.domain.errors import Conflict, DomainError, NotFound
-from coordinator.domain.events import QueueEvent, group_event, task_events
+from coordinator.domain.events import QueueEvent, task_events
 from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.records import Run, TaskRecord
 from coordinator.service.background import Background
@@ -132,7 +132,9 @@ class Transitions:
             if not result.changed:
                 return result
             events = task_events(record, result.record) if self.publish_events else ()
-            stored = await self._store.compare_and_set(result.record, events=events)
+            stored = await self._store.compare_and_set(
+                result.record, events=events, resolving=result.resolved
+            )
             if stored is not None:
                 result = self._written(action, record, result, stored)
                 await self.effects(result)
@@ -192,7 +194,9 @@ class Transitions:
             if self.publish_events:
                 events = {r.task_id: task_events(r, w.record) for _, r, w in writes}
             stored = await self._store.compare_and_set_many(
-                [w[2].record for w in writes], events=events
+                [w[2].record for w in writes],
+                events=events,
+                resolving={w.record.task_id for _, _, w in writes if w.resolved},
             )
             written: list[TransitionResult] = []
             indexes = []
@@ -232,10 +236,8 @@ class Transitions:
     def has_effects(self, result: TransitionResult) -> bool:
         """Whether :meth:`effects` has anything to do for ``result`` (most claims and reports
         have not, and a batch need not start a coroutine for each of them)."""
-        return (
-            (result.hint is not None and self._hints.enabled)
-            or (result.resolved and result.record.notify_dependents)
-            or (result.resolved and self.publish_events)
+        return (result.hint is not None and self._hints.enabled) or (
+            result.resolved and result.record.notify_dependents
         )
 
     async def effects(self, result: TransitionResult) -> None:
@@ -244,18 +246,6 @@ class Transitions:
             await self._hints.publish(result.hint)
         if result.resolved and result.record.notify_dependents:
             self._background.spawn(self._resolve_dependents(result.record.task_id))
-        if result.resolved and self.publish_events:
-            self._background.spawn(self._group_resolved(result.record.task_group_id))
-
-    async def _group_resolved(self, task_group_id: str) -> None:
-        """task-group-resolved when the group has no unresolved task left, as Taskcluster's
-        dependency tracker checks after each resolution (two resolving at once may both
-        announce it)."""
-        if await self._store.unresolved_in_group(task_group_id, limit=1, after=None):
-            return
-        group = await self._store.get_task_group(task_group_id)
-        if group is not None:
-            await self._store.append_events([group_event("task-group-resolved", group)])
 
     async def _resolve_dependents(self, task_id: str) -> None:
         await self._on_resolved(task_id)

@@ -27,7 +27,7 @@ import abc
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
@@ -107,10 +107,15 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def compare_and_set(
-        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = (), resolving: bool = False
     ) -> TaskRecord | None:
         """Write the record's mutable status if the stored version is ``record.version``,
         and then ``events`` in the outbox in the same transaction.
+
+        ``resolving`` (with ``events``): the write resolves the task; if it leaves the task's
+        group without an unresolved task, the group's task-group-resolved goes to the outbox
+        too, after the task's own events, in the same transaction. Of concurrent resolutions
+        of a group's last tasks exactly one writes it.
 
         ``notify_dependents`` is stored only if some task depends on this one: resolving a task
         nobody depends on then needs no dependency pass (a dependent created afterwards reads
@@ -127,11 +132,13 @@ class Store(abc.ABC):
         records: Sequence[TaskRecord],
         *,
         events: Mapping[str, Sequence[QueueEvent]] | None = None,
+        resolving: Collection[str] = (),
     ) -> list[TaskRecord | None]:
         """:meth:`compare_and_set` for records of distinct tasks in one round trip (SQLite:
         one transaction; PostgreSQL: one statement, or one transaction with ``events``). Each
         record wins or loses on its own version: a lost one never holds back the others; the
-        ``events`` of the records written (by task id) go to the outbox with them.
+        ``events`` of the records written (by task id) go to the outbox with them, and the
+        task-group-resolved of the groups those of ``resolving`` written leave resolved.
 
         :returns: per record, in order, what :meth:`compare_and_set` would have returned.
         """
@@ -218,9 +225,13 @@ class Store(abc.ABC):
         """The group, created by the insert of its first task; ``None`` if unknown."""
 
     @abc.abstractmethod
-    async def seal_task_group(self, task_group_id: str, *, now: int) -> TaskGroup | None:
+    async def seal_task_group(
+        self, task_group_id: str, *, now: int, announce: bool = False
+    ) -> TaskGroup | None:
         """Seal the group at ``now`` unless sealed already; the group as now stored, ``None``
-        if unknown. From then on :meth:`insert` refuses tasks of the group."""
+        if unknown. From then on :meth:`insert` refuses tasks of the group. ``announce``:
+        its task-group-sealed (every call, as Taskcluster's) goes to the outbox in the same
+        transaction."""
 
     @abc.abstractmethod
     async def task_group_size(self, task_group_id: str) -> int:

@@ -41,7 +41,7 @@ import functools
 import json
 import re
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -56,10 +56,17 @@ from asyncpg.exceptions import (
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.errors import InputError
-from coordinator.domain.events import BrokerReply, OutboxEntry, OutboxPass, QueueEvent
+from coordinator.domain.events import (
+    BrokerReply,
+    OutboxEntry,
+    OutboxPass,
+    QueueEvent,
+    group_event,
+)
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
+from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
@@ -74,7 +81,7 @@ from coordinator.store.rows import (
     stored_after_cas,
     tag_rows,
 )
-from coordinator.store.sql_store import SQLStore
+from coordinator.store.sql_store import SQLStore, task_group_from_row
 from coordinator.store.sqlfiles import migrations, queries
 from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
@@ -139,20 +146,33 @@ _OUTBOX_CTE = """, outbox AS (
          WITH ORDINALITY AS e (event_key, exchange, routing_key, cc, body, n)
     WHERE EXISTS (SELECT 1 FROM {written})
     ORDER BY e.n
+    RETURNING id
 )
 """
 """The outbox rows of a single write, inserted by the write's own statement (one round trip)
 only if it wrote (``{written}``: the CTE of its RETURNING rows), in the order given."""
 
+_GROUP_RESOLVED = (
+    "(SELECT queue_task_group_resolved(:task_group_id, CAST(ARRAY[:task_id] AS TEXT[])) "
+    "FROM (SELECT count(*) FROM outbox) AS after_its_events)"
+)
+"""A resolving write's check of its group (migration 0013), after its own events are in the
+outbox: the scalar subquery reads the outbox CTE first, so task-group-resolved comes after
+the task's own message."""
+
 
 def _with_outbox() -> dict[str, _Statement]:
-    """``compare_and_set`` and ``insert_task`` that also write their outbox rows."""
+    """``compare_and_set`` and ``insert_task`` that also write their outbox rows, and
+    ``compare_and_set_resolving`` that then also announces the group if it resolved."""
     raw = queries("postgres")
     cas = f"WITH written AS (\n{raw['compare_and_set']}\n)" + _OUTBOX_CTE.format(written="written")
     insert, tail = raw["insert_task"].rsplit("\nSELECT count(*) FROM task", 1)
     assert not tail.strip(), "insert_task must end with its count"
     return {
         "compare_and_set": _positional(cas + "SELECT version, notify_dependents FROM written"),
+        "compare_and_set_resolving": _positional(
+            cas + f"SELECT version, notify_dependents, {_GROUP_RESOLVED} FROM written"
+        ),
         "insert_task": _positional(
             insert + _OUTBOX_CTE.format(written="task") + "SELECT count(*) FROM task"
         ),
@@ -198,6 +218,20 @@ def _is_outage(error: BaseException) -> bool:
         )
         or type(error) is asyncpg.InterfaceError
     )
+
+
+async def _groups_resolved(
+    conn: asyncpg.Connection, records: Sequence[TaskRecord], resolved: Collection[str]
+) -> None:
+    """task-group-resolved of each group whose tasks these ``resolved`` ids (written in this
+    transaction) were the last unresolved of, groups in order (their advisory locks too)."""
+    groups: dict[str, list[str]] = {}
+    for record in records:
+        if record.task_id in resolved:
+            groups.setdefault(record.task_group_id, []).append(record.task_id)
+    statement = _Q["task_group_resolved"]
+    for group, task_ids in sorted(groups.items()):
+        await conn.execute(statement.sql, *statement.args({"group": group, "task_ids": task_ids}))
 
 
 @functools.lru_cache(maxsize=512)
@@ -322,10 +356,14 @@ class PostgresStore(SQLStore):
     # --- single records -------------------------------------------------------------------
 
     async def _with_events(
-        self, fetch: Callable[[asyncpg.Connection], Awaitable[T]], events: Callable[[T], list[Any]]
+        self,
+        fetch: Callable[[asyncpg.Connection], Awaitable[T]],
+        events: Callable[[T], list[Any]],
+        *,
+        then: Callable[[asyncpg.Connection, T], Awaitable[None]] | None = None,
     ) -> T:
-        """Run ``fetch`` and then insert the outbox rows ``events`` makes of its result, in one
-        transaction (publishing on: the statement alone when off)."""
+        """Run ``fetch`` and then insert the outbox rows ``events`` makes of its result (and
+        ``then``), in one transaction (publishing on: the statement alone when off)."""
 
         async def run() -> T:
             async with self._connections.acquire() as conn, conn.transaction():
@@ -334,6 +372,8 @@ class PostgresStore(SQLStore):
                 if rows:
                     statement = _Q["insert_outbox_event"]
                     await conn.executemany(statement.sql, [statement.args(r) for r in rows])
+                if then is not None:
+                    await then(conn, result)
                 return result
 
         return await self._outages.watch(run())
@@ -405,11 +445,15 @@ class PostgresStore(SQLStore):
         return fetch
 
     async def compare_and_set(
-        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = (), resolving: bool = False
     ) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
         if events:
-            statement, args = _with_outbox_args("compare_and_set", params, events)
+            name = "compare_and_set"
+            if resolving:
+                name += "_resolving"
+                params["task_group_id"] = record.task_group_id
+            statement, args = _with_outbox_args(name, params, events)
             rows = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         else:
             rows = await self._fetch("compare_and_set", **params)
@@ -420,6 +464,7 @@ class PostgresStore(SQLStore):
         records: Sequence[TaskRecord],
         *,
         events: Mapping[str, Sequence[QueueEvent]] | None = None,
+        resolving: Collection[str] = (),
     ) -> list[TaskRecord | None]:
         if not records:
             return []
@@ -429,6 +474,9 @@ class PostgresStore(SQLStore):
             fetched = await self._with_events(
                 self._fetcher("compare_and_set_many", values),
                 lambda rows: written_outbox_rows(records, {row["task_id"] for row in rows}, events),
+                then=lambda conn, rows: _groups_resolved(
+                    conn, records, {row["task_id"] for row in rows} & set(resolving)
+                ),
             )
         else:
             fetched = await self._fetch("compare_and_set_many", **values)
@@ -470,6 +518,22 @@ class PostgresStore(SQLStore):
                     delete = _Q["delete_outbox_events"]
                     await conn.execute(delete.sql, *delete.args({"ids": settled.deleted}))
                 return settled.outcome
+
+        return await self._outages.watch(run())
+
+    async def _seal_announcing(self, task_group_id: str, *, now: int) -> TaskGroup | None:
+        async def run() -> TaskGroup | None:
+            async with self._connections.acquire() as conn, conn.transaction():
+                seal = _Q["seal_task_group"]
+                params = {"task_group_id": task_group_id, "now": now}
+                rows = await conn.fetch(seal.sql, *seal.args(params))
+                if not rows:
+                    return None
+                group = task_group_from_row(rows[0])
+                insert = _Q["insert_outbox_event"]
+                events = outbox_rows([group_event("task-group-sealed", group)])
+                await conn.executemany(insert.sql, [insert.args(r) for r in events])
+                return group
 
         return await self._outages.watch(run())
 

@@ -110,11 +110,19 @@ class SQLStore(Store, abc.ABC):
 
     async def get_task_group(self, task_group_id: str) -> TaskGroup | None:
         rows = await self._fetch("get_task_group", task_group_id=task_group_id)
-        return _task_group(rows[0]) if rows else None
+        return task_group_from_row(rows[0]) if rows else None
 
-    async def seal_task_group(self, task_group_id: str, *, now: int) -> TaskGroup | None:
+    async def seal_task_group(
+        self, task_group_id: str, *, now: int, announce: bool = False
+    ) -> TaskGroup | None:
+        if announce:
+            return await self._seal_announcing(task_group_id, now=now)
         rows = await self._fetch("seal_task_group", task_group_id=task_group_id, now=now)
-        return _task_group(rows[0]) if rows else None
+        return task_group_from_row(rows[0]) if rows else None
+
+    @abc.abstractmethod
+    async def _seal_announcing(self, task_group_id: str, *, now: int) -> TaskGroup | None:
+        """:meth:`seal_task_group` with its task-group-sealed written in its transaction."""
 
     async def task_group_size(self, task_group_id: str) -> int:
         rows = await self._fetch("task_group_size", task_group_id=task_group_id)
@@ -392,7 +400,7 @@ def _artifact_name(artifact: Artifact) -> str:
     return artifact.name
 
 
-def _task_group(row: Row) -> TaskGroup:
+def task_group_from_row(row: Row) -> TaskGroup:
     return TaskGroup(
         task_group_id=row["task_group_id"],
         scheduler_id=row["scheduler_id"],

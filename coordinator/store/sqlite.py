@@ -22,17 +22,24 @@ import functools
 import json
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.errors import InputError
-from coordinator.domain.events import BrokerReply, OutboxEntry, OutboxPass, QueueEvent
+from coordinator.domain.events import (
+    BrokerReply,
+    OutboxEntry,
+    OutboxPass,
+    QueueEvent,
+    group_event,
+)
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import TaskFilter
+from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
@@ -52,7 +59,7 @@ from coordinator.store.rows import (
     stored_after_cas,
     tag_rows,
 )
-from coordinator.store.sql_store import SQLStore
+from coordinator.store.sql_store import SQLStore, task_group_from_row
 from coordinator.store.sqlfiles import migrations, queries
 from coordinator.store.sqlite_group_commit import GroupCommit, Where
 from coordinator.store.task_filters import filter_clause
@@ -197,6 +204,20 @@ def _settle(conn: sqlite3.Connection, settled: Settled) -> None:
     conn.executemany(_Q["park_outbox_event"], settled.parks)
     conn.executemany(_Q["retry_outbox_event"], settled.retries)
     conn.execute(_Q["delete_outbox_events"], {"ids": json.dumps(settled.deleted)})
+
+
+def _groups_resolved(conn: sqlite3.Connection, group_ids: Iterable[str]) -> None:
+    """task-group-resolved of each of these groups that has no unresolved task left, in the
+    caller's transaction, after its resolving writes: one writer at a time holds the file, so
+    of a group's last resolutions exactly the last one finds none."""
+    for group_id in sorted(set(group_ids)):
+        params = {"task_group_id": group_id, "after": "", "limit": 1}
+        if conn.execute(_Q["unresolved_in_group"], params).fetchone() is not None:
+            continue
+        row = conn.execute(_Q["get_task_group"], {"task_group_id": group_id}).fetchone()
+        if row is not None:
+            event = group_event("task-group-resolved", task_group_from_row(row))
+            _write_outbox(conn, outbox_rows([event]))
 
 
 def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
@@ -345,15 +366,17 @@ class SQLiteStore(SQLStore):
         return await self._run(lambda conn: conn.execute(statement, list(ids)).fetchall())
 
     async def compare_and_set(
-        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = (), resolving: bool = False
     ) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
         outbox = outbox_rows(events)
+        announce = (record.task_group_id,) if resolving and events else ()
 
         def write(conn: sqlite3.Connection) -> sqlite3.Row | None:
             row = _compare_and_set(conn, params)
             if row is not None:
                 _write_outbox(conn, outbox)
+                _groups_resolved(conn, announce)
             return row
 
         row = await self._run(write)
@@ -364,6 +387,7 @@ class SQLiteStore(SQLStore):
         records: Sequence[TaskRecord],
         *,
         events: Mapping[str, Sequence[QueueEvent]] | None = None,
+        resolving: Collection[str] = (),
     ) -> list[TaskRecord | None]:
         params = [{**status_columns(r), "version": r.version} for r in records]
 
@@ -372,6 +396,10 @@ class SQLiteStore(SQLStore):
             if events:
                 written = {r.task_id for r, row in zip(records, rows, strict=True) if row}
                 _write_outbox(conn, written_outbox_rows(records, written, events))
+                _groups_resolved(
+                    conn,
+                    (r.task_group_id for r in records if r.task_id in written & set(resolving)),
+                )
             return rows
 
         rows = await self._run(write) if params else []
@@ -398,6 +426,18 @@ class SQLiteStore(SQLStore):
             if settled.writes:
                 await self._run(lambda conn: _settle(conn, settled))
             return settled.outcome
+
+    async def _seal_announcing(self, task_group_id: str, *, now: int) -> TaskGroup | None:
+        def seal(conn: sqlite3.Connection) -> TaskGroup | None:
+            params = {"task_group_id": task_group_id, "now": now}
+            row = conn.execute(_Q["seal_task_group"], params).fetchone()
+            if row is None:
+                return None
+            group = task_group_from_row(row)
+            _write_outbox(conn, outbox_rows([group_event("task-group-sealed", group)]))
+            return group
+
+        return await self._run(seal)
 
     async def append_events(self, events: Sequence[QueueEvent]) -> None:
         rows = outbox_rows(events)

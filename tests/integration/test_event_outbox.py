@@ -19,11 +19,13 @@ from coordinator.domain.events import (
     BrokerReply,
     OutboxEntry,
     QueueEvent,
+    group_event,
     task_events,
 )
+from coordinator.domain.records import TaskRecord, to_iso
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
-from tests.integration.test_store_contract import NOW, TIMING, get, new_record
+from tests.integration.test_store_contract import NOW, TIMING, create, get, new_record
 
 
 def event(key: str, n: int) -> QueueEvent:
@@ -235,3 +237,68 @@ async def test_artifacts_write_their_events_with_them(store: Store) -> None:
     assert await store.insert_artifact(artifact, events=[event("t1", 2)]) is not None
     await store.replace_artifact(artifact, events=[event("t1", 3)])
     assert [e.event.body["n"] for e in await drain(store)] == [1, 3]
+
+
+def _complete(record: TaskRecord) -> TaskRecord:
+    claimed = lifecycle.claim(
+        record, run_id=0, worker_group="wg", worker_id="w", now=NOW, timing=TIMING
+    ).record
+    done = lifecycle.report(
+        claimed, run_id=0, state="completed", reason="completed", now=NOW, timing=TIMING
+    )
+    assert done.resolved
+    return done.record.replace(version=record.version)
+
+
+async def test_the_last_resolution_of_a_group_writes_task_group_resolved_once(
+    store: Store,
+) -> None:
+    """The resolving writes of a group's tasks, all at once (concurrent transactions on
+    PostgreSQL): exactly one finds no unresolved task left and writes task-group-resolved,
+    after its own message, with the group as getTaskGroup answers it."""
+    records = [await create(store, f"r{n}") for n in range(12)]
+    await store.seal_task_group("group", now=NOW + 5)
+    written = await asyncio.gather(
+        *(
+            store.compare_and_set(_complete(r), events=[event(r.task_id, 1)], resolving=True)
+            for r in records
+        )
+    )
+    assert all(written)
+    entries = await drain(store)
+    resolved = [e for e in entries if e.exchange == "task-group-resolved"]
+    assert len(resolved) == 1 and entries[-1] == resolved[0]
+    group = await store.get_task_group("group")
+    assert group is not None
+    expected = group_event("task-group-resolved", group)
+    assert resolved[0].event == expected
+    assert resolved[0].event.body["sealed"] == to_iso(NOW + 5)
+
+
+async def test_a_resolution_with_others_left_writes_no_group_message(store: Store) -> None:
+    first, second, third = [await create(store, f"r{n}") for n in range(3)]
+    assert await store.compare_and_set(_complete(first), events=[event("r0", 1)], resolving=True)
+    # a batch resolving the rest writes it once, after the batch's own messages
+    written = await store.compare_and_set_many(
+        [_complete(second), _complete(third)],
+        events={"r1": [event("r1", 1)], "r2": [event("r2", 1)]},
+        resolving={"r1", "r2"},
+    )
+    assert all(written)
+    assert [(e.exchange, e.key) for e in await drain(store)] == [
+        ("task-pending", "r0"),
+        ("task-pending", "r1"),
+        ("task-pending", "r2"),
+        ("task-group-resolved", "group"),
+    ]
+
+
+async def test_a_seal_writes_task_group_sealed_in_its_transaction(store: Store) -> None:
+    await create(store, "r0")
+    assert await store.seal_task_group("unknown", now=NOW, announce=True) is None
+    sealed = await store.seal_task_group("group", now=NOW + 1, announce=True)
+    again = await store.seal_task_group("group", now=NOW + 2, announce=True)
+    assert sealed is not None and again == sealed  # every call announces, as Taskcluster's
+    assert await store.seal_task_group("group", now=NOW + 3) == sealed  # publishing off
+    expected = group_event("task-group-sealed", sealed)
+    assert [e.event for e in await drain(store)] == [expected, expected]

@@ -109,7 +109,9 @@ async def test_failed_exception_and_priority_messages(
     waiting = await coordinator.create(taskGroupId=group, priority="low")
     await coordinator.ok("POST", f"/task/{waiting}/priority", {"newPriority": "high"})
     await coordinator.ok("POST", f"/task/{waiting}/cancel")
-    await listener.wait_for(lambda ms: len(ms) >= 13)
+    # 13 task messages, and task-group-resolved when the failing task, alone then, resolved
+    await listener.wait_for(lambda ms: len(ms) >= 14)
+    assert [m.name for m in listener.messages].count("task-group-resolved") == 1
     assert of_task(listener.messages, failing) == [
         ("task-defined", None),
         ("task-pending", 0),
@@ -133,6 +135,27 @@ async def test_failed_exception_and_priority_messages(
         check_body(message.name, message.body)
     changed = next(m for m in listener.messages if m.name == "task-priority-changed")
     assert (changed.body["oldPriority"], changed.body["newPriority"]) == ("low", "high")
+
+
+async def test_a_repeated_claim_publishes_task_running_again(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    task_id = await coordinator.create(taskGroupId=group)
+    first = await coordinator.claim(task_id, 0)
+    again = await coordinator.claim(task_id, 0)
+    assert again["takenUntil"] == first["takenUntil"]
+    await listener.wait_for(lambda ms: len(of_task(ms, task_id)) >= 4)
+    assert of_task(listener.messages, task_id) == [
+        ("task-defined", None),
+        ("task-pending", 0),
+        ("task-running", 0),
+        ("task-running", 0),
+    ]
+    running = [m for m in listener.messages if m.name == "task-running"]
+    assert running[0].body == running[1].body and running[0].routing_key == running[1].routing_key
+    check_body("task-running", running[1].body)
 
 
 async def test_publishing_off_writes_no_outbox(start_coordinator: StartCoordinator) -> None:
