@@ -79,17 +79,7 @@ def task_routing_key(
 ) -> str:
     """``primary.<taskId>.<runId>.<workerGroup>.<workerId>.<provisionerId>.<workerType>.
     <schedulerId>.<taskGroupId>._``, ``_`` for a missing value."""
-    parts = (
-        record.task_id,
-        run_id,
-        worker_group,
-        worker_id,
-        record.provisioner_id,
-        record.worker_type,
-        record.scheduler_id,
-        record.task_group_id,
-    )
-    return "primary." + ".".join(_part(p) for p in parts) + "._"
+    return _TaskMessages(record).routing_key(run_id, worker_group, worker_id)
 
 
 def group_routing_key(task_group_id: str, scheduler_id: str) -> str:
@@ -101,33 +91,52 @@ def task_cc(record: TaskRecord) -> tuple[str, ...]:
     return tuple(f"route.{route}" for route in record.definition.get("routes", ()))
 
 
-def _task_event(
-    exchange: str,
-    record: TaskRecord,
-    run: Run | None,
-    extra: Mapping[str, Any],
-    status: Any,
-    *,
-    with_task: bool = True,
-) -> QueueEvent:
-    body: dict[str, Any] = {"version": 1, "status": status}
-    if run is not None:
-        body["runId"] = run.run_id
-    if with_task:
-        body["task"] = {"tags": dict(record.definition.get("tags", {}))}
-    body.update(extra)
-    return QueueEvent(
-        exchange=exchange,
-        key=record.task_id,
-        routing_key=task_routing_key(
-            record,
-            run_id=None if run is None else run.run_id,
-            worker_group=extra.get("workerGroup"),
-            worker_id=extra.get("workerId"),
-        ),
-        cc=task_cc(record),
-        body=body,
-    )
+class _TaskMessages:
+    """The messages of one task as it stands after a change: what they all share (its
+    status, CCs, tags, the end of the routing key) is built once, not once a message."""
+
+    __slots__ = ("_head", "_tail", "cc", "record", "status", "task")
+
+    def __init__(self, record: TaskRecord) -> None:
+        self.record = record
+        self.status: dict[str, Any] = record.status()
+        self.cc = task_cc(record)
+        self.task = {"tags": record.definition.get("tags", {})}
+        self._head = f"primary.{_part(record.task_id)}."
+        self._tail = (
+            f".{_part(record.provisioner_id)}.{_part(record.worker_type)}"
+            f".{_part(record.scheduler_id)}.{_part(record.task_group_id)}._"
+        )
+
+    def routing_key(self, run_id: int | None, worker_group: Any, worker_id: Any) -> str:
+        return f"{self._head}{_part(run_id)}.{_part(worker_group)}.{_part(worker_id)}{self._tail}"
+
+    def event(
+        self,
+        exchange: str,
+        run: Run | None,
+        extra: Mapping[str, Any],
+        *,
+        status: Any = None,
+        with_task: bool = True,
+    ) -> QueueEvent:
+        body: dict[str, Any] = {"version": 1, "status": self.status if status is None else status}
+        if run is not None:
+            body["runId"] = run.run_id
+        if with_task:
+            body["task"] = self.task
+        body.update(extra)
+        return QueueEvent(
+            exchange=exchange,
+            key=self.record.task_id,
+            routing_key=self.routing_key(
+                None if run is None else run.run_id,
+                extra.get("workerGroup"),
+                extra.get("workerId"),
+            ),
+            cc=self.cc,
+            body=body,
+        )
 
 
 def _run_extra(exchange: str, run: Run) -> dict[str, Any]:
@@ -156,29 +165,17 @@ def task_events(before: TaskRecord | None, after: TaskRecord) -> list[QueueEvent
     run order, task-pending, task-running, task-completed, task-failed or task-exception; and
     task-priority-changed when the priority changed."""
     events: list[QueueEvent] = []
-    status = after.status()
+    messages = _TaskMessages(after)
     if before is None:
-        defined = {**status, "state": "unscheduled", "runs": []}
-        events.append(_task_event("task-defined", after, None, {}, defined))
+        defined = {**messages.status, "state": "unscheduled", "runs": []}
+        events.append(messages.event("task-defined", None, {}, status=defined))
     elif before.priority != after.priority:
-        events.append(
-            QueueEvent(
-                exchange="task-priority-changed",
-                key=after.task_id,
-                routing_key=task_routing_key(after),
-                cc=task_cc(after),
-                body={
-                    "version": 1,
-                    "status": status,
-                    "oldPriority": before.priority,
-                    "newPriority": after.priority,
-                },
-            )
-        )
+        changed = {"oldPriority": before.priority, "newPriority": after.priority}
+        events.append(messages.event("task-priority-changed", None, changed, with_task=False))
     for run in _changed_runs(before, after):
         exchange = _RUN_EXCHANGE.get(run.state)
         if exchange is not None:
-            events.append(_task_event(exchange, after, run, _run_extra(exchange, run), status))
+            events.append(messages.event(exchange, run, _run_extra(exchange, run)))
     return events
 
 
@@ -186,9 +183,7 @@ def running_event(record: TaskRecord, run_id: int) -> QueueEvent:
     """task-running of run ``run_id`` as it stands: what a repeated claim (the same worker
     claiming the run it holds) publishes again, as Taskcluster's claimTask does."""
     run = record.runs[run_id]
-    return _task_event(
-        "task-running", record, run, _run_extra("task-running", run), record.status()
-    )
+    return _TaskMessages(record).event("task-running", run, _run_extra("task-running", run))
 
 
 def artifact_event(record: TaskRecord, artifact: Artifact) -> QueueEvent | None:
@@ -208,7 +203,7 @@ def artifact_event(record: TaskRecord, artifact: Artifact) -> QueueEvent | None:
     extra: dict[str, Any] = {"artifact": described}
     if run.worker_group is not None and run.worker_id is not None:
         extra |= {"workerGroup": run.worker_group, "workerId": run.worker_id}
-    return _task_event("artifact-created", record, run, extra, record.status(), with_task=False)
+    return _TaskMessages(record).event("artifact-created", run, extra, with_task=False)
 
 
 def group_event(exchange: str, group: TaskGroup, **extra: Any) -> QueueEvent:

@@ -28,7 +28,7 @@ def outbox_rows(events: Iterable[QueueEvent]) -> list[dict[str, Any]]:
             "event_key": event.key,
             "exchange": event.exchange,
             "routing_key": event.routing_key,
-            "cc": json.dumps(list(event.cc)),
+            "cc": json.dumps(event.cc) if event.cc else "[]",
             "body": compact(event.body),
         }
         for event in events

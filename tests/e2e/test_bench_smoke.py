@@ -47,6 +47,12 @@ ROWS = [
     "artifact-1gib",
     "artifact-1gib-createtask",
     "artifact-1gib-createtask-quiet",
+    "events-sqlite-off",
+    "events-sqlite-on",
+    "events-sqlite-drain",
+    "events-postgres-off",
+    "events-postgres-on",
+    "events-postgres-drain",
 ]
 UNMETERED = {"artifact-1gib-createtask"}
 """Rows without CPU figures of their own (that one shares the artifact-1gib row's window)."""
@@ -118,5 +124,7 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "artifacts-azure upload / direct",
         "artifacts-azure download / direct",
         "artifact-1gib createTask p99 during the upload / without",
+        "events-on / events-off, SQLite",
+        "events-on / events-off, PostgreSQL",
     ):
         assert ratio in done.stdout
