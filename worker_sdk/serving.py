@@ -19,6 +19,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from worker_sdk.calls import FunctionCall, bind, decode_call
@@ -122,6 +123,17 @@ def _report_for(
         return error
     if retry is None:
         return error
+    if retry.retry_after is not None and retry.retry_after >= _seconds_left(run):
+        # the coordinator would refuse it (400): a retry past the deadline never runs anyway
+        log.warning(
+            "retry_after past the deadline, the run fails function=%s taskId=%s runId=%d "
+            "retryAfter=%g",
+            call.function,
+            run.task_id,
+            run.run_id,
+            retry.retry_after,
+        )
+        return error
     if run.retries_left == 0:
         log.warning(
             "no retries left, the run fails function=%s taskId=%s runId=%d",
@@ -139,6 +151,12 @@ def _report_for(
             "-" if retry.retry_after is None else f"{retry.retry_after:g}",
         )
     return retry
+
+
+def _seconds_left(run: TaskRun) -> float:
+    """Seconds until the run's task passes its deadline, by this machine's clock."""
+    deadline = datetime.fromisoformat(str(run.task["deadline"]))
+    return (deadline - datetime.now(UTC)).total_seconds()
 
 
 async def _upload(run: TaskRun, body: bytes, *, required: bool = False) -> None:

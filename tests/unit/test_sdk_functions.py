@@ -14,9 +14,19 @@ from typing import Any, Literal
 
 import pytest
 
-from worker_sdk import App, MalformedPayload, RetryTask, TaskFailed, TaskQueue, cli
+from worker_sdk import (
+    App,
+    MalformedPayload,
+    RetryTask,
+    TaskFailed,
+    TaskQueue,
+    TaskRun,
+    cli,
+    serving,
+)
 from worker_sdk.calls import FunctionCall, bind, decode_call, encode_call, function_name
 from worker_sdk.results import error_body, outcome, task_failed, value_body
+from worker_sdk.runs import run_from_json
 from worker_sdk.task_options import TaskOptions
 
 
@@ -272,3 +282,33 @@ def test_the_app_handler_travels_by_name_to_handler_processes() -> None:
     app.task(greet)
     with pytest.raises(ValueError, match=r"queue-worker --app package\.module:app --isolation"):
         app.worker(isolation="process")
+
+
+def claimed_run(*, deadline_in: timedelta, retries: int = 5, retries_left: int = 5) -> TaskRun:
+    """A run as a handler process would get it, of a task whose deadline is that far off."""
+    now = datetime.now(UTC)
+    run, _ = run_from_json(
+        json.dumps(
+            {
+                "taskId": "T",
+                "runId": 0,
+                "task": {"deadline": (now + deadline_in).isoformat(), "retries": retries},
+                "takenUntil": (now + timedelta(minutes=20)).isoformat(),
+                "retriesLeft": retries_left,
+                "credentials": {"clientId": "c", "accessToken": "t"},
+                "rootUrls": ["http://c"],
+                "backoff": {"base": 0.1, "cap": 1.0},
+            }
+        )
+    )
+    return run
+
+
+def test_a_retry_block_delay_past_the_deadline_fails_the_run_instead() -> None:
+    options = TaskOptions(retry_with=lambda error, count: 120.0)
+    call = FunctionCall(function="m:f", args=(), kwargs={})
+    error = ValueError("x")
+    within = serving._report_for(claimed_run(deadline_in=timedelta(hours=1)), call, options, error)
+    assert isinstance(within, RetryTask) and within.retry_after == 120.0
+    past = serving._report_for(claimed_run(deadline_in=timedelta(seconds=60)), call, options, error)
+    assert past is error
