@@ -19,6 +19,7 @@ one used from then on. With one root URL a failure is raised at once, as it come
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -135,7 +136,12 @@ class _Answer:
     url: str
     body: Mapping[str, Any]
     sent_at: float
-    server_time: datetime
+    date: str | None
+    """The ``Date`` header, read only by the routes whose timing needs it."""
+
+    @functools.cached_property
+    def server_time(self) -> datetime:
+        return _server_time(self.date)
 
 
 class CoordinatorClient:
@@ -483,7 +489,7 @@ class CoordinatorClient:
             url=url,
             body=parsed,
             sent_at=sent_at,
-            server_time=_server_time(date),
+            date=date,
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -71,7 +72,12 @@ async def test_one_worker_routes_functions_and_returns_results_and_remote_errors
     quarter = await fn(app, function_app.divide).dispatch(1, 4)
     by_zero = await fn(app, function_app.divide).dispatch(1, 0)
     unreturnable = await fn(app, function_app.unreturnable).dispatch()
+    at = datetime.now(UTC) + timedelta(seconds=2)
+    later = await fn(app, function_app.add).dispatch(1, 1, at=at)
     assert [await h.result(timeout=30) for h in sums] == [0, 2, 4, 6, 8]
+    assert await later.result(timeout=30) == 2
+    started = (await s.status(later.task_id))["runs"][0]["started"]
+    assert from_iso(started) >= int(at.timestamp() * 1000), (started, at)  # not before then
     assert await shouted.result(timeout=30) == "HEY HEY"
     assert await quarter.result(timeout=30) == 0.25
     # a plain function's logging is in its run's log, beside the worker's own lines
