@@ -2,7 +2,8 @@
 driven by Playwright) against a coordinator with authentication on and tasks in several states,
 and a task page's artifacts and log.
 
-Set ``QC_SCREENSHOT=1`` to write ``docs/dashboard.png`` from the queue page.
+Set ``QC_SCREENSHOT=1`` to write ``docs/dashboard.png`` from the queue list and
+``docs/dashboard-queue.png`` from a paused, limited queue's page.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.fixtures.clients import start_secured, write_clients
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
+QUEUE_SCREENSHOT = SCREENSHOT.with_name("dashboard-queue.png")
 
 pytestmark = [needs_chromium, pytest.mark.timeout(180)]
 
@@ -317,6 +319,8 @@ async def test_an_operator_drives_a_queue_from_its_page(
     queue = await coordinator.ok("GET", "/task-queues/dash%2Fops")
     assert queue["limits"] == {"maxRunning": 2, "maxClaimsPerSecond": 5}
     await expect(page.locator("#max-running")).to_have_value("2", timeout=WAIT_MS)
+    if os.environ.get("QC_SCREENSHOT") == "1":
+        await page.screenshot(path=str(QUEUE_SCREENSHOT))
     await page.click("button.action.resume")
     await expect(page.locator("#pause-state")).to_have_text(
         "Claims are handed out.", timeout=WAIT_MS
