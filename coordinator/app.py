@@ -4,7 +4,7 @@ actors and the app.
 :func:`build_app` is what ``queue-coordinator serve`` runs and what tests start on a free
 port. It builds the aiohttp application, registers the routes of the endpoint table and hands
 aiohttp a lifespan: start-up opens the blob store and the store (applying migrations),
-connects the queue layer when an Azure connection string is configured, builds the services
+connects the queue layer under Azure dispatch, builds the services
 over them and starts the background actors of :data:`ACTORS`; clean-up stops them and closes
 everything in reverse order.
 """
@@ -52,7 +52,7 @@ from coordinator.resolvers import (
 from coordinator.resolvers.runner import Actor, Runner
 from coordinator.service.artifacts import ArtifactService
 from coordinator.service.clock import wall_clock
-from coordinator.service.dispatch import NO_AZURE, WorkDispatch
+from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.hooks import DUE_BATCH, HookService
 from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
@@ -244,11 +244,12 @@ def _runner(coordinator: Coordinator, *, enabled: bool) -> Runner:
 
 
 def _queue_service(config: Config) -> QueueService | None:
-    """The Azure queue layer, or ``None`` without a connection string.
+    """The Azure queue layer under Azure dispatch, else ``None`` (store dispatch needs no
+    queue, even where a storage account holds the artifacts).
 
     :raises ConfigurationError: the connection string or the queue prefix is unusable.
     """
-    if not config.azure_connection_string:
+    if config.dispatch_mode != "azure" or not config.azure_connection_string:
         return None
     try:
         return QueueService(
@@ -326,6 +327,14 @@ async def _serve_over(
     await workers.refresh_quarantines()
     controls = QueueControlService(store=store, service=service, metrics=metrics, clock=clock)
     await controls.refresh()
+    dispatch = WorkDispatch(
+        service=service,
+        azure_queues=azure_queues,
+        workers=workers,
+        controls=controls,
+        claim_work_timeout_s=config.claim_work_timeout_ms / 1000,
+    )
+    await dispatch.start()
     return Coordinator(
         config=config,
         store=store,
@@ -338,13 +347,7 @@ async def _serve_over(
             artifacts=artifacts,
             ttls=ResolvedTTLs(completed_ms=config.completed_ttl_ms, failed_ms=config.failed_ttl_ms),
         ),
-        dispatch=WorkDispatch(
-            service=service,
-            azure_queues=azure_queues,
-            workers=workers,
-            controls=controls,
-            claim_work_timeout_s=config.claim_work_timeout_ms / 1000,
-        ),
+        dispatch=dispatch,
         workers=workers,
         hooks=HookService(
             store=store,
@@ -363,6 +366,7 @@ async def _close(coordinator: Coordinator, runner: Runner) -> None:
     store."""
     await runner.stop()
     await coordinator.service.drain()
+    await coordinator.dispatch.drain()
     try:
         await coordinator.workers.flush()  # the sightings of the last second
     except Exception as error:
@@ -407,16 +411,14 @@ def _lifespan(
         runner = _runner(coordinator, enabled=run_resolvers)
         runner.start()
         log.info(
-            "coordinator started url=%s store=%s azure=%s artifacts=%s auth=%s pulse=%s",
+            "coordinator started url=%s store=%s dispatch=%s artifacts=%s auth=%s pulse=%s",
             config.public_url,
             config.store_url.split("@")[-1],
-            coordinator.azure_queues is not None,
+            config.dispatch_mode,
             config.artifacts,
             config.auth_enabled,
             coordinator.events.publisher.name if coordinator.events is not None else None,
         )
-        if coordinator.azure_queues is None:
-            log.warning("%s", NO_AZURE)
         try:
             yield
         finally:

@@ -50,6 +50,10 @@ def _byte_count(env: Mapping[str, str], name: str, default: int) -> int:
 ARTIFACT_BACKENDS = ("directory", "azure")
 """The values of ``COORDINATOR_ARTIFACTS``: where artifact bytes are kept."""
 
+DISPATCHES = ("store", "azure")
+"""The values of ``COORDINATOR_DISPATCH``: how pending runs reach workers (docs/dispatch.md):
+claimWork served from the store, or hints in Azure Storage Queues."""
+
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
@@ -84,8 +88,11 @@ class Config:
 
     :param public_url: the URL clients use (signatures are checked against it).
     :param store_url: ``sqlite:///path`` or ``postgresql://...``.
-    :param azure_connection_string: ``None`` runs without Azure (no hints, no
-        pollTaskUrls; claimWork is then unavailable too); ``./scripts/dev`` always sets one.
+    :param azure_connection_string: the storage account of the Azure queues (and of the
+        ``azure`` artifact backend); ``None`` runs without Azure.
+    :param dispatch: how pending runs reach workers: ``store`` (claimWork served from the
+        store, no hints; the default without a storage account) or ``azure`` (hints in Azure
+        Storage Queues, pollTaskUrls; the default with one); empty: that default.
     :param queue_prefix: prefix of every Azure queue name, so deployments can share an account.
     :param auth_enabled: Hawk authentication and scope checks; off only for local experiments.
     :param resolver_interval_ms: how often each background resolver scans (ms).
@@ -115,6 +122,7 @@ class Config:
     data_dir: Path = Path(".data")
     store_url: str = "sqlite:///./.data/coordinator.db"
     azure_connection_string: str | None = None
+    dispatch: str = ""
     queue_prefix: str = "qc-"
     clients_file: Path = Path(".data/clients.json")
     auth_enabled: bool = True
@@ -150,8 +158,25 @@ class Config:
                 "account for the artifacts container); set it, or use "
                 "COORDINATOR_ARTIFACTS=directory"
             )
+        if self.dispatch and self.dispatch not in DISPATCHES:
+            raise ConfigurationError(
+                f"COORDINATOR_DISPATCH={self.dispatch!r} is not a dispatch: use store "
+                "(claimWork served from the store) or azure (hints in Azure Storage Queues, "
+                "AZURE_STORAGE_CONNECTION_STRING)"
+            )
+        if self.dispatch_mode == "azure" and not self.azure_connection_string:
+            raise ConfigurationError(
+                "COORDINATOR_DISPATCH=azure needs AZURE_STORAGE_CONNECTION_STRING (the storage "
+                "account of the hint queues); set it, or use COORDINATOR_DISPATCH=store"
+            )
         if self.pulse_url is not None:
             check_pulse_url(self.pulse_url)
+
+    @property
+    def dispatch_mode(self) -> str:
+        """``dispatch``, or where it is empty its default: ``azure`` with a storage account,
+        else ``store``."""
+        return self.dispatch or ("azure" if self.azure_connection_string else "store")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -171,6 +196,7 @@ class Config:
             store_url=env.get("COORDINATOR_STORE_URL")
             or f"sqlite:///{data_dir.resolve() / 'coordinator.db'}",
             azure_connection_string=env.get("AZURE_STORAGE_CONNECTION_STRING") or None,
+            dispatch=env.get("COORDINATOR_DISPATCH") or "",
             queue_prefix=env.get("COORDINATOR_QUEUE_PREFIX") or "qc-",
             clients_file=Path(env.get("COORDINATOR_CLIENTS_FILE") or data_dir / "clients.json"),
             auth_enabled=_flag(env, "COORDINATOR_AUTH", True),

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from coordinator.domain.retry import RetryDelay
-from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.task_queues import TaskQueue, priority_level
 
 RunState = Literal["pending", "running", "completed", "failed", "exception"]
 TaskState = Literal["unscheduled", "pending", "running", "completed", "failed", "exception"]
@@ -214,6 +214,15 @@ class TaskRecord:
         compare with now to tell pending from delayed)."""
         run = self.last_run
         return run.visible_at if run is not None and run.state == "pending" else None
+
+    @property
+    def pending_priority(self) -> int | None:
+        """The priority level (7 highest ... 1 lowest) of the pending last run, else ``None``
+        (what store dispatch claims by, highest first)."""
+        run = self.last_run
+        if run is None or run.state != "pending":
+            return None
+        return priority_level(self.run_priority(run))
 
     def run_priority(self, run: Run) -> str:
         """The priority whose queue ``run``'s hint goes to: ``retryPriority`` for automatic

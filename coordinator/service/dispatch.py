@@ -1,9 +1,12 @@
-"""WorkDispatch: how a task queue's work reaches workers and provisioners: the signed poll
-URLs of its Azure queues, claimWork, and the pending count (from Azure, falling back to the
-store when Azure is down).
+"""WorkDispatch: how a task queue's work reaches workers and provisioners, under either
+dispatch (``COORDINATOR_DISPATCH``, docs/dispatch.md).
 
-A coordinator started without a storage account hands out no work: it keeps tasks and answers
-reads, and its pending runs keep their hints unconfirmed until it runs with one again.
+* ``store``: claimWork claims straight from the store (:mod:`coordinator.service.store_work`);
+  no hint is put and pollTaskUrls answers 404; the pending count is the store's.
+* ``azure``: hints in Azure Storage Queues; pollTaskUrls hands out signed URLs of the task
+  queue's Azure queues, claimWork reads them on the worker's behalf
+  (:mod:`coordinator.service.azure_work`), and the pending count is Azure's (the store's when
+  Azure is down).
 """
 
 from __future__ import annotations
@@ -17,24 +20,30 @@ from coordinator.domain.errors import NotFound
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey
+from coordinator.service.azure_work import AzureWork
 from coordinator.service.claim_work import ClaimWork
 from coordinator.service.queue_controls import QueueControlService
+from coordinator.service.store_work import IDLE_POLL_S, PendingAnnouncer, StoreWork
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
 
 log = logging.getLogger(__name__)
 
-NO_AZURE = (
-    "this coordinator runs without Azure queues (AZURE_STORAGE_CONNECTION_STRING is unset), "
-    "so it hands out no work: neither pollTaskUrls nor claimWork is available; its pending "
-    "runs get their hints once it runs with a storage account"
+STORE_DISPATCH = (
+    "this coordinator dispatches from its store (COORDINATOR_DISPATCH=store): there are no "
+    "Azure queues to poll; claim work with claimWork (queue-worker does so by itself)"
 )
+"""What pollTaskUrls answers under store dispatch (a 404)."""
+
+AZURE_IDLE_POLL_S = 1.0
+"""How often an Azure-dispatch long poll reads the queues while they are empty: a hint put
+by another replica rings no wake-up here."""
 
 
 class WorkDispatch:
-    """Hands out the work of task queues (through their Azure queues), for the API.
+    """Hands out the work of task queues, for the API.
 
-    :param azure_queues: ``None`` when the coordinator runs without Azure.
+    :param azure_queues: the Azure queues under Azure dispatch; ``None`` under store dispatch.
     :param workers: sees the workers that poll and claim, and knows the quarantined ones.
     :param controls: the claim gate of paused and limited task queues.
     :param claim_work_timeout_s: how long one claimWork call waits for work (seconds).
@@ -52,31 +61,46 @@ class WorkDispatch:
         self._service = service
         self._azure_queues = azure_queues
         self._workers = workers
-        self._claim_work: ClaimWork | None = None
+        self._announcer: PendingAnnouncer | None = None
         if azure_queues is not None:
             claim_work = ClaimWork(
-                service=service,
-                azure_queues=azure_queues,
+                source=AzureWork(service=service, azure_queues=azure_queues),
                 controls=controls,
                 timeout_s=claim_work_timeout_s,
+                idle_poll_s=AZURE_IDLE_POLL_S,
             )
             service.hints.listeners.append(
-                lambda hint: claim_work.wake(hint.provisioner_id, hint.worker_type)
+                lambda hint: claim_work.wake(TaskQueue(hint.provisioner_id, hint.worker_type))
             )
-            self._claim_work = claim_work
+        else:
+            claim_work = ClaimWork(
+                source=StoreWork(service),
+                controls=controls,
+                timeout_s=claim_work_timeout_s,
+                idle_poll_s=IDLE_POLL_S,
+            )
+            self._announcer = PendingAnnouncer(service=service, claim_work=claim_work)
+        self._claim_work = claim_work
 
-    def _require_azure_queues(self) -> QueueService:
-        if self._azure_queues is None:
-            raise NotFound(NO_AZURE)
-        return self._azure_queues
+    async def start(self) -> None:
+        """Under store dispatch, start hearing the runs made pending (here and in replicas)."""
+        if self._announcer is not None:
+            await self._announcer.start()
+
+    async def drain(self) -> None:
+        """Finish what is on its way (the replicas' announcements)."""
+        if self._announcer is not None:
+            await self._announcer.drain()
 
     async def poll_urls(self, task_queue: TaskQueue) -> PollUrls:
         """Signed poll and delete URLs of the task queue's Azure queues, highest first.
 
-        :raises NotFound: the coordinator runs without Azure.
+        :raises NotFound: store dispatch: there are no Azure queues.
         :raises QueueUnavailable: Azure did not answer.
         """
-        return await self._require_azure_queues().poll_urls(
+        if self._azure_queues is None:
+            raise NotFound(STORE_DISPATCH)
+        return await self._azure_queues.poll_urls(
             task_queue.provisioner_id, task_queue.worker_type, now=self._service.clock()
         )
 
@@ -89,15 +113,11 @@ class WorkDispatch:
         count: int,
         disconnected: Callable[[], bool],
     ) -> list[TaskRecord]:
-        """claimWork's long poll (nothing for a quarantined worker); :raises NotFound: the
-        coordinator runs without Azure."""
-        self._require_azure_queues()
-        assert self._claim_work is not None
+        """claimWork's long poll (nothing for a quarantined worker)."""
         worker = WorkerKey(task_queue=task_queue, worker_group=worker_group, worker_id=worker_id)
         self._workers.worker_seen(worker)
         claimed = await self._claim_work.claim(
-            task_queue.provisioner_id,
-            task_queue.worker_type,
+            task_queue,
             worker_group=worker_group,
             worker_id=worker_id,
             count=count,
@@ -110,7 +130,7 @@ class WorkDispatch:
 
     async def pending_count(self, task_queue: TaskQueue) -> int:
         """Azure's approximate count (an upper bound, cached), or the store's exact count
-        when there is no Azure or it is unreachable."""
+        under store dispatch or when Azure is unreachable."""
         if self._azure_queues is not None:
             try:
                 return await self._azure_queues.pending_count(

@@ -74,19 +74,28 @@ class HintPublisher:
         self._flushed = asyncio.Event()
         """Set by :meth:`flush`: a waiting writer need not wait out its delay."""
         self.listeners: list[Callable[[Hint], None]] = []
-        """Called after each hint put succeeds (claimWork's wake-up)."""
+        """Called for each run made pending: after its hint put succeeds, or at once where
+        no hints are put (store dispatch); claimWork's wake-up."""
 
     @property
     def enabled(self) -> bool:
+        """Hints are put (Azure dispatch)."""
         return self.sink is not None
+
+    @property
+    def active(self) -> bool:
+        """A run made pending has something to do here: a hint to put or listeners to tell."""
+        return self.sink is not None or bool(self.listeners)
 
     async def publish(self, hint: Hint) -> bool:
         """Put a hint and have it confirmed in the store a moment later; on failure leave it
-        to the hint keeper.
+        to the hint keeper. Without Azure (store dispatch) only tell the listeners.
 
         :returns: whether a message was put (not when past the deadline or without Azure).
         """
         if self.sink is None:
+            for listener in self.listeners:
+                listener(hint)
             return False
         try:
             put = await self.sink.put_hint(hint, now=self._clock())

@@ -6,11 +6,13 @@ happens: a run resolved (``queue_completed_tasks_total``, ``queue_failed_tasks_t
 (``queue_hints_put_total``, ``queue_hint_put_failures_total``), a background pass that acted
 (``queue_resolver_actions_total{resolver}``), a hook fired
 (``hooks_fires_total{hookGroupId,result}``), runs a task queue's pause or limits held back
-(``queue_limited_claims_total{provisionerId,workerType}``), and which queues are paused
-(``queue_paused{provisionerId,workerType}``). It also holds the per-task-queue gauges
-(``queue_pending_tasks``, ``queue_claimed_tasks``) that the queue-gauges actor
-(:mod:`coordinator.resolvers.queue_gauges`) refreshes from exact store counts, so a scrape
-never queries the store. Names follow Taskcluster's queue monitor where it has one.
+(``queue_limited_claims_total{provisionerId,workerType}``), which queues are paused
+(``queue_paused{provisionerId,workerType}``), and how long each run waited, visible, before a
+worker claimed it (``queue_pending_seconds{provisionerId,workerType}``, whichever dispatch).
+It also holds the per-task-queue gauges (``queue_pending_tasks``, ``queue_claimed_tasks``)
+that the queue-gauges actor (:mod:`coordinator.resolvers.queue_gauges`) refreshes from exact
+store counts, so a scrape never queries the store. Names follow Taskcluster's queue monitor
+where it has one.
 
 Each app has its own :class:`~prometheus_client.CollectorRegistry` (tests run several apps in
 one process); the api layer adds its request metrics to the same registry and serves it.
@@ -20,13 +22,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from coordinator.domain.listings import RunCounts
-from coordinator.domain.records import Run
+from coordinator.domain.records import Run, TaskRecord
 from coordinator.domain.task_queues import TaskQueue
 
 _TASK_QUEUE_LABELS = ("provisionerId", "workerType")
+
+PENDING_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 1800.0, 3600.0,
+)  # fmt: skip
+"""Seconds: milliseconds apart where store dispatch hands work out, up to an hour's queue."""
 
 
 class ServiceMetrics:
@@ -100,6 +108,13 @@ class ServiceMetrics:
             ["hookGroupId", "result"],
             registry=reg,
         )
+        self._pending_seconds = Histogram(
+            "queue_pending_seconds",
+            "How long runs waited to be claimed once visible (visible to claimed), per task queue.",
+            _TASK_QUEUE_LABELS,
+            buckets=PENDING_BUCKETS,
+            registry=reg,
+        )
         self._gauged: set[TaskQueue] = set()
         self._paused = Gauge(
             "queue_paused",
@@ -124,6 +139,15 @@ class ServiceMetrics:
                 self._failed.inc()
             elif run.state == "exception":
                 self._exception.labels(run.reason_resolved or "unknown").inc()
+
+    def runs_claimed(self, record: TaskRecord, runs: Iterable[Run]) -> None:
+        """Observe the pending time (visible to claimed) of the runs of ``record`` that just
+        became running."""
+        for run in runs:
+            if run.state == "running" and run.started is not None:
+                self._pending_seconds.labels(record.provisioner_id, record.worker_type).observe(
+                    max(0, run.started - run.visible_at) / 1000
+                )
 
     def hint_put(self) -> None:
         self._hints_put.inc()

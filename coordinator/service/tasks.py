@@ -28,7 +28,7 @@ from coordinator.service.gather import bounded
 from coordinator.service.hints import HintPublisher, HintSink
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.transitions import Change, Transition, Transitions, log_changes
-from coordinator.store.base import Store
+from coordinator.store.base import PendingAnnouncement, Store
 
 Permit = Callable[[TaskRecord, int], None]
 """A batch caller's right to act on run ``runId`` of a task as stored: raises
@@ -185,7 +185,7 @@ class TaskService:
         record = record_from_definition(task_id, definition)
         if record.dependencies:
             await self.dependencies.check(record)
-        created = lifecycle.create(record, now=now)
+        created = self.transitions.to_store(lifecycle.create(record, now=now))
         events = task_events(None, created.record) if self.transitions.publish_events else ()
         stored = await self._store.insert(created.record, events=events)
         if stored is None:
@@ -284,7 +284,10 @@ class TaskService:
             except InputError as error:
                 done[task_id] = error
                 del records[task_id]
-        created = {task_id: lifecycle.create(r, now=now) for task_id, r in records.items()}
+        created = {
+            task_id: self.transitions.to_store(lifecycle.create(r, now=now))
+            for task_id, r in records.items()
+        }
         events = None
         if self.transitions.publish_events:
             events = {task_id: task_events(None, o.record) for task_id, o in created.items()}
@@ -460,6 +463,31 @@ class TaskService:
             # the same worker's claim again: Taskcluster publishes task-running again too
             await self._store.append_events([running_event(result.record, run_id)])
         return result.record
+
+    async def claim_pending(
+        self, task_queue: TaskQueue, *, worker_group: str, worker_id: str, limit: int
+    ) -> list[TaskRecord]:
+        """Store dispatch's claim: up to ``limit`` of the queue's claimable runs for the
+        worker, the highest priority and then the earliest visible first; ``[]`` when none."""
+
+        def claiming(record: TaskRecord, now: int) -> TransitionResult:
+            run_id = len(record.runs) - 1
+            return self._claiming(run_id, worker_group=worker_group, worker_id=worker_id)(
+                record, now
+            )
+
+        return await self.transitions.take_pending(
+            task_queue, claiming, limit=limit, action="claimed"
+        )
+
+    async def announce_pending(self, announcements: Sequence[PendingAnnouncement]) -> None:
+        """Tell the coordinators sharing the store (replicas) that these task queues have runs
+        made pending (store dispatch's wake-up across replicas)."""
+        await self._store.announce_pending(announcements)
+
+    async def listen_pending(self, on_pending: Callable[[PendingAnnouncement], None]) -> None:
+        """Hear every coordinator's :meth:`announce_pending` on this store from now on."""
+        await self._store.listen_pending(on_pending)
 
     async def reclaim(self, task_id: str, run_id: int) -> TaskRecord:
         result = await self.apply(task_id, self._reclaiming(run_id), action="reclaimed")

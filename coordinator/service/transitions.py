@@ -22,6 +22,7 @@ from coordinator.domain.errors import Conflict, DomainError, NotFound
 from coordinator.domain.events import QueueEvent, task_events
 from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.records import Run, TaskRecord
+from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.background import Background
 from coordinator.service.clock import Clock
 from coordinator.service.hints import HintPublisher
@@ -128,7 +129,7 @@ class Transitions:
             record, read = read or await self._store.get(task_id), None
             if record is None:
                 raise NotFound(f"task {task_id} does not exist")
-            result = transition(record, self._clock())
+            result = self.to_store(transition(record, self._clock()))
             if not result.changed:
                 return result
             events = task_events(record, result.record) if self.publish_events else ()
@@ -182,7 +183,7 @@ class Transitions:
                     results[index] = NotFound(f"task {change.task_id} does not exist")
                     continue
                 try:
-                    result = change.transition(record, now)
+                    result = self.to_store(change.transition(record, now))
                 except DomainError as error:
                     results[index] = error
                     continue
@@ -212,12 +213,55 @@ class Transitions:
         for index in indexes:
             results[index] = _too_fast(changes[index].task_id)
 
+    async def take_pending(
+        self, task_queue: TaskQueue, transition: Transition, *, limit: int, action: str
+    ) -> list[TaskRecord]:
+        """Store dispatch: apply ``transition`` (a claim) to up to ``limit`` of the queue's
+        claimable runs, the highest priority and then the earliest visible first, in one store
+        transaction that other claimers skip (:meth:`Store.claim_pending
+        <coordinator.store.base.Store.claim_pending>`); a run the transition refuses is left.
+
+        :returns: the records written, as stored.
+        """
+        results: dict[str, tuple[TaskRecord, TransitionResult]] = {}
+
+        def claim(records: Sequence[TaskRecord]) -> list[tuple[TaskRecord, list[QueueEvent]]]:
+            now = self._clock()
+            writes = []
+            for record in records:
+                try:
+                    result = self.to_store(transition(record, now))
+                except DomainError:
+                    continue  # resolved by its deadline meanwhile, say: not claimable
+                if result.changed:
+                    results[record.task_id] = (record, result)
+                    events = task_events(record, result.record) if self.publish_events else []
+                    writes.append((result.record, events))
+            return writes
+
+        stored = await self._store.claim_pending(
+            task_queue, now=self._clock(), limit=limit, claim=claim
+        )
+        written = [self._written(action, *results[after.task_id], after) for after in stored]
+        await asyncio.gather(*(self.effects(o) for o in written if self.has_effects(o)))
+        return [result.record for result in written]
+
+    def to_store(self, result: TransitionResult) -> TransitionResult:
+        """``result`` as it is to be written: a pending run is marked as needing its hint
+        only where hints are put (Azure dispatch), so that under store dispatch the hint
+        keeper has nothing to look at."""
+        if result.record.hint_needed and not self._hints.enabled:
+            return dataclasses.replace(result, record=result.record.replace(hint_needed=False))
+        return result
+
     def _written(
         self, action: str, before: TaskRecord, result: TransitionResult, stored: TaskRecord
     ) -> TransitionResult:
         """The result of a won compare-and-set, logged and counted."""
         log_changes(action, before, stored)
-        self._metrics.runs_resolved(changed_runs(before, stored))
+        runs = tuple(changed_runs(before, stored))
+        self._metrics.runs_resolved(runs)
+        self._metrics.runs_claimed(stored, runs)
         return dataclasses.replace(result, record=stored)
 
     async def apply_each(self, work: Iterable[tuple[str, Transition]], *, action: str) -> int:
@@ -236,7 +280,7 @@ class Transitions:
     def has_effects(self, result: TransitionResult) -> bool:
         """Whether :meth:`effects` has anything to do for ``result`` (most claims and reports
         have not, and a batch need not start a coroutine for each of them)."""
-        return (result.hint is not None and self._hints.enabled) or (
+        return (result.hint is not None and self._hints.active) or (
             result.resolved and result.record.notify_dependents
         )
 

@@ -49,6 +49,14 @@ from coordinator.domain.workers import (
     WorkerSighting,
 )
 
+ClaimPending = Callable[[Sequence[TaskRecord]], Sequence[tuple[TaskRecord, Sequence[QueueEvent]]]]
+"""Store dispatch's claim of the records :meth:`Store.claim_pending` hands over: each one to
+write (a record of those, changed) with its outbox events. Pure and synchronous: it runs
+inside the store's transaction."""
+
+PendingAnnouncement = tuple[TaskQueue, int]
+"""A task queue that has a run made pending, and when that run becomes visible (epoch ms)."""
+
 
 class Store(abc.ABC):
     """Persistent task records with compare-and-set writes."""
@@ -180,6 +188,36 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def outbox_depth(self) -> int:
         """How many events wait in the outbox."""
+
+    # --- store dispatch ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def claim_pending(
+        self, task_queue: TaskQueue, *, now: int, limit: int, claim: ClaimPending
+    ) -> list[TaskRecord]:
+        """Hand up to ``limit`` of the queue's claimable runs (the last run pending and
+        visible at ``now``, the deadline after it), the highest ``pending_priority`` first,
+        then the earliest visible, to ``claim``, and compare-and-set the records it returns,
+        with their outbox events, in the same transaction.
+
+        Concurrent callers never get the same run: PostgreSQL locks the rows it hands over
+        until the write commits and other callers, on any replica, skip them (``FOR UPDATE
+        SKIP LOCKED``); SQLite's one writer runs one call at a time.
+
+        :returns: the records written, as stored, in the order ``claim`` returned them.
+        """
+
+    @abc.abstractmethod
+    async def announce_pending(self, announcements: Sequence[PendingAnnouncement]) -> None:
+        """Tell every coordinator listening on this store (:meth:`listen_pending`), other
+        replicas included, that these task queues have runs made pending. SQLite: nothing
+        to do, its one process wakes its own waiters."""
+
+    @abc.abstractmethod
+    async def listen_pending(self, on_pending: Callable[[PendingAnnouncement], None]) -> None:
+        """From now until :meth:`close`, call ``on_pending`` for each announcement that any
+        coordinator makes on this store (PostgreSQL: ``LISTEN``, reconnected after an outage);
+        SQLite: never."""
 
     # --- resolver scans -------------------------------------------------------------------
 

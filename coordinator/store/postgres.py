@@ -36,9 +36,11 @@ settings, e.g. ``postgresql://host/db?search_path=coordinator`` keeps the tables
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
+import logging
 import re
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
@@ -71,7 +73,7 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
-from coordinator.store.base import ProcessLocks
+from coordinator.store.base import ClaimPending, PendingAnnouncement, ProcessLocks
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import entry_from_row, outbox_rows, settle, written_outbox_rows
 from coordinator.store.rows import (
@@ -86,6 +88,7 @@ from coordinator.store.sqlfiles import migrations, queries
 from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
     counts_from_rows,
+    task_queue_columns,
     task_queue_sighting_columns,
     worker_sighting_columns,
 )
@@ -125,6 +128,7 @@ def _positional(sql: str) -> _Statement:
 
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
 
@@ -241,6 +245,81 @@ def filtered_statement(name: str, filters: str) -> _Statement:
     return _positional(queries("postgres")[name].format(filters=filters))
 
 
+def _compare_and_set_values(records: Sequence[TaskRecord]) -> dict[str, list[Any]]:
+    """The arrays ``compare_and_set_many`` takes: each status column of ``records``."""
+    rows = [{**status_columns(r), "version": r.version} for r in records]
+    return {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
+
+
+PENDING_CHANNEL = "queue_coordinator_pending"
+"""The channel of store dispatch's announcements (``notify_pending``): every coordinator on
+the database listens to it."""
+
+LISTEN_RETRY_SECONDS = 1.0
+"""How long the pending listener waits before connecting again after losing its connection."""
+
+
+def _announcement(payload: str) -> PendingAnnouncement | None:
+    """``provisionerId/workerType/visibleAt`` as :data:`PendingAnnouncement`; ``None`` for
+    anything else (another program's notification on the channel)."""
+    provisioner_id, _, rest = payload.partition("/")
+    worker_type, _, visible_at = rest.partition("/")
+    if not (provisioner_id and worker_type and visible_at.isdigit()):
+        return None
+    return TaskQueue(provisioner_id, worker_type), int(visible_at)
+
+
+class _PendingListener:
+    """A connection of its own that ``LISTEN``s for store dispatch's announcements and hands
+    each to ``on_pending``; it connects again while the server is away (the long polls fall
+    back to polling meanwhile)."""
+
+    def __init__(self, dsn: str, on_pending: Callable[[PendingAnnouncement], None]) -> None:
+        self._dsn = dsn
+        self._on_pending = on_pending
+        self._task: asyncio.Task[None] | None = None
+        self._lost = asyncio.Event()
+
+    async def start(self) -> None:
+        """Listen before returning (a first failure raises), then keep listening."""
+        conn = await self._connect()
+        self._task = asyncio.create_task(self._keep(conn), name="pending-listener")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _connect(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(self._dsn)
+        self._lost.clear()
+        conn.add_termination_listener(lambda _: self._lost.set())
+        await conn.add_listener(PENDING_CHANNEL, self._notified)
+        return conn
+
+    def _notified(self, conn: object, pid: int, channel: str, payload: str) -> None:
+        announcement = _announcement(payload)
+        if announcement is not None:
+            self._on_pending(announcement)
+
+    async def _keep(self, conn: asyncpg.Connection) -> None:
+        try:
+            while True:
+                await self._lost.wait()
+                conn.terminate()
+                while True:
+                    await asyncio.sleep(LISTEN_RETRY_SECONDS)
+                    try:
+                        conn = await self._connect()
+                        break
+                    except Exception as error:
+                        if not _is_outage(error):
+                            log.warning("pending listener not connected error=%r", error)
+        finally:
+            conn.terminate()
+
+
 class PostgresStore(SQLStore):
     """Store in one PostgreSQL database (or schema, via ``search_path``).
 
@@ -257,6 +336,7 @@ class PostgresStore(SQLStore):
         self._min_size = min_size
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
+        self._listener: _PendingListener | None = None
         self._outages = OutageWatch(store=without_credentials(dsn), is_outage=_is_outage)
         self._queue_locks = ProcessLocks()
 
@@ -277,6 +357,9 @@ class PostgresStore(SQLStore):
             raise
 
     async def close(self) -> None:
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            await listener.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
@@ -468,8 +551,7 @@ class PostgresStore(SQLStore):
     ) -> list[TaskRecord | None]:
         if not records:
             return []
-        rows = [{**status_columns(r), "version": r.version} for r in records]
-        values = {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
+        values = _compare_and_set_values(records)
         if events:
             fetched = await self._with_events(
                 self._fetcher("compare_and_set_many", values),
@@ -485,6 +567,47 @@ class PostgresStore(SQLStore):
             None if (row := written.get(record.task_id)) is None else stored_after_cas(record, row)
             for record in records
         ]
+
+    async def claim_pending(
+        self, task_queue: TaskQueue, *, now: int, limit: int, claim: ClaimPending
+    ) -> list[TaskRecord]:
+        params = {**task_queue_columns(task_queue), "now": now, "limit": limit}
+
+        async def take() -> list[TaskRecord]:
+            async with self._connections.acquire() as conn, conn.transaction():
+                select = _Q["claimable_runs"]
+                rows = await conn.fetch(select.sql, *select.args(params))
+                writes = claim([record_from_row(row) for row in rows]) if rows else ()
+                if not writes:
+                    return []
+                records = [record for record, _ in writes]
+                cas = _Q["compare_and_set_many"]
+                # the rows are locked since the select: every version still holds
+                fetched = await conn.fetch(cas.sql, *cas.args(_compare_and_set_values(records)))
+                outbox = [row for _, events in writes for row in outbox_rows(events)]
+                if outbox:
+                    insert = _Q["insert_outbox_event"]
+                    await conn.executemany(insert.sql, [insert.args(row) for row in outbox])
+                written = {row["task_id"]: row for row in fetched}
+                return [
+                    stored_after_cas(record, written[record.task_id])
+                    for record in records
+                    if record.task_id in written
+                ]
+
+        return await self._outages.watch(take())
+
+    async def announce_pending(self, announcements: Sequence[PendingAnnouncement]) -> None:
+        if announcements:
+            payloads = sorted(
+                {f"{task_queue}/{visible_at}" for task_queue, visible_at in announcements}
+            )
+            await self._fetch("notify_pending", channel=PENDING_CHANNEL, payloads=payloads)
+
+    async def listen_pending(self, on_pending: Callable[[PendingAnnouncement], None]) -> None:
+        if self._listener is None:
+            self._listener = _PendingListener(self._dsn, on_pending)
+            await self._listener.start()
 
     async def publish_outbox(
         self,

@@ -27,6 +27,7 @@ def status_columns(record: TaskRecord) -> dict[str, Any]:
         "open_deadline": record.open_deadline,
         "hint_due": record.hint_due,
         "visible_at": record.visible_at,
+        "pending_priority": record.pending_priority,
         "notify_dependents": record.notify_dependents,
         "resolved": record.resolved,
     }

@@ -43,7 +43,7 @@ from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
-from coordinator.store.base import ProcessLocks
+from coordinator.store.base import ClaimPending, PendingAnnouncement, ProcessLocks
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
     Settled,
@@ -66,6 +66,7 @@ from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
     counts_from_rows,
     recent_from_json,
+    task_queue_columns,
     task_queue_sighting_columns,
     worker_columns,
     worker_sighting_columns,
@@ -159,6 +160,7 @@ _STATUS_COLUMNS = (
     "open_deadline",
     "hint_due",
     "visible_at",
+    "pending_priority",
     "resolved",
 )
 """The status columns :func:`_compare_and_set` writes only when their value changes
@@ -407,6 +409,34 @@ class SQLiteStore(SQLStore):
             None if row is None else stored_after_cas(record, row)
             for record, row in zip(records, rows, strict=True)
         ]
+
+    async def claim_pending(
+        self, task_queue: TaskQueue, *, now: int, limit: int, claim: ClaimPending
+    ) -> list[TaskRecord]:
+        params = {**task_queue_columns(task_queue), "now": now, "limit": limit}
+
+        def take(conn: sqlite3.Connection) -> list[TaskRecord]:
+            rows = conn.execute(_Q["claimable_runs"], params).fetchall()
+            if not rows:
+                return []
+            stored: list[TaskRecord] = []
+            outbox: list[dict[str, Any]] = []
+            for record, events in claim([record_from_row(row) for row in rows]):
+                # read in this transaction, and nothing else writes: the version still holds
+                row = _compare_and_set(conn, {**status_columns(record), "version": record.version})
+                if row is not None:
+                    stored.append(stored_after_cas(record, row))
+                    outbox.extend(outbox_rows(events))
+            _write_outbox(conn, outbox)
+            return stored
+
+        return await self._run(take)
+
+    async def announce_pending(self, announcements: Sequence[PendingAnnouncement]) -> None:
+        pass  # one process per file: its waiters were woken in process
+
+    async def listen_pending(self, on_pending: Callable[[PendingAnnouncement], None]) -> None:
+        pass  # nobody else announces on this file
 
     async def publish_outbox(
         self,

@@ -832,11 +832,15 @@ async def test_pending_tasks_and_task_queue_counts(start_coordinator: StartCoord
     assert empty.body["pendingTasks"] == 0
 
 
-async def test_azure_only_endpoints_say_so(start_coordinator: StartCoordinator) -> None:
-    c = await start_coordinator()
+async def test_poll_task_urls_says_to_use_claim_work_under_store_dispatch(
+    start_coordinator: StartCoordinator,
+) -> None:
+    c = await start_coordinator()  # no storage account: store dispatch
     urls = await c.call("GET", "/poll-task-url/prov/wt")
     assert urls.status == 404
-    assert "without Azure" in urls.body["message"]
-    work = await c.call("POST", "/claim-work/prov/wt", {**WORKER, "tasks": 1})
-    assert work.status == 404
-    assert "without Azure" in work.body["message"]
+    assert "COORDINATOR_DISPATCH=store" in urls.body["message"]
+    assert "claimWork" in urls.body["message"]
+    task_id = await c.create()
+    work = await c.call("POST", "/claim-work/test-prov/test-wt", {**WORKER, "tasks": 1})
+    assert work.status == 200
+    assert [claim["status"]["taskId"] for claim in work.body["tasks"]] == [task_id]

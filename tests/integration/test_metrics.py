@@ -78,8 +78,12 @@ async def test_counters_after_a_known_sequence(
     assert value(samples, requests, method="POST", name="cancelTask", status="401") == 1
     assert value(samples, requests, method="GET", name="status", status="200") == 1
     assert value(samples, "http_request_duration_seconds_count", name="createTask") == 5
-    # no hint was put: this coordinator runs without Azure
+    # no hint was put: this coordinator dispatches from its store
     assert value(samples, "queue_hints_put_total") == 0
+    # the three claims' pending times, claimed within seconds of becoming visible
+    pending = "queue_pending_seconds_bucket"
+    assert value(samples, "queue_pending_seconds_count", **QUEUE) == 3
+    assert value(samples, pending, **QUEUE, le="10.0") == 3
 
     # ids[2] is claimed, ids[4] pending: the gauges show them within the refresh interval
     async def gauges_caught_up() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import asyncpg
 import pytest
 
 from coordinator.domain import lifecycle
+from coordinator.domain.events import QueueEvent
 from coordinator.domain.hooks import FireResult, Hook, LastFire
 from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, RunCounts
@@ -945,3 +947,131 @@ async def test_last_fires_are_one_per_task_id_newest_first_expire_and_go_with_th
     assert not await store.delete_hook("g", "h")
     assert await store.get_hook("g", "h") is None
     assert await store.last_fires("g", "h", limit=5, before=None) == []
+
+
+# --- store dispatch ---------------------------------------------------------------------------
+
+QUEUE = TaskQueue("prov", "wt")
+
+
+def prioritised(task_id: str, priority: str, *, now: int = NOW, **fields: Any) -> TaskRecord:
+    """A new pending record of ``priority`` (and any other definition ``fields``)."""
+    body = {**definition(), "priority": priority, **fields}
+    return lifecycle.create(record_from_definition(task_id, body), now=now).record
+
+
+def claiming(
+    seen: list[str], *, take: int = 32, now: int = NOW
+) -> Callable[[Sequence[TaskRecord]], list[tuple[TaskRecord, Sequence[QueueEvent]]]]:
+    """A ``claim`` for :meth:`Store.claim_pending` that notes the ids handed over, in order,
+    and claims the first ``take`` of them."""
+
+    def claim(records: Sequence[TaskRecord]) -> list[tuple[TaskRecord, Sequence[QueueEvent]]]:
+        seen.extend(record.task_id for record in records)
+        return [
+            (
+                lifecycle.claim(
+                    record,
+                    run_id=len(record.runs) - 1,
+                    worker_group="wg",
+                    worker_id="w",
+                    now=now,
+                    timing=TIMING,
+                ).record,
+                (),
+            )
+            for record in records[:take]
+        ]
+
+    return claim
+
+
+async def test_claim_pending_hands_out_the_highest_priority_then_the_earliest_visible(
+    store: Store,
+) -> None:
+    for record in [
+        prioritised("low-early", "lowest", now=NOW - 3),
+        prioritised("high-late", "high", now=NOW - 1),
+        prioritised("high-early", "high", now=NOW - 2),
+        prioritised("delayed", "highest", notBefore=to_iso(NOW + MINUTE)),
+        prioritised("elsewhere", "highest", workerType="other", taskQueueId="prov/other"),
+    ]:
+        assert await store.insert(record) is not None
+    seen: list[str] = []
+
+    claimed = await store.claim_pending(QUEUE, now=NOW, limit=10, claim=claiming(seen, take=2))
+
+    assert seen == ["high-early", "high-late", "low-early"]
+    assert [record.task_id for record in claimed] == ["high-early", "high-late"]
+    for record in claimed:
+        assert (record.state, record.version) == ("running", 2)
+        assert await store.get(record.task_id) == record
+    assert (await get(store, "low-early")).state == "pending"
+    # the delayed run once visible; the claimed ones never again
+    seen.clear()
+    await store.claim_pending(QUEUE, now=NOW + MINUTE, limit=10, claim=claiming(seen, take=0))
+    assert seen == ["delayed", "low-early"]
+
+
+async def test_claim_pending_writes_only_what_claim_returns_and_up_to_the_limit(
+    store: Store,
+) -> None:
+    for index in range(5):
+        await create(store, f"t{index}", now=NOW - 10 + index)
+    seen: list[str] = []
+
+    assert await store.claim_pending(QUEUE, now=NOW, limit=3, claim=claiming(seen, take=0)) == []
+    assert seen == ["t0", "t1", "t2"]
+    assert {(await get(store, f"t{i}")).version for i in range(5)} == {1}
+    assert await store.claim_pending(QUEUE, now=NOW, limit=0, claim=claiming(seen)) == []
+    # nothing claimable (an empty queue, a run past its deadline): claim is not called
+    seen.clear()
+    assert await store.claim_pending(TaskQueue("prov", "none"), now=NOW, limit=3,
+                                     claim=claiming(seen)) == []  # fmt: skip
+    await store.claim_pending(QUEUE, now=NOW + HOUR, limit=5, claim=claiming(seen))
+    assert seen == []
+
+
+async def test_claim_pending_follows_the_retry_priority_of_automatic_retries(store: Store) -> None:
+    retried = prioritised("retried", "lowest", retryPriority="highest", now=NOW - 5)
+    assert await store.insert(retried) is not None
+    await store.insert(prioritised("medium", "medium", now=NOW - 4))
+    seen: list[str] = []
+    await store.claim_pending(QUEUE, now=NOW, limit=1, claim=claiming(seen))
+    assert seen == ["medium"]  # run 0 of "retried" has the task's lowest priority
+
+    running = await claim(store, "retried")
+    expired = lifecycle.expire_claim(
+        running, taken_until=NOW + CLAIM, now=NOW + CLAIM, timing=TIMING
+    )
+    await apply(store, expired)
+    await store.insert(prioritised("medium-2", "medium", now=NOW - 3))
+    seen.clear()
+    await store.claim_pending(QUEUE, now=NOW + CLAIM, limit=5, claim=claiming(seen, take=0))
+    assert seen == ["retried", "medium-2"]
+
+
+async def test_claim_pending_writes_the_events_with_the_claims(store: Store) -> None:
+    await create(store, "t")
+    event = QueueEvent(exchange="task-running", key="t", routing_key="r", cc=(), body={})
+
+    def claim(records: Sequence[TaskRecord]) -> list[tuple[TaskRecord, Sequence[QueueEvent]]]:
+        return [(record, [event]) for record, _ in claiming([])(records)]
+
+    assert len(await store.claim_pending(QUEUE, now=NOW, limit=1, claim=claim)) == 1
+    assert await store.outbox_depth() == 1
+
+
+async def test_fifty_concurrent_claim_pending_calls_each_get_their_own_run(store: Store) -> None:
+    records = [new_record(f"t{index:02d}", now=NOW - 100 + index) for index in range(50)]
+    assert len(await store.insert_many(records)) == 50
+
+    answers = await asyncio.gather(
+        *(store.claim_pending(QUEUE, now=NOW, limit=1, claim=claiming([])) for _ in range(50))
+    )
+
+    # PostgreSQL: each caller skips the rows the others hold (SKIP LOCKED), so none comes back
+    # empty-handed while runs are left; SQLite: one caller at a time
+    assert [len(answer) for answer in answers] == [1] * 50
+    assert sorted(answer[0].task_id for answer in answers) == sorted(r.task_id for r in records)
+    assert {(await get(store, r.task_id)).state for r in records} == {"running"}

@@ -45,11 +45,12 @@ WITH grp AS (
 ), task AS (
     INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
                        expires, definition, retries_left, runs, state, taken_until,
-                       open_deadline, hint_due, visible_at, notify_dependents, project_id,
-                       created, resolved, version)
+                       open_deadline, hint_due, visible_at, pending_priority,
+                       notify_dependents, project_id, created, resolved, version)
     SELECT :task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
            :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
-           :visible_at, :notify_dependents, :project_id, :created, :resolved, 1
+           :visible_at, CAST(:pending_priority AS SMALLINT), :notify_dependents, :project_id,
+           :created, :resolved, 1
     FROM grp
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
@@ -79,12 +80,13 @@ WITH new AS (
         CAST(:runs_values AS TEXT[]), CAST(:state_values AS TEXT[]),
         CAST(:taken_until_values AS BIGINT[]), CAST(:open_deadline_values AS BIGINT[]),
         CAST(:hint_due_values AS BIGINT[]),
-        CAST(:visible_at_values AS BIGINT[]), CAST(:notify_dependents_values AS BOOLEAN[]),
+        CAST(:visible_at_values AS BIGINT[]), CAST(:pending_priority_values AS SMALLINT[]),
+        CAST(:notify_dependents_values AS BOOLEAN[]),
         CAST(:project_id_values AS TEXT[]), CAST(:created_values AS BIGINT[]),
         CAST(:resolved_values AS BIGINT[])
     ) AS n (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
             definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
-            visible_at, notify_dependents, project_id, created, resolved)
+            visible_at, pending_priority, notify_dependents, project_id, created, resolved)
 ), grp AS (
     INSERT INTO task_groups (task_group_id, scheduler_id, expires)
     -- one row per group: a batch naming one group with two schedulerIds gets the first
@@ -97,8 +99,8 @@ WITH new AS (
 ), task AS (
     INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
                        expires, definition, retries_left, runs, state, taken_until,
-                       open_deadline, hint_due, visible_at, notify_dependents, project_id,
-                       created, resolved, version)
+                       open_deadline, hint_due, visible_at, pending_priority,
+                       notify_dependents, project_id, created, resolved, version)
     SELECT new.*, 1 FROM new JOIN grp USING (task_group_id, scheduler_id)
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
@@ -131,6 +133,7 @@ SELECT task_id, state FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
 UPDATE tasks
 SET definition = coalesce(:definition, definition), retries_left = :retries_left, runs = :runs, state = :state, taken_until = :taken_until,
     open_deadline = :open_deadline, hint_due = :hint_due, visible_at = :visible_at,
+    pending_priority = CAST(:pending_priority AS SMALLINT),
     resolved = :resolved, notify_dependents = :notify_dependents AND EXISTS (
         SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
     ),
@@ -145,7 +148,7 @@ UPDATE tasks AS t
 SET definition = coalesce(n.definition, t.definition), retries_left = n.retries_left,
     runs = n.runs, state = n.state, taken_until = n.taken_until,
     open_deadline = n.open_deadline, hint_due = n.hint_due, visible_at = n.visible_at,
-    resolved = n.resolved, notify_dependents = n.notify_dependents AND EXISTS (
+    pending_priority = n.pending_priority, resolved = n.resolved, notify_dependents = n.notify_dependents AND EXISTS (
         SELECT 1 FROM task_dependencies WHERE required_task_id = t.task_id
     ),
     version = t.version + 1
@@ -155,9 +158,10 @@ FROM unnest(
     CAST(:runs_values AS TEXT[]), CAST(:state_values AS TEXT[]),
     CAST(:taken_until_values AS BIGINT[]), CAST(:open_deadline_values AS BIGINT[]),
     CAST(:hint_due_values AS BIGINT[]), CAST(:visible_at_values AS BIGINT[]),
+    CAST(:pending_priority_values AS SMALLINT[]),
     CAST(:resolved_values AS BIGINT[]), CAST(:notify_dependents_values AS BOOLEAN[])
 ) AS n (task_id, version, definition, retries_left, runs, state, taken_until, open_deadline,
-        hint_due, visible_at, resolved, notify_dependents)
+        hint_due, visible_at, pending_priority, resolved, notify_dependents)
 WHERE t.task_id = n.task_id AND t.version = n.version
 -- version and flag first: the columns stored_after_cas reads by position
 RETURNING t.version, t.notify_dependents, t.task_id
@@ -343,3 +347,21 @@ DELETE FROM queue_event_outbox WHERE id = ANY(CAST(:ids AS BIGINT[]))
 -- name: task_group_resolved
 -- After a batch's resolving writes, in its transaction (migration 0013).
 SELECT queue_task_group_resolved(:group, CAST(:task_ids AS TEXT[]))
+
+-- name: claimable_runs
+-- Store dispatch's claim: the queue's pending runs visible now, highest priority first, then
+-- the earliest visible, from the partial index tasks_claimable (pending rows only). The rows
+-- stay locked until the caller's compare-and-set commits; concurrent claimers (other
+-- requests, other replicas) skip them and take the next ones instead of queueing behind.
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND pending_priority IS NOT NULL AND visible_at <= :now AND open_deadline > :now
+ORDER BY pending_priority DESC, visible_at LIMIT :limit
+FOR UPDATE SKIP LOCKED
+
+-- name: notify_pending
+-- Store dispatch's wake-up across replicas: one notification per task queue that has a run
+-- just made pending (the payload: provisionerId/workerType visibleAt), delivered to every
+-- coordinator listening on the channel when this statement's transaction commits.
+SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload

@@ -1,10 +1,11 @@
 -- name: insert_task
 INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
                    definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
-                   visible_at, notify_dependents, project_id, created, resolved, version)
+                   visible_at, pending_priority, notify_dependents, project_id, created,
+                   resolved, version)
 VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
         :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
-        :visible_at, :notify_dependents, :project_id, :created, :resolved, 1)
+        :visible_at, :pending_priority, :notify_dependents, :project_id, :created, :resolved, 1)
 ON CONFLICT (task_id) DO NOTHING
 
 -- name: upsert_task_group
@@ -33,8 +34,8 @@ SELECT task_id, state FROM tasks WHERE task_id IN ({ids})
 
 -- name: stored_status
 -- What compare_and_set compares the new status with, in its transaction.
-SELECT retries_left, runs, state, taken_until, open_deadline, hint_due, visible_at, resolved,
-       notify_dependents, version
+SELECT retries_left, runs, state, taken_until, open_deadline, hint_due, visible_at,
+       pending_priority, resolved, notify_dependents, version
 FROM tasks WHERE task_id = :task_id
 
 -- name: compare_and_set
@@ -168,3 +169,13 @@ DELETE FROM artifacts WHERE task_id = :task_id AND run_id = :run_id AND name = :
 -- name: delete_outbox_events
 -- :ids is a JSON array: one statement for the whole batch.
 DELETE FROM queue_event_outbox WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: claimable_runs
+-- Store dispatch's claim: the queue's pending runs visible now, highest priority first, then
+-- the earliest visible, from the partial index tasks_claimable (pending rows only). One writer
+-- runs at a time, so the caller's compare-and-set in the same transaction always wins.
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND pending_priority IS NOT NULL AND visible_at <= :now AND open_deadline > :now
+ORDER BY pending_priority DESC, visible_at LIMIT :limit

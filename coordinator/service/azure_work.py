@@ -1,0 +1,101 @@
+"""claimWork's runs under Azure dispatch: the coordinator reads hints from the task queue's
+Azure queues on the worker's behalf, for workers that cannot reach Azure.
+
+One ask receives up to ``count`` hints, walking the queues in priority order, claims the runs
+they point at, deletes each hint after a definitive answer (a claim, or a domain refusal: the
+hint is stale) and releases it (visibility 0) after anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from coordinator.azure.queues import QueueService, ReceivedHint
+from coordinator.domain.errors import DomainError
+from coordinator.domain.records import TaskRecord
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.service.tasks import TaskService
+from coordinator.store.errors import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class AzureWork:
+    """A :class:`~coordinator.service.claim_work.WorkSource` over Azure's hints.
+
+    :param visibility_timeout_s: how long a received hint stays hidden while it is claimed.
+    """
+
+    def __init__(
+        self, *, service: TaskService, azure_queues: QueueService, visibility_timeout_s: int = 60
+    ) -> None:
+        self.service = service
+        self.azure_queues = azure_queues
+        self.visibility_timeout_s = visibility_timeout_s
+
+    async def take(
+        self, task_queue: TaskQueue, *, worker_group: str, worker_id: str, count: int
+    ) -> list[TaskRecord]:
+        hints = await self.azure_queues.receive(
+            task_queue.provisioner_id,
+            task_queue.worker_type,
+            max_messages=count,
+            visibility_timeout=self.visibility_timeout_s,
+        )
+        return await self._claim_hints(hints, worker_group=worker_group, worker_id=worker_id)
+
+    async def _claim_hints(
+        self, hints: list[ReceivedHint], *, worker_group: str, worker_id: str
+    ) -> list[TaskRecord]:
+        claimed: dict[str, TaskRecord] = {}
+        for hint in hints:
+            if hint.task_id is None or hint.run_id is None:
+                log.warning(
+                    "poison hint deleted queue=%s messageId=%s", hint.azure_queue, hint.message_id
+                )
+                await self._forget(hint)
+                continue
+            try:
+                record = await self.service.claim(
+                    hint.task_id, hint.run_id, worker_group=worker_group, worker_id=worker_id
+                )
+            except DomainError as error:
+                # A definitive refusal: the hint is stale (claimed, resolved, gone) and will
+                # never be useful.
+                log.info(
+                    "stale hint deleted taskId=%s runId=%s reason=%s",
+                    hint.task_id,
+                    hint.run_id,
+                    type(error).__name__,
+                )
+                await self._forget(hint)
+                continue
+            except StoreUnavailable:
+                # An outage, logged once by the store: another worker may claim it later.
+                log.debug("claim deferred, store unavailable taskId=%s", hint.task_id)
+                with contextlib.suppress(Exception):
+                    await self.azure_queues.release(hint)
+                continue
+            except Exception:
+                log.exception(
+                    "claim failed, hint released taskId=%s runId=%s", hint.task_id, hint.run_id
+                )
+                with contextlib.suppress(Exception):
+                    await self.azure_queues.release(hint)
+                continue
+            claimed[record.task_id] = record
+            await self._forget(hint)
+        return list(claimed.values())
+
+    async def _forget(self, hint: ReceivedHint) -> None:
+        try:
+            await self.azure_queues.delete(hint)
+        except Exception as error:
+            log.warning(
+                "hint delete failed taskId=%s runId=%s queue=%s error=%r",
+                hint.task_id,
+                hint.run_id,
+                hint.azure_queue,
+                error,
+            )

@@ -1,0 +1,181 @@
+"""Store dispatch (``COORDINATOR_DISPATCH=store``, docs/dispatch.md) through the real HTTP
+server: claimWork served from SQLite and PostgreSQL, in priority order, batched, woken when a
+run becomes pending (in process, and across replicas through PostgreSQL ``LISTEN``/``NOTIFY``),
+and the claimWork race run under both dispatches: many callers, never one run twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from coordinator.domain.records import to_iso
+from devharness.azurite import AzuriteProcess
+from tests.fixtures.azurite import AzureNamespace
+from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
+
+PROV, WT = "test-prov", "test-wt"
+WORKER = {"workerGroup": "wg", "workerId": "w1"}
+
+
+async def claim_work(
+    coordinator: RunningCoordinator, *, tasks: int = 32, worker_id: str = "w1"
+) -> list[dict[str, Any]]:
+    """One claimWork call of ``wg/<worker_id>``; its claims."""
+    body = {"workerGroup": "wg", "workerId": worker_id, "tasks": tasks}
+    claims: list[dict[str, Any]] = (await coordinator.ok("POST", f"/claim-work/{PROV}/{WT}", body))[
+        "tasks"
+    ]
+    return claims
+
+
+def claimed_ids(claims: list[dict[str, Any]]) -> list[str]:
+    return [claim["status"]["taskId"] for claim in claims]
+
+
+async def timed(call: Any) -> tuple[float, Any]:
+    """Seconds the awaitable took, and its result."""
+    started = time.monotonic()
+    result = await call
+    return time.monotonic() - started, result
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """How the coordinators of a test dispatch: their settings, how many replicas share the
+    store, and the provisionerId the test's tasks use."""
+
+    settings: dict[str, Any]
+    replicas: int
+    provisioner_id: str = PROV
+
+
+@pytest.fixture(params=["store-sqlite", "store-postgres", "store-postgres-replicas", "azure"])
+def dispatch(request: pytest.FixtureRequest) -> Dispatch:
+    """Each dispatch and store: SQLite or PostgreSQL under store dispatch (one coordinator, or
+    two replicas on one schema), and Azure dispatch on Azurite."""
+    settings: dict[str, Any] = {"claim_work_timeout_ms": 5_000}
+    if request.param == "azure":
+        azurite: AzuriteProcess = request.getfixturevalue("azurite")
+        namespace: AzureNamespace = request.getfixturevalue("azure_namespace")
+        settings |= {
+            "azure_connection_string": azurite.connection_string,
+            "queue_prefix": namespace.queue_prefix,
+        }
+        return Dispatch(settings=settings, replicas=1, provisioner_id=namespace.provisioner_id)
+    if request.param != "store-sqlite":
+        settings["store_url"] = request.getfixturevalue("postgres_schema_url")
+    return Dispatch(settings=settings, replicas=2 if request.param.endswith("replicas") else 1)
+
+
+async def test_fifty_claim_work_callers_get_one_run_each_never_the_same(
+    start_coordinator: StartCoordinator, dispatch: Dispatch
+) -> None:
+    coordinators = [await start_coordinator(**dispatch.settings) for _ in range(dispatch.replicas)]
+    provisioner = dispatch.provisioner_id
+    task_ids = set(await coordinators[0].create_many(50, provisionerId=provisioner))
+    body = {"workerGroup": "wg", "tasks": 1}
+
+    answers = await asyncio.gather(
+        *(
+            coordinators[index % len(coordinators)].ok(
+                "POST", f"/claim-work/{provisioner}/{WT}", {**body, "workerId": f"w{index}"}
+            )
+            for index in range(50)
+        )
+    )
+
+    assert [len(answer["tasks"]) for answer in answers] == [1] * 50
+    claimed = Counter(answer["tasks"][0]["status"]["taskId"] for answer in answers)
+    assert set(claimed) == task_ids and set(claimed.values()) == {1}
+    for index, answer in enumerate(answers):
+        claim = answer["tasks"][0]
+        assert claim["workerId"] == f"w{index}"
+        status = await coordinators[0].status(claim["status"]["taskId"])
+        assert [(run["state"], run["workerId"]) for run in status["runs"]] == [
+            ("running", f"w{index}")
+        ]
+
+
+async def test_claim_work_hands_out_by_priority_then_age_in_batches_of_up_to_32(
+    start_coordinator: StartCoordinator,
+) -> None:
+    c = await start_coordinator()
+    low = await c.create_many(30, priority="lowest")
+    high = [await c.create(priority="high") for _ in range(5)]
+
+    first = claimed_ids(await claim_work(c, tasks=32))
+    second = claimed_ids(await claim_work(c, tasks=32))
+
+    assert first == high + low[:27]  # createTasks makes its batch visible at one time
+    assert set(second) == set(low[27:])
+    assert (await c.call("GET", f"/poll-task-url/{PROV}/{WT}")).status == 404
+
+
+async def test_a_waiting_claim_work_is_answered_as_soon_as_a_run_becomes_pending(
+    start_coordinator: StartCoordinator,
+) -> None:
+    c = await start_coordinator(claim_work_timeout_ms=20_000)
+    waiting = asyncio.ensure_future(timed(claim_work(c)))
+    await asyncio.sleep(0.3)  # the long poll is waiting (nothing to claim yet)
+    assert not waiting.done()
+    task_id = await c.create()
+
+    seconds, claims = await waiting
+    assert claimed_ids(claims) == [task_id]
+    assert seconds < 2.0  # woken by the create, well before the idle poll (5 s)
+
+
+async def test_a_delayed_run_is_handed_out_once_visible(
+    start_coordinator: StartCoordinator,
+) -> None:
+    c = await start_coordinator(claim_work_timeout_ms=20_000)
+    not_before = int(time.time() * 1000) + 1_500
+    task_id = await c.create(notBefore=to_iso(not_before))
+
+    seconds, claims = await timed(claim_work(c))
+
+    assert claimed_ids(claims) == [task_id]
+    assert time.time() * 1000 >= not_before
+    assert seconds < 4.0  # a wake-up at its visible time, not the idle poll's
+
+
+async def test_replicas_wake_each_others_long_polls_through_postgres(
+    start_coordinator: StartCoordinator, postgres_schema_url: str
+) -> None:
+    one, other = [
+        await start_coordinator(store_url=postgres_schema_url, claim_work_timeout_ms=20_000)
+        for _ in range(2)
+    ]
+    waiting = asyncio.ensure_future(timed(claim_work(other)))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    task_id = await one.create()
+
+    seconds, claims = await waiting
+    assert claimed_ids(claims) == [task_id]
+    assert seconds < 2.0  # NOTIFY, not the idle poll (5 s)
+
+
+async def test_a_quarantined_worker_gets_nothing_from_the_store(
+    start_coordinator: StartCoordinator,
+) -> None:
+    c = await start_coordinator(claim_work_timeout_ms=500)
+    assert await claim_work(c, worker_id="bad") == []  # nothing yet; the worker is seen
+    await c.parts.workers.flush()
+    until = to_iso(int(time.time() * 1000) + 3_600_000)
+    await c.ok(
+        "PUT",
+        f"/provisioners/{PROV}/worker-types/{WT}/workers/wg/bad",
+        {"quarantineUntil": until, "quarantineInfo": "test"},
+    )
+    await c.parts.workers.refresh_quarantines()
+    task_id = await c.create()
+
+    assert await claim_work(c, worker_id="bad") == []
+    assert claimed_ids(await claim_work(c, worker_id="good")) == [task_id]
