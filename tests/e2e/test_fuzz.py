@@ -272,7 +272,10 @@ async def test_no_input_reaches_a_server_error(
     credentials = None
     if auth:
         credentials = ensure_root_client(clients_file)
-    process = coordinator_process(auth_enabled=auth, clients_file=clients_file)
+    # claimWork long-polls when it finds nothing (store dispatch): not for the fuzzer
+    process = coordinator_process(
+        auth_enabled=auth, clients_file=clients_file, claim_work_timeout_ms=0
+    )
     c = await process.start()
     seeded = await seed(c, credentials)
     # The engine is synchronous; a thread keeps this loop (and pytest-timeout) responsive.
