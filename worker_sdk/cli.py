@@ -87,7 +87,7 @@ class Options:
     worker_group: str
     worker_id: str
     capacity: int
-    claim_work: bool
+    claim_work: bool | None
     grace_period: float
     dequeue_warning: int
     retry_failures: bool
@@ -210,7 +210,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--claim-work",
         action="store_true",
-        help="claim through the coordinator's claimWork instead of polling Azure",
+        default=None,
+        help="claim through the coordinator's claimWork instead of polling Azure (without it: "
+        "Azure, unless the coordinator dispatches from its store, then claimWork)",
     )
     parser.add_argument(
         "--grace-period",

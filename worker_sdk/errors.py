@@ -107,6 +107,21 @@ class RequestFailed(Exception):
         return self.status in (401, 403)
 
 
+class NoAzureQueues(RequestFailed):
+    """pollTaskUrls answered 404: the coordinator dispatches from its store (docs/dispatch.md)
+    and hands work out through claimWork only."""
+
+    @classmethod
+    def of(cls, error: RequestFailed) -> NoAzureQueues:
+        return cls(
+            method=error.method,
+            url=error.url,
+            status=error.status,
+            code=error.code,
+            message=error.message,
+        )
+
+
 _MISSING_SCOPES = re.compile(r"missing the following scopes:\s*```\n(.*?)\n```", re.DOTALL)
 
 

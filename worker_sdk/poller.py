@@ -55,7 +55,7 @@ import aiohttp
 
 from worker_sdk import azure
 from worker_sdk.client import Claim, CoordinatorClient, PollUrls, SignedQueue
-from worker_sdk.errors import RequestFailed, missing_scopes
+from worker_sdk.errors import NoAzureQueues, RequestFailed, missing_scopes
 from worker_sdk.metrics import WorkerMetrics
 from worker_sdk.priorities import PollOrder, TaskQueue, priority_at
 from worker_sdk.timing import Backoff, idle_pause, jittered
@@ -361,6 +361,8 @@ class AzurePoller(_Polling):
             except RequestFailed as error:
                 if error.transient:
                     raise _Transient() from error
+                if error.status == 404:
+                    raise NoAzureQueues.of(error) from error
                 raise
             azure_queues = [
                 _AzureQueue(

@@ -37,7 +37,7 @@ from worker_sdk import timing
 from worker_sdk.artifacts import RunArtifacts
 from worker_sdk.batches import RunBatches
 from worker_sdk.client import Claim, CoordinatorClient, Resolution, root_urls_of
-from worker_sdk.errors import RequestFailed, RetryTask, TaskException
+from worker_sdk.errors import NoAzureQueues, RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import HandlerError, ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
 from worker_sdk.poller import (
@@ -133,12 +133,14 @@ class Worker:
     priority first, ``"weighted"`` at random by ``weights`` (priority name to a positive
     number, over the defaults ``2 ** (level - 1)``); see :mod:`worker_sdk.priorities`.
 
-    ``claim_work`` selects the claimWork mode (the coordinator polls Azure on the worker's
-    behalf and picks by priority itself, so ``polling`` must stay strict); otherwise the
-    worker polls Azure itself through signed URLs. ``idle_delay`` is the pause when there is
-    no work and ``backoff`` the schedule after transient errors, both jittered; an Azure
-    worker that keeps finding no work doubles its pause with each empty pass until it makes
-    ``idle_rate`` Azure requests a second on average. A hint
+    ``claim_work=True`` selects the claimWork mode (the coordinator hands out the runs, from
+    its store or from Azure on the worker's behalf, and picks by priority itself, so
+    ``polling`` must stay strict); ``False`` polls Azure through signed URLs; ``None`` (the
+    default) polls Azure unless the coordinator has no Azure queues (it dispatches from its
+    store, and pollTaskUrls answers 404), then uses claimWork. ``idle_delay`` is the pause
+    when there is no work and ``backoff`` the schedule after transient errors, both
+    jittered; an Azure worker that keeps finding no work doubles its pause with each empty
+    pass until it makes ``idle_rate`` Azure requests a second on average. A hint
     dequeued more than ``dequeue_warning`` times is logged as a WARNING, and an Azure queue
     that answered empty is not polled again for between half and all of
     ``empty_queue_skip`` seconds (0 polls every queue each pass), which bounds how long work
@@ -179,7 +181,7 @@ class Worker:
         worker_group: str | None = None,
         worker_id: str | None = None,
         capacity: int = 1,
-        claim_work: bool = False,
+        claim_work: bool | None = None,
         grace_period: float = 60.0,
         dequeue_warning: int = 10,
         idle_delay: float = 1.0,
@@ -326,7 +328,7 @@ class Worker:
                     self._identity.worker_group,
                     self._identity.worker_id,
                     self._capacity,
-                    "claimWork" if self._claim_work else "azure",
+                    {True: "claimWork", False: "azure", None: "auto"}[self._claim_work],
                     self._settings.order.polling,
                     "process" if self._isolation is not None else "none",
                     "on" if self._settings.batching else "off",
@@ -348,7 +350,7 @@ class Worker:
     async def _serve(
         self, session: aiohttp.ClientSession, client: CoordinatorClient, batches: RunBatches
     ) -> None:
-        polling = asyncio.create_task(self._poll(self._poller(session, client), client, batches))
+        polling = asyncio.create_task(self._poll_either(session, client, batches))
         stop_requested = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait({polling, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
@@ -360,6 +362,24 @@ class Worker:
         if not polling.cancelled() and polling.exception() is not None:
             log.error("worker giving up error=%s", polling.exception())
             polling.result()
+
+    async def _poll_either(
+        self, session: aiohttp.ClientSession, client: CoordinatorClient, batches: RunBatches
+    ) -> None:
+        """Poll as ``claim_work`` says; undecided, poll Azure until the coordinator shows it
+        has no Azure queues, then claim through claimWork."""
+        try:
+            await self._poll(self._poller(session, client), client, batches)
+        except NoAzureQueues:
+            if self._claim_work is not None:
+                raise
+            log.info(
+                "the coordinator dispatches from its store (pollTaskUrls answered 404): "
+                "claiming through claimWork"
+            )
+            self._claim_work = True
+            self._polls_in_flight = 1
+            await self._poll(self._poller(session, client), client, batches)
 
     def _poller(self, session: aiohttp.ClientSession, client: CoordinatorClient) -> Poller:
         parts = PollerParts(

@@ -99,6 +99,23 @@ async def test_claim_work_mode_runs_tasks_without_polling_azure(
     assert stopping < 3, "the worker hangs up on its ~20 s long poll instead of waiting"
 
 
+async def test_a_worker_left_to_choose_claims_through_claim_work_under_store_dispatch(
+    setup: MakeSetup, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = await setup(dispatch="store")  # a storage account, and dispatch from the store all the same
+    low, high = await s.create(priority="lowest"), await s.create(priority="highest")
+    order: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        order.append(run.task_id)
+
+    with caplog.at_level(logging.INFO, logger="worker_sdk.worker"):
+        await run_until(s.worker(handle, capacity=1), lambda: s.resolved(low, high))
+    assert order == [high, low]
+    assert "the coordinator dispatches from its store" in caplog.text
+    assert [last_run(await s.status(t)) for t in (low, high)] == [("completed", "completed")] * 2
+
+
 async def test_reclaims_keep_a_run_alive_with_fresh_temporary_credentials(
     setup: MakeSetup,
 ) -> None:

@@ -453,7 +453,7 @@ def test_root_url_and_credentials_come_from_the_taskcluster_environment() -> Non
     assert options.credentials == Credentials(client_id="worker", access_token="token")
     assert options.task_queues == (TaskQueue("prov", "wt"),)
     assert options.handler == "examples.hello:handle"
-    assert (options.capacity, options.claim_work, options.grace_period) == (1, False, 60.0)
+    assert (options.capacity, options.claim_work, options.grace_period) == (1, None, 60.0)
     assert options.dequeue_warning == 10
     assert (options.polling, options.weights) == ("strict", DEFAULT_WEIGHTS)
     assert options.retry_failures is False
