@@ -46,6 +46,10 @@ class Settings:
         ``poll_visibility + 2 * reconcile_interval + 60``.
     :param settle: the longest the soak waits, once everything is resolved, for the still
         running workers to fetch and delete the stale hints that are visible.
+    :param dispatch: ``COORDINATOR_DISPATCH``: ``azure`` (hints in Azurite) or ``store``
+        (claimWork from the store; the workers find that out themselves). Under ``store``
+        there are no hints to lose or to fake, so Azurite is neither restarted nor killed and
+        no noise is put (Azurite still runs, empty, for the final census of the queues).
     """
 
     seconds: float = 600.0
@@ -72,6 +76,7 @@ class Settings:
     json_path: Path | None = None
     markdown_path: Path | None = None
     verbose: bool = False
+    dispatch: str = "azure"
 
     @property
     def drain_limit(self) -> float:
@@ -149,6 +154,12 @@ def parse_args(argv: Sequence[str]) -> Settings:
         default=defaults.settle,
         help="max seconds to wait for visible stale hints to be deleted",
     )
+    parser.add_argument(
+        "--dispatch",
+        choices=("azure", "store"),
+        default=defaults.dispatch,
+        help="COORDINATOR_DISPATCH: store turns the Azurite restarts, kills and noise off",
+    )
     parser.add_argument("--seed", type=int, help="random seed (default: random, printed)")
     parser.add_argument("--no-auth", action="store_true", help="run the coordinator without Hawk")
     parser.add_argument("--store-url", help="coordinator store (default: SQLite in the workdir)")
@@ -172,7 +183,9 @@ def parse_args(argv: Sequence[str]) -> Settings:
         parser.error("--reconcile-interval must be more than 0")
     if not 0 <= args.retries <= 49:
         parser.error("--retries must be 0..49")
+    store = args.dispatch == "store"
     return Settings(
+        dispatch=args.dispatch,
         seconds=seconds,
         workers=args.workers,
         capacity=args.capacity,
@@ -183,10 +196,10 @@ def parse_args(argv: Sequence[str]) -> Settings:
         kill_interval=args.kill_interval,
         term_share=args.term_share,
         coordinator_restarts=args.coordinator_restarts,
-        azurite_restarts=args.azurite_restarts,
-        azurite_kills=args.azurite_kills,
+        azurite_restarts=0 if store else args.azurite_restarts,
+        azurite_kills=0 if store else args.azurite_kills,
         reconcile_interval=args.reconcile_interval,
-        noise_interval=args.noise_interval,
+        noise_interval=0.0 if store else args.noise_interval,
         drain=args.drain,
         settle=args.settle,
         seed=args.seed,

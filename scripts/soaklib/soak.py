@@ -164,6 +164,7 @@ class Soak:
             COORDINATOR_RESOLVER_INTERVAL="0.5",
             COORDINATOR_RECONCILE_INTERVAL=str(settings.reconcile_interval),
             COORDINATOR_LOG_LEVEL="INFO",
+            COORDINATOR_DISPATCH=settings.dispatch,
         )
         (self.workdir / "coordinator").mkdir(parents=True, exist_ok=True)
         worker_env = child_env()
@@ -187,8 +188,9 @@ class Soak:
                 self.started = time.monotonic()
                 self.chaos_end = self.started + settings.seconds
                 self.event(
-                    f"started: coordinator :{self.coordinator.port}, azurite :{azurite.port}, "
-                    f"{settings.workers} workers, seed {self.seed}"
+                    f"started: coordinator :{self.coordinator.port} ({settings.dispatch} "
+                    f"dispatch), azurite :{azurite.port}, {settings.workers} workers, "
+                    f"seed {self.seed}"
                 )
                 monitor = asyncio.create_task(self._monitor())
                 try:
