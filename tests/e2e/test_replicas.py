@@ -179,8 +179,14 @@ async def until_done(work: Work, jobs: list[Coroutine[Any, Any, None]], *, withi
         await asyncio.gather(*tasks, finished, return_exceptions=True)
 
 
-async def check_runs(cluster: Cluster, work: Work, *, read_from: list[int]) -> None:
-    """Every task's runs are exactly what the workers did (see the module docstring)."""
+async def check_runs(
+    cluster: Cluster, work: Work, *, read_from: list[int], lost: frozenset[str] = frozenset()
+) -> None:
+    """Every task's runs are exactly what the workers did (see the module docstring).
+
+    :param lost: workers whose claimWork call met a replica's death: a run that replica
+        claimed for them is claim-expired too (nobody heard of the claim), then retried.
+    """
     assert set(work.created) == set(work.bodies)
     assert set(work.abandoned) == {(task_id, 0) for task_id in work.to_abandon}
     for position, task_id in enumerate(work.bodies):
@@ -189,6 +195,9 @@ async def check_runs(cluster: Cluster, work: Work, *, read_from: list[int]) -> N
         )
         assert status == 200, body
         runs = body["status"]["runs"]
+        for run in runs[:-1]:
+            if (task_id, run["runId"]) not in work.abandoned and run["workerId"] in lost:
+                work.abandoned[(task_id, run["runId"])] = run["workerId"]
         expired = [run_id for (t, run_id) in work.abandoned if t == task_id]
         assert len(runs) == 1 + len(expired), runs
         assert body["status"]["state"] == "completed", runs
@@ -273,3 +282,36 @@ async def test_killing_a_replica_mid_load_loses_nothing(cluster: Cluster) -> Non
     assert killed.is_set()
     assert cluster.failovers > 0
     await check_runs(cluster, work, read_from=[0])
+
+
+async def test_killing_a_replica_mid_load_loses_nothing_under_store_dispatch(
+    store_cluster: Cluster,
+) -> None:
+    """claimWork workers only, each alternating between the replicas: a claimWork call that
+    meets the SIGKILL goes to the other replica, and a run the dead one had claimed for it
+    expires and is retried; no run is claimed twice."""
+    cluster = store_cluster
+    work = Work.make(cluster.provisioner_id)
+    ids = list(work.bodies)
+    victim = cluster.processes[1]
+    killed = asyncio.Event()
+
+    async def producer() -> None:
+        await create_tasks(cluster, work, ids[:45], concurrency=2)
+        await killed.wait()
+        await create_tasks(cluster, work, ids[45:], concurrency=2)
+
+    async def killer() -> None:
+        async def busy() -> bool:
+            return len(work.reported) >= 15 and len(work.abandoned) >= 2
+
+        await wait_until(busy, within=20, what="work to be under way on both replicas")
+        await victim.kill()
+        killed.set()
+
+    jobs = [producer(), killer(), *(claim_work_worker(cluster, work, n) for n in range(WORKERS))]
+    await until_done(work, jobs, within=25)
+
+    assert victim.process is not None and victim.process.returncode == -9
+    assert cluster.failovers > 0
+    await check_runs(cluster, work, read_from=[0], lost=frozenset(f"cw{n}" for n in range(WORKERS)))
