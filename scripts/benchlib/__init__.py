@@ -7,7 +7,9 @@ reportCompleted without Azure), :mod:`benchlib.rq_peer` (RQ on the local Redis),
 :mod:`benchlib.create` (createTask against createTasks, hints into Azurite),
 :mod:`benchlib.isolation` (the end-to-end row with and without ``queue-worker --isolation
 process``), :mod:`benchlib.artifacts` (artifact bytes through the coordinator against straight
-to its backend, and a 1 GiB upload's memory and createTask latency). :mod:`benchlib.common`
+to its backend, and a 1 GiB upload's memory and createTask latency), :mod:`benchlib.events`
+(Pulse publishing off against on, and the outbox's drain after a broker outage).
+:mod:`benchlib.common`
 holds what they share (CPU accounting, percentiles, depth pacing, the metered window, the row
 type), :mod:`benchlib.coordproc` the coordinator of a row and its task client;
 :mod:`benchlib.__main__` parses the flags and prints the table.

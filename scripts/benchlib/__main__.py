@@ -20,8 +20,10 @@ rows isolation-none and isolation-process) (row 7); artifacts-directory, artifac
 upload and download MiB/s through the coordinator against the same bytes straight to the
 backend, --artifact-count artifacts of --artifact-mib MiB each way); artifact-1gib (row 9: one
 --big-artifact-mib MiB upload, the coordinator's RSS growth, createTask p99 during it against
-without it; about 20-30 s and 1 GiB of disk with the defaults). The ratios (row 5) are computed
-from whichever ran.
+without it; about 20-30 s and 1 GiB of disk with the defaults); events-sqlite, events-postgres
+(row 10: createTask + claimTask + reportCompleted with Pulse publishing off and on, and the
+outbox's drain after a broker outage; needs the RabbitMQ of COORDINATOR_TEST_AMQP). The ratios
+(row 5) are computed from whichever ran.
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
 """
 

@@ -26,7 +26,7 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aio_pika
 import aiohttp
@@ -65,7 +65,7 @@ class Drive:
 
     lifecycles: int = 0
     messages: int = 0
-    latencies: list[float] | None = None
+    latencies: list[float] = field(default_factory=list)
     last_change: float = 0.0
 
 
@@ -121,7 +121,7 @@ async def drive(
 ) -> Drive:
     """:data:`CLIENTS` clients drive tasks of ``group`` through their life until monotonic
     ``stop``; lives finished from ``start`` on are counted."""
-    done = Drive(latencies=[])
+    done = Drive()
     api = running.api
     definition = task_definition(taskGroupId=group)
     claim_body = {"workerGroup": "bench", "workerId": "events"}
@@ -141,7 +141,7 @@ async def drive(
             await step("POST", f"/task/{task_id}/runs/0/completed")
             done.messages += 1
             done.last_change = finished = time.monotonic()
-            if began >= start and done.latencies is not None:
+            if began >= start:
                 done.lifecycles += 1
                 done.latencies.append(finished - began)
 
@@ -185,7 +185,7 @@ async def _window(
     row.count = done.lifecycles
     row.window = settings.duration
     row.rate = done.lifecycles / settings.duration
-    latency_fields(row, done.latencies or [])
+    latency_fields(row, done.latencies)
     meter.fill(row)
     return done
 
