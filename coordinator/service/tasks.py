@@ -15,7 +15,7 @@ from typing import Any
 
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
-from coordinator.domain.events import group_event, running_event, task_events
+from coordinator.domain.events import QueueEvent, group_event, running_event, task_events
 from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
@@ -382,20 +382,36 @@ class TaskService:
 
     async def change_task_group_priority(self, group: TaskGroup, priority: str) -> list[str]:
         """changeTaskGroupPriority: every unresolved task of the group; the ids changed."""
-        changed = await self._each_unresolved(
-            group.task_group_id,
-            lambda r, now: lifecycle.change_priority(r, priority=priority, now=now),
-            "priority-changed",
-        )
-        if self.transitions.publish_events:
-            event = group_event(
-                "task-group-priority-changed",
-                group,
-                newPriority=priority,
-                tasksAffected=len(changed),
+        changed: list[str] = []
+
+        def closing(count: int) -> list[QueueEvent]:
+            # tasksAffected counts the earlier pages' tasks and those of the last write
+            summary = {"newPriority": priority, "tasksAffected": len(changed) + count}
+            return [group_event("task-group-priority-changed", group, **summary)]
+
+        def transition(record: TaskRecord, now: int) -> TransitionResult:
+            return lifecycle.change_priority(record, priority=priority, now=now)
+
+        after: str | None = None
+        while True:
+            # a page at a time, each one compare-and-set of its tasks (Taskcluster changes
+            # them in bounded batches too); the summary rides with the last page's write
+            page = await self._store.unresolved_in_group(
+                group.task_group_id, limit=GROUP_PAGE, after=after
             )
-            await self._store.append_events([event])
-        return changed
+            last = len(page) < GROUP_PAGE
+            results = await self.transitions.apply_many(
+                [Change(task_id=t, transition=transition, action="priority-changed") for t in page],
+                closing=closing if last else None,
+            )
+            changed += [
+                task_id
+                for task_id, result in zip(page, results, strict=True)
+                if isinstance(result, TransitionResult) and result.changed
+            ]
+            if last:
+                return changed
+            after = page[-1]
 
     async def task_group_size(self, task_group_id: str) -> int:
         return await self._store.task_group_size(task_group_id)

@@ -36,6 +36,10 @@ Transition = Callable[[TaskRecord, int], TransitionResult]
 
 MAX_CAS_ATTEMPTS = 25
 
+Closing = Callable[[int], Sequence[QueueEvent]]
+"""The messages that close a batch of changes, given how many tasks it changed
+(task-group-priority-changed and its ``tasksAffected``)."""
+
 
 def changed_runs(before: TaskRecord | None, after: TaskRecord) -> Iterator[Run]:
     """The runs of ``after`` that are new or whose state differs from ``before``."""
@@ -142,12 +146,19 @@ class Transitions:
                 return result
         raise _too_fast(task_id)
 
-    async def apply_many(self, changes: Sequence[Change]) -> list[TransitionResult | DomainError]:
+    async def apply_many(
+        self, changes: Sequence[Change], *, closing: Closing | None = None
+    ) -> list[TransitionResult | DomainError]:
         """Apply a transition to each of several tasks as :meth:`apply` does, reading them all
         in one store call and compare-and-setting them all in another; only the items that
         lost a race are read and tried again, so one lost item never fails the others.
 
         Items naming the same task are applied in successive rounds, each seeing the last.
+
+        :param closing: with publishing on, its messages (given how many tasks the call
+            changed) go to the outbox in the transaction of the call's last write (the one
+            after which no item is left to try again), or alone after it if that try wrote
+            nothing.
 
         :returns: per change, in order, its result or why it was refused
             (:class:`NotFound`, :class:`Conflict`, or the transition's own domain error).
@@ -161,8 +172,14 @@ class Transitions:
             if round_number == len(rounds):
                 rounds.append([])
             rounds[round_number].append(index)
-        for indexes in rounds:
-            await self._apply_round(changes, indexes, results)
+        changed = 0
+        if not rounds and closing is not None and self.publish_events:
+            await self._store.append_events(closing(0))
+        for number, indexes in enumerate(rounds):
+            last = closing if number == len(rounds) - 1 and self.publish_events else None
+            changed += await self._apply_round(
+                changes, indexes, results, closing=last, changed_before=changed
+            )
         return [result for result in results if result is not None]
 
     async def _apply_round(
@@ -170,8 +187,21 @@ class Transitions:
         changes: Sequence[Change],
         indexes: list[int],
         results: list[TransitionResult | DomainError | None],
-    ) -> None:
-        """:meth:`apply_many` for changes of distinct tasks, results written in place."""
+        *,
+        closing: Closing | None = None,
+        changed_before: int = 0,
+    ) -> int:
+        """:meth:`apply_many` for changes of distinct tasks, results written in place; how
+        many it wrote. ``closing`` (counting ``changed_before`` too) rides with the write
+        that wins every one of its records, which leaves nothing to try again."""
+        changed = changed_before
+        closed: list[bool] = []
+
+        def close(written: int) -> Sequence[QueueEvent]:
+            assert closing is not None
+            closed.append(True)
+            return closing(changed + written)
+
         for _ in range(MAX_CAS_ATTEMPTS):
             records = await self._store.get_many([changes[i].task_id for i in indexes])
             now = self._clock()
@@ -198,6 +228,7 @@ class Transitions:
                 [w[2].record for w in writes],
                 events=events,
                 resolving={w.record.task_id for _, _, w in writes if w.resolved},
+                closing=None if closing is None else close,
             )
             written: list[TransitionResult] = []
             indexes = []
@@ -207,11 +238,16 @@ class Transitions:
                     continue
                 written.append(self._written(changes[index].action, record, result, after))
                 results[index] = written[-1]
+            changed += len(written)
             await asyncio.gather(*(self.effects(o) for o in written if self.has_effects(o)))
             if not indexes:
-                return
-        for index in indexes:
-            results[index] = _too_fast(changes[index].task_id)
+                break
+        else:
+            for index in indexes:
+                results[index] = _too_fast(changes[index].task_id)
+        if closing is not None and not closed:
+            await self._store.append_events(closing(changed))
+        return changed - changed_before
 
     async def take_pending(
         self, task_queue: TaskQueue, transition: Transition, *, limit: int, action: str

@@ -141,12 +141,14 @@ class Store(abc.ABC):
         *,
         events: Mapping[str, Sequence[QueueEvent]] | None = None,
         resolving: Collection[str] = (),
+        closing: Callable[[int], Sequence[QueueEvent]] | None = None,
     ) -> list[TaskRecord | None]:
         """:meth:`compare_and_set` for records of distinct tasks in one round trip (SQLite:
         one transaction; PostgreSQL: one statement, or one transaction with ``events``). Each
         record wins or loses on its own version: a lost one never holds back the others; the
-        ``events`` of the records written (by task id) go to the outbox with them, and the
-        task-group-resolved of the groups those of ``resolving`` written leave resolved.
+        ``events`` of the records written (by task id) go to the outbox with them, the
+        task-group-resolved of the groups those of ``resolving`` written leave resolved, and
+        (with ``events``) if every record was written, after them ``closing(len(records))``.
 
         :returns: per record, in order, what :meth:`compare_and_set` would have returned.
         """

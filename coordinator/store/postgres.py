@@ -548,17 +548,25 @@ class PostgresStore(SQLStore):
         *,
         events: Mapping[str, Sequence[QueueEvent]] | None = None,
         resolving: Collection[str] = (),
+        closing: Callable[[int], Sequence[QueueEvent]] | None = None,
     ) -> list[TaskRecord | None]:
         if not records:
             return []
         values = _compare_and_set_values(records)
         if events:
+
+            async def then(conn: asyncpg.Connection, rows: list[asyncpg.Record]) -> None:
+                written = {row["task_id"] for row in rows}
+                await _groups_resolved(conn, records, written & set(resolving))
+                if closing is not None and len(written) == len(records):
+                    insert = _Q["insert_outbox_event"]
+                    closed = outbox_rows(closing(len(records)))
+                    await conn.executemany(insert.sql, [insert.args(r) for r in closed])
+
             fetched = await self._with_events(
                 self._fetcher("compare_and_set_many", values),
                 lambda rows: written_outbox_rows(records, {row["task_id"] for row in rows}, events),
-                then=lambda conn, rows: _groups_resolved(
-                    conn, records, {row["task_id"] for row in rows} & set(resolving)
-                ),
+                then=then,
             )
         else:
             fetched = await self._fetch("compare_and_set_many", **values)

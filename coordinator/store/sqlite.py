@@ -390,6 +390,7 @@ class SQLiteStore(SQLStore):
         *,
         events: Mapping[str, Sequence[QueueEvent]] | None = None,
         resolving: Collection[str] = (),
+        closing: Callable[[int], Sequence[QueueEvent]] | None = None,
     ) -> list[TaskRecord | None]:
         params = [{**status_columns(r), "version": r.version} for r in records]
 
@@ -402,6 +403,8 @@ class SQLiteStore(SQLStore):
                     conn,
                     (r.task_group_id for r in records if r.task_id in written & set(resolving)),
                 )
+                if closing is not None and len(written) == len(records):
+                    _write_outbox(conn, outbox_rows(closing(len(records))))
             return rows
 
         rows = await self._run(write) if params else []

@@ -302,3 +302,35 @@ async def test_a_seal_writes_task_group_sealed_in_its_transaction(store: Store) 
     assert await store.seal_task_group("group", now=NOW + 3) == sealed  # publishing off
     expected = group_event("task-group-sealed", sealed)
     assert [e.event for e in await drain(store)] == [expected, expected]
+
+
+async def test_a_batch_closes_with_its_summary_only_when_every_record_was_written(
+    store: Store,
+) -> None:
+    """compare_and_set_many's ``closing`` (task-group-priority-changed) goes out after the
+    batch's own messages, in its transaction, when the batch wrote every record."""
+    a, b = await create(store, "a"), await create(store, "b")
+    counted: list[int] = []
+
+    def closing(count: int) -> list[QueueEvent]:
+        counted.append(count)
+        return [event("group", count)]
+
+    claim_a = lifecycle.claim(a, run_id=0, worker_group="g", worker_id="w", now=NOW, timing=TIMING)
+    claim_b = lifecycle.claim(b, run_id=0, worker_group="g", worker_id="w", now=NOW, timing=TIMING)
+    stale_b = claim_b.record.replace(version=b.version + 5)
+    written = await store.compare_and_set_many(
+        [claim_a.record, stale_b],
+        events={"a": [event("a", 1)], "b": [event("b", 1)]},
+        closing=closing,
+    )
+    assert written[0] is not None and written[1] is None and counted == []
+    written = await store.compare_and_set_many(
+        [claim_b.record], events={"b": [event("b", 1)]}, closing=closing
+    )
+    assert written[0] is not None and counted == [1]
+    assert [(e.key, e.event.body["n"]) for e in await drain(store)] == [
+        ("a", 1),
+        ("b", 1),
+        ("group", 1),
+    ]

@@ -16,6 +16,7 @@ import pytest
 import slugid
 
 from coordinator.domain.events import EXCHANGE_PREFIX, REFUSALS_BEFORE_PARKING, QueueEvent
+from coordinator.service import tasks as tasks_module
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.pulse import EventOutbox, PulsePublisher
 from coordinator.store.base import Store
@@ -156,6 +157,25 @@ async def test_a_repeated_claim_publishes_task_running_again(
     running = [m for m in listener.messages if m.name == "task-running"]
     assert running[0].body == running[1].body and running[0].routing_key == running[1].routing_key
     check_body("task-running", running[1].body)
+
+
+async def test_a_group_priority_change_over_pages_closes_with_its_summary(
+    coordinator: RunningCoordinator, listener: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """changeTaskGroupPriority a page at a time: task-group-priority-changed counts every
+    page's tasks and comes after the last task-priority-changed (written with that page)."""
+    monkeypatch.setattr(tasks_module, "GROUP_PAGE", 2)
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    task_ids = [await coordinator.create(taskGroupId=group, priority="low") for _ in range(5)]
+    await coordinator.ok("POST", f"/task-group/{group}/priority", {"newPriority": "high"})
+    await listener.wait_for(lambda ms: any(m.name == "task-group-priority-changed" for m in ms))
+    changed = [m for m in listener.messages if "priority-changed" in m.name]
+    assert [m.name for m in changed] == ["task-priority-changed"] * 5 + [
+        "task-group-priority-changed"
+    ]
+    assert {m.body["status"]["taskId"] for m in changed[:5]} == set(task_ids)
+    assert changed[-1].body["tasksAffected"] == 5
 
 
 async def test_publishing_off_writes_no_outbox(start_coordinator: StartCoordinator) -> None:
