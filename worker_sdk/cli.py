@@ -407,7 +407,7 @@ def load_app(spec: str) -> App:
     return target
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServedApp:
     """The handler of ``--app``: the app named ``spec`` serves each run. It travels by that
     name, so under ``--isolation process`` each handler process imports the app itself (an
@@ -432,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     task_queues = options.task_queues
     try:
         if options.app is not None:
-            handler: Handler = ServedApp(options.app)
+            handler: Handler = ServedApp(spec=options.app)
             task_queues = task_queues or load_app(options.app).task_queues
         else:
             assert options.handler is not None

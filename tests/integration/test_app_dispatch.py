@@ -15,7 +15,7 @@ import pytest
 
 from coordinator.domain.records import from_iso
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
-from worker_sdk import App, TaskHandle
+from worker_sdk import App, RequestFailed, TaskHandle
 
 QUEUE = "fn-prov/fn-wt"
 
@@ -215,3 +215,14 @@ async def test_the_sync_forms_work_from_a_plain_thread(
     assert task["payload"]["kwargs"] == {"y": 5}
     with pytest.raises(RuntimeError, match="on a running event loop, await the async forms"):
         add.dispatch_sync(1)
+
+
+async def test_tasks_the_coordinator_refuses_raise_request_failed_saying_why(app: App) -> None:
+    add = app.functions[f"{__name__}:add"]
+    missing = "AAAAAAAAQAeAAAAAAAAAAA"  # a taskId nobody created
+    with pytest.raises(RequestFailed) as single:
+        await add.dispatch(1, dependencies=[missing])
+    assert single.value.status == 400 and missing in single.value.message
+    with pytest.raises(RequestFailed) as many:
+        await add.dispatch_many([(1,), (2,)], dependencies=[missing])
+    assert "2 of 2 tasks refused" in many.value.message and missing in many.value.message

@@ -276,7 +276,7 @@ def test_load_app_refuses_what_is_no_app_with_functions() -> None:
 
 
 def test_the_app_handler_travels_by_name_to_handler_processes() -> None:
-    handler = cli.ServedApp("examples.tasks_app:app")
+    handler = cli.ServedApp(spec="examples.tasks_app:app")
     assert pickle.loads(pickle.dumps(handler)) == handler
     app = App(root_url="http://c", credentials=None, task_queue="p/w")
     app.task(greet)
