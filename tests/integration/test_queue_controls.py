@@ -21,6 +21,7 @@ from devharness.waiting import wait_until
 from hawk_signing import Credentials
 from tests.fixtures.clients import write_clients
 from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoordinator
+from tests.fixtures.flow import WT, Flow
 
 QUEUE = "proj/wt"
 QUEUE_PATH = "/task-queues/" + urllib.parse.quote(QUEUE, safe="")
@@ -258,3 +259,27 @@ async def test_each_control_needs_its_scope(
         credentials=operator,
     )
     assert other_queue.status == 403
+
+
+async def test_claim_work_hands_out_nothing_while_paused_and_no_more_than_max_running(
+    flow: Flow,
+) -> None:
+    """claimWork passes the same gate: a paused queue's long poll ends empty (the hints stay,
+    nothing is claimed); under maxRunning it hands out only the room left."""
+    c = await flow.coordinator()
+    queue_path = "/task-queues/" + urllib.parse.quote(f"{flow.prov}/{WT}", safe="")
+    await c.ok("POST", queue_path + "/pause", {"reason": "claimWork"})
+    tasks = [await flow.create(c) for _ in range(4)]
+    for task_id in tasks:
+        await flow.wait_for_hint(task_id, 0)
+    assert await flow.claim_work(c, tasks=4) == []
+    assert {(await c.status(t))["state"] for t in tasks} == {"pending"}
+
+    await c.ok("POST", queue_path + "/resume")
+    await c.ok("PUT", queue_path + "/limits", {"maxRunning": 3})
+    claimed = await flow.claim_work(c, tasks=4)
+    assert len(claimed) == 3
+    assert await flow.claim_work(c, tasks=4) == []  # at the limit: the poll ends empty
+    await c.report(claimed[0]["status"]["taskId"], 0, "completed")
+    [last] = await flow.claim_work(c, tasks=4)
+    assert last["status"]["taskId"] in tasks
