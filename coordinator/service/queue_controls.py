@@ -123,13 +123,15 @@ class QueueControlService:
         """Reload this process's copy from the store; how many queues' controls changed."""
         found = await self.restricted()
         before, self._controls = self._controls, found
-        for task_queue in self._rate_refusals.keys() - found.keys():
-            del self._rate_refusals[task_queue]
-        self._metrics.set_paused_queues(c.task_queue for c in found.values() if c.pause)
-        return sum(
-            _setting(found.get(queue)) != _setting(before.get(queue))
+        changed = {
+            queue
             for queue in found.keys() | before.keys()
-        )
+            if _setting(found.get(queue)) != _setting(before.get(queue))
+        }
+        for task_queue in changed & self._rate_refusals.keys():
+            del self._rate_refusals[task_queue]  # a new rate, or none: ask the store again
+        self._metrics.set_paused_queues(c.task_queue for c in found.values() if c.pause)
+        return len(changed)
 
     # --- the gate -------------------------------------------------------------------------
 
