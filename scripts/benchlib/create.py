@@ -22,7 +22,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import aiohttp
 
@@ -37,9 +37,9 @@ from benchlib.common import (
     own_process,
     pids,
 )
-from benchlib.coordproc import TaskClient, coordinator, new_task_id
+from benchlib.coordproc import PROVISIONER_ID, Coordinator, TaskClient, coordinator, new_task_id
 from devharness.azurite import AzuriteProcess
-from worker_sdk import RequestFailed
+from worker_sdk import App, RequestFailed, TaskFunction
 
 Mode = Literal["single", "batch", "dispatch", "dispatch-many"]
 
@@ -82,7 +82,7 @@ async def run(settings: Settings, azurite: AzuriteProcess, mode: Mode) -> Row:
         tasks = TaskClient(session, running)
         worker_type = f"wt-{uuid.uuid4().hex[:8]}"
         task_group_id = new_task_id()
-        app, noop = noop_app.producer_app(running, worker_type)
+        app, noop = producer_app(running, worker_type)
         requests: list[Request] = []
         failures = 0
         window_start = time.monotonic() + settings.warmup
@@ -143,3 +143,14 @@ def _created_inside(requests: Sequence[Request], start: float, end: float) -> fl
         created * max(0.0, min(answered, end) - max(sent, start)) / max(answered - sent, 1e-9)
         for sent, answered, created in requests
     )
+
+
+def producer_app(coordinator: Coordinator, worker_type: str) -> tuple[App, TaskFunction[..., Any]]:
+    """An app dispatching :func:`benchlib.noop_app.noop` to ``coordinator``'s task queue
+    ``worker_type``."""
+    made = App(
+        root_url=coordinator.url,
+        credentials=coordinator.credentials,
+        task_queue=f"{PROVISIONER_ID}/{worker_type}",
+    )
+    return made, made.task(noop_app.noop)
