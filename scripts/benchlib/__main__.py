@@ -3,7 +3,8 @@
     scripts/bench [--duration S] [--warmup S] [--workers K] [--batch N] [--producers P]
                   [--depth D] [--create-batch N] [--create-requests R]
                   [--artifact-count N] [--artifact-mib M] [--big-artifact-mib M]
-                  [--create-rate R] [--rows raw-rest,e2e-sqlite,...] [--auth] [--profile]
+                  [--create-rate R] [--latency-duration S] [--rows raw-rest,e2e-sqlite,...]
+                  [--auth] [--profile]
                   [--json FILE] [--markdown FILE]
 
 Rows: raw-rest, raw-sdk (row 1); e2e-sqlite, e2e-postgres (row 2: createTasks and the batching
@@ -12,18 +13,21 @@ SDK), e2e-sqlite-single, e2e-postgres-single (row 2, one request per step), e2e-
 --no-run-log), e2e-sqlite-app (e2e-sqlite with tasks as Python functions: queue-worker --app,
 which uploads each run's result.json); coord-sqlite, coord-postgres (row 3: createTasks, claimRuns,
 resolveRuns), coord-sqlite-single, coord-postgres-single (row 3: createTask, claimTask,
-reportCompleted); rq (RQ's default forking worker), rq-simple (its SimpleWorker, no fork) (row
-4); create-single (createTask) and create-batch (createTasks), SQLite with Azurite hints, and
-create-dispatch and create-dispatch-many, the same through worker_sdk.App's dispatch and
-dispatch_many (row 6); isolation (e2e-sqlite with queue-worker --isolation none, then process:
-rows isolation-none and isolation-process) (row 7); artifacts-directory, artifacts-azure (row 8:
-upload and download MiB/s through the coordinator against the same bytes straight to the
-backend, --artifact-count artifacts of --artifact-mib MiB each way); artifact-1gib (row 9: one
---big-artifact-mib MiB upload, the coordinator's RSS growth, createTask p99 during it against
-without it; about 20-30 s and 1 GiB of disk with the defaults); events-sqlite, events-postgres
-(row 10: createTask + claimTask + reportCompleted with Pulse publishing off and on, and the
-outbox's drain after a broker outage; needs the RabbitMQ of COORDINATOR_TEST_AMQP). The ratios
-(row 5) are computed from whichever ran.
+reportCompleted); the peers celery, dramatiq, rq (RQ's default forking worker), rq-simple (its
+SimpleWorker, no fork), procrastinate (row 4); idle (four idle workers' Azure requests, and the
+pickup time their backoff costs); create-single (createTask) and create-batch (createTasks),
+SQLite with Azurite hints, and create-dispatch and create-dispatch-many, the same through
+worker_sdk.App's dispatch and dispatch_many (row 6); isolation (e2e-sqlite with queue-worker
+--isolation none, then process: rows isolation-none and isolation-process) (row 7);
+artifacts-directory, artifacts-azure (row 8: upload and download MiB/s through the coordinator
+against the same bytes straight to the backend, --artifact-count artifacts of --artifact-mib MiB
+each way); artifact-1gib (row 9: one --big-artifact-mib MiB upload, the coordinator's RSS growth,
+createTask p99 during it against without it; about 20-30 s and 1 GiB of disk with the
+defaults); events-sqlite, events-postgres (row 10: createTask + claimTask + reportCompleted with
+Pulse publishing off and on, and the outbox's drain after a broker outage; needs the RabbitMQ of
+COORDINATOR_TEST_AMQP). The ratios (row 5) are computed from whichever ran; the Latency section
+gives pending time at 50 % and 80 % of each row's rate (e2e-sqlite, e2e-postgres, the
+store-dispatch rows and the peers).
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
 """
 
@@ -40,7 +44,17 @@ import time
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from benchlib import artifacts, coordinator_only, create, e2e, events, isolation, raw, rq_peer
+from benchlib import (
+    artifacts,
+    coordinator_only,
+    create,
+    e2e,
+    events,
+    idle,
+    isolation,
+    peers,
+    raw,
+)
 from benchlib.common import TIMES, Row, Settings, machine_description
 from benchlib.coordproc import StoreKind
 from devharness.azurite import AzuriteProcess
@@ -58,8 +72,8 @@ ALL_ROWS = (
     "coord-postgres",
     "coord-sqlite-single",
     "coord-postgres-single",
-    "rq",
-    "rq-simple",
+    *peers.PEERS,
+    "idle",
     "create-single",
     "create-batch",
     "create-dispatch",
@@ -98,10 +112,17 @@ RATIOS = (
     Ratio("e2e-sqlite-runlog", "e2e-sqlite", PERCENT),
     Ratio("e2e-sqlite", "raw-sdk", PERCENT),
     Ratio("e2e-postgres", "raw-sdk", PERCENT),
-    Ratio("e2e-sqlite", "rq", PERCENT),
-    Ratio("e2e-postgres", "rq", PERCENT),
-    Ratio("e2e-sqlite", "rq-simple", PERCENT),
-    Ratio("e2e-postgres", "rq-simple", PERCENT),
+    # store dispatch (rows store-sqlite and store-postgres) against the raw limit and the peers
+    *(
+        Ratio(f"store-{store}", bottom, PERCENT)
+        for store in ("sqlite", "postgres")
+        for bottom in ("raw-rest", *peers.PEERS)
+    ),
+    *(
+        Ratio(f"e2e-{store}", peer, PERCENT)
+        for store in ("sqlite", "postgres")
+        for peer in peers.PEERS
+    ),
     Ratio("create-batch", "create-single", FACTOR),
     Ratio(
         "create-dispatch-many",
@@ -170,7 +191,12 @@ def _parser() -> argparse.ArgumentParser:
         default=defaults.lifecycle_tasks,
         help="tasks pre-created for the coordinator-alone rows",
     )
-    parser.add_argument("--rq-jobs", type=int, help="default: as many as e2e-sqlite completed")
+    parser.add_argument(
+        "--latency-duration",
+        type=float,
+        default=defaults.latency_duration,
+        help="s of open-loop load at each of 50%% and 80%% of a row's rate",
+    )
     parser.add_argument(
         "--create-batch",
         type=int,
@@ -284,6 +310,19 @@ def render(rows: list[Row], settings: Settings, started: float, elapsed: float) 
     ]
     for ratio in RATIOS:
         lines += _ratio_line(ratio, by_key)
+    loads = [
+        f"- {row.key} at {load.load}%: pending p50/p95/p99 = "
+        f"{_fmt(load.p50_ms, 1)}/{_fmt(load.p95_ms, 1)}/{_fmt(load.p99_ms, 1)} ms "
+        f"({load.count} jobs at {load.offered:,.0f}/s)"
+        for row in rows
+        for load in row.latency
+    ]
+    if loads:
+        lines += [
+            "",
+            "Latency (pending time: the producer's enqueue call -> the handler's start):",
+            *loads,
+        ]
     notes = [f"- {row.key}: {note}" for row in rows for note in row.notes]
     if notes:
         lines += ["", "Notes:", *notes]
@@ -305,7 +344,7 @@ def _ratio_line(ratio: Ratio, by_key: dict[str, Row]) -> list[str]:
     return [line]
 
 
-async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | None) -> list[Row]:
+async def _row(settings: Settings, key: str) -> list[Row]:
     if key in ("raw-rest", "raw-sdk"):
         client: raw.Client = "rest" if key == "raw-rest" else "sdk"
         async with AzuriteProcess() as azurite:
@@ -332,12 +371,12 @@ async def _row(settings: Settings, key: str, rows: list[Row], rq_jobs: int | Non
         return await artifacts.run_big(settings)
     if key.startswith("events-"):
         return await events.run(settings, store)
-    previous = next((r for r in rows if r.key == "e2e-sqlite" and r.count), None)
-    jobs = rq_jobs or (previous.count if previous else 3000)
-    return [await rq_peer.run(settings, jobs, simple=key == "rq-simple")]
+    if key == "idle":
+        return [await idle.run(settings)]
+    return [await peers.run(settings, key)]
 
 
-async def _run(settings: Settings, selected: list[str], rq_jobs: int | None) -> list[Row]:
+async def _run(settings: Settings, selected: list[str]) -> list[Row]:
     """Run the rows one after the other; a fresh in-memory Azurite for each Azure row, so no
     row inherits another's queues or heap."""
     rows: list[Row] = []
@@ -345,7 +384,7 @@ async def _run(settings: Settings, selected: list[str], rq_jobs: int | None) -> 
         print(f"bench: {key} ...", file=sys.stderr, flush=True)
         started = time.monotonic()
         try:
-            new = await _row(settings, key, rows, rq_jobs)
+            new = await _row(settings, key)
         except Exception as error:
             new = [Row(key=key, title=key, unit="", error=f"{type(error).__name__}: {error}")]
         rows += new
@@ -387,12 +426,13 @@ def main(argv: list[str] | None = None) -> int:
         artifact_mib=args.artifact_mib,
         big_artifact_mib=args.big_artifact_mib,
         create_rate=args.create_rate,
+        latency_duration=args.latency_duration,
         profile=args.profile,
         workdir=workdir,
     )
     started = time.time()
     try:
-        rows = asyncio.run(_run(settings, selected, args.rq_jobs))
+        rows = asyncio.run(_run(settings, selected))
     finally:
         if not (args.keep or args.profile or args.workdir):
             shutil.rmtree(workdir, ignore_errors=True)

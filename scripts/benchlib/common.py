@@ -46,6 +46,8 @@ class Settings:
     :param big_artifact_mib: the size of the ``artifact-1gib`` row's one upload, in MiB.
     :param create_rate: createTask calls per second started (open loop) by the
         ``artifact-1gib`` row during and after its upload.
+    :param latency_duration: seconds of open-loop sending at each load of the pending-time
+        measurements (:mod:`benchlib.latency`).
     """
 
     duration: float = 15.0
@@ -68,8 +70,33 @@ class Settings:
     artifact_mib: int = 64
     big_artifact_mib: int = 1024
     create_rate: float = 50.0
+    latency_duration: float = 10.0
     profile: bool = False
     workdir: Path = Path("/tmp/qc-bench")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadLatency:
+    """Pending time (enqueue call -> handler start) at ``load`` percent of a row's measured
+    rate: ``count`` jobs sent at ``offered`` a second; percentiles in ms."""
+
+    load: int
+    offered: float
+    count: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+
+    @classmethod
+    def of(cls, load: int, offered: float, pending_s: Sequence[float]) -> LoadLatency:
+        return cls(
+            load=load,
+            offered=offered,
+            count=len(pending_s),
+            p50_ms=to_ms(percentile(pending_s, 50)),
+            p95_ms=to_ms(percentile(pending_s, 95)),
+            p99_ms=to_ms(percentile(pending_s, 99)),
+        )
 
 
 @dataclass(kw_only=True)
@@ -85,6 +112,7 @@ class Row:
         users loaded the machine differently during each.
     :param figures: what a row measures besides its rate, by name (the ``artifact-1gib``
         row's coordinator RSS in MiB).
+    :param latency: pending time at shares of the measured rate (:mod:`benchlib.latency`).
     """
 
     key: str
@@ -102,6 +130,7 @@ class Row:
     busy_cores: float | None = None
     other_cores: float | None = None
     figures: dict[str, float] = field(default_factory=dict)
+    latency: list[LoadLatency] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -116,11 +145,11 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def latency_fields(row: Row, latencies_s: Sequence[float]) -> None:
-    row.p50_ms = _ms(percentile(latencies_s, 50))
-    row.p99_ms = _ms(percentile(latencies_s, 99))
+    row.p50_ms = to_ms(percentile(latencies_s, 50))
+    row.p99_ms = to_ms(percentile(latencies_s, 99))
 
 
-def _ms(seconds: float | None) -> float | None:
+def to_ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 
@@ -420,7 +449,9 @@ def machine_description() -> list[str]:
         f"Python {platform.python_version()}, aiohttp {_package_version('aiohttp')}, "
         f"azure-storage-queue {_package_version('azure-storage-queue')}, "
         f"asyncpg {_package_version('asyncpg')}, "
-        f"rq {_package_version('rq')}, redis-py {_package_version('redis')}",
+        f"rq {_package_version('rq')}, redis-py {_package_version('redis')}, "
+        f"celery {_package_version('celery')}, dramatiq {_package_version('dramatiq')}, "
+        f"procrastinate {_package_version('procrastinate')}",
         f"Node {_command_output(['node', '--version'])}, Azurite {azurite} (in-memory)",
         f"PostgreSQL: {_command_output(['psql', '--version'])} client; "
         f"Redis: {_command_output(['redis-server', '--version'])}",

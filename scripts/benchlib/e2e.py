@@ -26,7 +26,9 @@ report throughput as they did before workers uploaded run logs, and stay compara
 earlier rounds; ``e2e-sqlite-runlog`` / ``e2e-sqlite`` is the run log's cost.
 
 Latency is the create request sent -> the run's ``resolved`` time as the coordinator stored
-it; throughput counts runs resolved inside the window.
+it; throughput counts runs resolved inside the window. With ``latency`` (the batched rows),
+the same workers then take open-loop load at 50 % and 80 % of that rate, and the row adds
+pending time (createTasks sent -> the handler's start) at each (:mod:`benchlib.latency`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from pathlib import Path
 
 import aiohttp
 
-from benchlib import azure_rest, noop_app
+from benchlib import azure_rest, latency, noop_app
 from benchlib.common import (
     PYTHON,
     CpuMeter,
@@ -63,6 +65,7 @@ from benchlib.coordproc import (
     profiled,
     render_profile,
 )
+from benchlib.noop import STARTS_ENV
 from coordinator.azure.names import queue_name
 from devharness.azurite import AzuriteProcess
 from devharness.processes import child_env, end_processes, spawn
@@ -78,12 +81,14 @@ class WorkerOptions:
     :param isolation: ``queue-worker --isolation``.
     :param run_log: upload each run's log (else ``--no-run-log``).
     :param app: serve :mod:`benchlib.noop_app` with ``--app`` (the tasks call its function).
+    :param latency: measure pending time under load after the rate.
     """
 
     batching: bool
     isolation: Isolation = "none"
     run_log: bool = False
     app: bool = False
+    latency: bool = False
 
 
 async def run(
@@ -125,7 +130,16 @@ async def run(
             "poll/claimTask/delete -> reportCompleted",
             unit="tasks/s",
         )
-    return await measure(settings, azurite, store, row, batching=batching, run_log=run_log, app=app)
+    return await measure(
+        settings,
+        azurite,
+        store,
+        row,
+        batching=batching,
+        run_log=run_log,
+        app=app,
+        latency=batching and not (run_log or app),
+    )
 
 
 async def measure(
@@ -138,10 +152,13 @@ async def measure(
     isolation: Isolation = "none",
     run_log: bool = False,
     app: bool = False,
+    latency: bool = False,
 ) -> Row:
     """Fill ``row`` (its key names the work directory) with one end-to-end run whose workers
     run as :class:`WorkerOptions` says."""
-    options = WorkerOptions(batching=batching, isolation=isolation, run_log=run_log, app=app)
+    options = WorkerOptions(
+        batching=batching, isolation=isolation, run_log=run_log, app=app, latency=latency
+    )
     workdir = settings.workdir / row.key
     profile = workdir / "coordinator.pyisession" if settings.profile else None
     async with coordinator(
@@ -202,7 +219,9 @@ async def _measure(
     workdir = settings.workdir / row.key
     worker_type = f"wt-{uuid.uuid4().hex[:8]}"
     task_group_id = new_task_id()
-    env = child_env()
+    starts_dir = workdir / "starts"
+    starts_dir.mkdir(parents=True, exist_ok=True)
+    env = child_env(**{STARTS_ENV: str(starts_dir)})
     for credential in ("CLIENT_ID", "ACCESS_TOKEN", "CERTIFICATE"):
         env.pop(f"TASKCLUSTER_{credential}", None)
     if running.credentials is not None:
@@ -216,6 +235,10 @@ async def _measure(
         )
         for i in range(settings.workers)
     ]
+    if options.isolation == "process" and settings.worker_log_level in ("DEBUG", "INFO"):
+        # Each worker pre-forks its pool when it starts (and says so at INFO): the rate is
+        # that of a started pool.
+        await _pools_started(settings, workdir)
     groups = {
         "azurite": azurite_group(azurite.port),
         "coordinator": pids(running.process),
@@ -286,18 +309,27 @@ async def _measure(
             except WaitTimeout:
                 row.notes.append(f"not drained: pending, running = {left}")
             resolved = await tasks.resolved_times(task_group_id)
+            if options.latency:
+                _rate(row, resolved, wall_start, wall_end)  # the rate the loads are shares of
+
+                async def send(sent_at: float, count: int) -> None:
+                    for chunk in range(0, count, settings.create_batch):
+                        await tasks.create_many(
+                            tasks.new_tasks(
+                                min(settings.create_batch, count - chunk),
+                                worker_type=worker_type,
+                                task_group_id=task_group_id,
+                                priority=settings.priority,
+                                payload={"sentAt": sent_at},
+                            )
+                        )
+
+                await latency.under_load(settings, row, send, starts_dir)
     finally:
         await end_processes(workers, wait=30.0 if settings.profile else 10.0)
         if settings.profile:
             render_profile(workdir / "worker-0.pyisession")
-    completed = {
-        task_id: at
-        for task_id, (state, at) in resolved.items()
-        if state == "completed" and at is not None
-    }
-    row.window = wall_end - wall_start
-    row.count = sum(1 for at in completed.values() if wall_start <= at < wall_end)
-    row.rate = row.count / row.window
+    completed = _rate(row, resolved, wall_start, wall_end)
     latency_fields(
         row,
         [
@@ -312,3 +344,35 @@ async def _measure(
         row.notes.append(f"{not_completed} tasks not completed at the end")
     if failures:
         row.notes.append(f"{failures} create requests failed")
+
+
+def _rate(
+    row: Row,
+    resolved: dict[str, tuple[str, float | None]],
+    wall_start: float,
+    wall_end: float,
+) -> dict[str, float]:
+    """Set the row's window, count and rate from the runs resolved ``completed`` inside the
+    window; the completed tasks' resolved times."""
+    completed = {
+        task_id: at
+        for task_id, (state, at) in resolved.items()
+        if state == "completed" and at is not None
+    }
+    row.window = wall_end - wall_start
+    row.count = sum(1 for at in completed.values() if wall_start <= at < wall_end)
+    row.rate = row.count / row.window
+    return completed
+
+
+async def _pools_started(settings: Settings, workdir: Path) -> None:
+    """Wait until every worker's log says it started its whole pool of handler processes."""
+
+    def started() -> bool:
+        return all(
+            (log := workdir / f"worker-{i}.log").exists()
+            and log.read_text().count("handler process started") >= settings.batch
+            for i in range(settings.workers)
+        )
+
+    await wait_until(started, within=120, what="the workers' process pools", interval=0.2)

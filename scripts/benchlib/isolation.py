@@ -2,8 +2,9 @@
 with ``queue-worker --isolation none`` (the default: the no-op handler runs in the worker) and
 once with ``--isolation process`` (the handlers in each worker's pool of ``capacity`` child
 processes, forked from its fork server), at the same capacity, producer concurrency and depth,
-each with a fresh Azurite and coordinator. The workers' CPU includes their fork servers and
-pool processes.
+each with a fresh Azurite and coordinator; the process row starts producing once every pool
+has started (its start-up is not what the rate measures). The workers' CPU includes their
+fork servers and pool processes.
 The notes give each row's milliseconds per task (wall clock at its rate, and the workers' CPU)
 and process ÷ none of both.
 """

@@ -28,8 +28,12 @@ ROWS = [
     "coord-sqlite-single",
     "coord-postgres-single-create",
     "coord-postgres-single",
+    "celery",
+    "dramatiq",
     "rq",
     "rq-simple",
+    "procrastinate",
+    "idle",
     "create-single",
     "create-batch",
     "create-dispatch",
@@ -54,8 +58,11 @@ ROWS = [
     "events-postgres-on",
     "events-postgres-drain",
 ]
-UNMETERED = {"artifact-1gib-createtask"}
-"""Rows without CPU figures of their own (that one shares the artifact-1gib row's window)."""
+UNMETERED = {"artifact-1gib-createtask", "idle"}
+"""Rows without CPU figures of their own (the first shares the artifact-1gib row's window;
+idle workers' CPU says nothing)."""
+LATENCY = ["e2e-sqlite", "e2e-postgres", "celery", "dramatiq", "rq", "rq-simple", "procrastinate"]
+"""Rows with pending time at 50 % and 80 % of their rate."""
 
 
 def _redis_answers() -> bool:
@@ -66,7 +73,7 @@ def _redis_answers() -> bool:
         return False
 
 
-@pytest.mark.timeout(260)
+@pytest.mark.timeout(500)
 def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
     if not _redis_answers():
         pytest.skip("the RQ row needs Redis on 127.0.0.1:6379")
@@ -78,7 +85,7 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "--drain=5",
         "--depth=50",
         "--lifecycle-tasks=40",
-        "--rq-jobs=20",
+        "--latency-duration=0.5",
         "--create-batch=50",
         "--artifact-count=2",
         "--artifact-mib=2",
@@ -86,7 +93,7 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "--big-artifact-mib=64",
         f"--workdir={tmp_path / 'work'}",
         f"--json={result_file}",
-        timeout=250,
+        timeout=480,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     rows = json.loads(result_file.read_text())["rows"]
@@ -97,6 +104,14 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         assert row["rate"] > 0, row
         assert bool(row["cpu_ms"]) != (row["key"] in UNMETERED), row
         assert f"| {row['title']} | " in done.stdout
+    for row in rows:
+        loads = [load["load"] for load in row["latency"]]
+        assert loads == ([50, 80] if row["key"] in LATENCY else []), row
+        for load in row["latency"]:
+            # a load the row could not keep up with in this tiny window may start no job in it
+            if load["count"]:
+                assert 0 < load["p50_ms"] <= load["p95_ms"] <= load["p99_ms"], row
+            assert f"- {row['key']} at {load['load']}%: pending p50/p95/p99 = " in done.stdout
     big = next(row for row in rows if row["key"] == "artifact-1gib")["figures"]
     assert 0 < big["rss_before_mib"] <= big["rss_peak_mib"], big
     # Only the run-log row's workers uploaded logs into their coordinator's artifacts directory.
@@ -113,6 +128,9 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "e2e-sqlite-single / raw-rest",
         "e2e-sqlite / e2e-sqlite-single",
         "e2e-sqlite / rq-simple",
+        "e2e-sqlite / celery",
+        "e2e-sqlite / dramatiq",
+        "e2e-postgres / procrastinate",
         "create-batch / create-single",
         "create-dispatch-many / create-batch",
         "create-dispatch / create-single",
