@@ -73,7 +73,7 @@ Tasks as Python functions (:mod:`worker_sdk.app`): an :class:`App` registers fun
 """
 
 from hawk_signing import Credentials
-from worker_sdk.app import App, TaskFunction
+from worker_sdk.app import App, DispatchRefused, TaskFunction
 from worker_sdk.errors import (
     InternalError,
     MalformedPayload,
@@ -93,6 +93,7 @@ __all__ = [
     "App",
     "Backoff",
     "Credentials",
+    "DispatchRefused",
     "Handler",
     "InternalError",
     "MalformedPayload",

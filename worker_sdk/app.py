@@ -63,6 +63,35 @@ Wait = float | timedelta
 """``wait=``: seconds, or a timedelta."""
 
 
+class DispatchRefused(RequestFailed):
+    """``dispatch_many`` created some tasks, and the coordinator refused the others.
+
+    ``refusals`` maps the index of each refused call to the coordinator's error (``code``,
+    ``message``); ``created`` holds the handles of the tasks that were created, in call
+    order. The message names the first refusal.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        refusals: Mapping[int, Mapping[str, Any]],
+        created: list[TaskHandle],
+        total: int,
+    ) -> None:
+        first, error = min(refusals.items())
+        super().__init__(
+            method="PUT",
+            url=url,
+            status=400,
+            code=str(error.get("code", "")),
+            message=f"{len(refusals)} of {total} tasks refused; call {first}: "
+            f"{error.get('message', '')}",
+        )
+        self.refusals = dict(refusals)
+        self.created = created
+
+
 class App:
     """Functions registered as tasks, and where and how their tasks are created.
 
@@ -324,15 +353,16 @@ class TaskFunction(Generic[_P, _R]):
 
         :raises TypeError: a call's arguments do not bind or are not JSON (nothing was
             created).
-        :raises RequestFailed: the coordinator refused some of the tasks (the others were
-            created), or did not answer.
+        :raises DispatchRefused: the coordinator refused some of the tasks; the exception
+            holds the handles of those it created.
+        :raises RequestFailed: a request got no answer (the tasks of earlier requests exist).
         """
         encoded = [self._encode(index, call) for index, call in enumerate(calls)]
         not_before = _not_before(wait, at)
         dependencies = list(dependencies)
         client = self.app.connection.client()
         task_ids: list[str] = []
-        refused: list[dict[str, Any]] = []
+        refused: dict[int, dict[str, Any]] = {}
         for start in range(0, len(encoded), CREATE_TASKS_BATCH):
             # one definition per request, each task with its own payload
             shared = self._definition(
@@ -346,19 +376,21 @@ class TaskFunction(Generic[_P, _R]):
                 for call in encoded[start : start + CREATE_TASKS_BATCH]
             }
             results = await client.create_tasks(batch)
-            refused.extend(result for result in results if "error" in result)
-            task_ids.extend(batch)
-        if refused:
-            first = refused[0]
-            raise RequestFailed(
-                method="PUT",
-                url=self.app.connection.root_urls[0] + "/api/queue/v1/tasks",
-                status=400,
-                code=str(first["error"].get("code", "")),
-                message=f"{len(refused)} of {len(task_ids)} tasks refused; task "
-                f"{first['taskId']}: {first['error'].get('message', '')}",
+            refused.update(
+                (start + index, result["error"])
+                for index, result in enumerate(results)
+                if "error" in result
             )
-        return [self.app.handle(task_id) for task_id in task_ids]
+            task_ids.extend(batch)
+        handles = [self.app.handle(task_id) for task_id in task_ids]
+        if refused:
+            raise DispatchRefused(
+                url=self.app.connection.root_urls[0] + "/api/queue/v1/tasks",
+                refusals=refused,
+                created=[h for index, h in enumerate(handles) if index not in refused],
+                total=len(handles),
+            )
+        return handles
 
     dispatch_sync = blocking_form(dispatch)
     dispatch_many_sync = blocking_form(dispatch_many)

@@ -15,7 +15,7 @@ import pytest
 
 from coordinator.domain.records import from_iso
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
-from worker_sdk import App, RequestFailed, TaskHandle
+from worker_sdk import App, DispatchRefused, RequestFailed, TaskHandle
 
 QUEUE = "fn-prov/fn-wt"
 
@@ -223,6 +223,8 @@ async def test_tasks_the_coordinator_refuses_raise_request_failed_saying_why(app
     with pytest.raises(RequestFailed) as single:
         await add.dispatch(1, dependencies=[missing])
     assert single.value.status == 400 and missing in single.value.message
-    with pytest.raises(RequestFailed) as many:
+    with pytest.raises(DispatchRefused) as many:
         await add.dispatch_many([(1,), (2,)], dependencies=[missing])
-    assert "2 of 2 tasks refused" in many.value.message and missing in many.value.message
+    assert "2 of 2 tasks refused; call 0" in many.value.message and missing in many.value.message
+    assert (sorted(many.value.refusals), many.value.created) == ([0, 1], [])
+    assert missing in many.value.refusals[1]["message"]

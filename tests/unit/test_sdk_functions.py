@@ -16,7 +16,9 @@ import pytest
 
 from worker_sdk import (
     App,
+    DispatchRefused,
     MalformedPayload,
+    RequestFailed,
     RetryTask,
     TaskFailed,
     TaskQueue,
@@ -312,3 +314,17 @@ def test_a_retry_block_delay_past_the_deadline_fails_the_run_instead() -> None:
     assert isinstance(within, RetryTask) and within.retry_after == 120.0
     past = serving._report_for(claimed_run(deadline_in=timedelta(seconds=60)), call, options, error)
     assert past is error
+
+
+def test_a_partly_refused_dispatch_many_keeps_the_handles_it_created() -> None:
+    app = App(root_url="http://c", credentials=None, task_queue="p/w")
+    created = [app.handle("A"), app.handle("C")]
+    error = DispatchRefused(
+        url="http://c/api/queue/v1/tasks",
+        refusals={3: {"code": "InputError", "message": "later"}, 1: {"code": "X", "message": "no"}},
+        created=created,
+        total=4,
+    )
+    assert isinstance(error, RequestFailed) and error.status == 400
+    assert (error.code, error.created) == ("X", created)
+    assert "2 of 4 tasks refused; call 1: no" in str(error)
