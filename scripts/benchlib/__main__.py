@@ -25,9 +25,10 @@ each way); artifact-1gib (row 9: one --big-artifact-mib MiB upload, the coordina
 createTask p99 during it against without it; about 20-30 s and 1 GiB of disk with the
 defaults); events-sqlite, events-postgres (row 10: createTask + claimTask + reportCompleted with
 Pulse publishing off and on, and the outbox's drain after a broker outage; needs the RabbitMQ of
-COORDINATOR_TEST_AMQP). The ratios (row 5) are computed from whichever ran; the Latency section
-gives pending time at 50 % and 80 % of each row's rate (e2e-sqlite, e2e-postgres, the
-store-dispatch rows and the peers).
+COORDINATOR_TEST_AMQP); store-sqlite, store-postgres (row 2 under store dispatch: no Azurite,
+the workers claim through claimWork). The ratios (row 5) are computed from whichever ran; the
+Latency section gives pending time at 50 % and 80 % of each row's rate (e2e-sqlite,
+e2e-postgres, the store-dispatch rows and the peers).
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
 """
 
@@ -84,6 +85,8 @@ ALL_ROWS = (
     "artifact-1gib",
     "events-sqlite",
     "events-postgres",
+    "store-sqlite",
+    "store-postgres",
 )
 
 PERCENT = "{:.0%}"
@@ -123,6 +126,8 @@ RATIOS = (
         for store in ("sqlite", "postgres")
         for peer in peers.PEERS
     ),
+    Ratio("store-sqlite", "e2e-sqlite", PERCENT),
+    Ratio("store-postgres", "e2e-postgres", PERCENT),
     Ratio("create-batch", "create-single", FACTOR),
     Ratio(
         "create-dispatch-many",
@@ -357,6 +362,8 @@ async def _row(settings: Settings, key: str) -> list[Row]:
             return [
                 await e2e.run(settings, azurite, store, batching=batching, run_log=run_log, app=app)
             ]
+    if key.startswith("store-"):
+        return [await e2e.run(settings, None, store, batching=True)]
     if key.startswith("coord-"):
         return await coordinator_only.run(settings, store, batching=batching)
     if key.startswith("create-"):

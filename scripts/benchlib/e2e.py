@@ -20,6 +20,11 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
   calls :func:`benchlib.noop_app.noop` and the workers run ``queue-worker --app
   benchlib.noop_app:app``, which routes the call, binds its arguments and uploads the run's
   ``result.json`` (createArtifact + PUT, as the run log) before its report.
+* ``store-<store>``: ``e2e-<store>`` under store dispatch (docs/dispatch.md): no Azurite;
+  the workers, given no mode, find that pollTaskUrls answers 404 and claim through claimWork
+  (batched, up to their free capacity per call), reporting through resolveRuns. The pacer
+  reads the depth (claimable pending runs) from the store itself, on a connection of the
+  harness, not through the coordinator.
 
 Every other row runs its workers with ``--no-run-log``, so that they measure hint, claim and
 report throughput as they did before workers uploaded run logs, and stay comparable with
@@ -34,12 +39,16 @@ pending time (createTasks sent -> the handler's start) at each (:mod:`benchlib.l
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import asyncpg
 
 from benchlib import azure_rest, latency, noop_app
 from benchlib.common import (
@@ -93,15 +102,23 @@ class WorkerOptions:
 
 async def run(
     settings: Settings,
-    azurite: AzuriteProcess,
+    azurite: AzuriteProcess | None,
     store: StoreKind,
     *,
     batching: bool,
     run_log: bool = False,
     app: bool = False,
 ) -> Row:
+    """One row; without ``azurite``, under store dispatch."""
     label = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[store]
-    if app:
+    if azurite is None:
+        row = Row(
+            key=f"store-{store}",
+            title=f"end to end, {label} store, store dispatch: createTasks -> SDK claimWork "
+            "(batched) -> resolveRuns",
+            unit="tasks/s",
+        )
+    elif app:
         row = Row(
             key=f"e2e-{store}-app",
             title=f"end to end, {label} store, batching, tasks as Python functions: createTasks "
@@ -144,7 +161,7 @@ async def run(
 
 async def measure(
     settings: Settings,
-    azurite: AzuriteProcess,
+    azurite: AzuriteProcess | None,
     store: StoreKind,
     row: Row,
     *,
@@ -155,7 +172,7 @@ async def measure(
     latency: bool = False,
 ) -> Row:
     """Fill ``row`` (its key names the work directory) with one end-to-end run whose workers
-    run as :class:`WorkerOptions` says."""
+    run as :class:`WorkerOptions` says; without ``azurite``, under store dispatch."""
     options = WorkerOptions(
         batching=batching, isolation=isolation, run_log=run_log, app=app, latency=latency
     )
@@ -165,8 +182,9 @@ async def measure(
         settings,
         store=store,
         workdir=workdir,
-        azure_connection_string=azurite.connection_string,
+        azure_connection_string=None if azurite is None else azurite.connection_string,
         profile=profile,
+        COORDINATOR_DISPATCH="store" if azurite is None else "azure",
     ) as running:
         await _measure(settings, azurite, running, store, row, options)
     if settings.profile:
@@ -210,7 +228,7 @@ def _worker_command(
 
 async def _measure(
     settings: Settings,
-    azurite: AzuriteProcess,
+    azurite: AzuriteProcess | None,
     running: Coordinator,
     store: StoreKind,
     row: Row,
@@ -240,7 +258,7 @@ async def _measure(
         # that of a started pool.
         await _pools_started(settings, workdir)
     groups = {
-        "azurite": azurite_group(azurite.port),
+        **({} if azurite is None else {"azurite": azurite_group(azurite.port)}),
         "coordinator": pids(running.process),
         "workers": pids(*workers, descendants=True),
         "producer": own_process,
@@ -248,19 +266,16 @@ async def _measure(
     if store == "postgres":
         groups["postgres"] = postgres_backends(running.database)
     meter = CpuMeter(groups)
-    # The pacer reads the hint queue's depth from Azurite every 20-100 ms; pendingTasks is
-    # cached for 20 s, so the harness names the queue itself, as the coordinator does.
-    name = queue_name(running.queue_prefix, PROVISIONER_ID, worker_type, settings.priority)
     sent: dict[str, float] = {}
     failures = 0
     try:
         connector = aiohttp.TCPConnector(limit=settings.producers + 8)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        async with (
+            aiohttp.ClientSession(connector=connector) as session,
+            _depth_gauge(session, azurite, running, worker_type, settings.priority) as gauge,
+        ):
             tasks = TaskClient(session, running)
-            hints = azure_rest.RestQueue(
-                session, azurite.endpoint, name, azure_rest.queue_sas(name, "r")
-            )
-            pacer = DepthPacer(hints.count, target=settings.depth)
+            pacer = DepthPacer(gauge, target=settings.depth)
             begin = time.monotonic()
             window_start = begin + settings.warmup
             stop_at = window_start + settings.duration
@@ -289,12 +304,12 @@ async def _measure(
                     finally:
                         pacer.release(count)
 
-            gauge = asyncio.create_task(pacer.run(stop_at))
+            reading = asyncio.create_task(pacer.run(stop_at))
             measured = asyncio.create_task(metered_window(meter, window_start, stop_at))
             producers = settings.create_requests if options.batching else settings.producers
             await asyncio.gather(*(producer() for _ in range(producers)))
             wall_start, wall_end = await measured
-            await gauge
+            await reading
             row.depth_mean, row.depth_max = pacer.depth(window_start, stop_at)
             # Let the workers finish what was created, so late tasks count in the latency.
             left = (-1, -1)
@@ -376,3 +391,54 @@ async def _pools_started(settings: Settings, workdir: Path) -> None:
         )
 
     await wait_until(started, within=120, what="the workers' process pools", interval=0.2)
+
+
+@asynccontextmanager
+async def _depth_gauge(
+    session: aiohttp.ClientSession,
+    azurite: AzuriteProcess | None,
+    running: Coordinator,
+    worker_type: str,
+    priority: str,
+) -> AsyncIterator[Callable[[], Awaitable[int]]]:
+    """What the pacer reads every 20-100 ms: the hint queue's depth from Azurite (pendingTasks
+    is cached for 20 s, so the harness names the queue itself, as the coordinator does), or
+    under store dispatch the claimable pending runs, counted in the store (from its partial
+    index) on a connection of the harness, so that the coordinator serves none of the reads."""
+    if azurite is not None:
+        name = queue_name(running.queue_prefix, PROVISIONER_ID, worker_type, priority)
+        hints = azure_rest.RestQueue(
+            session, azurite.endpoint, name, azure_rest.queue_sas(name, "r")
+        )
+        yield hints.count
+        return
+    query = (
+        "SELECT count(*) FROM tasks WHERE provisioner_id = {p} AND worker_type = {w} "
+        "AND pending_priority IS NOT NULL"
+    )
+    if running.store_url.startswith("sqlite:"):
+        path = running.store_url.removeprefix("sqlite:///")
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        sql = query.format(p="?", w="?")
+
+        def count() -> int:
+            return int(conn.execute(sql, (PROVISIONER_ID, worker_type)).fetchone()[0])
+
+        async def sqlite_depth() -> int:
+            return await asyncio.to_thread(count)
+
+        try:
+            yield sqlite_depth
+        finally:
+            conn.close()
+        return
+    pg = await asyncpg.connect(running.store_url)
+    sql = query.format(p="$1", w="$2")
+
+    async def postgres_depth() -> int:
+        return int(await pg.fetchval(sql, PROVISIONER_ID, worker_type))
+
+    try:
+        yield postgres_depth
+    finally:
+        await pg.close()
