@@ -57,6 +57,8 @@ ROWS = [
     "events-postgres-off",
     "events-postgres-on",
     "events-postgres-drain",
+    "store-sqlite",
+    "store-postgres",
 ]
 UNMETERED = {"artifact-1gib-createtask", "idle"}
 """Rows without CPU figures of their own (the first shares the artifact-1gib row's window;
@@ -144,5 +146,7 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "artifact-1gib createTask p99 during the upload / without",
         "events-on / events-off, SQLite",
         "events-on / events-off, PostgreSQL",
+        "store-sqlite / raw-rest",
+        "store-postgres / e2e-postgres",
     ):
         assert ratio in done.stdout
