@@ -179,3 +179,23 @@ async def test_a_quarantined_worker_gets_nothing_from_the_store(
 
     assert await claim_work(c, worker_id="bad") == []
     assert claimed_ids(await claim_work(c, worker_id="good")) == [task_id]
+
+
+async def test_a_paused_or_limited_queue_holds_its_runs_back_from_the_store(
+    start_coordinator: StartCoordinator,
+) -> None:
+    c = await start_coordinator(claim_work_timeout_ms=300)
+    queue = f"/task-queues/{PROV}%2F{WT}"
+    task_ids = await c.create_many(3)
+    await c.ok("POST", queue + "/pause", {"reason": "maintenance"})
+
+    assert await claim_work(c) == []  # the gate lets none through: the poll ends empty
+    assert {(await c.status(t))["state"] for t in task_ids} == {"pending"}
+
+    await c.ok("POST", queue + "/resume", {})
+    await c.ok("PUT", queue + "/limits", {"maxRunning": 2})
+    first = claimed_ids(await claim_work(c))
+    assert len(first) == 2 and set(first) < set(task_ids)
+    assert await claim_work(c) == []  # two running: nothing more until one resolves
+    await c.report(first[0], 0, "completed")
+    assert claimed_ids(await claim_work(c)) == sorted(set(task_ids) - set(first))
