@@ -85,7 +85,7 @@ def _redis_answers() -> bool:
         return False
 
 
-@pytest.mark.timeout(530)
+@pytest.mark.timeout(580)
 def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
     if not _redis_answers():
         pytest.skip("the RQ row needs Redis on 127.0.0.1:6379")
@@ -105,7 +105,7 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "--big-artifact-mib=64",
         f"--workdir={tmp_path / 'work'}",
         f"--json={result_file}",
-        timeout=510,
+        timeout=560,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     rows = json.loads(result_file.read_text())["rows"]
