@@ -31,9 +31,11 @@ report throughput as they did before workers uploaded run logs, and stay compara
 earlier rounds; ``e2e-sqlite-runlog`` / ``e2e-sqlite`` is the run log's cost.
 
 Latency is the create request sent -> the run's ``resolved`` time as the coordinator stored
-it; throughput counts runs resolved inside the window. With ``latency`` (the batched rows),
-the same workers then take open-loop load at 50 % and 80 % of that rate, and the row adds
-pending time (createTasks sent -> the handler's start) at each (:mod:`benchlib.latency`).
+it; throughput counts runs resolved inside the window, which opens once every worker has
+logged that it started (and its process pool, under ``--isolation process``) and the warm-up
+has passed. With ``latency`` (the batched rows), the same workers then take open-loop load at
+50 % and 80 % of that rate, and the row adds pending time (createTasks sent -> the handler's
+start) at each (:mod:`benchlib.latency`).
 """
 
 from __future__ import annotations
@@ -253,10 +255,11 @@ async def _measure(
         )
         for i in range(settings.workers)
     ]
-    if options.isolation == "process" and settings.worker_log_level in ("DEBUG", "INFO"):
-        # Each worker pre-forks its pool when it starts (and says so at INFO): the rate is
-        # that of a started pool.
-        await _pools_started(settings, workdir)
+    if settings.worker_log_level in ("DEBUG", "INFO"):
+        # The window measures started workers (and, under process isolation, their
+        # pre-forked pools), not their start-up, which a loaded machine can stretch past
+        # the warm-up.
+        await _workers_started(settings, workdir, options)
     groups = {
         **({} if azurite is None else {"azurite": azurite_group(azurite.port)}),
         "coordinator": pids(running.process),
@@ -380,17 +383,20 @@ def _rate(
     return completed
 
 
-async def _pools_started(settings: Settings, workdir: Path) -> None:
-    """Wait until every worker's log says it started its whole pool of handler processes."""
+async def _workers_started(settings: Settings, workdir: Path, options: WorkerOptions) -> None:
+    """Wait until every worker's log (at INFO) says it started, and under process isolation
+    that it started its whole pool of handler processes."""
+    pool = settings.batch if options.isolation == "process" else 0
 
     def started() -> bool:
-        return all(
-            (log := workdir / f"worker-{i}.log").exists()
-            and log.read_text().count("handler process started") >= settings.batch
-            for i in range(settings.workers)
-        )
+        for i in range(settings.workers):
+            log = workdir / f"worker-{i}.log"
+            text = log.read_text() if log.exists() else ""
+            if "worker started" not in text or text.count("handler process started") < pool:
+                return False
+        return True
 
-    await wait_until(started, within=120, what="the workers' process pools", interval=0.2)
+    await wait_until(started, within=120, what="the workers to start", interval=0.1)
 
 
 @asynccontextmanager

@@ -3,8 +3,8 @@ with ``queue-worker --isolation none`` (the default: the no-op handler runs in t
 once with ``--isolation process`` (the handlers in each worker's pool of ``capacity`` child
 processes, forked from its fork server), at the same capacity, producer concurrency and depth,
 each with a fresh Azurite and coordinator; the process row starts producing once every pool
-has started (its start-up is not what the rate measures). The workers' CPU includes their
-fork servers and pool processes.
+has started (:mod:`benchlib.e2e`: its start-up is not what the rate measures). The workers'
+CPU includes their fork servers and pool processes.
 The notes give each row's milliseconds per task (wall clock at its rate, and the workers' CPU)
 and process ÷ none of both.
 """
