@@ -174,6 +174,14 @@ def _compare_and_set(conn: sqlite3.Connection, params: dict[str, Any]) -> sqlite
     stored = conn.execute(_Q["stored_status"], params).fetchone()
     if stored is None or stored["version"] != params["version"]:
         return None
+    return _write_status(conn, params, stored)
+
+
+def _write_status(
+    conn: sqlite3.Connection, params: dict[str, Any], stored: sqlite3.Row
+) -> sqlite3.Row | None:
+    """The write of :func:`_compare_and_set`, given the row's status as read in the caller's
+    transaction (``stored``, with the version of ``params``)."""
     changed = tuple(column for column in _STATUS_COLUMNS if params[column] != stored[column])
     definition = params["definition"] is not None
     # set, it needs the dependency check; cleared, it only needs writing if it was set
@@ -416,17 +424,19 @@ class SQLiteStore(SQLStore):
     async def claim_pending(
         self, task_queue: TaskQueue, *, now: int, limit: int, claim: ClaimPending
     ) -> list[TaskRecord]:
-        params = {**task_queue_columns(task_queue), "now": now, "limit": limit}
+        query = {**task_queue_columns(task_queue), "now": now, "limit": limit}
 
         def take(conn: sqlite3.Connection) -> list[TaskRecord]:
-            rows = conn.execute(_Q["claimable_runs"], params).fetchall()
+            rows = conn.execute(_Q["claimable_runs"], query).fetchall()
             if not rows:
                 return []
+            read = {row["task_id"]: row for row in rows}
             stored: list[TaskRecord] = []
             outbox: list[dict[str, Any]] = []
             for record, events in claim([record_from_row(row) for row in rows]):
                 # read in this transaction, and nothing else writes: the version still holds
-                row = _compare_and_set(conn, {**status_columns(record), "version": record.version})
+                params = {**status_columns(record), "version": record.version}
+                row = _write_status(conn, params, read[record.task_id])
                 if row is not None:
                     stored.append(stored_after_cas(record, row))
                     outbox.extend(outbox_rows(events))

@@ -173,8 +173,10 @@ DELETE FROM queue_event_outbox WHERE id IN (SELECT value FROM json_each(:ids))
 -- name: claimable_runs
 -- Store dispatch's claim: the queue's pending runs visible now, highest priority first, then
 -- the earliest visible, from the partial index tasks_claimable (pending rows only). One writer
--- runs at a time, so the caller's compare-and-set in the same transaction always wins.
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+-- runs at a time, so the caller's compare-and-set in the same transaction always wins: it
+-- writes from this status (stored_status's columns) without reading the rows again.
+SELECT task_id, definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
+       visible_at, pending_priority, resolved, notify_dependents, version
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND pending_priority IS NOT NULL AND visible_at <= :now AND open_deadline > :now
