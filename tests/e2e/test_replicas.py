@@ -252,8 +252,12 @@ async def test_two_replicas_share_the_work_and_resolve_each_expired_claim_once(
     assert sum(per_process) == len(work.abandoned), per_process
 
 
-async def test_killing_a_replica_mid_load_loses_nothing(cluster: Cluster) -> None:
-    work = Work.make(cluster.provisioner_id)
+async def kill_mid_load(
+    cluster: Cluster, work: Work, workers: list[Coroutine[Any, Any, None]]
+) -> None:
+    """Run ``workers`` while tasks are created, SIGKILL replica 1 once work is under way on
+    both replicas, and go on until every task completed; the kill must have happened and
+    requests must have met the dead replica."""
     ids = list(work.bodies)
     victim = cluster.processes[1]
     killed = asyncio.Event()
@@ -273,14 +277,17 @@ async def test_killing_a_replica_mid_load_loses_nothing(cluster: Cluster) -> Non
         await victim.kill()  # SIGKILL: no clean-up, requests and resolver passes cut mid-way
         killed.set()
 
-    # pollTaskUrls workers only: hints that a dying replica had received for a claimWork
-    # call come back only after that call's visibility timeout (60 s), beyond this test
-    jobs = [producer(), killer(), *(poll_worker(cluster, work, n) for n in range(WORKERS))]
-    await until_done(work, jobs, within=25)
-
+    await until_done(work, [producer(), killer(), *workers], within=25)
     assert victim.process is not None and victim.process.returncode == -9
     assert killed.is_set()
     assert cluster.failovers > 0
+
+
+async def test_killing_a_replica_mid_load_loses_nothing(cluster: Cluster) -> None:
+    work = Work.make(cluster.provisioner_id)
+    # pollTaskUrls workers only: hints that a dying replica had received for a claimWork
+    # call come back only after that call's visibility timeout (60 s), beyond this test
+    await kill_mid_load(cluster, work, [poll_worker(cluster, work, n) for n in range(WORKERS)])
     await check_runs(cluster, work, read_from=[0])
 
 
@@ -292,26 +299,6 @@ async def test_killing_a_replica_mid_load_loses_nothing_under_store_dispatch(
     expires and is retried; no run is claimed twice."""
     cluster = store_cluster
     work = Work.make(cluster.provisioner_id)
-    ids = list(work.bodies)
-    victim = cluster.processes[1]
-    killed = asyncio.Event()
-
-    async def producer() -> None:
-        await create_tasks(cluster, work, ids[:45], concurrency=2)
-        await killed.wait()
-        await create_tasks(cluster, work, ids[45:], concurrency=2)
-
-    async def killer() -> None:
-        async def busy() -> bool:
-            return len(work.reported) >= 15 and len(work.abandoned) >= 2
-
-        await wait_until(busy, within=20, what="work to be under way on both replicas")
-        await victim.kill()
-        killed.set()
-
-    jobs = [producer(), killer(), *(claim_work_worker(cluster, work, n) for n in range(WORKERS))]
-    await until_done(work, jobs, within=25)
-
-    assert victim.process is not None and victim.process.returncode == -9
-    assert cluster.failovers > 0
+    workers = [claim_work_worker(cluster, work, n) for n in range(WORKERS)]
+    await kill_mid_load(cluster, work, workers)
     await check_runs(cluster, work, read_from=[0], lost=frozenset(f"cw{n}" for n in range(WORKERS)))

@@ -110,19 +110,20 @@ async def apply(store: Store, result: TransitionResult) -> TaskRecord:
     return stored
 
 
-async def claim(store: Store, task_id: str, *, now: int = NOW, worker_id: str = "w") -> TaskRecord:
-    record = await get(store, task_id)
-    return await apply(
-        store,
-        lifecycle.claim(
-            record,
-            run_id=len(record.runs) - 1,
-            worker_group="wg",
-            worker_id=worker_id,
-            now=now,
-            timing=TIMING,
-        ),
+def claimed(record: TaskRecord, *, now: int = NOW, worker_id: str = "w") -> TransitionResult:
+    """The claim of ``record``'s last run by ``wg/<worker_id>``."""
+    return lifecycle.claim(
+        record,
+        run_id=len(record.runs) - 1,
+        worker_group="wg",
+        worker_id=worker_id,
+        now=now,
+        timing=TIMING,
     )
+
+
+async def claim(store: Store, task_id: str, *, now: int = NOW, worker_id: str = "w") -> TaskRecord:
+    return await apply(store, claimed(await get(store, task_id), now=now, worker_id=worker_id))
 
 
 async def report(store: Store, task_id: str, state: str, *, now: int = NOW) -> TaskRecord:
@@ -968,20 +969,7 @@ def claiming(
 
     def claim(records: Sequence[TaskRecord]) -> list[tuple[TaskRecord, Sequence[QueueEvent]]]:
         seen.extend(record.task_id for record in records)
-        return [
-            (
-                lifecycle.claim(
-                    record,
-                    run_id=len(record.runs) - 1,
-                    worker_group="wg",
-                    worker_id="w",
-                    now=now,
-                    timing=TIMING,
-                ).record,
-                (),
-            )
-            for record in records[:take]
-        ]
+        return [(claimed(record, now=now).record, ()) for record in records[:take]]
 
     return claim
 
