@@ -415,7 +415,7 @@ async def test_the_compose_commands_start_a_working_coordinator(
 
         await wait_until(healthy, within=30, what="the coordinator health check to pass")
         log = (tmp_path / "serve.log").read_text()
-        assert "store=" in log and "azure=True artifacts=directory auth=True" in log
+        assert "store=" in log and "dispatch=azure artifacts=directory auth=True" in log
 
         # authenticated, through the official client, with the printed root credentials
         queue = taskcluster.aio.Queue(
