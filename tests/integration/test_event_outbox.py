@@ -25,7 +25,7 @@ from coordinator.domain.events import (
 from coordinator.domain.records import TaskRecord, to_iso
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
-from tests.integration.test_store_contract import NOW, TIMING, create, get, new_record
+from tests.fixtures.records import NOW, TIMING, create, get, new_record
 
 
 def event(key: str, n: int) -> QueueEvent:

@@ -23,7 +23,7 @@ import pytest
 from coordinator.store import sqlite_group_commit
 from coordinator.store.sqlite import SQLiteStore
 from coordinator.store.sqlite_group_commit import GroupCommit
-from tests.integration.test_store_contract import get, new_record
+from tests.fixtures.records import get, new_record
 
 
 @pytest.fixture

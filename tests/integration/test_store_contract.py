@@ -21,7 +21,7 @@ import pytest
 from coordinator.domain import lifecycle
 from coordinator.domain.events import QueueEvent
 from coordinator.domain.hooks import FireResult, Hook, LastFire
-from coordinator.domain.lifecycle import Timing, TransitionResult
+from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_queues import TaskQueue
@@ -39,67 +39,12 @@ from coordinator.store.factory import store_from_url
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlfiles import migrations
 from coordinator.store.sqlite import SQLiteStore
-from devharness.tasks import task_definition
+from tests.fixtures.records import HOUR, MINUTE, NOW, TIMING, create, definition, get, new_record
 
-NOW = 1_700_000_000_000
-MINUTE = 60_000
-HOUR = 60 * MINUTE
-TIMING = Timing(claim_timeout_ms=20 * MINUTE)
 CLAIM = TIMING.claim_timeout_ms
 
 # Code-point order differs from any linguistic order in case, '-', '_' and digits.
 MIXED_IDS = ["b", "B", "a-1", "a_1", "A", "0z", "-x", "Z", "_y", "ab"]
-
-
-def definition(
-    *,
-    group: str = "group",
-    dependencies: tuple[str, ...] = (),
-    deadline: int = NOW + HOUR,
-    expires: int = NOW + 24 * HOUR,
-    worker_type: str = "wt",
-    not_before: int | None = None,
-) -> dict[str, Any]:
-    """A normalised task definition, as createTask stores it."""
-    scheduling = {} if not_before is None else {"notBefore": to_iso(not_before)}
-    return task_definition(
-        NOW,
-        lifetime_ms=deadline - NOW,
-        **scheduling,
-        provisionerId="prov",
-        workerType=worker_type,
-        taskQueueId=f"prov/{worker_type}",
-        schedulerId="tests",
-        taskGroupId=group,
-        dependencies=list(dependencies),
-        requires="all-completed",
-        routes=[],
-        priority="lowest",
-        retries=2,
-        expires=to_iso(expires),
-        scopes=[],
-        payload={"command": ["echo", 'héllo ✓ "quoted"'], "big": 2**53 + 1, "none": None},
-        metadata={"name": "t", "description": "", "owner": "a@example.com", "source": "x:"},
-        tags={},
-        extra={},
-    )
-
-
-def new_record(task_id: str, *, now: int = NOW, **kwargs: Any) -> TaskRecord:
-    """A record as createTask makes it: pending at ``now`` unless it has dependencies."""
-    return lifecycle.create(record_from_definition(task_id, definition(**kwargs)), now=now).record
-
-
-async def create(store: Store, task_id: str, *, now: int = NOW, **kwargs: Any) -> TaskRecord:
-    stored = await store.insert(new_record(task_id, now=now, **kwargs))
-    assert stored is not None
-    return stored
-
-
-async def get(store: Store, task_id: str) -> TaskRecord:
-    record = await store.get(task_id)
-    assert record is not None
-    return record
 
 
 async def apply(store: Store, result: TransitionResult) -> TaskRecord:

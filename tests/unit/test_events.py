@@ -21,7 +21,7 @@ from coordinator.domain.lifecycle import Timing
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_groups import TaskGroup
 from tests.fixtures.pulse import bindings, check_body
-from tests.integration.test_store_contract import NOW, definition
+from tests.fixtures.records import NOW, definition
 
 TIMING = Timing(claim_timeout_ms=20 * 60_000)
 
