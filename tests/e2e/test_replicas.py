@@ -188,7 +188,10 @@ async def check_runs(
         claimed for them is claim-expired too (nobody heard of the claim), then retried.
     """
     assert set(work.created) == set(work.bodies)
-    assert set(work.abandoned) == {(task_id, 0) for task_id in work.to_abandon}
+    meant = {(task_id, 0) for task_id in work.to_abandon}
+    # the workers abandoned only runs meant to be; one a dying replica claimed for a lost
+    # worker never reached it and is counted by the loop below instead
+    assert set(work.abandoned) <= meant
     for position, task_id in enumerate(work.bodies):
         status, body = await cluster.call(
             read_from[position % len(read_from)], "GET", f"/task/{task_id}/status"
@@ -212,6 +215,7 @@ async def check_runs(
                 assert run_id == len(runs) - 1, runs
                 assert (run["state"], run["reasonResolved"]) == ("completed", "completed")
                 assert run["workerId"] == work.reported[(task_id, run_id)]
+    assert meant <= set(work.abandoned)
     # and the group holds all of them, no more
     status, listing = await cluster.call(read_from[0], "GET", f"/task-group/{work.group}/list")
     assert status == 200, listing
