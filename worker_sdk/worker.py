@@ -639,12 +639,25 @@ class Worker:
             now = time.monotonic()
             await asyncio.sleep(timing.reclaim_at(now=now, expires_at=lease.expires_at) - now)
             try:
-                reclaim = await self._while_claimed(
-                    lambda: batches.reclaim(run.task_id, run.run_id, credentials=lease.credentials),
-                    run,
-                    lease,
-                    retry_line="reclaim failed taskId=%s runId=%s error=%s retryIn=%.2f",
+                # A retry still in flight at the deadline must not keep the handler running
+                # past it: the coordinator hands the task to someone else at takenUntil.
+                async with asyncio.timeout(max(0.0, lease.expires_at - time.monotonic())):
+                    reclaim = await self._while_claimed(
+                        lambda: batches.reclaim(
+                            run.task_id, run.run_id, credentials=lease.credentials
+                        ),
+                        run,
+                        lease,
+                        retry_line="reclaim failed taskId=%s runId=%s error=%s retryIn=%.2f",
+                    )
+            except TimeoutError:
+                log.warning(
+                    "claim lost taskId=%s runId=%s error=takenUntil passed while reclaiming",
+                    run.task_id,
+                    run.run_id,
                 )
+                lease.cancel("claim-lost")
+                return
             except RequestFailed as error:
                 # 409: the run was resolved or superseded; nobody wants our report.
                 log.warning(
