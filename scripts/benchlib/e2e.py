@@ -51,6 +51,7 @@ from pathlib import Path
 
 import aiohttp
 import asyncpg
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchlib import azure_rest, latency, noop_app
 from benchlib.common import (
@@ -309,9 +310,13 @@ async def _measure(
 
             reading = asyncio.create_task(pacer.run(stop_at))
             measured = asyncio.create_task(metered_window(meter, window_start, stop_at))
+            counted = asyncio.create_task(
+                _requests_in_window(session, running, window_start, stop_at)
+            )
             producers = settings.create_requests if options.batching else settings.producers
             await asyncio.gather(*(producer() for _ in range(producers)))
             wall_start, wall_end = await measured
+            requests = await counted
             await reading
             row.depth_mean, row.depth_max = pacer.depth(window_start, stop_at)
             # Let the workers finish what was created, so late tasks count in the latency.
@@ -357,11 +362,44 @@ async def _measure(
         ],
     )
     meter.fill(row)
+    finished = sum(1 for at in completed.values() if wall_start <= at < wall_end)
+    if finished and requests:
+        row.notes.append(
+            "coordinator requests per task in the window: "
+            + ", ".join(f"{name} {count / finished:.3f}" for name, count in requests.items())
+        )
     not_completed = sum(1 for state, _ in resolved.values() if state != "completed")
     if not_completed:
         row.notes.append(f"{not_completed} tasks not completed at the end")
     if failures:
         row.notes.append(f"{failures} create requests failed")
+
+
+async def _requests_in_window(
+    session: aiohttp.ClientSession, running: Coordinator, start: float, stop: float
+) -> dict[str, float]:
+    """The API requests the coordinator answered between monotonic ``start`` and ``stop``, by
+    method name (its ``http_requests_total``), the most frequent first."""
+    await asyncio.sleep(max(0.0, start - time.monotonic()))
+    before = await _request_counts(session, running)
+    await asyncio.sleep(max(0.0, stop - time.monotonic()))
+    after = await _request_counts(session, running)
+    counts = {name: after[name] - before.get(name, 0.0) for name in after}
+    return dict(sorted(((n, c) for n, c in counts.items() if c), key=lambda item: -item[1]))
+
+
+async def _request_counts(session: aiohttp.ClientSession, running: Coordinator) -> dict[str, float]:
+    async with session.get(f"{running.url}/metrics") as response:
+        text = await response.text()
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "http_requests":
+            continue
+        for sample in family.samples:
+            if sample.name == "http_requests_total" and sample.labels.get("name") != "metrics":
+                name = sample.labels.get("name", "?")
+                counts[name] = counts.get(name, 0.0) + sample.value
+    return counts
 
 
 def _rate(
