@@ -193,7 +193,7 @@ class TaskService:
             if isinstance(result, Conflict):
                 raise result
             return result
-        log_changes("created", None, stored)
+        log_changes("created", [(None, stored)])
         await self.transitions.effects(created)
         if stored.dependencies:
             # The edges are stored before the dependencies' states are read, so a dependency
@@ -303,8 +303,7 @@ class TaskService:
             )
             for task_id in inserted
         }
-        for result in stored.values():
-            log_changes("created", None, result.record)
+        log_changes("created", [(None, result.record) for result in stored.values()])
         await bounded(
             (
                 self.transitions.effects(result)

@@ -68,18 +68,41 @@ def _too_fast(task_id: str) -> Conflict:
     )
 
 
-def log_changes(action: str, before: TaskRecord | None, after: TaskRecord) -> None:
-    """The INFO lines operators grep: one per run whose state changed, with taskId and runId
-    (a reclaim changes no state and logs nothing)."""
-    for run in changed_runs(before, after):
-        log.info(
-            "task %s taskId=%s runId=%d state=%s reason=%s",
-            action,
-            after.task_id,
-            run.run_id,
-            run.state,
-            run.reason_resolved or run.reason_created,
-        )
+def log_changes(action: str, changes: Iterable[tuple[TaskRecord | None, TaskRecord]]) -> None:
+    """The INFO lines operators grep for what one request's ``action`` changed: a line per state
+    and reason among the runs whose state changed (a reclaim changes none and logs nothing),
+    naming a run alone as ``taskId=… runId=…`` and several as ``count=… runs=<taskId>/<runId>,…``.
+
+    One line per batch rather than per run: at full rate the per-run lines were a tenth of the
+    coordinator's CPU.
+    """
+    if not log.isEnabledFor(logging.INFO):
+        return
+    groups: dict[tuple[str, str | None], list[tuple[str, int]]] = {}
+    for before, after in changes:
+        for run in changed_runs(before, after):
+            reason = run.reason_resolved or run.reason_created
+            groups.setdefault((run.state, reason), []).append((after.task_id, run.run_id))
+    for (state, reason), runs in groups.items():
+        if len(runs) == 1:
+            ((task_id, run_id),) = runs
+            log.info(
+                "task %s taskId=%s runId=%d state=%s reason=%s",
+                action,
+                task_id,
+                run_id,
+                state,
+                reason,
+            )
+        else:
+            log.info(
+                "tasks %s count=%d state=%s reason=%s runs=%s",
+                action,
+                len(runs),
+                state,
+                reason,
+                ",".join(f"{task_id}/{run_id}" for task_id, run_id in runs),
+            )
 
 
 class Transitions:
@@ -141,7 +164,8 @@ class Transitions:
                 result.record, events=events, resolving=result.resolved
             )
             if stored is not None:
-                result = self._written(action, record, result, stored)
+                result = self._written(record, result, stored)
+                log_changes(action, [(record, stored)])
                 await self.effects(result)
                 return result
         raise _too_fast(task_id)
@@ -231,13 +255,17 @@ class Transitions:
                 closing=None if closing is None else close,
             )
             written: list[TransitionResult] = []
+            logged: dict[str, list[tuple[TaskRecord, TaskRecord]]] = {}
             indexes = []
             for (index, record, result), after in zip(writes, stored, strict=True):
                 if after is None:
                     indexes.append(index)
                     continue
-                written.append(self._written(changes[index].action, record, result, after))
+                written.append(self._written(record, result, after))
                 results[index] = written[-1]
+                logged.setdefault(changes[index].action, []).append((record, after))
+            for action, pairs in logged.items():
+                log_changes(action, pairs)
             changed += len(written)
             await asyncio.gather(*(self.effects(o) for o in written if self.has_effects(o)))
             if not indexes:
@@ -278,7 +306,8 @@ class Transitions:
         stored = await self._store.claim_pending(
             task_queue, now=self._clock(), limit=limit, claim=claim
         )
-        written = [self._written(action, *results[after.task_id], after) for after in stored]
+        written = [self._written(*results[after.task_id], after) for after in stored]
+        log_changes(action, [(results[after.task_id][0], after) for after in stored])
         await asyncio.gather(*(self.effects(o) for o in written if self.has_effects(o)))
         return [result.record for result in written]
 
@@ -291,10 +320,9 @@ class Transitions:
         return result
 
     def _written(
-        self, action: str, before: TaskRecord, result: TransitionResult, stored: TaskRecord
+        self, before: TaskRecord, result: TransitionResult, stored: TaskRecord
     ) -> TransitionResult:
-        """The result of a won compare-and-set, logged and counted."""
-        log_changes(action, before, stored)
+        """The result of a won compare-and-set, counted (the caller logs it)."""
         runs = tuple(changed_runs(before, stored))
         self._metrics.runs_resolved(runs)
         self._metrics.runs_claimed(stored, runs)

@@ -9,7 +9,7 @@ import json
 import logging
 
 from coordinator.domain import definitions, lifecycle
-from coordinator.domain.records import record_from_definition
+from coordinator.domain.records import TaskRecord, record_from_definition
 from coordinator.logs import KEY_VALUE_FORMAT, JsonFormatter, KeyValueFormatter
 from coordinator.service.clock import wall_clock
 from coordinator.service.transitions import log_changes
@@ -18,29 +18,47 @@ from devharness.tasks import task_definition
 TASK_ID = "fN1LcKYkTkC7C3Fh6NtB2A"
 
 
-def test_a_json_log_line_parses_and_carries_task_and_run_ids() -> None:
-
+def _created(task_id: str) -> TaskRecord:
     now = wall_clock()
     definition = definitions.normalise(
-        TASK_ID, task_definition(now), now=now, max_deadline_ms=86_400_000
+        task_id, task_definition(now), now=now, max_deadline_ms=86_400_000
     )
-    created = lifecycle.create(record_from_definition(TASK_ID, definition), now=now)
+    return lifecycle.create(record_from_definition(task_id, definition), now=now).record
+
+
+def _json_lines(changes: list[tuple[TaskRecord | None, TaskRecord]]) -> list[dict[str, str]]:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())
     logger = logging.getLogger("coordinator.service.transitions")
     logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
     try:
-        log_changes("created", None, created.record)
+        log_changes("created", changes)
     finally:
         logger.removeHandler(handler)
-    line = json.loads(stream.getvalue().splitlines()[0])
+        logger.setLevel(level)
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_a_json_log_line_parses_and_carries_task_and_run_ids() -> None:
+    [line] = _json_lines([(None, _created(TASK_ID))])
     assert line["taskId"] == TASK_ID
     assert line["runId"] == "0"
     assert line["state"] == "pending"
     assert line["msg"] == "task created"
     assert line["level"] == "INFO"
     assert line["logger"] == "coordinator.service.transitions"
+
+
+def test_a_batch_logs_one_line_naming_every_run() -> None:
+    task_ids = [TASK_ID, "gN1LcKYkTkC7C3Fh6NtB2A", "hN1LcKYkTkC7C3Fh6NtB2A"]
+    [line] = _json_lines([(None, _created(task_id)) for task_id in task_ids])
+    assert line["msg"] == "tasks created"
+    assert line["count"] == "3"
+    assert line["state"] == "pending"
+    assert line["runs"] == ",".join(f"{task_id}/0" for task_id in task_ids)
 
 
 def test_key_value_lines_carry_the_time_stamp_logging_writes() -> None:
