@@ -78,11 +78,11 @@ def log_changes(action: str, changes: Iterable[tuple[TaskRecord | None, TaskReco
     """
     if not log.isEnabledFor(logging.INFO):
         return
-    groups: dict[tuple[str, str | None], list[tuple[str, int]]] = {}
+    groups: dict[tuple[str, str], list[tuple[str, int]]] = {}
     for before, after in changes:
         for run in changed_runs(before, after):
-            reason = run.reason_resolved or run.reason_created
-            groups.setdefault((run.state, reason), []).append((after.task_id, run.run_id))
+            cause = run.reason_resolved or run.reason_created
+            groups.setdefault((run.state, cause), []).append((after.task_id, run.run_id))
     for (state, reason), runs in groups.items():
         if len(runs) == 1:
             ((task_id, run_id),) = runs
