@@ -49,9 +49,12 @@ class Credentials:
         client_id = environ.get("TASKCLUSTER_CLIENT_ID")
         access_token = environ.get("TASKCLUSTER_ACCESS_TOKEN")
         if bool(client_id) != bool(access_token):
-            raise ValueError(
-                "set both TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN, or neither"
+            present, absent = (
+                ("TASKCLUSTER_CLIENT_ID", "TASKCLUSTER_ACCESS_TOKEN")
+                if client_id
+                else ("TASKCLUSTER_ACCESS_TOKEN", "TASKCLUSTER_CLIENT_ID")
             )
+            raise ValueError(f"{present} is set but {absent} is not; set both, or neither")
         if not (client_id and access_token):
             return None
         return cls(

@@ -239,34 +239,22 @@ def target_from_env(env: Mapping[str, str]) -> Target:
             "the coordinator's root URL, e.g. http://127.0.0.1:8080",
             exit_status=EXIT_CONFIGURATION,
         )
-    client_id = env.get("TASKCLUSTER_CLIENT_ID", "")
-    access_token = env.get("TASKCLUSTER_ACCESS_TOKEN", "")
-    if bool(client_id) != bool(access_token):
-        present, absent = (
-            ("TASKCLUSTER_CLIENT_ID", "TASKCLUSTER_ACCESS_TOKEN")
-            if client_id
-            else ("TASKCLUSTER_ACCESS_TOKEN", "TASKCLUSTER_CLIENT_ID")
-        )
+    try:
+        credentials = Credentials.from_environment(env)
+    except ValueError as error:
         raise CommandFailed(
-            f"{present} is set but {absent} is not; set both, or neither for anonymous reads",
-            exit_status=EXIT_CONFIGURATION,
-        )
-    credentials = None
-    if client_id:
-        certificate = env.get("TASKCLUSTER_CERTIFICATE") or None
-        if certificate is not None:
-            # Checked here: the signing parses it, and a bad one would surface as a traceback.
-            try:
-                json.loads(certificate)
-            except ValueError:
-                raise CommandFailed(
-                    "TASKCLUSTER_CERTIFICATE is not JSON; export the certificate of the "
-                    "temporary credentials as given, or unset it for permanent ones",
-                    exit_status=EXIT_CONFIGURATION,
-                ) from None
-        credentials = Credentials(
-            client_id=client_id, access_token=access_token, certificate=certificate
-        )
+            f"{error} (neither: anonymous reads)", exit_status=EXIT_CONFIGURATION
+        ) from None
+    if credentials is not None and credentials.certificate is not None:
+        # Checked here: the signing parses it, and a bad one would surface as a traceback.
+        try:
+            json.loads(credentials.certificate)
+        except ValueError:
+            raise CommandFailed(
+                "TASKCLUSTER_CERTIFICATE is not JSON; export the certificate of the "
+                "temporary credentials as given, or unset it for permanent ones",
+                exit_status=EXIT_CONFIGURATION,
+            ) from None
     return Target(api=root.rstrip("/") + API_PATH, credentials=credentials)
 
 

@@ -346,6 +346,13 @@ async def test_a_missing_root_url_is_one_line_and_exit_2() -> None:
     assert "TASKCLUSTER_ROOT_URL" in missing.refused()
 
 
+async def test_half_given_credentials_are_one_line_and_exit_2() -> None:
+    root_url = f"http://127.0.0.1:{free_port()}"
+    half = await tasks_cli("count", root_url=root_url, client={"clientId": "c", "accessToken": ""})
+    assert half.status == 2
+    assert "TASKCLUSTER_CLIENT_ID is set but TASKCLUSTER_ACCESS_TOKEN is not" in half.refused()
+
+
 async def test_an_unreachable_coordinator_is_one_line_and_exit_2() -> None:
     root_url = f"http://127.0.0.1:{free_port()}"
     for command in ("list", "count"):
