@@ -23,6 +23,7 @@ knows the issuer's accessToken can recompute it and nothing needs to be stored. 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -35,6 +36,9 @@ from hawk_signing import Credentials
 
 MAX_LIFETIME_MS = 31 * 24 * 3600 * 1000
 """Taskcluster refuses certificates that last longer than 31 days."""
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(..., separators=(",", ":"))`` without building an encoder per certificate."""
 
 
 def js_number(value: int | float) -> str:
@@ -62,14 +66,27 @@ def certificate_signature(access_token: str, certificate: dict[str, Any], name: 
         "scopes:",
         *certificate["scopes"],
     ]
-    digest = hmac.new(access_token.encode(), "\n".join(lines).encode(), hashlib.sha256).digest()
-    return base64.b64encode(digest).decode("ascii")
+    return base64.b64encode(_hmac(access_token, "\n".join(lines))).decode("ascii")
 
 
 def temporary_access_token(access_token: str, seed: str) -> str:
     """The accessToken of temporary credentials with ``seed`` issued by ``access_token``."""
-    digest = hmac.new(access_token.encode(), seed.encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+    return base64.urlsafe_b64encode(_hmac(access_token, seed)).decode("ascii").rstrip("=")
+
+
+def _hmac(access_token: str, message: str) -> bytes:
+    """HMAC-SHA256 of ``message`` keyed with ``access_token``."""
+    mac = _keyed(access_token).copy()
+    mac.update(message.encode())
+    return mac.digest()
+
+
+@functools.lru_cache(maxsize=64)
+def _keyed(access_token: str) -> hmac.HMAC:
+    """The HMAC state after the key ``access_token`` and before any message, copied for each
+    message: a claim signs two per run, all with the issuer's key. The keys are the clients
+    file's accessTokens (issuers), so the cache holds no more secrets than the registry."""
+    return hmac.new(access_token.encode(), digestmod=hashlib.sha256)
 
 
 def temporary_credentials(
@@ -84,6 +101,13 @@ def temporary_credentials(
     """
     if not all(valid_scope(scope) for scope in scopes):
         raise ValueError(f"scopes must be strings of printable ASCII: {list(scopes)!r}")
+    return _issue(issuer=issuer, client_id=client_id, scopes=scopes, start=start, expiry=expiry)
+
+
+def _issue(
+    *, issuer: Credentials, client_id: str, scopes: Sequence[str], start: int, expiry: int
+) -> dict[str, str]:
+    """:func:`temporary_credentials` for ``scopes`` known to be valid."""
     if expiry - start > MAX_LIFETIME_MS:
         raise ValueError("temporary credentials cannot last longer than 31 days")
     if expiry < start:
@@ -102,7 +126,7 @@ def temporary_credentials(
     return {
         "clientId": client_id,
         "accessToken": temporary_access_token(issuer.access_token, certificate["seed"]),
-        "certificate": json.dumps(certificate, separators=(",", ":")),
+        "certificate": _COMPACT.encode(certificate),
     }
 
 
@@ -132,6 +156,8 @@ def task_credentials(
         f"queue:create-artifact:{run}",
         *task_scopes,
     ]
-    return temporary_credentials(
+    # Not re-checked per claim: the task's scopes matched the create-task schema's scope pattern
+    # (stricter than valid_scope) when it was created, and the run's are a slugid and a number.
+    return _issue(
         issuer=issuer, client_id=client_id, scopes=scopes, start=start, expiry=taken_until
     )
