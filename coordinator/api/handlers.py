@@ -35,7 +35,7 @@ from coordinator.api.errors import (
 from coordinator.api.filters import task_filter
 from coordinator.api.hooks import HookHandlers
 from coordinator.api.http import ENDPOINT, json_response, read_json
-from coordinator.api.scopes import Expression, create_task_params, expand
+from coordinator.api.scopes import Expression, create_task_params, expand, held_scopes
 from coordinator.domain.errors import DomainError, Forbidden
 from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.queue_controls import Limits
@@ -164,9 +164,24 @@ def _permit(auth: Auth, expression: Expression) -> None:
         raise Forbidden(str(error)) from None
 
 
+def _run_check(auth: Auth, endpoint: Endpoint) -> Callable[[Mapping[str, object]], None]:
+    """The check of ``endpoint``'s ``run_scopes`` for one run's parameters, as :func:`_permit`
+    would make it of their expansion: decided on the template (a run's parameters are its
+    own, so an expansion is never reused), and expanded only to word a refusal."""
+    held = held_scopes(auth.scopes)
+    template = _template(endpoint, run=True)
+
+    def check(params: Mapping[str, object]) -> None:
+        if not held.satisfy_template(template, params):
+            _permit(auth, declared(endpoint, params, run=True))
+
+    return check
+
+
 def _held_or(auth: Auth, endpoint: Endpoint) -> Permit:
     """reclaimRuns' and resolveRuns' per-run check of the endpoint's ``run_scopes``, with the
     worker holding the run (``held``) when it has one."""
+    check = _run_check(auth, endpoint)
 
     def permit(record: TaskRecord, run_id: int) -> None:
         params: dict[str, object] = {"taskId": record.task_id, "runId": str(run_id), "held": False}
@@ -174,7 +189,7 @@ def _held_or(auth: Auth, endpoint: Endpoint) -> Permit:
             run = record.runs[run_id]
             if run.worker_group is not None and run.worker_id is not None:
                 params.update(held=True, workerGroup=run.worker_group, workerId=run.worker_id)
-        _permit(auth, declared(endpoint, params, run=True))
+        check(params)
 
     return permit
 
@@ -542,10 +557,10 @@ class Handlers(ArtifactHandlers, HookHandlers):
         auth = await self.auth.authenticated(request)
         await self.authorize(request, workerGroup=worker_group, workerId=worker_id)
         runs = _distinct_runs(body["runs"], "runs")
-        endpoint = request[SCOPE_CHECK].endpoint
+        check = _run_check(auth, request[SCOPE_CHECK].endpoint)
 
         def permit(record: TaskRecord, run_id: int) -> None:
-            _permit(auth, declared(endpoint, {"taskQueueId": record.task_queue_id}, run=True))
+            check({"taskQueueId": record.task_queue_id})
             self.workers.refuse_quarantined(
                 WorkerKey(
                     task_queue=TaskQueue(record.provisioner_id, record.worker_type),

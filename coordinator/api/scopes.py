@@ -42,11 +42,52 @@ def valid_scope(scope: object) -> bool:
     return isinstance(scope, str) and _VALID_SCOPE.match(scope) is not None
 
 
-def scope_satisfies(held: str, required: str) -> bool:
-    """Whether the one scope ``held`` grants the one scope ``required``."""
-    if held == required:
-        return True
-    return held.endswith("*") and required.startswith(held[:-1])
+class HeldScopes:
+    """A scope set compiled for deciding many scopes against it (get one with
+    :func:`held_scopes`): a held scope grants a scope equal to it, and one ending in ``*`` every
+    scope starting with what precedes the ``*``; so the exact scopes go in a set and those
+    prefixes in one tuple for ``str.startswith``, instead of a scan of the set per scope.
+    """
+
+    __slots__ = ("_exact", "_prefixes")
+
+    def __init__(self, scopes: Iterable[str]) -> None:
+        self._exact = frozenset(scopes)
+        self._prefixes = tuple(scope[:-1] for scope in self._exact if scope.endswith("*"))
+
+    def grants(self, scope: str) -> bool:
+        """Whether the set grants the one scope ``scope``."""
+        return scope in self._exact or scope.startswith(self._prefixes)
+
+    def satisfy(self, expression: Expression) -> bool:
+        """Whether the set satisfies ``expression``.
+
+        Raises ``ValueError`` for a malformed expression (a programming error, not a 403).
+        """
+        if isinstance(expression, str):
+            return self.grants(expression)
+        operator, operands = _split(expression)
+        if operator == "AnyOf":
+            return any(self.satisfy(operand) for operand in operands)
+        return all(self.satisfy(operand) for operand in operands)
+
+    def satisfy_template(self, template: Template, params: Mapping[str, object]) -> bool:
+        """Whether the set satisfies ``expand(template, params)``, each operand decided as it is
+        expanded, stopping at the first that settles the answer: a batch call's per-run check
+        then builds no expression (each run's parameters differ, so none would be reused).
+        """
+        if isinstance(template, str):
+            return self.grants(_fill(template, params))
+        operator, operands = _template_split(template)
+        decided = map(self.satisfy, _operands(operands, params))
+        return any(decided) if operator == "AnyOf" else all(decided)
+
+
+@functools.lru_cache(maxsize=256)
+def held_scopes(scopes: tuple[str, ...]) -> HeldScopes:
+    """``scopes`` compiled; the same object while cached, since a caller's scopes are checked
+    on every request it makes."""
+    return HeldScopes(scopes)
 
 
 def satisfies(scopes: Iterable[str], expression: Expression) -> bool:
@@ -54,17 +95,7 @@ def satisfies(scopes: Iterable[str], expression: Expression) -> bool:
 
     Raises ``ValueError`` for a malformed expression (a programming error, not a 403).
     """
-    held = tuple(scopes)
-    return _satisfies(held, expression)
-
-
-def _satisfies(held: tuple[str, ...], expression: Expression) -> bool:
-    if isinstance(expression, str):
-        return any(scope_satisfies(scope, expression) for scope in held)
-    operator, operands = _split(expression)
-    if operator == "AnyOf":
-        return any(_satisfies(held, operand) for operand in operands)
-    return all(_satisfies(held, operand) for operand in operands)
+    return held_scopes(tuple(scopes)).satisfy(expression)
 
 
 def unsatisfied(scopes: Iterable[str], expression: Expression) -> Expression | None:
@@ -73,15 +104,14 @@ def unsatisfied(scopes: Iterable[str], expression: Expression) -> Expression | N
     Satisfied scopes are removed from an ``AllOf``; a satisfied ``AnyOf`` disappears; a
     one-operand operator is unwrapped. Used to tell a caller what it is missing.
     """
-    held = tuple(scopes)
-    return _unsatisfied(held, expression)
+    return _unsatisfied(held_scopes(tuple(scopes)), expression)
 
 
-def _unsatisfied(held: tuple[str, ...], expression: Expression) -> Expression | None:
+def _unsatisfied(held: HeldScopes, expression: Expression) -> Expression | None:
     if isinstance(expression, str):
-        return None if _satisfies(held, expression) else expression
+        return None if held.grants(expression) else expression
     operator, operands = _split(expression)
-    if operator == "AnyOf" and any(_satisfies(held, operand) for operand in operands):
+    if operator == "AnyOf" and any(held.satisfy(operand) for operand in operands):
         return None
     missing = [m for operand in operands if (m := _unsatisfied(held, operand)) is not None]
     if operator == "AllOf" and not missing:
@@ -118,15 +148,22 @@ def expand(template: Template, params: Mapping[str, object]) -> Expression:
     """
     if isinstance(template, str):
         return _fill(template, params)
+    operator, operands = _template_split(template)
+    return {operator: list(_operands(operands, params))}
+
+
+def _template_split(template: Mapping[str, Any]) -> tuple[str, Sequence[Any]]:
     ((operator, operands),) = template.items()
     if operator not in _OPERATORS:
         raise ValueError(f"scope template must use AnyOf or AllOf: {template!r}")
-    return {operator: list(_operands(operands, params))}
+    return operator, operands
 
 
 def _operands(operands: Sequence[Any], params: Mapping[str, object]) -> Iterator[Expression]:
     for operand in operands:
-        if isinstance(operand, Mapping) and "for" in operand:
+        if isinstance(operand, str):  # the common case, ahead of the costlier Mapping checks
+            yield _fill(operand, params)
+        elif isinstance(operand, Mapping) and "for" in operand:
             var, each = operand["for"], operand["each"]
             for element in _parameter(params, operand["in"]):
                 if isinstance(element, Mapping):
