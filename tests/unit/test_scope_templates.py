@@ -18,7 +18,9 @@ from coordinator.api.scopes import (
     Expression,
     create_task_requirement,
     expand,
+    held_scopes,
     priority_ladder,
+    satisfies,
     template_parameters,
 )
 
@@ -187,6 +189,62 @@ def test_the_batch_calls_declare_their_scopes_per_run() -> None:
     claim_runs = _endpoint("claimRuns")
     assert declared(claim_runs, {"workerGroup": "g", "workerId": "i"}) == "queue:worker-id:g/i"
     assert declared(claim_runs, {"taskQueueId": "p/w"}, run=True) == "queue:claim-task:p/w"
+
+
+def _scopes_of(expression: Expression) -> list[str]:
+    if isinstance(expression, str):
+        return [expression]
+    return [scope for operand in next(iter(expression.values())) for scope in _scopes_of(operand)]
+
+
+HELD_RUN = {"taskId": T, "runId": "0", "held": True, "workerGroup": "g", "workerId": "i"}
+TEMPLATE_CASES = [
+    (_endpoint(operation_id).scopes, {**url_parameters(path), **supplied})
+    for operation_id, path, supplied, _ in CASES
+] + [
+    (_endpoint("resolveRuns").run_scopes, HELD_RUN),
+    (_endpoint("reclaimRuns").run_scopes, {"taskId": T, "runId": "0", "held": False}),
+    (_endpoint("claimRuns").run_scopes, {"taskQueueId": "p/w"}),
+    (
+        CREATE_TASK_SCOPES,
+        {
+            "priorities": priority_ladder("high"),
+            "provisionerId": "p",
+            "workerType": "w",
+            "schedulerId": "s",
+            "projectId": "proj",
+            "routes": ("r1", "r2"),
+            "scopes": ("x:<y>", "secrets:get:a"),
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("template", "params"), TEMPLATE_CASES)
+def test_deciding_on_the_template_agrees_with_deciding_on_its_expansion(
+    template: Any, params: dict[str, Any]
+) -> None:
+    expression = expand(template, params)
+    scopes = _scopes_of(expression)
+    candidates = [
+        (),
+        ("*",),
+        ("queue:*",),
+        ("queue:resolve-task:*", "queue:worker-id:g/*"),
+        tuple(scopes),
+        *((scope,) for scope in scopes),
+        *((scope[: len(scope) // 2] + "*",) for scope in scopes),
+        *((scope + "x",) for scope in scopes),
+    ]
+    for held in candidates:
+        assert held_scopes(held).satisfy_template(template, params) == satisfies(held, expression)
+
+
+def test_only_a_trailing_star_is_a_wildcard() -> None:
+    held = held_scopes(("queue:cre*te", "a:b*", "exact"))
+    assert held.grants("exact") and held.grants("a:b") and held.grants("a:bc*")
+    assert not held.grants("queue:create") and not held.grants("exac") and not held.grants("a:")
+    assert held.grants("queue:cre*te") and not held_scopes(()).grants("")
 
 
 def test_create_tasks_requires_every_distinct_items_create_task_scopes() -> None:
