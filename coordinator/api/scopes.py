@@ -1,10 +1,11 @@
 """Taskcluster scopes and scope expressions: satisfaction, rendering, and the queue's rules.
 
-Pure functions, no I/O. A *scope* is a string of printable ASCII; a held scope ending in
+Pure, no I/O. A *scope* is a string of printable ASCII; a held scope ending in
 ``*`` satisfies every scope starting with what precedes the ``*`` (a ``*`` anywhere else is
 literal). A *scope expression* is a scope, ``{"AnyOf": [expr, ...]}`` or
 ``{"AllOf": [expr, ...]}``; an empty ``AllOf`` is always satisfied and an empty ``AnyOf``
-never, as in ``taskcluster-lib-scopes``.
+never, as in ``taskcluster-lib-scopes``. :class:`HeldScopes` is a caller's scopes compiled for
+deciding many of them.
 
 A *template* is how an endpoint declares its scopes (the ``scopes`` of
 :class:`~coordinator.api.endpoints.Endpoint`, as Taskcluster's ``declare({scopes})``): an
@@ -12,7 +13,8 @@ expression whose scopes hold ``<name>`` placeholders, and whose ``AllOf``/``AnyO
 hold ``{"for": var, "in": list, "each": template}`` (one operand per element of the parameter
 ``list``, with ``<var>`` bound to it; an element that is an object also binds its keys) and
 ``{"if": name, "then": template}`` (the operand only when the parameter ``name`` is true).
-:func:`expand` fills one in with a request's parameters. :data:`CREATE_TASK_SCOPES` is
+:func:`expand` fills one in with a request's parameters (:meth:`HeldScopes.satisfy_template`
+decides one without building the expression). :data:`CREATE_TASK_SCOPES` is
 Taskcluster's rule for ``createTask``, which ``createTasks`` applies to every item.
 """
 
