@@ -25,7 +25,7 @@ from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import API_PREFIX, ENDPOINTS, HOOK_ENDPOINTS, MAX_REQUEST_LINE
 from coordinator.api.handlers import HANDLERS, Handlers, route_handler
 from coordinator.api.hooks import HookTasks
-from coordinator.api.http import error_middleware, json_response
+from coordinator.api.http import Handler, error_middleware, json_response
 from coordinator.api.metrics import HttpMetrics, metrics_handler, metrics_middleware
 from coordinator.api.ui import add_ui_routes
 from coordinator.azure.queues import QueueService, QueueSettings
@@ -437,15 +437,11 @@ def _add_routes(app: web.Application, config: Config, registry: CollectorRegistr
     /task-queues/counts`` is not getTaskQueue of a queue named ``counts``, and the ``Allow`` of
     ``/task-queues/counts`` is ``POST`` only.
     """
-    openapi_document = openapi.build_openapi(config.public_url)
-
-    async def serve_openapi(request: web.Request) -> web.Response:
-        return json_response(openapi_document)
-
     for endpoint in (*ENDPOINTS, *HOOK_ENDPOINTS):
         route = endpoint.prefix + endpoint.server_route
         if endpoint.name == "openapi":
-            app.router.add_route(endpoint.method, route, serve_openapi, name="openapi")
+            serve = _document_handler(config.public_url, endpoint.prefix)
+            app.router.add_route(endpoint.method, route, serve, name=endpoint.operation_id)
             continue
         max_body = config.max_batch_body_bytes if endpoint.batch else config.max_body_bytes
         handler = route_handler(endpoint, max_body=max_body)
@@ -455,6 +451,17 @@ def _add_routes(app: web.Application, config: Config, registry: CollectorRegistr
     _add_method_not_allowed(app)
     app.router.add_get("/metrics", metrics_handler(registry), name="metrics")
     add_ui_routes(app)
+
+
+def _document_handler(public_url: str, prefix: str) -> Handler:
+    """The handler answering the OpenAPI document of the service under ``prefix``."""
+    [service] = [service for service in openapi.SERVICES if service.prefix == prefix]
+    document = openapi.build_openapi(public_url, service)
+
+    async def serve(request: web.Request) -> web.Response:
+        return json_response(document)
+
+    return serve
 
 
 def _add_method_not_allowed(app: web.Application) -> None:

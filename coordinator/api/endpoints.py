@@ -1236,7 +1236,7 @@ HOOK_ENDPOINTS: tuple[Endpoint, ...] = (
     *(
         dataclasses.replace(endpoint, prefix=HOOKS_PREFIX, variant="Hooks")
         for endpoint in ENDPOINTS
-        if endpoint.name in ("ping", "heartbeat", "lbheartbeat", "version")
+        if endpoint.name in ("ping", "heartbeat", "lbheartbeat", "version", "openapi")
     ),
     _hook_endpoint(
         name="listHookGroups",
@@ -1368,7 +1368,8 @@ HOOK_ENDPOINTS: tuple[Endpoint, ...] = (
     ),
 )
 """The hooks service, under :data:`HOOKS_PREFIX`: Taskcluster's 14 methods of the ``Hooks``
-client (its four service-status ones shared with the queue's handlers)."""
+client (its four service-status ones shared with the queue's handlers), and its own OpenAPI
+document."""
 
 
 def url_parameters(match_info: Mapping[str, str]) -> dict[str, str]:

@@ -1,6 +1,8 @@
-"""The OpenAPI 3.1 document of the queue v1 API, built from the endpoint table and schema files.
+"""The OpenAPI 3.1 documents of the queue v1 API and of the hooks v1 API (:data:`SERVICES`),
+each built from its endpoint table and the schema files.
 
-Each schema file becomes ``components/schemas/<name>``. Its ``$id`` is dropped and every
+Each schema file an operation reaches (through its ``$ref``s, transitively) becomes
+``components/schemas/<name>``. Its ``$id`` is dropped and every
 ``$ref`` is rewritten to point into the document (``task-status.json`` →
 ``#/components/schemas/task-status``, ``#/$defs/run`` →
 ``#/components/schemas/task-status/$defs/run``), because OpenAPI tools resolve references
@@ -24,11 +26,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.api.endpoints import (
     API_PREFIX,
     ENDPOINTS,
+    HOOK_ENDPOINTS,
+    HOOKS_PREFIX,
     MAX_REQUEST_LINE,
     PARAMETERS,
     TASK_FILTERS,
@@ -92,45 +97,118 @@ STATUSES: Mapping[str, dict[str, Any]] = {
 """The answers only some endpoints give (:attr:`~coordinator.api.endpoints.Endpoint.statuses`)."""
 
 
-def build_openapi(public_url: str) -> dict[str, Any]:
-    """The document, with the server at ``<public_url>/api/queue/v1``."""
-    components = {name: _component(name, schema) for name, schema in schemas().items()}
+_PROTOCOL = (
+    "Authentication is Taskcluster's Hawk scheme; an operation's `x-scopes` is the scope "
+    "expression its caller must satisfy. The request line (method, path and query string, "
+    f"percent-encoded) may be at most {MAX_REQUEST_LINE} bytes, which every query these "
+    "parameters allow fits in; a longer one is a 400."
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Service:
+    """One API served on the coordinator's root URL, described by a document of its own.
+
+    :param title: the document's ``info.title``.
+    :param prefix: where the API answers, below the public URL; the document's server.
+    :param endpoints: its endpoint table.
+    :param about: the opening of ``info.description``; the protocol's rules follow it.
+    :param errors: :data:`ERROR_STATUSES` the service says otherwise.
+    """
+
+    title: str
+    prefix: str
+    endpoints: tuple[Endpoint, ...]
+    about: str
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+
+QUEUE = Service(
+    title="Queue",
+    prefix=API_PREFIX,
+    endpoints=ENDPOINTS,
+    about="A Taskcluster-queue-v1-compatible coordinator: tasks and runs are kept in its store "
+    "and workers find pending runs through hints in Azure Storage Queues. "
+    + _PROTOCOL
+    + " A GET may carry a Hawk bewit instead of an Authorization header (`?bewit=`, what the "
+    "official clients' `buildSignedUrl` appends); a request with neither holds the anonymous "
+    "scopes (by default `queue:get-artifact:public/*`).",
+)
+HOOKS = Service(
+    title="Hooks",
+    prefix=HOOKS_PREFIX,
+    endpoints=HOOK_ENDPOINTS,
+    about="Taskcluster's hooks service v1, served by the coordinator beside its queue: a hook "
+    "is a task template the coordinator creates tasks from on a cron schedule, or when "
+    "triggered. " + _PROTOCOL,
+    errors={
+        "404": "ResourceNotFound: no such hook (or hook group, or last fire).",
+        "409": "RequestConflict: another hook definition already has this id.",
+        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+    },
+)
+SERVICES = (QUEUE, HOOKS)
+"""Every service with a document, served at ``<prefix>/openapi.json``."""
+
+
+def build_openapi(public_url: str, service: Service = QUEUE) -> dict[str, Any]:
+    """The document of ``service``, with the server at ``<public_url><prefix>``."""
+    errors = {**ERROR_STATUSES, **service.errors}
     paths: dict[str, dict[str, Any]] = {}
-    for endpoint in ENDPOINTS:
-        paths.setdefault(endpoint.route, {})[endpoint.method.lower()] = _operation(endpoint)
+    for endpoint in service.endpoints:
+        paths.setdefault(endpoint.route, {})[endpoint.method.lower()] = _operation(endpoint, errors)
+    error_response = {
+        "description": "An error.",
+        "content": {"application/json": {"schema": _ref("error")}},
+    }
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
-        "info": {
-            "title": "Queue",
-            "version": "v1",
-            "description": "A Taskcluster-queue-v1-compatible coordinator: tasks and runs are "
-            "kept in its store and workers find pending runs through hints in Azure Storage "
-            "Queues. Authentication is Taskcluster's Hawk scheme; an operation's `x-scopes` is "
-            "the scope expression its caller must satisfy. The request line (method, path and "
-            f"query string, percent-encoded) may be at most {MAX_REQUEST_LINE} bytes, which "
-            "every query these parameters allow fits in; a longer one is a 400. A GET may "
-            "carry a Hawk bewit instead of an Authorization header (`?bewit=`, what the "
-            "official clients' `buildSignedUrl` appends); a request with neither holds the "
-            "anonymous scopes (by default `queue:get-artifact:public/*`).",
-        },
-        "servers": [{"url": public_url.rstrip("/") + API_PREFIX}],
+        "info": {"title": service.title, "version": "v1", "description": service.about},
+        "servers": [{"url": public_url.rstrip("/") + service.prefix}],
         "paths": paths,
         "components": {
-            "schemas": components,
-            "responses": {
-                "Error": {
-                    "description": "An error.",
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/error"}}
-                    },
-                }
-            },
+            "schemas": _components([paths, error_response]),
+            "responses": {"Error": error_response},
         },
     }
 
 
-def _operation(endpoint: Endpoint) -> dict[str, Any]:
+def _components(roots: list[Any]) -> dict[str, Any]:
+    """The schema files ``roots`` reach through their ``$ref``s, transitively, as components."""
+    files = schemas()
+    components: dict[str, Any] = {}
+    pending = roots
+    while pending:
+        names = {
+            ref.removeprefix(_SCHEMAS).partition("/")[0]
+            for ref in _refs(pending)
+            if ref.startswith(_SCHEMAS)
+        } - components.keys()
+        pending = []
+        for name in sorted(names):
+            components[name] = _component(name, files[name])
+            pending.append(components[name])
+    return {name: components[name] for name in files if name in components}
+
+
+_SCHEMAS = "#/components/schemas/"
+
+
+def _refs(node: Any) -> list[str]:
+    """Every ``$ref`` in ``node``, not counting the literal values of ``enum`` and its kin."""
+    if isinstance(node, list):
+        return [ref for item in node for ref in _refs(item)]
+    if not isinstance(node, dict):
+        return []
+    ref = node.get("$ref")
+    own = [ref] if isinstance(ref, str) else []
+    return own + [
+        ref for key, value in node.items() if key not in LITERAL_KEYWORDS for ref in _refs(value)
+    ]
+
+
+def _operation(endpoint: Endpoint, errors: Mapping[str, str]) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": endpoint.operation_id,
         "summary": endpoint.title,
@@ -166,7 +244,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         **{status: STATUSES[status] for status in endpoint.statuses},
         **{
             status: {"$ref": "#/components/responses/Error", "description": description}
-            for status, description in ERROR_STATUSES.items()
+            for status, description in errors.items()
         },
     }
     return operation

@@ -1,7 +1,9 @@
-"""Fuzzing the API with schemathesis over the OpenAPI document the coordinator serves.
+"""Fuzzing the APIs with schemathesis over the OpenAPI documents the coordinator serves.
 
-Owns the fuzz run: a ``queue-coordinator serve`` process (SQLite, no Azure) with
-authentication off or on, seeded with real tasks in every state, and schemathesis' engine
+Owns the fuzz runs: a ``queue-coordinator serve`` process (SQLite, no Azure) with
+authentication off or on, seeded with real tasks in every state (for the queue's document) or
+real hooks (for the hooks service's, with fewer examples: its 15 operations are simple beside
+the queue's), and schemathesis' engine
 (examples, coverage, fuzzing and stateful phases) against it with every check schemathesis
 has: no server error; status codes, content types, headers and bodies as the document
 describes them; schema-violating requests refused and schema-valid ones accepted; a 405 with
@@ -11,14 +13,14 @@ request may be refused with a 400 that names what no schema can say (a deadline 
 ``created``, a continuationToken this API never issued, a run reported twice in one batch),
 never with one about the schema; and an artifact may be an error artifact (424) or expired
 (410), which is what it is, not a refusal. The run is deterministic (derandomised Hypothesis,
-no example database) and bounded by :data:`MAX_EXAMPLES` per operation and phase.
+no example database) and bounded by :data:`MAX_EXAMPLES` (:data:`MAX_HOOK_EXAMPLES`) per
+operation and phase.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from schemathesis.openapi.checks import RejectedPositiveData
 from yarl import URL
 
 from coordinator.api.clients import ensure_root_client
+from coordinator.api.endpoints import HOOKS_PREFIX
 from devharness.api import call
 from devharness.tasks import task_definition
 from hawk_signing import Credentials, authorization
@@ -42,6 +45,8 @@ from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator
 MAX_EXAMPLES = 30
 """Examples per operation in the fuzzing phase (50 took twice as long for little more found);
 the coverage phase adds its boundary cases on top."""
+MAX_HOOK_EXAMPLES = 20
+"""The same for the hooks service: its run takes under ten seconds."""
 
 SCHEMA_REFUSALS = (
     "does not match the schema",
@@ -51,10 +56,14 @@ SCHEMA_REFUSALS = (
 )
 """How the coordinator's 400s begin when a request breaks its schemas: a schema-valid request
 refused with one of these means the OpenAPI document lets through what the API refuses."""
+FIRE_REFUSAL = "task does not match the schema"
+"""How a trigger's 400 begins when the hook's template (as the fuzzer last updated it)
+renders a task createTask refuses: about the hook, not the request."""
 
 SEEDED_PROBABILITY = 0.5
 """How often a path parameter is one of the seeded ids instead of a generated value: random
-taskIds are all 404s, which reach none of the claim, reclaim and report paths."""
+taskIds (hookIds) are all 404s, which reach none of the claim, reclaim and report (trigger)
+paths."""
 
 WORKER_GROUP, WORKER_ID, QUARANTINED_WORKER_ID = "fuzz-wg", "fuzz-w1", "fuzz-w2"
 
@@ -108,18 +117,14 @@ class HawkAuth(requests.auth.AuthBase):
         return request
 
 
-@dataclass(frozen=True, kw_only=True)
-class Seeded:
-    """The ids of the records :func:`seed` made, by path parameter."""
-
-    task_ids: list[str]
-    task_group_ids: list[str]
+Dictionaries = dict[str, list[str]]
+"""Values a path parameter takes besides generated ones, by parameter name: seeded ids."""
 
 
-async def seed(c: RunningCoordinator, credentials: Credentials | None) -> Seeded:
+async def seed(c: RunningCoordinator, credentials: Credentials | None) -> Dictionaries:
     """Tasks in every state (unscheduled, pending, running, completed, failed, exception), a
     sealed task group beside an open one, a quarantined worker, and :data:`ARTIFACTS` on the
-    running tasks."""
+    running tasks; the queue's path parameters that name them."""
 
     async def ok(method: str, path: str, body: Any = None) -> Any:
         response = await call(c.session, method, c.api + path, body, credentials=credentials)
@@ -180,18 +185,9 @@ async def seed(c: RunningCoordinator, credentials: Credentials | None) -> Seeded
     await ok(
         "PUT", f"{workers}/{QUARANTINED_WORKER_ID}", {"quarantineUntil": "2100-01-01T00:00:00.000Z"}
     )
-    return Seeded(
-        task_ids=[pending, unscheduled, *resolved.values(), in_sealed],
-        task_group_ids=[group, sealed_group],
-    )
-
-
-def fuzz_config(seeded: Seeded) -> schemathesis.Config:
-    """What schemathesis runs: every check, deterministic, bounded, with path parameters
-    drawn from the seeded records half of the time."""
-    dictionaries: dict[str, list[str]] = {
-        "taskId": seeded.task_ids,
-        "taskGroupId": seeded.task_group_ids,
+    return {
+        "taskId": [pending, unscheduled, *resolved.values(), in_sealed],
+        "taskGroupId": [group, sealed_group],
         "runId": ["0", "1"],
         "provisionerId": ["test-prov"],
         "workerType": ["test-wt"],
@@ -200,10 +196,41 @@ def fuzz_config(seeded: Seeded) -> schemathesis.Config:
         "workerId": [WORKER_ID, QUARANTINED_WORKER_ID],
         "name": list(ARTIFACTS),
     }
+
+
+async def seed_hooks(c: RunningCoordinator, credentials: Credentials | None) -> Dictionaries:
+    """Two hooks of one group (one with a ``/`` in its id) that take any object as trigger
+    payload; the hooks service's path parameters that name them, their trigger tokens too."""
+    hooks = c.url + HOOKS_PREFIX
+    group, ids, tokens = "fuzz-hooks", ["nightly", "nightly/build"], []
+    for hook_id in ids:
+        path = f"{hooks}/hooks/{group}/{hook_id.replace('/', '%2F')}"
+        body = {
+            "metadata": {"name": hook_id, "description": "fuzzed", "owner": "fuzz@example.com"},
+            "schedule": [],
+            "task": {
+                "taskQueueId": "test-prov/test-wt",
+                "payload": {"firedBy": "${firedBy}"},
+                "metadata": {**task_definition()["metadata"]},
+            },
+            "triggerSchema": {"type": "object"},
+        }
+        for method, suffix, payload in (("PUT", "", body), ("GET", "/token", None)):
+            response = await call(
+                c.session, method, path + suffix, payload, credentials=credentials
+            )
+            assert response.status == 200, (method, path + suffix, response.body)
+        tokens.append(response.body["token"])
+    return {"hookGroupId": [group], "hookId": ids, "token": tokens}
+
+
+def fuzz_config(dictionaries: Dictionaries, *, max_examples: int) -> schemathesis.Config:
+    """What schemathesis runs: every check, deterministic, bounded, with path parameters
+    drawn from the seeded records half of the time."""
     return schemathesis.Config.from_dict(
         {
             "generation": {
-                "max-examples": MAX_EXAMPLES,
+                "max-examples": max_examples,
                 "deterministic": True,
                 "database": "none",
                 "mode": "all",
@@ -227,8 +254,8 @@ def fuzz_config(seeded: Seeded) -> schemathesis.Config:
 
 def stands(context: HookContext, failure: Failure, case: Any, response: Response) -> bool:
     """Whether a failure counts (schemathesis' ``filter_failure`` hook): all of them, except a
-    schema-valid request refused with a 400 that is not about the schema, or answered what an
-    artifact is (:data:`ARTIFACT_ANSWERS`)."""
+    schema-valid request refused with a 400 that is not about the schema (a trigger's included,
+    :data:`FIRE_REFUSAL`), or answered what an artifact is (:data:`ARTIFACT_ANSWERS`)."""
     if not isinstance(failure, RejectedPositiveData):
         return True
     if response.status_code in ARTIFACT_ANSWERS:
@@ -236,12 +263,17 @@ def stands(context: HookContext, failure: Failure, case: Any, response: Response
     if response.status_code != 400:
         return True
     message = str(response.json().get("message", ""))
+    if message.startswith(FIRE_REFUSAL):
+        return False
     return any(refusal in message for refusal in SCHEMA_REFUSALS)
 
 
-def run_schemathesis(api: str, seeded: Seeded, credentials: Credentials | None) -> list[str]:
-    """Run every phase against ``api`` and describe each failure and engine error."""
-    schema = schemathesis.openapi.from_url(f"{api}/openapi.json", config=fuzz_config(seeded))
+def run_schemathesis(
+    api: str, config: schemathesis.Config, credentials: Credentials | None
+) -> list[str]:
+    """Run every phase against the API at ``api`` and describe each failure and engine
+    error."""
+    schema = schemathesis.openapi.from_url(f"{api}/openapi.json", config=config)
     schema.hooks.register_hook_with_name(stands, "filter_failure")
     if credentials is not None:
         schema.auth.set_from_requests(HawkAuth(credentials))
@@ -278,9 +310,31 @@ async def test_no_input_reaches_a_server_error(
         auth_enabled=auth, clients_file=clients_file, claim_work_timeout_ms=0
     )
     c = await process.start()
-    seeded = await seed(c, credentials)
+    config = fuzz_config(await seed(c, credentials), max_examples=MAX_EXAMPLES)
+    await fuzz(process, c.api, config, credentials)
+
+
+async def test_no_hooks_input_reaches_a_server_error(
+    coordinator_process: Callable[..., CoordinatorProcess], tmp_path: Path
+) -> None:
+    clients_file = tmp_path / "clients.json"
+    credentials = ensure_root_client(clients_file)
+    process = coordinator_process(auth_enabled=True, clients_file=clients_file)
+    c = await process.start()
+    config = fuzz_config(await seed_hooks(c, credentials), max_examples=MAX_HOOK_EXAMPLES)
+    await fuzz(process, c.url + HOOKS_PREFIX, config, credentials)
+
+
+async def fuzz(
+    process: CoordinatorProcess,
+    api: str,
+    config: schemathesis.Config,
+    credentials: Credentials | None,
+) -> None:
+    """Run schemathesis against the API at ``api``; fail on any problem it reports or any
+    traceback in the coordinator's log."""
     # The engine is synchronous; a thread keeps this loop (and pytest-timeout) responsive.
-    problems = await asyncio.to_thread(run_schemathesis, c.api, seeded, credentials)
+    problems = await asyncio.to_thread(run_schemathesis, api, config, credentials)
     log = process.log_path.read_text(errors="replace")
     assert not problems, f"{len(problems)} failures:\n\n" + "\n\n".join(dict.fromkeys(problems))
     assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]

@@ -15,8 +15,10 @@ from urllib.parse import urlencode
 import pytest
 import slugid
 
+from coordinator.api.endpoints import HOOKS_PREFIX
 from coordinator.domain.records import to_iso
 from coordinator.service.clock import wall_clock
+from devharness.api import call
 from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from tests.fixtures.coordinator import (
@@ -95,6 +97,22 @@ async def test_openapi_document_lists_every_route(start_coordinator: StartCoordi
     claim_operation = document["paths"]["/task/{taskId}/runs/{runId}/claim"]["post"]
     assert claim_operation["operationId"] == "claimTask"
     assert "task-claim-response" in document["components"]["schemas"]
+
+
+async def test_the_hooks_service_has_its_own_openapi_document(
+    start_coordinator: StartCoordinator,
+) -> None:
+    c = await start_coordinator()
+    response = await call(c.session, "GET", c.url + HOOKS_PREFIX + "/openapi.json")
+    assert response.status == 200
+    document = response.body
+    assert document["info"]["title"] == "Hooks"
+    assert document["servers"] == [{"url": c.url + HOOKS_PREFIX}]
+    assert document["paths"]["/hooks/{hookGroupId}/{hookId}"]["put"]["operationId"] == (
+        "createHook"
+    )
+    assert "/task/{taskId}" not in document["paths"]
+    assert "hook-definition" in document["components"]["schemas"]
 
 
 # --- createTask, task, status -----------------------------------------------------------------

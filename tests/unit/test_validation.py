@@ -27,7 +27,7 @@ from coordinator.api.endpoints import (
     task_queue_of,
 )
 from coordinator.api.errors import ApiError, InputValidationError
-from coordinator.api.openapi import build_openapi
+from coordinator.api.openapi import HOOKS, QUEUE, SERVICES, Service, build_openapi
 from coordinator.api.validation import (
     SCHEMA_BASE_URI,
     SCHEMAS_DIR,
@@ -595,11 +595,13 @@ def _resolve(document: dict[str, Any], ref: str) -> Any:
     return node
 
 
-def test_openapi_document_covers_every_endpoint() -> None:
-    document = build_openapi("http://127.0.0.1:8080/")
+@pytest.mark.parametrize("service", SERVICES, ids=lambda service: service.title)
+def test_openapi_document_covers_every_endpoint(service: Service) -> None:
+    document = build_openapi("http://127.0.0.1:8080/", service)
     assert document["openapi"] == "3.1.0"
-    assert document["servers"] == [{"url": "http://127.0.0.1:8080/api/queue/v1"}]
-    for endpoint in ENDPOINTS:
+    assert document["info"]["title"] == service.title
+    assert document["servers"] == [{"url": "http://127.0.0.1:8080" + service.prefix}]
+    for endpoint in service.endpoints:
         operation = document["paths"][endpoint.route][endpoint.method.lower()]
         assert operation["operationId"] == endpoint.operation_id
         assert operation["x-taskcluster-method"] == endpoint.name
@@ -611,11 +613,20 @@ def test_openapi_document_covers_every_endpoint() -> None:
         assert ("requestBody" in operation) == (endpoint.input is not None or endpoint.uploads)
         for status in (str(endpoint.success), "400", "401", "403", "404", "409", "413", "500"):
             assert status in operation["responses"]
-    assert set(document["components"]["schemas"]) == set(schemas())
+    assert sum(len(methods) for methods in document["paths"].values()) == len(service.endpoints)
 
 
-def test_openapi_references_all_resolve_inside_the_document() -> None:
-    document = build_openapi("http://example.com")
+def test_openapi_documents_hold_the_schemas_their_operations_reach() -> None:
+    queue, hooks = (set(build_openapi("http://x", s)["components"]["schemas"]) for s in SERVICES)
+    assert queue | hooks == set(schemas())
+    assert "create-hook-request" in hooks - queue
+    assert "create-task-request" in queue - hooks
+    assert {"common", "error", "ping-response"} <= queue & hooks
+
+
+@pytest.mark.parametrize("service", SERVICES, ids=lambda service: service.title)
+def test_openapi_references_all_resolve_inside_the_document(service: Service) -> None:
+    document = build_openapi("http://example.com", service)
     refs = [value for key, value in _walk(document) if key == "$ref"]
     assert len(refs) > 50
     for ref in refs:
@@ -624,14 +635,24 @@ def test_openapi_references_all_resolve_inside_the_document() -> None:
     json.dumps(document)
 
 
-def test_openapi_error_responses_use_the_error_schema() -> None:
-    document = build_openapi("http://example.com")
-    operation = document["paths"]["/task/{taskId}"]["put"]
+@pytest.mark.parametrize(
+    ("service", "route", "method", "body_title"),
+    [
+        (QUEUE, "/task/{taskId}", "put", "Task Definition Request"),
+        (HOOKS, "/hooks/{hookGroupId}/{hookId}", "put", "Hook creation request"),
+    ],
+    ids=["Queue", "Hooks"],
+)
+def test_openapi_error_responses_use_the_error_schema(
+    service: Service, route: str, method: str, body_title: str
+) -> None:
+    document = build_openapi("http://example.com", service)
+    operation = document["paths"][route][method]
     error = _resolve(document, operation["responses"]["409"]["$ref"])
     schema = error["content"]["application/json"]["schema"]
     assert _resolve(document, schema["$ref"])["title"] == "Error"
     body = operation["requestBody"]["content"]["application/json"]["schema"]
-    assert _resolve(document, body["$ref"])["title"] == "Task Definition Request"
+    assert _resolve(document, body["$ref"])["title"] == body_title
 
 
 def test_preload_builds_every_validator() -> None:
@@ -642,8 +663,10 @@ def test_preload_builds_every_validator() -> None:
 # --- what the OpenAPI document promises ------------------------------------------------------
 
 
-def _operations(document: dict[str, Any]) -> Iterator[tuple[Endpoint, dict[str, Any]]]:
-    for endpoint in ENDPOINTS:
+def _operations(
+    document: dict[str, Any], service: Service = QUEUE
+) -> Iterator[tuple[Endpoint, dict[str, Any]]]:
+    for endpoint in service.endpoints:
         yield endpoint, document["paths"][endpoint.route][endpoint.method.lower()]
 
 
@@ -666,6 +689,20 @@ def test_openapi_shows_each_operations_scopes() -> None:
         ]
     }
     assert "x-scopes" not in document["paths"]["/task/{taskId}"]["get"]  # reads need none
+
+
+def test_openapi_shows_each_hook_operations_scopes() -> None:
+    document = build_openapi("http://example.com", HOOKS)
+    for endpoint, operation in _operations(document, HOOKS):
+        assert operation.get("x-scopes") == endpoint.scopes, endpoint.operation_id
+    hook = document["paths"]["/hooks/{hookGroupId}/{hookId}"]
+    assert hook["put"]["x-scopes"] == {
+        "AllOf": [
+            "hooks:modify-hook:<hookGroupId>/<hookId>",
+            "assume:hook-id:<hookGroupId>/<hookId>",
+        ]
+    }
+    assert hook["get"]["x-scopes"] == "hooks:get:<hookGroupId>:<hookId>"
 
 
 def test_openapi_requires_a_filter_where_the_api_does() -> None:
