@@ -35,13 +35,13 @@ Expression: TypeAlias = "str | Mapping[str, Sequence[Expression]]"
 Template: TypeAlias = "str | Mapping[str, Any]"
 """A scope expression template (see the module docstring)."""
 
-_VALID_SCOPE = re.compile(r"^[\x20-\x7e]*$")
+_VALID_SCOPE = re.compile(r"[\x20-\x7e]*")
 _OPERATORS = ("AnyOf", "AllOf")
 
 
 def valid_scope(scope: object) -> bool:
     """Whether ``scope`` is a string of printable ASCII, Taskcluster's only rule for scopes."""
-    return isinstance(scope, str) and _VALID_SCOPE.match(scope) is not None
+    return isinstance(scope, str) and _VALID_SCOPE.fullmatch(scope) is not None
 
 
 class HeldScopes:

@@ -22,6 +22,7 @@ from coordinator.api.scopes import (
     priority_ladder,
     satisfies,
     template_parameters,
+    valid_scope,
 )
 
 
@@ -287,3 +288,20 @@ def test_the_dispatch_checks_before_the_handler_only_what_the_path_supplies() ->
         "artifactInfo",
         "latestArtifactInfo",
     }
+
+
+@pytest.mark.parametrize(
+    ("scope", "valid"),
+    [
+        ("queue:create-task:*", True),
+        ("", True),
+        ("a b~", True),
+        ("a\n", False),
+        ("\n", False),
+        ("é", False),
+        ("a\tb", False),
+        (3, False),
+    ],
+)
+def test_a_scope_is_printable_ascii_to_its_last_character(scope: object, valid: bool) -> None:
+    assert valid_scope(scope) is valid
