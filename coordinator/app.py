@@ -354,6 +354,7 @@ async def _serve_over(
             create_task=HookTasks(service=service, workers=workers),
             clock=clock,
             metrics=metrics,
+            publish_events=config.pulse_url is not None,
         ),
         controls=controls,
         metrics=metrics,

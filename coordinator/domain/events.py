@@ -1,5 +1,6 @@
-"""Taskcluster's Pulse messages of the queue: which exchange, routing key, CCs and body a
-change of a task makes, as ``services/queue/src/exchanges.js`` builds them.
+"""Taskcluster's Pulse messages: which exchange, routing key, CCs and body a change of a task
+makes, as the queue's ``services/queue/src/exchanges.js`` builds them, and the hooks service's
+messages of a hook change (``services/hooks/src/exchanges.js``).
 
 Pure: the service computes the events of a write from the records before and after it, and
 the store keeps them in its outbox in the same transaction as the write.
@@ -17,6 +18,7 @@ from coordinator.domain.records import Run, TaskRecord, to_iso
 from coordinator.domain.task_groups import TaskGroup
 
 EXCHANGE_PREFIX = "exchange/taskcluster-queue/v1/"
+HOOK_EXCHANGE_PREFIX = "exchange/taskcluster-hooks/v1/"
 
 TASK_EXCHANGES: tuple[str, ...] = (
     "task-defined",
@@ -34,6 +36,12 @@ GROUP_EXCHANGES: tuple[str, ...] = (
     "task-group-priority-changed",
 )
 
+HOOK_EXCHANGES: tuple[str, ...] = ("hook-created", "hook-updated", "hook-deleted")
+"""The hooks service's exchanges, under :data:`HOOK_EXCHANGE_PREFIX`."""
+HOOK_ROUTING_KEY = "_"
+"""The routing key of every hook message: Taskcluster declares one word, ``reserved``
+(multiple words, "always match with ``#``"), that its builder leaves unset, so ``_``."""
+
 _RUN_EXCHANGE = {
     "pending": "task-pending",
     "running": "task-running",
@@ -47,10 +55,11 @@ _RUN_EXCHANGE = {
 class QueueEvent:
     """One Pulse message.
 
-    :param exchange: the exchange's short name (``task-pending``), without
-        :data:`EXCHANGE_PREFIX`.
+    :param exchange: the exchange's short name (``task-pending``, ``hook-created``), without
+        its prefix (:func:`exchange_name`).
     :param key: the message's ordering key: its task id (or task group id for group
-        exchanges); the outbox publishes the events of one key in the order written.
+        exchanges, ``<hookGroupId>/<hookId>`` for hook exchanges); the outbox publishes the
+        events of one key in the order written.
     :param routing_key: the primary routing key.
     :param cc: ``route.<route>`` per task route (AMQP ``CC`` header).
     """
@@ -63,7 +72,14 @@ class QueueEvent:
 
     @property
     def exchange_name(self) -> str:
-        return EXCHANGE_PREFIX + self.exchange
+        return exchange_name(self.exchange)
+
+
+def exchange_name(exchange: str) -> str:
+    """The full name of the exchange of short name ``exchange``: the hooks service's for
+    :data:`HOOK_EXCHANGES`, else the queue's."""
+    prefix = HOOK_EXCHANGE_PREFIX if exchange in HOOK_EXCHANGES else EXCHANGE_PREFIX
+    return prefix + exchange
 
 
 def _part(value: object) -> str:
@@ -220,6 +236,18 @@ def group_event(exchange: str, group: TaskGroup, **extra: Any) -> QueueEvent:
         routing_key=group_routing_key(group.task_group_id, group.scheduler_id),
         cc=(),
         body={**body, **extra},
+    )
+
+
+def hook_event(exchange: str, hook_group_id: str, hook_id: str) -> QueueEvent:
+    """hook-created, hook-updated or hook-deleted of a hook: the body is Taskcluster's
+    ``pulse-hook-changed-message`` (``{hookGroupId, hookId}``, no ``version``), no CC."""
+    return QueueEvent(
+        exchange=exchange,
+        key=f"{hook_group_id}/{hook_id}",
+        routing_key=HOOK_ROUTING_KEY,
+        cc=(),
+        body={"hookGroupId": hook_group_id, "hookId": hook_id},
     )
 
 

@@ -7,6 +7,12 @@ hook's scopes would call it (the request checks, the scopes and the task service
 beside this layer). Every fire that gets as far as createTask is recorded as a last fire,
 successful or with the error, and counted (``hooks_fires_total{hookGroupId,result}``).
 
+**Pulse messages.** With publishing on, createHook, updateHook and removeHook announce the
+change as Taskcluster's hooks service does (hook-created, hook-updated, hook-deleted,
+:func:`~coordinator.domain.events.hook_event`), written to the outbox in the transaction of the
+write; a createHook repeated with the same definition, or a removeHook of no hook, writes
+nothing and announces it all the same (as Taskcluster does), in a transaction of its own.
+
 **Exactly one task per due time.** :meth:`HookService.fire_due` fires each hook whose
 ``next_due`` has come under the taskId derived from the hook and that due time, with ``now`` =
 the due time, then advances ``next_due`` by compare-and-set. Any number of replicas may fire the
@@ -31,6 +37,7 @@ import slugid
 
 from coordinator.domain import hooks
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
+from coordinator.domain.events import QueueEvent, hook_event
 from coordinator.domain.hooks import FiredBy, Hook, LastFire
 from coordinator.domain.records import TaskState
 from coordinator.service.clock import Clock
@@ -61,15 +68,29 @@ class HookService:
     """The hooks of the store, and firing them.
 
     :param create_task: see :class:`TaskCreator`.
+    :param publish_events: write the hooks' Pulse messages to the outbox.
     """
 
     def __init__(
-        self, *, store: Store, create_task: TaskCreator, clock: Clock, metrics: ServiceMetrics
+        self,
+        *,
+        store: Store,
+        create_task: TaskCreator,
+        clock: Clock,
+        metrics: ServiceMetrics,
+        publish_events: bool = False,
     ) -> None:
         self.store = store
         self._create_task = create_task
         self.clock = clock
         self._metrics = metrics
+        self._publish_events = publish_events
+
+    def _events(self, exchange: str, hook_group_id: str, hook_id: str) -> list[QueueEvent]:
+        """The message of a change to the hook (none with publishing off)."""
+        if not self._publish_events:
+            return []
+        return [hook_event(exchange, hook_group_id, hook_id)]
 
     # --- definitions ----------------------------------------------------------------------
 
@@ -101,12 +122,14 @@ class HookService:
         hook = hooks.hook_from_request(
             hook_group_id, hook_id, body, scopes=scopes, now=self.clock()
         )
-        if await self.store.insert_hook(hook):
+        created = self._events("hook-created", hook_group_id, hook_id)
+        if await self.store.insert_hook(hook, events=created):
             log.info("hook created hookGroupId=%s hookId=%s", hook_group_id, hook_id)
             return hook
         existing = await self.get(hook_group_id, hook_id)
         if existing.definition() != hook.definition():
             raise Conflict(f"hook `{hook_group_id}/{hook_id}` already exists.")
+        await self.store.append_events(created)
         return existing
 
     async def update(
@@ -123,15 +146,20 @@ class HookService:
             hook = hooks.hook_from_request(
                 hook_group_id, hook_id, body, scopes=scopes, now=self.clock(), existing=existing
             )
-            stored = await self.store.compare_and_set_hook(hook)
+            stored = await self.store.compare_and_set_hook(
+                hook, events=self._events("hook-updated", hook_group_id, hook_id)
+            )
             if stored is not None:
                 log.info("hook updated hookGroupId=%s hookId=%s", hook_group_id, hook_id)
                 return stored
 
     async def remove(self, hook_group_id: str, hook_id: str) -> None:
         """Delete the hook and its last fires (nothing when there is no such hook)."""
-        if await self.store.delete_hook(hook_group_id, hook_id):
+        deleted = self._events("hook-deleted", hook_group_id, hook_id)
+        if await self.store.delete_hook(hook_group_id, hook_id, events=deleted):
             log.info("hook removed hookGroupId=%s hookId=%s", hook_group_id, hook_id)
+        else:
+            await self.store.append_events(deleted)
 
     async def reset_trigger_token(self, hook_group_id: str, hook_id: str) -> str:
         """A new trigger token; the previous one stops working.

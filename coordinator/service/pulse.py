@@ -3,12 +3,12 @@
 :class:`PulsePublisher` holds one connection and one confirm channel to the broker, opened when
 needed, through pika's asyncio adapter on the coordinator's event loop.
 :meth:`PulsePublisher.publish` writes a batch of outbox entries in order, as persistent JSON
-messages to ``exchange/taskcluster-queue/v1/<name>`` (topic exchanges, declared durable), with
-the task's routes in the ``CC`` header, and returns the broker's answer per entry: confirmed,
-refused (a nack, or the channel it closed over an entry), or none (it went away). pika hands
-each confirm to one callback and writes a message's frames without a future or a task of its
-own: about a tenth of the CPU per message that aio-pika's path costs, measured on the
-coordinator's loop (docs/events.md).
+messages to ``exchange/taskcluster-queue/v1/<name>`` (``exchange/taskcluster-hooks/v1/<name>``
+for a hook's; topic exchanges, declared durable), with the task's routes in the ``CC`` header,
+and returns the broker's answer per entry: confirmed, refused (a nack, or the channel it closed
+over an entry), or none (it went away). pika hands each confirm to one callback and writes a
+message's frames without a future or a task of its own: about a tenth of the CPU per message
+that aio-pika's path costs, measured on the coordinator's loop (docs/events.md).
 
 A broker that goes away is one warning (and one line when it is back), however many passes
 fail in between: the entries stay in the outbox and are published again, so a message may
@@ -31,7 +31,7 @@ import pika
 import pika.exceptions
 from pika.adapters.asyncio_connection import AsyncioConnection
 
-from coordinator.domain.events import EXCHANGE_PREFIX, BrokerReply, OutboxEntry, OutboxPass
+from coordinator.domain.events import BrokerReply, OutboxEntry, OutboxPass, exchange_name
 from coordinator.domain.urls import without_credentials
 from coordinator.service.clock import Clock
 from coordinator.service.metrics import ServiceMetrics
@@ -273,7 +273,7 @@ class PulsePublisher:
         try:
             await self._open()
             for name in {entry.exchange for entry in entries}:
-                await self._exchange(EXCHANGE_PREFIX + name)
+                await self._exchange(exchange_name(name))
             # One channel keeps the order in which the messages are sent; the confirms are
             # awaited together.
             batch = self._batch = _Batch(entries, self._tag + 1)
@@ -281,7 +281,7 @@ class PulsePublisher:
             for entry in entries:
                 self._tag += 1
                 channel.basic_publish(
-                    EXCHANGE_PREFIX + entry.exchange,
+                    exchange_name(entry.exchange),
                     entry.routing_key,
                     entry.body_json.encode(),
                     _properties(entry),

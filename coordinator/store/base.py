@@ -515,8 +515,9 @@ class Store(abc.ABC):
     # --- hooks (docs/hooks.md) --------------------------------------------------------------
 
     @abc.abstractmethod
-    async def insert_hook(self, hook: Hook) -> bool:
-        """Store a new hook (``version`` 1); ``False`` if one of that id exists."""
+    async def insert_hook(self, hook: Hook, *, events: Sequence[QueueEvent] = ()) -> bool:
+        """Store a new hook (``version`` 1), and ``events`` in the outbox in the same
+        transaction; ``False`` (nothing written) if one of that id exists."""
 
     @abc.abstractmethod
     async def get_hook(self, hook_group_id: str, hook_id: str) -> Hook | None:
@@ -531,13 +532,19 @@ class Store(abc.ABC):
         """Every hookGroupId with at least one hook, in order."""
 
     @abc.abstractmethod
-    async def compare_and_set_hook(self, hook: Hook) -> Hook | None:
-        """Write ``hook`` if the stored version is still ``hook.version``; the stored hook
-        (its version one more), or ``None`` when it changed meanwhile or is gone."""
+    async def compare_and_set_hook(
+        self, hook: Hook, *, events: Sequence[QueueEvent] = ()
+    ) -> Hook | None:
+        """Write ``hook`` if the stored version is still ``hook.version``, and ``events`` in
+        the outbox in the same transaction; the stored hook (its version one more), or
+        ``None`` (nothing written) when it changed meanwhile or is gone."""
 
     @abc.abstractmethod
-    async def delete_hook(self, hook_group_id: str, hook_id: str) -> bool:
-        """Delete the hook and its last fires; whether it existed."""
+    async def delete_hook(
+        self, hook_group_id: str, hook_id: str, *, events: Sequence[QueueEvent] = ()
+    ) -> bool:
+        """Delete the hook and its last fires, and ``events`` in the outbox in the hook's
+        delete's transaction; whether it existed (``False``: nothing written)."""
 
     @abc.abstractmethod
     async def due_hooks(self, now: int, limit: int) -> list[Hook]:

@@ -404,6 +404,16 @@ class PostgresStore(SQLStore):
             ),
         )
 
+    async def _fetch_announcing(
+        self, name: str, events: Sequence[QueueEvent], **params: Any
+    ) -> list[asyncpg.Record]:
+        if not events:
+            return await self._fetch(name, **params)
+        outbox = outbox_rows(events)
+        return await self._with_events(
+            self._fetcher(name, params), lambda rows: outbox if rows else []
+        )
+
     async def _fetch_filtered(
         self, name: str, matching: TaskFilter, **params: Any
     ) -> list[asyncpg.Record]:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coordinator.domain.artifacts import Artifact
+from coordinator.domain.events import QueueEvent
 from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
 from coordinator.domain.queue_controls import Limits, Pause, QueueControls
@@ -61,6 +62,13 @@ class SQLStore(Store, abc.ABC):
     @abc.abstractmethod
     async def _fetch(self, name: str, **params: Any) -> Sequence[Row]:
         """All rows of the named statement."""
+
+    @abc.abstractmethod
+    async def _fetch_announcing(
+        self, name: str, events: Sequence[QueueEvent], **params: Any
+    ) -> Sequence[Row]:
+        """All rows of the named statement, and ``events`` in the outbox in the same
+        transaction if it returned any (a write that happened)."""
 
     @abc.abstractmethod
     async def _fetch_filtered(
@@ -302,10 +310,10 @@ class SQLStore(Store, abc.ABC):
 
     # --- hooks ------------------------------------------------------------------------------
 
-    async def insert_hook(self, hook: Hook) -> bool:
+    async def insert_hook(self, hook: Hook, *, events: Sequence[QueueEvent] = ()) -> bool:
         columns = hook_columns(hook)
         del columns["version"]
-        return bool(await self._fetch("insert_hook", **columns))
+        return bool(await self._fetch_announcing("insert_hook", events, **columns))
 
     async def get_hook(self, hook_group_id: str, hook_id: str) -> Hook | None:
         rows = await self._fetch("get_hook", **hook_key(hook_group_id, hook_id))
@@ -318,14 +326,18 @@ class SQLStore(Store, abc.ABC):
     async def hook_groups(self) -> list[str]:
         return [row[0] for row in await self._fetch("hook_groups")]
 
-    async def compare_and_set_hook(self, hook: Hook) -> Hook | None:
-        rows = await self._fetch("compare_and_set_hook", **hook_columns(hook))
+    async def compare_and_set_hook(
+        self, hook: Hook, *, events: Sequence[QueueEvent] = ()
+    ) -> Hook | None:
+        rows = await self._fetch_announcing("compare_and_set_hook", events, **hook_columns(hook))
         return dataclasses.replace(hook, version=rows[0][0]) if rows else None
 
-    async def delete_hook(self, hook_group_id: str, hook_id: str) -> bool:
+    async def delete_hook(
+        self, hook_group_id: str, hook_id: str, *, events: Sequence[QueueEvent] = ()
+    ) -> bool:
         key = hook_key(hook_group_id, hook_id)
         await self._fetch("delete_last_fires", **key)
-        return bool(await self._fetch("delete_hook", **key))
+        return bool(await self._fetch_announcing("delete_hook", events, **key))
 
     async def due_hooks(self, now: int, limit: int) -> list[Hook]:
         return [hook_from_row(row) for row in await self._fetch("due_hooks", now=now, limit=limit)]

@@ -501,6 +501,19 @@ class SQLiteStore(SQLStore):
         run = self._run_scan if name in SCANS else self._run
         return await run(lambda conn: conn.execute(_Q[name], params).fetchall())
 
+    async def _fetch_announcing(
+        self, name: str, events: Sequence[QueueEvent], **params: Any
+    ) -> list[sqlite3.Row]:
+        outbox = outbox_rows(events)
+
+        def fetch(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            rows = conn.execute(_Q[name], params).fetchall()
+            if rows:
+                _write_outbox(conn, outbox)
+            return rows
+
+        return await self._run(fetch)
+
     async def _fetch_filtered(
         self, name: str, matching: TaskFilter, **params: Any
     ) -> list[sqlite3.Row]:

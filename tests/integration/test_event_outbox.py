@@ -14,14 +14,17 @@ import pytest
 from coordinator.domain import lifecycle
 from coordinator.domain.artifacts import Artifact
 from coordinator.domain.events import (
+    HOOK_EXCHANGES,
     REFUSALS_BEFORE_PARKING,
     RETRY_BACKOFF_MS,
     BrokerReply,
     OutboxEntry,
     QueueEvent,
     group_event,
+    hook_event,
     task_events,
 )
+from coordinator.domain.hooks import Hook
 from coordinator.domain.records import TaskRecord, to_iso
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
@@ -302,6 +305,28 @@ async def test_a_seal_writes_task_group_sealed_in_its_transaction(store: Store) 
     assert await store.seal_task_group("group", now=NOW + 3) == sealed  # publishing off
     expected = group_event("task-group-sealed", sealed)
     assert [e.event for e in await drain(store)] == [expected, expected]
+
+
+async def test_hook_writes_write_their_events_only_when_they_write(store: Store) -> None:
+    hook = Hook(
+        hook_group_id="g",
+        hook_id="a/b",
+        metadata={"name": "h"},
+        task={"payload": {}},
+        schedule=(),
+        trigger_schema={"type": "object"},
+        scopes=(),
+        next_due=None,
+    )
+    created, updated, deleted = (hook_event(name, "g", "a/b") for name in HOOK_EXCHANGES)
+    assert await store.insert_hook(hook, events=[created])
+    assert not await store.insert_hook(hook, events=[created])
+    stored = await store.compare_and_set_hook(hook, events=[updated])
+    assert stored is not None
+    assert await store.compare_and_set_hook(hook, events=[updated]) is None  # stale version
+    assert await store.delete_hook("g", "a/b", events=[deleted])
+    assert not await store.delete_hook("g", "a/b", events=[deleted])
+    assert [e.event for e in await drain(store)] == [created, updated, deleted]
 
 
 async def test_a_batch_closes_with_its_summary_only_when_every_record_was_written(

@@ -15,15 +15,24 @@ import aio_pika
 import pytest
 import slugid
 
+from coordinator.api.endpoints import HOOKS_PREFIX
 from coordinator.domain.events import EXCHANGE_PREFIX, REFUSALS_BEFORE_PARKING, QueueEvent
 from coordinator.service import tasks as tasks_module
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.pulse import EventOutbox, PulsePublisher
 from coordinator.store.base import Store
+from devharness.api import call
 from devharness.ports import free_port
 from devharness.waiting import wait_until
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
-from tests.fixtures.pulse import AMQP_URL, Listener, Received, bindings, check_body
+from tests.fixtures.pulse import (
+    AMQP_URL,
+    Listener,
+    Received,
+    bindings,
+    check_body,
+    hook_bindings,
+)
 
 
 @pytest.fixture
@@ -178,9 +187,57 @@ async def test_a_group_priority_change_over_pages_closes_with_its_summary(
     assert changed[-1].body["tasksAffected"] == 5
 
 
+async def test_hook_changes_are_published_as_the_hooks_service_publishes_them(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    group = f"g-{slugid.nice()}"
+    await listener.start(hook_bindings())
+    hook = f"{coordinator.url}{HOOKS_PREFIX}/hooks/{group}/nightly%2Fbuild"
+    body = {
+        "metadata": {"name": "nightly", "description": "a hook", "owner": "me@example.com"},
+        "task": {"taskQueueId": "test-prov/test-wt", "payload": {}},
+    }
+    for method, path, sent in [
+        ("PUT", hook, body),
+        ("PUT", hook, body),  # the same definition again: announced again, as Taskcluster
+        ("POST", f"{hook}/token", None),  # a new trigger token is no change announced
+        ("POST", hook, {**body, "schedule": ["0 0 * * *"]}),
+        ("DELETE", hook, None),
+        ("DELETE", hook, None),  # no such hook any more: announced again, as Taskcluster
+    ]:
+        response = await call(coordinator.session, method, path, sent)
+        assert response.status == 200, (method, path, response.body)
+
+    def of_hook(ms: list[Received]) -> list[Received]:
+        return [m for m in ms if m.body.get("hookGroupId") == group]
+
+    await listener.wait_for(lambda ms: len(of_hook(ms)) >= 5)
+    messages = of_hook(listener.messages)
+    names = ["hook-created", "hook-created", "hook-updated", "hook-deleted", "hook-deleted"]
+    assert [(m.exchange, m.routing_key, m.body) for m in messages] == [
+        (
+            f"exchange/taskcluster-hooks/v1/{name}",
+            "_",
+            {"hookGroupId": group, "hookId": "nightly/build"},
+        )
+        for name in names
+    ]
+    for message in messages:
+        check_body(message.name, message.body)
+        assert (message.cc, message.content_type, message.persistent) == (
+            [],
+            "application/json",
+            True,
+        )
+
+
 async def test_publishing_off_writes_no_outbox(start_coordinator: StartCoordinator) -> None:
     coordinator = await start_coordinator()
     await coordinator.create()
+    hook = f"{coordinator.url}{HOOKS_PREFIX}/hooks/g/h"
+    body = {"metadata": {"name": "h", "description": "d", "owner": "me@example.com"}, "task": {}}
+    assert (await call(coordinator.session, "PUT", hook, body)).status == 200
+    assert (await call(coordinator.session, "DELETE", hook)).status == 200
     assert coordinator.parts.events is None
     assert await coordinator.parts.store.outbox_depth() == 0
 

@@ -11,16 +11,18 @@ import pytest
 from coordinator.domain import lifecycle
 from coordinator.domain.artifacts import Artifact, StorageType
 from coordinator.domain.events import (
+    HOOK_EXCHANGES,
     QueueEvent,
     artifact_event,
     group_event,
+    hook_event,
     task_events,
     task_routing_key,
 )
 from coordinator.domain.lifecycle import Timing
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_groups import TaskGroup
-from tests.fixtures.pulse import bindings, check_body
+from tests.fixtures.pulse import bindings, check_body, hook_bindings
 from tests.fixtures.records import NOW, definition
 
 TIMING = Timing(claim_timeout_ms=20 * 60_000)
@@ -89,6 +91,17 @@ def test_each_routing_key_matches_the_official_clients_bindings() -> None:
     group_patterns = dict(bindings(taskGroupId="VukouGHASlCK6peuaz5LeA"))
     for event in events:
         assert matches(group_patterns[event.exchange_name], event.routing_key)
+
+
+@pytest.mark.parametrize("exchange", HOOK_EXCHANGES)
+def test_hook_messages_are_the_hooks_services(exchange: str) -> None:
+    event = hook_event(exchange, "ci", "nightly/build")
+    assert event.exchange_name == f"exchange/taskcluster-hooks/v1/{exchange}"
+    assert event.body == {"hookGroupId": "ci", "hookId": "nightly/build"}
+    assert (event.routing_key, event.cc, event.key) == ("_", (), "ci/nightly/build")
+    check_body(exchange, event.body)
+    pattern = dict(hook_bindings())[event.exchange_name]
+    assert matches(pattern, event.routing_key)
 
 
 @pytest.mark.parametrize(
