@@ -550,7 +550,11 @@ class PostgresStore(SQLStore):
             rows = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         else:
             rows = await self._fetch("compare_and_set", **params)
-        return stored_after_cas(record, rows[0]) if rows else None
+        return (
+            stored_after_cas(record, rows[0]["version"], rows[0]["notify_dependents"])
+            if rows
+            else None
+        )
 
     async def compare_and_set_many(
         self,
@@ -582,7 +586,9 @@ class PostgresStore(SQLStore):
             fetched = await self._fetch("compare_and_set_many", **values)
         written = {row["task_id"]: row for row in fetched}
         return [
-            None if (row := written.get(record.task_id)) is None else stored_after_cas(record, row)
+            None
+            if (row := written.get(record.task_id)) is None
+            else stored_after_cas(record, row["version"], row["notify_dependents"])
             for record in records
         ]
 
@@ -608,9 +614,9 @@ class PostgresStore(SQLStore):
                     await conn.executemany(insert.sql, [insert.args(row) for row in outbox])
                 written = {row["task_id"]: row for row in fetched}
                 return [
-                    stored_after_cas(record, written[record.task_id])
+                    stored_after_cas(record, row["version"], row["notify_dependents"])
                     for record in records
-                    if record.task_id in written
+                    if (row := written.get(record.task_id)) is not None
                 ]
 
         return await self._outages.watch(take())

@@ -87,7 +87,9 @@ def page_from_rows(rows: Sequence[Row], limit: int) -> Page[TaskRecord, str]:
     return Page(items=records, next_after=next_after)
 
 
-def stored_after_cas(record: TaskRecord, row: Row) -> TaskRecord:
-    """The record as a successful compare-and-set stored it, from its ``RETURNING version,
-    notify_dependents`` row (the store keeps the flag only for a task with dependents)."""
-    return record.replace(version=row[0], notify_dependents=bool(row[1]), definition_changed=False)
+def stored_after_cas(record: TaskRecord, version: int, notify_dependents: bool) -> TaskRecord:
+    """The record as a successful compare-and-set stored it, at ``version`` with the
+    ``notify_dependents`` it stored (the store keeps the flag only for a task with dependents)."""
+    return record.replace(
+        version=version, notify_dependents=bool(notify_dependents), definition_changed=False
+    )

@@ -162,44 +162,68 @@ _STATUS_COLUMNS = (
     "visible_at",
     "pending_priority",
     "resolved",
+    "notify_dependents",
 )
-"""The status columns :func:`_compare_and_set` writes only when their value changes
-(``definition`` and ``notify_dependents`` have their own rules)."""
+"""The status columns :func:`_write_statuses` writes only when their value changes
+(``definition`` only when a transition changed it)."""
+
+Written = tuple[int, bool]
+"""What a won compare-and-set stored: the version and ``notify_dependents``."""
 
 
-def _compare_and_set(conn: sqlite3.Connection, params: dict[str, Any]) -> sqlite3.Row | None:
-    """Write the status ``params`` (``status_columns`` and the version read) if the stored
-    version is still the one read, in the caller's transaction, naming only the columns that
-    change; the ``RETURNING version, notify_dependents`` row, or ``None`` for a lost race."""
-    stored = conn.execute(_Q["stored_status"], params).fetchone()
-    if stored is None or stored["version"] != params["version"]:
-        return None
-    return _write_status(conn, params, stored)
+def _in(name: str, ids: Sequence[str]) -> str:
+    """The named statement with its ``{ids}`` a parameter mark per id."""
+    return _Q[name].format(ids=",".join("?" * len(ids)))
 
 
-def _write_status(
-    conn: sqlite3.Connection, params: dict[str, Any], stored: sqlite3.Row
-) -> sqlite3.Row | None:
-    """The write of :func:`_compare_and_set`, given the row's status as read in the caller's
-    transaction (``stored``, with the version of ``params``)."""
-    changed = tuple(column for column in _STATUS_COLUMNS if params[column] != stored[column])
-    definition = params["definition"] is not None
-    # set, it needs the dependency check; cleared, it only needs writing if it was set
-    notify = bool(params["notify_dependents"]) or bool(stored["notify_dependents"])
-    row: sqlite3.Row | None = conn.execute(
-        _compare_and_set_statement(changed, definition=definition, notify=notify), params
-    ).fetchone()
-    return row
+def _compare_and_set_all(
+    conn: sqlite3.Connection, params: Sequence[dict[str, Any]]
+) -> list[Written | None]:
+    """Write each status of ``params`` (``status_columns`` and the version read, of distinct
+    tasks) whose stored version is still the one read, in the caller's transaction; per
+    params, what it stored, or ``None`` for a lost race."""
+    ids = [p["task_id"] for p in params]
+    stored = {row["task_id"]: row for row in conn.execute(_in("stored_statuses", ids), ids)}
+    return _write_statuses(conn, params, stored)
+
+
+def _write_statuses(
+    conn: sqlite3.Connection,
+    params: Sequence[dict[str, Any]],
+    stored: Mapping[str, sqlite3.Row],
+) -> list[Written | None]:
+    """The writes of :func:`_compare_and_set_all`, given the rows' statuses as read in the
+    caller's transaction (``stored``, by task id): one ``executemany`` per combination of
+    changed columns. ``notify_dependents`` is kept only for a task that has dependents."""
+    notifying = [p["task_id"] for p in params if p["notify_dependents"]]
+    with_dependents = (
+        {row[0] for row in conn.execute(_in("with_dependents", notifying), notifying)}
+        if notifying
+        else set()
+    )
+    updates: dict[str, list[dict[str, Any]]] = {}
+    written: list[Written | None] = []
+    for p in params:
+        row = stored.get(p["task_id"])
+        if row is None or row["version"] != p["version"]:
+            written.append(None)
+            continue
+        values = {**p, "notify_dependents": p["task_id"] in with_dependents}
+        changed = tuple(column for column in _STATUS_COLUMNS if values[column] != row[column])
+        statement = _compare_and_set_statement(changed, definition=p["definition"] is not None)
+        updates.setdefault(statement, []).append(values)
+        written.append((p["version"] + 1, values["notify_dependents"]))
+    for statement, rows in updates.items():
+        conn.executemany(statement, rows)
+    return written
 
 
 @functools.lru_cache(maxsize=256)
-def _compare_and_set_statement(changed: tuple[str, ...], *, definition: bool, notify: bool) -> str:
+def _compare_and_set_statement(changed: tuple[str, ...], *, definition: bool) -> str:
     """The ``compare_and_set`` statement for one combination of changed columns."""
     assignments = "".join(f"{column} = :{column}, " for column in changed)
     if definition:
         assignments += "definition = :definition, "
-    if notify:
-        assignments += _Q["notify_dependents"] + " "
     return _Q["compare_and_set"].format(assignments=assignments)
 
 
@@ -382,15 +406,15 @@ class SQLiteStore(SQLStore):
         outbox = outbox_rows(events)
         announce = (record.task_group_id,) if resolving and events else ()
 
-        def write(conn: sqlite3.Connection) -> sqlite3.Row | None:
-            row = _compare_and_set(conn, params)
-            if row is not None:
+        def write(conn: sqlite3.Connection) -> Written | None:
+            [written] = _compare_and_set_all(conn, [params])
+            if written is not None:
                 _write_outbox(conn, outbox)
                 _groups_resolved(conn, announce)
-            return row
+            return written
 
-        row = await self._run(write)
-        return None if row is None else stored_after_cas(record, row)
+        written = await self._run(write)
+        return None if written is None else stored_after_cas(record, *written)
 
     async def compare_and_set_many(
         self,
@@ -402,8 +426,8 @@ class SQLiteStore(SQLStore):
     ) -> list[TaskRecord | None]:
         params = [{**status_columns(r), "version": r.version} for r in records]
 
-        def write(conn: sqlite3.Connection) -> list[sqlite3.Row | None]:
-            rows = [_compare_and_set(conn, p) for p in params]
+        def write(conn: sqlite3.Connection) -> list[Written | None]:
+            rows = _compare_and_set_all(conn, params)
             if events:
                 written = {r.task_id for r, row in zip(records, rows, strict=True) if row}
                 _write_outbox(conn, written_outbox_rows(records, written, events))
@@ -417,7 +441,7 @@ class SQLiteStore(SQLStore):
 
         rows = await self._run(write) if params else []
         return [
-            None if row is None else stored_after_cas(record, row)
+            None if row is None else stored_after_cas(record, *row)
             for record, row in zip(records, rows, strict=True)
         ]
 
@@ -431,14 +455,16 @@ class SQLiteStore(SQLStore):
             if not rows:
                 return []
             read = {row["task_id"]: row for row in rows}
+            writes = claim([record_from_row(row) for row in rows])
+            # read in this transaction, and nothing else writes: every version still holds
+            params = [{**status_columns(record), "version": record.version} for record, _ in writes]
             stored: list[TaskRecord] = []
             outbox: list[dict[str, Any]] = []
-            for record, events in claim([record_from_row(row) for row in rows]):
-                # read in this transaction, and nothing else writes: the version still holds
-                params = {**status_columns(record), "version": record.version}
-                row = _write_status(conn, params, read[record.task_id])
-                if row is not None:
-                    stored.append(stored_after_cas(record, row))
+            for (record, events), written in zip(
+                writes, _write_statuses(conn, params, read), strict=True
+            ):
+                if written is not None:
+                    stored.append(stored_after_cas(record, *written))
                     outbox.extend(outbox_rows(events))
             _write_outbox(conn, outbox)
             return stored

@@ -163,7 +163,6 @@ FROM unnest(
 ) AS n (task_id, version, definition, retries_left, runs, state, taken_until, open_deadline,
         hint_due, visible_at, pending_priority, resolved, notify_dependents)
 WHERE t.task_id = n.task_id AND t.version = n.version
--- version and flag first: the columns stored_after_cas reads by position
 RETURNING t.version, t.notify_dependents, t.task_id
 
 -- name: confirm_hint

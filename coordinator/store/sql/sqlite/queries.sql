@@ -32,27 +32,26 @@ FROM tasks WHERE task_id IN ({ids})
 -- name: states
 SELECT task_id, state FROM tasks WHERE task_id IN ({ids})
 
--- name: stored_status
--- What compare_and_set compares the new status with, in its transaction.
-SELECT retries_left, runs, state, taken_until, open_deadline, hint_due, visible_at,
+-- name: stored_statuses
+-- What compare_and_set compares the new statuses with, in its transaction.
+SELECT task_id, retries_left, runs, state, taken_until, open_deadline, hint_due, visible_at,
        pending_priority, resolved, notify_dependents, version
-FROM tasks WHERE task_id = :task_id
+FROM tasks WHERE task_id IN ({ids})
+
+-- name: with_dependents
+-- notify_dependents is kept only for a task that has dependents, so resolving one without
+-- any costs no dependency pass; a dependent created later checks the states itself. These
+-- are the ids among {ids} that have one, read in the compare-and-set's transaction.
+SELECT DISTINCT required_task_id FROM task_dependencies WHERE required_task_id IN ({ids})
 
 -- name: compare_and_set
 -- The assignments are `column = :column, ` for each status column whose value changes, and
 -- `definition = :definition, ` when a transition changed it (a new priority). SQLite updates
 -- every index over a column the SET names, changed or not: naming only the changed ones
--- halves a claim's write. notify_dependents, when set, is the next assignment's.
+-- halves a claim's write. No RETURNING, which SQLite makes costly: the caller read the
+-- version in this transaction, and one writer holds the file, so the update stores version + 1.
 UPDATE tasks SET {assignments}version = version + 1
 WHERE task_id = :task_id AND version = :version
-RETURNING version, notify_dependents
-
--- name: notify_dependents
--- notify_dependents is kept only for a task that has dependents, so resolving one without
--- any costs no dependency pass; a dependent created later checks the states itself.
-notify_dependents = :notify_dependents AND EXISTS (
-    SELECT 1 FROM task_dependencies WHERE required_task_id = :task_id
-),
 
 -- name: confirm_hint
 UPDATE tasks SET hint_due = NULL
@@ -174,7 +173,7 @@ DELETE FROM queue_event_outbox WHERE id IN (SELECT value FROM json_each(:ids))
 -- Store dispatch's claim: the queue's pending runs visible now, highest priority first, then
 -- the earliest visible, from the partial index tasks_claimable (pending rows only). One writer
 -- runs at a time, so the caller's compare-and-set in the same transaction always wins: it
--- writes from this status (stored_status's columns) without reading the rows again.
+-- writes from this status (stored_statuses' columns) without reading the rows again.
 SELECT task_id, definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
        visible_at, pending_priority, resolved, notify_dependents, version
 FROM tasks
