@@ -251,6 +251,16 @@ def _compare_and_set_values(records: Sequence[TaskRecord]) -> dict[str, list[Any
     return {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset of a released connection, in place of asyncpg's default (release
+    advisory locks, close cursors, UNLISTEN, RESET ALL): that is a round trip and four
+    statements after every call, in both processes. The store's calls leave none of it
+    behind: no settings, cursors or LISTEN on pooled connections (the pending listener has
+    its own connection), transaction-scoped advisory locks but for :meth:`PostgresStore.
+    queue_lock`, which closes a connection that may still hold its lock. asyncpg still rolls
+    back a transaction left open before calling this."""
+
+
 PENDING_CHANNEL = "queue_coordinator_pending"
 """The channel of store dispatch's announcements (``notify_pending``): every coordinator on
 the database listens to it."""
@@ -348,7 +358,7 @@ class PostgresStore(SQLStore):
 
     async def open(self) -> None:
         self._pool = await asyncpg.create_pool(
-            self._dsn, min_size=self._min_size, max_size=self._max_size
+            self._dsn, min_size=self._min_size, max_size=self._max_size, reset=_keep_session
         )
         try:
             await self.migrate()
@@ -368,15 +378,23 @@ class PostgresStore(SQLStore):
     async def queue_lock(self, task_queue: TaskQueue) -> AsyncIterator[None]:
         # This process's lock first: at most one of its connections waits on the shared one
         # per queue, so waiting claims never take the pool's connections from everything else.
-        # A session lock: a dropped connection releases it with the session.
+        # A session lock: a dropped connection releases it with the session. The pool does not
+        # release session locks (_keep_session), so a connection that may still hold it (its
+        # lock or unlock raised, or was cancelled) is closed rather than pooled.
         params = {"space": _QUEUE_LOCK_SPACE, "key": _queue_lock_key(task_queue)}
         async with self._queue_locks.hold(task_queue), self._connections.acquire() as conn:
             lock, unlock = _Q["lock_task_queue"], _Q["unlock_task_queue"]
-            await self._outages.watch(conn.execute(lock.sql, *lock.args(params)))
+            may_hold = True
             try:
-                yield
+                await self._outages.watch(conn.execute(lock.sql, *lock.args(params)))
+                try:
+                    yield
+                finally:
+                    await self._outages.watch(conn.execute(unlock.sql, *unlock.args(params)))
+                    may_hold = False
             finally:
-                await self._outages.watch(conn.execute(unlock.sql, *unlock.args(params)))
+                if may_hold:
+                    conn.terminate()
 
     async def migrate(self) -> list[int]:
         applied = []

@@ -34,6 +34,7 @@ from coordinator.domain.workers import (
     WorkerKey,
     WorkerSighting,
 )
+from coordinator.store import postgres
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
 from coordinator.store.postgres import PostgresStore
@@ -609,6 +610,59 @@ async def test_replicas_opening_at_once_apply_each_migration_once(
         assert await replicas[-1].get("T") is not None
     finally:
         await asyncio.gather(*(replica.close() for replica in replicas))
+
+
+async def _advisory_locks(url: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))
+    finally:
+        await conn.close()
+
+
+async def test_a_queue_lock_is_released_however_its_holder_ends(
+    postgres_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pool does not reset released connections (no pg_advisory_unlock_all): a lock whose
+    # holder failed, or was cancelled while waiting for it, must not stay with a pooled session.
+    queue = TaskQueue("prov", "wt")
+    one, two = (PostgresStore(postgres_schema_url, max_size=1) for _ in range(2))
+    await one.open()
+    await two.open()
+    try:
+        with pytest.raises(RuntimeError):
+            async with one.queue_lock(queue):
+                raise RuntimeError("the body failed")
+        assert await _advisory_locks(postgres_schema_url) == 0
+
+        async def take(store: PostgresStore) -> None:
+            async with store.queue_lock(queue):
+                pass
+
+        async with one.queue_lock(queue):
+            waiting = asyncio.create_task(take(two))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()  # held across replicas
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        async with asyncio.timeout(5):
+            await take(two)
+            await take(one)
+        assert await _advisory_locks(postgres_schema_url) == 0
+
+        # an unlock that fails leaves the lock with its session, which is then closed
+        failing = postgres._positional("SELECT CAST(:space AS INTEGER) / 0 + CAST(:key AS INTEGER)")
+        with monkeypatch.context() as patch:
+            patch.setitem(postgres._Q, "unlock_task_queue", failing)
+            with pytest.raises(asyncpg.DivisionByZeroError):
+                await take(one)
+        assert await _advisory_locks(postgres_schema_url) == 0
+        async with asyncio.timeout(5):
+            await take(two)
+    finally:
+        await one.close()
+        await two.close()
 
 
 # --- opening stores by URL ------------------------------------------------------------------
