@@ -396,7 +396,7 @@ class SQLiteStore(SQLStore):
     async def _select_in(self, name: str, ids: Sequence[str]) -> list[sqlite3.Row]:
         if not ids:
             return []
-        statement = _Q[name].format(ids=",".join("?" * len(ids)))
+        statement = _in(name, ids)
         return await self._run(lambda conn: conn.execute(statement, list(ids)).fetchall())
 
     async def compare_and_set(
@@ -661,7 +661,7 @@ class SQLiteStore(SQLStore):
     async def artifacts_of_tasks(self, task_ids: Sequence[str]) -> list[Artifact]:
         if not task_ids:
             return []
-        statement = _Q["artifacts_of_tasks"].format(ids=",".join("?" * len(task_ids)))
+        statement = _in("artifacts_of_tasks", task_ids)
 
         def select(conn: sqlite3.Connection) -> list[sqlite3.Row]:
             return conn.execute(statement, list(task_ids)).fetchall()
