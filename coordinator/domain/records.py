@@ -108,7 +108,7 @@ class Run:
     def to_stored(self) -> dict[str, Any]:
         """Compact form for the store (short keys, integer times, no ``None``)."""
         # not dataclasses.asdict: its deep copy was a tenth of a claim's CPU
-        return {name: value for name in Run.__slots__ if (value := getattr(self, name)) is not None}
+        return _run_to_stored(self)
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> Run:
@@ -279,27 +279,45 @@ _set = object.__setattr__
 T = TypeVar("T")
 
 
+def _written_out(name: str, source: str, scope: dict[str, Any]) -> Callable[[Any], Any]:
+    """The function ``name`` that ``source`` defines, run in ``scope``. The field-by-field
+    functions below are written out once, as straight attribute accesses and calls: half or
+    less the cost of a loop over the fields, which transitions, reads and writes would run
+    several times per run."""
+    exec(source, scope)  # the sources below hold only field names and fixed expressions
+    function: Callable[[Any], Any] = scope[name]
+    return function
+
+
 def _slot_writer(cls: type[T], parameter: str, values: Mapping[str, str]) -> Callable[[Any], T]:
     """A function of ``parameter`` making a ``cls`` without its ``__init__``: each slot set to
-    its expression in ``values`` (every field's) by a straight call of the slot's setter,
-    written out once. Transitions, reads and writes build records several times per run, and
-    this costs about half of a frozen dataclass's ``__init__`` (a record copy: 1.9 us against
-    4.1 for a loop over the fields; a stored run read: 0.8 against 1.4 us)."""
-    setters = {f"_set_{name}": getattr(cls, name).__set__ for name in values}
+    its expression in ``values`` (every field's) by a straight call of the slot's setter.
+    A record copy: 1.9 us against 4.1 for a loop over the fields; a stored run read: 0.8
+    against 1.4 us for a frozen dataclass's ``__init__``."""
     lines = [f"    _set_{name}(new, {value})" for name, value in values.items()]
     source = (
         f"def make({parameter}):\n    new = _new(cls)\n" + "\n".join(lines) + "\n    return new"
     )
-    scope: dict[str, Any] = {"_new": object.__new__, "cls": cls, **setters}
-    exec(source, scope)  # the source holds only field names and the expressions above
-    make: Callable[[Any], T] = scope["make"]
-    return make
+    setters = {f"_set_{name}": getattr(cls, name).__set__ for name in values}
+    return _written_out("make", source, {"_new": object.__new__, "cls": cls, **setters})
+
+
+def _stored_form() -> Callable[[Run], dict[str, Any]]:
+    """:meth:`Run.to_stored`: each field that is not ``None``, in order (0.26 against 0.67 us
+    for a loop over the slots)."""
+    lines = [
+        f"    if (value := run.{field.name}) is not None:\n        out[{field.name!r}] = value"
+        for field in dataclasses.fields(Run)
+    ]
+    source = "def stored(run):\n    out = {}\n" + "\n".join(lines) + "\n    return out"
+    return _written_out("stored", source, {})
 
 
 _copy = _slot_writer(
     TaskRecord, "record", {f.name: f"record.{f.name}" for f in dataclasses.fields(TaskRecord)}
 )
 
+_run_to_stored = _stored_form()
 _RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(Run))
 _run_from_stored = _slot_writer(
     Run,
