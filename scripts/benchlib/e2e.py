@@ -365,8 +365,11 @@ async def _measure(
     finished = sum(1 for at in completed.values() if wall_start <= at < wall_end)
     if finished and requests:
         row.notes.append(
-            "coordinator requests per task in the window: "
-            + ", ".join(f"{name} {count / finished:.3f}" for name, count in requests.items())
+            "coordinator requests per task in the window, and their mean time to answer: "
+            + ", ".join(
+                f"{name} {r.count / finished:.3f} ({r.seconds / r.count * 1000:.1f} ms)"
+                for name, r in requests.items()
+            )
         )
     not_completed = sum(1 for state, _ in resolved.values() if state != "completed")
     if not_completed:
@@ -375,31 +378,57 @@ async def _measure(
         row.notes.append(f"{failures} create requests failed")
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Requests:
+    """API requests of one method name: how many, and their total time to answer (s)."""
+
+    count: float
+    seconds: float
+
+
 async def _requests_in_window(
     session: aiohttp.ClientSession, running: Coordinator, start: float, stop: float
-) -> dict[str, float]:
+) -> dict[str, _Requests]:
     """The API requests the coordinator answered between monotonic ``start`` and ``stop``, by
-    method name (its ``http_requests_total``), the most frequent first."""
+    method name (its ``http_requests_total`` and ``http_request_duration_seconds``), the most
+    frequent first."""
     await asyncio.sleep(max(0.0, start - time.monotonic()))
-    before = await _request_counts(session, running)
+    before = await _request_totals(session, running)
     await asyncio.sleep(max(0.0, stop - time.monotonic()))
-    after = await _request_counts(session, running)
-    counts = {name: after[name] - before.get(name, 0.0) for name in after}
-    return dict(sorted(((n, c) for n, c in counts.items() if c), key=lambda item: -item[1]))
+    after = await _request_totals(session, running)
+    zero = _Requests(count=0.0, seconds=0.0)
+    window = {
+        name: _Requests(
+            count=total.count - before.get(name, zero).count,
+            seconds=total.seconds - before.get(name, zero).seconds,
+        )
+        for name, total in after.items()
+    }
+    return dict(
+        sorted(((n, r) for n, r in window.items() if r.count), key=lambda item: -item[1].count)
+    )
 
 
-async def _request_counts(session: aiohttp.ClientSession, running: Coordinator) -> dict[str, float]:
+async def _request_totals(
+    session: aiohttp.ClientSession, running: Coordinator
+) -> dict[str, _Requests]:
     async with session.get(f"{running.url}/metrics") as response:
         text = await response.text()
     counts: dict[str, float] = {}
+    seconds: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name != "http_requests":
-            continue
         for sample in family.samples:
-            if sample.name == "http_requests_total" and sample.labels.get("name") != "metrics":
-                name = sample.labels.get("name", "?")
+            name = sample.labels.get("name", "?")
+            if name == "metrics":
+                continue
+            if sample.name == "http_requests_total":
                 counts[name] = counts.get(name, 0.0) + sample.value
-    return counts
+            elif sample.name == "http_request_duration_seconds_sum":
+                seconds[name] = seconds.get(name, 0.0) + sample.value
+    return {
+        name: _Requests(count=count, seconds=seconds.get(name, 0.0))
+        for name, count in counts.items()
+    }
 
 
 def _rate(
