@@ -208,7 +208,9 @@ def test_from_env_reads_the_taskcluster_variables() -> None:
     assert app.task_queue == TaskQueue("p", "w")
     with pytest.raises(ValueError, match="TASKCLUSTER_ROOT_URL"):
         App.from_env(task_queue="p/w", environ={})
-    with pytest.raises(ValueError, match="TASKCLUSTER_CLIENT_ID is set but TASKCLUSTER_ACCESS_TOKEN is not"):
+    with pytest.raises(
+        ValueError, match="TASKCLUSTER_CLIENT_ID is set but TASKCLUSTER_ACCESS_TOKEN is not"
+    ):
         App.from_env(
             task_queue="p/w",
             environ={"TASKCLUSTER_ROOT_URL": "http://c", "TASKCLUSTER_CLIENT_ID": "me"},
