@@ -19,8 +19,8 @@ _FIELD = re.compile(r"(\w+)=(\S+)")
 
 class KeyValueFormatter(logging.Formatter):
     """:data:`KEY_VALUE_FORMAT`, with ``asctime`` as ``logging.Formatter`` writes it but its
-    seconds formatted once per second: the coordinator writes a line per run it changes, and
-    ``strftime`` was a sixth of each line's cost."""
+    seconds formatted once per second: the coordinator writes a line per request that changes
+    runs, and ``strftime`` was a sixth of each line's cost."""
 
     def __init__(self) -> None:
         super().__init__(KEY_VALUE_FORMAT)
@@ -73,7 +73,7 @@ def configure_logging(*, level: str, env: Mapping[str, str]) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # No format here names the caller's file, function or line, nor a thread or process: not
     # looking them up for every line is a third of its cost (the logging HOWTO's
-    # "Optimization"), and the coordinator logs a line per run it changes.
+    # "Optimization"), and the coordinator logs a line per request that changes runs.
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # The Azure SDK logs every HTTP request at INFO; our own lines already say what matters.
