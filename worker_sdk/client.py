@@ -136,8 +136,20 @@ class _Answer:
     url: str
     body: Mapping[str, Any]
     sent_at: float
+    answered_at: float
+    """When the answer's headers arrived (monotonic)."""
+    long_poll: bool
     date: str | None
     """The ``Date`` header, read only by the routes whose timing needs it."""
+
+    @property
+    def stamped_after(self) -> float:
+        """A monotonic time no later than the server's ``Date``: when the request was sent,
+        or for a long poll, answered only once the server had something, when the answer
+        arrived less :data:`~worker_sdk.timing.LONG_POLL_TRANSIT` (never before the send)."""
+        if self.long_poll:
+            return max(self.sent_at, self.answered_at - timing.LONG_POLL_TRANSIT)
+        return self.sent_at
 
     @functools.cached_property
     def server_time(self) -> datetime:
@@ -235,7 +247,7 @@ class CoordinatorClient:
                 for q in answer.body["queues"]
             )
         expires_at = timing.deadline(
-            sent_at=answer.sent_at, until=expires, server_time=answer.server_time
+            stamped_after=answer.stamped_after, until=expires, server_time=answer.server_time
         )
         return PollUrls(
             queues=queues,
@@ -467,6 +479,7 @@ class CoordinatorClient:
                 skip_auto_headers=() if content else ("Content-Type",),
                 timeout=CLAIM_WORK_TIMEOUT if long_poll else REQUEST_TIMEOUT,
             ) as response:
+                answered_at = time.monotonic()
                 text = await response.text()
                 status = response.status
                 date = response.headers.get("Date")
@@ -489,6 +502,8 @@ class CoordinatorClient:
             url=url,
             body=parsed,
             sent_at=sent_at,
+            answered_at=answered_at,
+            long_poll=long_poll,
             date=date,
         )
 
@@ -627,7 +642,7 @@ def _claim(value: Mapping[str, Any], answer: _Answer) -> Claim:
         task=value["task"],
         taken_until=taken_until,
         expires_at=timing.deadline(
-            sent_at=answer.sent_at, until=taken_until, server_time=answer.server_time
+            stamped_after=answer.stamped_after, until=taken_until, server_time=answer.server_time
         ),
         credentials=Credentials.from_json(value["credentials"]),
         retries_left=retries_left,
@@ -639,7 +654,7 @@ def _reclaim(value: Mapping[str, Any], answer: _Answer) -> Reclaim:
     return Reclaim(
         taken_until=taken_until,
         expires_at=timing.deadline(
-            sent_at=answer.sent_at, until=taken_until, server_time=answer.server_time
+            stamped_after=answer.stamped_after, until=taken_until, server_time=answer.server_time
         ),
         credentials=Credentials.from_json(value["credentials"]),
     )

@@ -63,13 +63,21 @@ def idle_pause(
     return jittered(min(grown, max(idle_delay, gets / idle_rate)), rng)
 
 
-def deadline(*, sent_at: float, until: datetime, server_time: datetime) -> float:
+LONG_POLL_TRANSIT = 1.0
+"""How long a long poll's answer may take to arrive after the server stamped it: a long poll
+(claimWork) is answered once the server has something, so its ``Date`` is measured from the
+answer's arrival less this, not from the request, which may have waited twenty seconds."""
+
+
+def deadline(*, stamped_after: float, until: datetime, server_time: datetime) -> float:
     """The monotonic time at which the server's wall-clock time ``until`` arrives.
 
-    ``sent_at`` is the monotonic time the request was sent (earlier than the server's
-    ``server_time``, so the result errs early) and ``server_time`` the answer's ``Date``.
+    ``stamped_after`` is a monotonic time no later than the server's stamping of its answer
+    (the request's sending, or for a long poll the answer's arrival less
+    :data:`LONG_POLL_TRANSIT`), so the result errs early; ``server_time`` is the answer's
+    ``Date``.
     """
-    return sent_at + (until - server_time).total_seconds() - DATE_RESOLUTION
+    return stamped_after + (until - server_time).total_seconds() - DATE_RESOLUTION
 
 
 def reclaim_at(*, now: float, expires_at: float) -> float:

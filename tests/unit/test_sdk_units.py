@@ -20,7 +20,7 @@ from taskcluster import Queue
 
 from hawk_signing import Credentials, authorization, hawk_ext
 from worker_sdk import TaskRun, Worker, azure, cli, timing
-from worker_sdk.client import Resolution
+from worker_sdk.client import Resolution, _Answer
 from worker_sdk.errors import (
     InternalError,
     MalformedPayload,
@@ -207,9 +207,29 @@ def test_a_server_deadline_becomes_a_monotonic_one_measured_on_the_server_clock(
     server_now = datetime(2026, 11, 22, 5, 0, 0, tzinfo=UTC)
     # The worker's own wall clock plays no part, so a skewed worker still meets the deadline.
     expires_at = timing.deadline(
-        sent_at=1000.0, until=server_now + timedelta(seconds=1200), server_time=server_now
+        stamped_after=1000.0, until=server_now + timedelta(seconds=1200), server_time=server_now
     )
     assert expires_at == 1000.0 + 1200 - timing.DATE_RESOLUTION
+
+
+def test_a_long_poll_measures_the_server_clock_from_its_answer_not_its_request() -> None:
+    def answer(*, answered_at: float, long_poll: bool) -> _Answer:
+        return _Answer(
+            method="POST",
+            url="u",
+            body={},
+            sent_at=100.0,
+            answered_at=answered_at,
+            long_poll=long_poll,
+            date=None,
+        )
+
+    # claimWork waited 20 s for work: the server stamped its Date at the end of the wait
+    assert answer(answered_at=120.0, long_poll=True).stamped_after == 120.0 - 1.0
+    # answered at once: never earlier than the request was sent
+    assert answer(answered_at=100.2, long_poll=True).stamped_after == 100.0
+    # any other request: its sending, before the server could stamp anything
+    assert answer(answered_at=120.0, long_poll=False).stamped_after == 100.0
 
 
 def test_reclaim_is_scheduled_with_a_third_of_the_claim_left() -> None:
