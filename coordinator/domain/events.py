@@ -9,12 +9,12 @@ the store keeps them in its outbox in the same transaction as the write.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.domain.artifacts import Artifact
-from coordinator.domain.records import Run, TaskRecord, to_iso
+from coordinator.domain.records import Run, TaskRecord, changed_runs, to_iso
 from coordinator.domain.task_groups import TaskGroup
 
 EXCHANGE_PREFIX = "exchange/taskcluster-queue/v1/"
@@ -167,14 +167,6 @@ def _run_extra(exchange: str, run: Run) -> dict[str, Any]:
     return extra
 
 
-def _changed_runs(before: TaskRecord | None, after: TaskRecord) -> Iterator[Run]:
-    old_runs = before.runs if before is not None else ()
-    for run in after.runs:
-        old = old_runs[run.run_id] if run.run_id < len(old_runs) else None
-        if old is None or old.state != run.state:
-            yield run
-
-
 def task_events(before: TaskRecord | None, after: TaskRecord) -> list[QueueEvent]:
     """The messages Taskcluster publishes for the change from ``before`` (``None``: the task
     is new) to ``after``: task-defined for a new task, then per run whose state changed, in
@@ -188,7 +180,7 @@ def task_events(before: TaskRecord | None, after: TaskRecord) -> list[QueueEvent
     elif before.priority != after.priority:
         changed = {"oldPriority": before.priority, "newPriority": after.priority}
         events.append(messages.event("task-priority-changed", None, changed, with_task=False))
-    for run in _changed_runs(before, after):
+    for run in changed_runs(before, after):
         exchange = _RUN_EXCHANGE.get(run.state)
         if exchange is not None:
             events.append(messages.event(exchange, run, _run_extra(exchange, run)))

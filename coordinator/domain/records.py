@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -328,6 +328,17 @@ _run_from_stored = _slot_writer(
         for f in dataclasses.fields(Run)
     },
 )
+
+
+def changed_runs(before: TaskRecord | None, after: TaskRecord) -> Iterator[Run]:
+    """The runs of ``after`` that are new or whose state differs from ``before`` (``None``: a
+    new task). Only the last of ``before``'s runs can have changed: the earlier ones are
+    resolved for good."""
+    old_runs = before.runs if before is not None else ()
+    for run in after.runs[len(old_runs) - 1 if old_runs else 0 :]:
+        old = old_runs[run.run_id] if run.run_id < len(old_runs) else None
+        if old is None or old.state != run.state:
+            yield run
 
 
 def record_from_definition(

@@ -193,7 +193,7 @@ class TaskService:
             if isinstance(result, Conflict):
                 raise result
             return result
-        log_changes("created", [(None, stored)])
+        log_changes("created", [(stored.task_id, stored.runs)])
         await self.transitions.effects(created)
         if stored.dependencies:
             # The edges are stored before the dependencies' states are read, so a dependency
@@ -303,7 +303,9 @@ class TaskService:
             )
             for task_id in inserted
         }
-        log_changes("created", [(None, result.record) for result in stored.values()])
+        log_changes(
+            "created", [(task_id, result.record.runs) for task_id, result in stored.items()]
+        )
         await bounded(
             (
                 self.transitions.effects(result)

@@ -15,13 +15,13 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from coordinator.domain.errors import Conflict, DomainError, NotFound
 from coordinator.domain.events import QueueEvent, task_events
 from coordinator.domain.lifecycle import TransitionResult
-from coordinator.domain.records import Run, TaskRecord
+from coordinator.domain.records import Run, TaskRecord, changed_runs
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.background import Background
 from coordinator.service.clock import Clock
@@ -39,15 +39,6 @@ MAX_CAS_ATTEMPTS = 25
 Closing = Callable[[int], Sequence[QueueEvent]]
 """The messages that close a batch of changes, given how many tasks it changed
 (task-group-priority-changed and its ``tasksAffected``)."""
-
-
-def changed_runs(before: TaskRecord | None, after: TaskRecord) -> Iterator[Run]:
-    """The runs of ``after`` that are new or whose state differs from ``before``."""
-    old_runs = before.runs if before is not None else ()
-    for run in after.runs[len(old_runs) - 1 if old_runs else 0 :]:
-        old = old_runs[run.run_id] if run.run_id < len(old_runs) else None
-        if old is None or old.state != run.state:
-            yield run
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,10 +59,11 @@ def _too_fast(task_id: str) -> Conflict:
     )
 
 
-def log_changes(action: str, changes: Iterable[tuple[TaskRecord | None, TaskRecord]]) -> None:
-    """The INFO lines operators grep for what one request's ``action`` changed: a line per state
-    and reason among the runs whose state changed (a reclaim changes none and logs nothing),
-    naming a run alone as ``taskId=… runId=…`` and several as ``count=… runs=<taskId>/<runId>,…``.
+def log_changes(action: str, changes: Iterable[tuple[str, Iterable[Run]]]) -> None:
+    """The INFO lines operators grep for what one request's ``action`` changed (``changes``:
+    each task's id and its runs whose state changed, :func:`changed_runs`): a line per state
+    and reason, naming a run alone as ``taskId=… runId=…`` and several as
+    ``count=… runs=<taskId>/<runId>,…`` (a reclaim changes no state and logs nothing).
 
     One line per batch rather than per run: at full rate the per-run lines were a tenth of the
     coordinator's CPU.
@@ -79,10 +71,10 @@ def log_changes(action: str, changes: Iterable[tuple[TaskRecord | None, TaskReco
     if not log.isEnabledFor(logging.INFO):
         return
     groups: dict[tuple[str, str], list[tuple[str, int]]] = {}
-    for before, after in changes:
-        for run in changed_runs(before, after):
+    for task_id, changed in changes:
+        for run in changed:
             cause = run.reason_resolved or run.reason_created
-            groups.setdefault((run.state, cause), []).append((after.task_id, run.run_id))
+            groups.setdefault((run.state, cause), []).append((task_id, run.run_id))
     for (state, reason), runs in groups.items():
         if len(runs) == 1:
             ((task_id, run_id),) = runs
@@ -164,8 +156,8 @@ class Transitions:
                 result.record, events=events, resolving=result.resolved
             )
             if stored is not None:
-                result = self._written(record, result, stored)
-                log_changes(action, [(record, stored)])
+                result, runs = self._written(record, result, stored)
+                log_changes(action, [(task_id, runs)])
                 await self.effects(result)
                 return result
         raise _too_fast(task_id)
@@ -255,15 +247,16 @@ class Transitions:
                 closing=None if closing is None else close,
             )
             written: list[TransitionResult] = []
-            logged: dict[str, list[tuple[TaskRecord, TaskRecord]]] = {}
+            logged: dict[str, list[tuple[str, tuple[Run, ...]]]] = {}
             indexes = []
             for (index, record, result), after in zip(writes, stored, strict=True):
                 if after is None:
                     indexes.append(index)
                     continue
-                written.append(self._written(record, result, after))
-                results[index] = written[-1]
-                logged.setdefault(changes[index].action, []).append((record, after))
+                won, runs = self._written(record, result, after)
+                written.append(won)
+                results[index] = won
+                logged.setdefault(changes[index].action, []).append((after.task_id, runs))
             for action, pairs in logged.items():
                 log_changes(action, pairs)
             changed += len(written)
@@ -306,8 +299,9 @@ class Transitions:
         stored = await self._store.claim_pending(
             task_queue, now=self._clock(), limit=limit, claim=claim
         )
-        written = [self._written(*results[after.task_id], after) for after in stored]
-        log_changes(action, [(results[after.task_id][0], after) for after in stored])
+        won = {after.task_id: self._written(*results[after.task_id], after) for after in stored}
+        log_changes(action, ((task_id, runs) for task_id, (_, runs) in won.items()))
+        written = [result for result, _ in won.values()]
         await asyncio.gather(*(self.effects(o) for o in written if self.has_effects(o)))
         return [result.record for result in written]
 
@@ -321,12 +315,13 @@ class Transitions:
 
     def _written(
         self, before: TaskRecord, result: TransitionResult, stored: TaskRecord
-    ) -> TransitionResult:
-        """The result of a won compare-and-set, counted (the caller logs it)."""
+    ) -> tuple[TransitionResult, tuple[Run, ...]]:
+        """The result of a won compare-and-set, counted, and the runs whose state it changed
+        (for the caller's :func:`log_changes`)."""
         runs = tuple(changed_runs(before, stored))
         self._metrics.runs_resolved(runs)
         self._metrics.runs_claimed(stored, runs)
-        return dataclasses.replace(result, record=stored)
+        return dataclasses.replace(result, record=stored), runs
 
     async def apply_each(self, work: Iterable[tuple[str, Transition]], *, action: str) -> int:
         """Apply transitions to several tasks (resolver passes); returns how many changed.

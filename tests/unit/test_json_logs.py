@@ -26,7 +26,8 @@ def _created(task_id: str) -> TaskRecord:
     return lifecycle.create(record_from_definition(task_id, definition), now=now).record
 
 
-def _json_lines(changes: list[tuple[TaskRecord | None, TaskRecord]]) -> list[dict[str, str]]:
+def _json_lines(records: list[TaskRecord]) -> list[dict[str, str]]:
+    """The JSON lines logged for creating ``records``."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())
@@ -35,7 +36,7 @@ def _json_lines(changes: list[tuple[TaskRecord | None, TaskRecord]]) -> list[dic
     level = logger.level
     logger.setLevel(logging.INFO)
     try:
-        log_changes("created", changes)
+        log_changes("created", [(record.task_id, record.runs) for record in records])
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -43,7 +44,7 @@ def _json_lines(changes: list[tuple[TaskRecord | None, TaskRecord]]) -> list[dic
 
 
 def test_a_json_log_line_parses_and_carries_task_and_run_ids() -> None:
-    [line] = _json_lines([(None, _created(TASK_ID))])
+    [line] = _json_lines([_created(TASK_ID)])
     assert line["taskId"] == TASK_ID
     assert line["runId"] == "0"
     assert line["state"] == "pending"
@@ -54,7 +55,7 @@ def test_a_json_log_line_parses_and_carries_task_and_run_ids() -> None:
 
 def test_a_batch_logs_one_line_naming_every_run() -> None:
     task_ids = [TASK_ID, "gN1LcKYkTkC7C3Fh6NtB2A", "hN1LcKYkTkC7C3Fh6NtB2A"]
-    [line] = _json_lines([(None, _created(task_id)) for task_id in task_ids])
+    [line] = _json_lines([_created(task_id) for task_id in task_ids])
     assert line["msg"] == "tasks created"
     assert line["count"] == "3"
     assert line["state"] == "pending"
