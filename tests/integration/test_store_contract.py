@@ -189,20 +189,17 @@ async def test_get_many_and_states_leave_out_missing_ids(store: Store) -> None:
 
 
 async def test_compare_and_set_bumps_the_version_and_stores_the_status(store: Store) -> None:
-    created = await create(store, "T")
-    result = lifecycle.claim(
-        created, run_id=0, worker_group="wg", worker_id="w", now=NOW, timing=TIMING
-    )
+    result = claimed(await create(store, "T"))
 
-    claimed = await store.compare_and_set(result.record)
+    stored = await store.compare_and_set(result.record)
 
-    assert claimed == result.record.replace(version=2)
-    assert await store.get("T") == claimed
-    assert claimed.runs[0].state == "running"
-    assert claimed.taken_until == NOW + CLAIM
-    assert not claimed.hint_needed
+    assert stored == result.record.replace(version=2)
+    assert await store.get("T") == stored
+    assert stored.runs[0].state == "running"
+    assert stored.taken_until == NOW + CLAIM
+    assert not stored.hint_needed
     reclaimed = await apply(
-        store, lifecycle.reclaim(claimed, run_id=0, now=NOW + MINUTE, timing=TIMING)
+        store, lifecycle.reclaim(stored, run_id=0, now=NOW + MINUTE, timing=TIMING)
     )
     assert reclaimed.version == 3
     assert await store.get("T") == reclaimed
@@ -233,12 +230,7 @@ async def test_compare_and_set_of_a_missing_task_returns_none(store: Store) -> N
 
 async def test_concurrent_compare_and_set_has_exactly_one_winner(store: Store) -> None:
     created = await create(store, "T")
-    claims = [
-        lifecycle.claim(
-            created, run_id=0, worker_group="wg", worker_id=f"w{i}", now=NOW, timing=TIMING
-        )
-        for i in range(20)
-    ]
+    claims = [claimed(created, worker_id=f"w{i}") for i in range(20)]
 
     results = await asyncio.gather(*(store.compare_and_set(o.record) for o in claims))
 
@@ -251,10 +243,7 @@ async def test_concurrent_compare_and_set_has_exactly_one_winner(store: Store) -
 async def test_compare_and_set_many_writes_each_record_on_its_own_version(store: Store) -> None:
     tasks = [await create(store, task_id) for task_id in ("A", "B", "C")]
     await claim(store, "B", worker_id="first")  # B's read below is now stale
-    claims = [
-        lifecycle.claim(r, run_id=0, worker_group="wg", worker_id="w", now=NOW, timing=TIMING)
-        for r in tasks
-    ]
+    claims = [claimed(r) for r in tasks]
     ghost = new_record("ghost").replace(version=1)
 
     results = await store.compare_and_set_many([*(o.record for o in claims), ghost])
@@ -270,12 +259,7 @@ async def test_compare_and_set_many_writes_each_record_on_its_own_version(store:
 async def test_concurrent_compare_and_set_many_have_one_winner_per_task(store: Store) -> None:
     tasks = [await create(store, f"T{i}") for i in range(8)]
     batches = [
-        [
-            lifecycle.claim(
-                r, run_id=0, worker_group="wg", worker_id=f"w{w}", now=NOW, timing=TIMING
-            ).record
-            for r in (tasks[w % 8 :] + tasks[: w % 8])
-        ]
+        [claimed(r, worker_id=f"w{w}").record for r in (tasks[w % 8 :] + tasks[: w % 8])]
         for w in range(6)
     ]
 
