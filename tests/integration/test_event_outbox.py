@@ -24,11 +24,10 @@ from coordinator.domain.events import (
     hook_event,
     task_events,
 )
-from coordinator.domain.hooks import Hook
 from coordinator.domain.records import TaskRecord, to_iso
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
-from tests.fixtures.records import NOW, TIMING, create, get, new_record
+from tests.fixtures.records import NOW, TIMING, create, get, new_hook, new_record
 
 
 def event(key: str, n: int) -> QueueEvent:
@@ -308,16 +307,7 @@ async def test_a_seal_writes_task_group_sealed_in_its_transaction(store: Store) 
 
 
 async def test_hook_writes_write_their_events_only_when_they_write(store: Store) -> None:
-    hook = Hook(
-        hook_group_id="g",
-        hook_id="a/b",
-        metadata={"name": "h"},
-        task={"payload": {}},
-        schedule=(),
-        trigger_schema={"type": "object"},
-        scopes=(),
-        next_due=None,
-    )
+    hook = new_hook("a/b", next_due=None)
     created, updated, deleted = (hook_event(name, "g", "a/b") for name in HOOK_EXCHANGES)
     assert await store.insert_hook(hook, events=[created])
     assert not await store.insert_hook(hook, events=[created])

@@ -20,7 +20,7 @@ import pytest
 
 from coordinator.domain import lifecycle
 from coordinator.domain.events import QueueEvent
-from coordinator.domain.hooks import FireResult, Hook, LastFire
+from coordinator.domain.hooks import FireResult, LastFire
 from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.listings import Page, RunCounts
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
@@ -40,7 +40,17 @@ from coordinator.store.factory import store_from_url
 from coordinator.store.postgres import PostgresStore
 from coordinator.store.sqlfiles import migrations
 from coordinator.store.sqlite import SQLiteStore
-from tests.fixtures.records import HOUR, MINUTE, NOW, TIMING, create, definition, get, new_record
+from tests.fixtures.records import (
+    HOUR,
+    MINUTE,
+    NOW,
+    TIMING,
+    create,
+    definition,
+    get,
+    new_hook,
+    new_record,
+)
 
 CLAIM = TIMING.claim_timeout_ms
 
@@ -861,21 +871,8 @@ async def test_run_counts_of_counts_many_queues_in_one_call(store: Store) -> Non
 # --- hooks ------------------------------------------------------------------------------------
 
 
-def _hook(hook_id: str, *, next_due: int | None, group: str = "g") -> Hook:
-    return Hook(
-        hook_group_id=group,
-        hook_id=hook_id,
-        metadata={"name": hook_id},
-        task={"payload": {"big": 2**70}},
-        schedule=("0 * * * * *",) if next_due is not None else (),
-        trigger_schema={"type": "object"},
-        scopes=("queue:*",),
-        next_due=next_due,
-    )
-
-
 async def test_hooks_are_written_once_and_changed_by_compare_and_set(store: Store) -> None:
-    hook = _hook("a/b", next_due=NOW)
+    hook = new_hook("a/b", next_due=NOW)
     assert await store.insert_hook(hook)
     assert not await store.insert_hook(dataclasses.replace(hook, metadata={"other": 1}))
     assert await store.get_hook("g", "a/b") == hook
@@ -887,8 +884,8 @@ async def test_hooks_are_written_once_and_changed_by_compare_and_set(store: Stor
     won = await asyncio.gather(*(store.compare_and_set_hook(h) for h in racers))
     assert sum(result is not None for result in won) == 1
 
-    await store.insert_hook(_hook("c", next_due=None))
-    await store.insert_hook(_hook("x", next_due=NOW - MINUTE, group="other"))
+    await store.insert_hook(new_hook("c", next_due=None))
+    await store.insert_hook(new_hook("x", next_due=NOW - MINUTE, group="other"))
     assert [h.hook_id for h in await store.hooks_in_group("g")] == ["a/b", "c"]
     assert await store.hook_groups() == ["g", "other"]
     assert [h.hook_id for h in await store.due_hooks(NOW + MINUTE, 10)] == ["x", "a/b"]
@@ -898,7 +895,7 @@ async def test_hooks_are_written_once_and_changed_by_compare_and_set(store: Stor
 async def test_last_fires_are_one_per_task_id_newest_first_expire_and_go_with_their_hook(
     store: Store,
 ) -> None:
-    await store.insert_hook(_hook("h", next_due=None))
+    await store.insert_hook(new_hook("h", next_due=None))
 
     def fire(task_id: str, at: int, result: FireResult = "success") -> LastFire:
         return LastFire(
