@@ -18,7 +18,6 @@ import slugid
 from coordinator.api.endpoints import HOOKS_PREFIX
 from coordinator.domain.records import to_iso
 from coordinator.service.clock import wall_clock
-from devharness.api import call
 from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from tests.fixtures.coordinator import (
@@ -103,9 +102,7 @@ async def test_the_hooks_service_has_its_own_openapi_document(
     start_coordinator: StartCoordinator,
 ) -> None:
     c = await start_coordinator()
-    response = await call(c.session, "GET", c.url + HOOKS_PREFIX + "/openapi.json")
-    assert response.status == 200
-    document = response.body
+    document = await c.ok("GET", "/openapi.json", prefix=HOOKS_PREFIX)
     assert document["info"]["title"] == "Hooks"
     assert document["servers"] == [{"url": c.url + HOOKS_PREFIX}]
     assert document["paths"]["/hooks/{hookGroupId}/{hookId}"]["put"]["operationId"] == (

@@ -21,7 +21,6 @@ from coordinator.service import tasks as tasks_module
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.pulse import EventOutbox, PulsePublisher
 from coordinator.store.base import Store
-from devharness.api import call
 from devharness.ports import free_port
 from devharness.waiting import wait_until
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
@@ -192,7 +191,7 @@ async def test_hook_changes_are_published_as_the_hooks_service_publishes_them(
 ) -> None:
     group = f"g-{slugid.nice()}"
     await listener.start(hook_bindings())
-    hook = f"{coordinator.url}{HOOKS_PREFIX}/hooks/{group}/nightly%2Fbuild"
+    hook = f"/hooks/{group}/nightly%2Fbuild"
     body = {
         "metadata": {"name": "nightly", "description": "a hook", "owner": "me@example.com"},
         "task": {"taskQueueId": "test-prov/test-wt", "payload": {}},
@@ -205,8 +204,7 @@ async def test_hook_changes_are_published_as_the_hooks_service_publishes_them(
         ("DELETE", hook, None),
         ("DELETE", hook, None),  # no such hook any more: announced again, as Taskcluster
     ]:
-        response = await call(coordinator.session, method, path, sent)
-        assert response.status == 200, (method, path, response.body)
+        await coordinator.ok(method, path, sent, prefix=HOOKS_PREFIX)
 
     def of_hook(ms: list[Received]) -> list[Received]:
         return [m for m in ms if m.body.get("hookGroupId") == group]
@@ -234,10 +232,9 @@ async def test_hook_changes_are_published_as_the_hooks_service_publishes_them(
 async def test_publishing_off_writes_no_outbox(start_coordinator: StartCoordinator) -> None:
     coordinator = await start_coordinator()
     await coordinator.create()
-    hook = f"{coordinator.url}{HOOKS_PREFIX}/hooks/g/h"
     body = {"metadata": {"name": "h", "description": "d", "owner": "me@example.com"}, "task": {}}
-    assert (await call(coordinator.session, "PUT", hook, body)).status == 200
-    assert (await call(coordinator.session, "DELETE", hook)).status == 200
+    await coordinator.ok("PUT", "/hooks/g/h", body, prefix=HOOKS_PREFIX)
+    await coordinator.ok("DELETE", "/hooks/g/h", prefix=HOOKS_PREFIX)
     assert coordinator.parts.events is None
     assert await coordinator.parts.store.outbox_depth() == 0
 
