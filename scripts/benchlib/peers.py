@@ -55,6 +55,8 @@ class Peer(abc.ABC):
 
     key: str
     title: str
+    store_name: str
+    """The CPU group's name for the broker or database."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -65,8 +67,9 @@ class Peer(abc.ABC):
         """The worker processes' command lines."""
 
     def environment(self) -> dict[str, str]:
-        """What the worker processes' environment adds."""
-        return {}
+        """What the worker processes' environment adds: ``BENCH_PEER`` names the app
+        :mod:`benchlib.peer_apps` builds in them (RQ's workers load none)."""
+        return {"BENCH_PEER": self.key}
 
     @abc.abstractmethod
     async def send(self, sent_at: float, count: int) -> None:
@@ -80,15 +83,14 @@ class Peer(abc.ABC):
     def store(self) -> Callable[[], Iterable[psutil.Process]]:
         """The CPU group of the broker or database."""
 
-    def store_name(self) -> str:
-        return "redis"
-
     @abc.abstractmethod
     async def close(self) -> None:
         """Remove what the row made."""
 
 
 class _RedisPeer(Peer):
+    store_name = "redis"
+
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self.redis = Redis.from_url(settings.redis_url)
@@ -97,7 +99,11 @@ class _RedisPeer(Peer):
         return lambda: processes_named("redis-server")
 
     def environment(self) -> dict[str, str]:
-        return {"BENCH_REDIS_URL": self.settings.redis_url, "BENCH_QUEUE": self.queue}
+        return {
+            **super().environment(),
+            "BENCH_REDIS_URL": self.settings.redis_url,
+            "BENCH_QUEUE": self.queue,
+        }
 
     async def depth(self) -> int:
         return int(self.redis.llen(self.list_key()))
@@ -121,9 +127,6 @@ class Celery(_RedisPeer):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         _, self.task = peer_apps.celery(settings.redis_url, self.queue)
-
-    def environment(self) -> dict[str, str]:
-        return {**super().environment(), "BENCH_PEER": "celery"}
 
     def commands(self) -> list[list[str]]:
         return [
@@ -159,9 +162,6 @@ class Dramatiq(_RedisPeer):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         _, self.actor = peer_apps.dramatiq(settings.redis_url, self.queue)
-
-    def environment(self) -> dict[str, str]:
-        return {**super().environment(), "BENCH_PEER": "dramatiq"}
 
     def commands(self) -> list[list[str]]:
         # one command: Dramatiq starts and supervises its worker processes itself
@@ -209,11 +209,9 @@ class Rq(_RedisPeer):
         ]
 
     async def send(self, sent_at: float, count: int) -> None:
-        from rq import Queue
-
         self.rq_queue.enqueue_many(
             [
-                Queue.prepare_data("benchlib.noop.job", args=(sent_at,), result_ttl=0)
+                self.rq_queue.prepare_data("benchlib.noop.job", args=(sent_at,), result_ttl=0)
                 for _ in range(count)
             ]
         )
@@ -225,6 +223,7 @@ class Rq(_RedisPeer):
 class Procrastinate(Peer):
     key = "procrastinate"
     title = "peer: procrastinate on PostgreSQL, no-op jobs"
+    store_name = "postgres"
 
     def __init__(self, settings: Settings, dsn: str) -> None:
         super().__init__(settings)
@@ -239,7 +238,7 @@ class Procrastinate(Peer):
         self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=2)
 
     def environment(self) -> dict[str, str]:
-        return {"BENCH_PEER": "procrastinate", "BENCH_POSTGRES_DSN": self.dsn}
+        return {**super().environment(), "BENCH_POSTGRES_DSN": self.dsn}
 
     def commands(self) -> list[list[str]]:
         return [
@@ -269,9 +268,6 @@ class Procrastinate(Peer):
 
     def store(self) -> Callable[[], Iterable[psutil.Process]]:
         return postgres_backends(self.database)
-
-    def store_name(self) -> str:
-        return "postgres"
 
     async def close(self) -> None:
         if self.pool is not None:
@@ -332,7 +328,7 @@ async def _measure(settings: Settings, peer: Peer, row: Row) -> None:
         meter = CpuMeter(
             {
                 f"{row.key} workers": pids(*workers, descendants=True),
-                peer.store_name(): peer.store(),
+                peer.store_name: peer.store(),
                 "producer": own_process,
             }
         )
