@@ -277,26 +277,22 @@ class Procrastinate(Peer):
 
 @contextlib.asynccontextmanager
 async def _peer(settings: Settings, key: str) -> AsyncIterator[Peer]:
-    made: Peer
-    if key == "procrastinate":
-        async with throwaway_database(settings.postgres_dsn, "qc_bench_procrastinate") as dsn:
+    async with contextlib.AsyncExitStack() as stack:
+        made: Peer
+        if key == "procrastinate":
+            dsn = await stack.enter_async_context(
+                throwaway_database(settings.postgres_dsn, "qc_bench_procrastinate")
+            )
             made = Procrastinate(settings, dsn)
             await made.open()
-            try:
-                yield made
-            finally:
-                await made.close()
-        return
-    if key == "celery":
-        made = Celery(settings)
-    elif key == "dramatiq":
-        made = Dramatiq(settings)
-    else:
-        made = Rq(settings, simple=key == "rq-simple")
-    try:
+        elif key == "celery":
+            made = Celery(settings)
+        elif key == "dramatiq":
+            made = Dramatiq(settings)
+        else:
+            made = Rq(settings, simple=key == "rq-simple")
+        stack.push_async_callback(made.close)
         yield made
-    finally:
-        await made.close()
 
 
 async def run(settings: Settings, key: str) -> Row:
