@@ -332,8 +332,9 @@ async def _measure(
             except WaitTimeout:
                 row.notes.append(f"not drained: pending, running = {left}")
             resolved = await tasks.resolved_times(task_group_id)
+            # before the loads: the rate is what they are shares of
+            completed = _rate(row, resolved, wall_start, wall_end)
             if options.latency:
-                _rate(row, resolved, wall_start, wall_end)  # the rate the loads are shares of
 
                 async def send(sent_at: float, count: int) -> None:
                     for chunk in range(0, count, settings.create_batch):
@@ -352,7 +353,6 @@ async def _measure(
         await end_processes(workers, wait=30.0 if settings.profile else 10.0)
         if settings.profile:
             render_profile(workdir / "worker-0.pyisession")
-    completed = _rate(row, resolved, wall_start, wall_end)
     latency_fields(
         row,
         [
@@ -362,12 +362,11 @@ async def _measure(
         ],
     )
     meter.fill(row)
-    finished = sum(1 for at in completed.values() if wall_start <= at < wall_end)
-    if finished and requests:
+    if row.count and requests:
         row.notes.append(
             "coordinator requests per task in the window, and their mean time to answer: "
             + ", ".join(
-                f"{name} {r.count / finished:.3f} ({r.seconds / r.count * 1000:.1f} ms)"
+                f"{name} {r.count / row.count:.3f} ({r.seconds / r.count * 1000:.1f} ms)"
                 for name, r in requests.items()
             )
         )
