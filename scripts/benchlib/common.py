@@ -93,9 +93,9 @@ class LoadLatency:
             load=load,
             offered=offered,
             count=len(pending_s),
-            p50_ms=to_ms(percentile(pending_s, 50)),
-            p95_ms=to_ms(percentile(pending_s, 95)),
-            p99_ms=to_ms(percentile(pending_s, 99)),
+            p50_ms=_ms(percentile(pending_s, 50)),
+            p95_ms=_ms(percentile(pending_s, 95)),
+            p99_ms=_ms(percentile(pending_s, 99)),
         )
 
 
@@ -145,11 +145,11 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def latency_fields(row: Row, latencies_s: Sequence[float]) -> None:
-    row.p50_ms = to_ms(percentile(latencies_s, 50))
-    row.p99_ms = to_ms(percentile(latencies_s, 99))
+    row.p50_ms = _ms(percentile(latencies_s, 50))
+    row.p99_ms = _ms(percentile(latencies_s, 99))
 
 
-def to_ms(seconds: float | None) -> float | None:
+def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 

@@ -24,7 +24,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchlib import latency
-from benchlib.common import PYTHON, Row, Settings, percentile, to_ms
+from benchlib.common import PYTHON, Row, Settings, latency_fields
 from benchlib.coordproc import PROVISIONER_ID, TaskClient, coordinator, new_task_id
 from benchlib.noop import STARTS_ENV
 from devharness.azurite import AzuriteProcess
@@ -93,8 +93,7 @@ async def run(settings: Settings) -> Row:
             pickups = await _pickups(
                 settings, TaskClient(session, running), worker_type, starts_dir
             )
-            row.p50_ms = to_ms(percentile(pickups, 50))
-            row.p99_ms = to_ms(percentile(pickups, 99))
+            latency_fields(row, pickups)
             row.notes.append(
                 f"{row.count} Azure requests in {row.window:.1f} s from {WORKERS} workers; "
                 f"pickup of a task on idle workers, {len(pickups)} tasks: "
