@@ -219,6 +219,13 @@ class Rq(_RedisPeer):
     def list_key(self) -> str:
         return str(self.rq_queue.key)
 
+    async def close(self) -> None:
+        # RQ's own removal first: the jobs still queued (their hashes are not named after the
+        # queue) and the queue's member of rq:queues (not a key the scan finds).
+        with contextlib.suppress(Exception):
+            self.rq_queue.delete(delete_jobs=True)
+        await super().close()
+
 
 class Procrastinate(Peer):
     key = "procrastinate"
