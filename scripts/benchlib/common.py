@@ -1,6 +1,7 @@
 """What every row of the benchmark shares: settings, the row record, CPU accounting per
-process group, percentiles, depth pacing, and the machine description. Child processes,
-waiting and the coordinator process come from :mod:`devharness`."""
+process group, percentiles, depth pacing, reading a ``/metrics`` page, and the machine
+description. Child processes, waiting and the coordinator process come from
+:mod:`devharness`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from devharness.postgres import ADMIN_DSN
 from devharness.processes import REPO
@@ -303,6 +306,13 @@ def azurite_group(port: int) -> Callable[[], list[psutil.Process]]:
         return found
 
     return group
+
+
+async def metric_samples(session: aiohttp.ClientSession, url: str) -> list[Sample]:
+    """Every sample of the Prometheus text exposition at ``url`` (a ``/metrics`` endpoint)."""
+    async with session.get(url) as response:
+        text = await response.text()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
 async def metered_window(meter: CpuMeter, start: float, stop: float) -> tuple[float, float]:

@@ -51,7 +51,6 @@ from pathlib import Path
 
 import aiohttp
 import asyncpg
-from prometheus_client.parser import text_string_to_metric_families
 
 from benchlib import azure_rest, latency, noop_app
 from benchlib.common import (
@@ -63,6 +62,7 @@ from benchlib.common import (
     azurite_group,
     latency_fields,
     metered_window,
+    metric_samples,
     own_process,
     pids,
     postgres_backends,
@@ -411,19 +411,16 @@ async def _requests_in_window(
 async def _request_totals(
     session: aiohttp.ClientSession, running: Coordinator
 ) -> dict[str, _Requests]:
-    async with session.get(f"{running.url}/metrics") as response:
-        text = await response.text()
     counts: dict[str, float] = {}
     seconds: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.labels.get("name", "?")
-            if name == "metrics":
-                continue
-            if sample.name == "http_requests_total":
-                counts[name] = counts.get(name, 0.0) + sample.value
-            elif sample.name == "http_request_duration_seconds_sum":
-                seconds[name] = seconds.get(name, 0.0) + sample.value
+    for sample in await metric_samples(session, f"{running.url}/metrics"):
+        name = sample.labels.get("name", "?")
+        if name == "metrics":
+            continue
+        if sample.name == "http_requests_total":
+            counts[name] = counts.get(name, 0.0) + sample.value
+        elif sample.name == "http_request_duration_seconds_sum":
+            seconds[name] = seconds.get(name, 0.0) + sample.value
     return {
         name: _Requests(count=count, seconds=seconds.get(name, 0.0))
         for name, count in counts.items()

@@ -21,10 +21,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from benchlib import latency
-from benchlib.common import PYTHON, Row, Settings, latency_fields
+from benchlib.common import PYTHON, Row, Settings, latency_fields, metric_samples
 from benchlib.coordproc import PROVISIONER_ID, TaskClient, coordinator, new_task_id
 from benchlib.noop import STARTS_ENV
 from devharness.azurite import AzuriteProcess
@@ -118,14 +117,8 @@ def _answering(session: aiohttp.ClientSession, ports: list[int]) -> Callable[[],
 
 async def _requests(session: aiohttp.ClientSession, port: int) -> float:
     """The Azure requests the worker serving metrics on ``port`` has sent."""
-    async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
-        text = await response.text()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "worker_azure_requests_total"
-    )
+    samples = await metric_samples(session, f"http://127.0.0.1:{port}/metrics")
+    return sum(sample.value for sample in samples if sample.name == "worker_azure_requests_total")
 
 
 async def _pickups(
