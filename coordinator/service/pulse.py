@@ -394,7 +394,7 @@ class EventOutbox:
         for entry, reason in done.parked:
             self._metrics.event_parked(entry.exchange)
             log.error(
-                "pulse message parked taskId=%s exchange=%s attempts=%d reason=%s: the broker "
+                "pulse message parked key=%s exchange=%s attempts=%d reason=%s: the broker "
                 "refused it every time; it is kept in queue_event_outbox_parked",
                 entry.key,
                 entry.exchange,

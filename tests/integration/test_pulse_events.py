@@ -423,7 +423,7 @@ async def test_a_message_the_broker_always_refuses_is_parked_and_the_rest_goes_o
     assert [m.body["n"] for m in listener.messages] == [0, 1] * REFUSALS_BEFORE_PARKING + [1]
     assert await store.outbox_depth() == 0
     parked = [r for r in caplog.records if "pulse message parked" in r.getMessage()]
-    assert len(parked) == 1 and f"taskId={poison}" in parked[0].getMessage()
+    assert len(parked) == 1 and f"key={poison} " in parked[0].getMessage()
     assert (
         metrics.registry.get_sample_value("queue_events_parked_total", {"exchange": "task-pending"})
         == 1
