@@ -63,21 +63,20 @@ class TaskHandle:
                 )
             await asyncio.sleep(pause)
             pause = min(pause * 2, LAST_POLL)
-        run_id = status["runs"][-1]["runId"]
-        body = await self._result_json(run_id, required=status["state"] == "completed")
+        body = await self._result_json(status["runs"][-1]["runId"])
         if status["state"] == "completed":
-            assert body is not None
-            return body["value"]
+            return None if body is None else body["value"]
         raise task_failed(self.task_id, status, body)
 
-    async def _result_json(self, run_id: int, *, required: bool) -> dict[str, Any] | None:
-        """The run's ``result.json``; ``None`` if it has none and need not."""
+    async def _result_json(self, run_id: int) -> dict[str, Any] | None:
+        """The run's ``result.json``; ``None`` if it has none (its function returned
+        ``None``, or never raised)."""
         try:
             content = await self.connection.client().artifact_content(
                 self.task_id, run_id, RESULT_ARTIFACT
             )
         except RequestFailed as error:
-            if error.status == 404 and not required:
+            if error.status == 404:
                 return None
             raise
         return dict(outcome(content))

@@ -3,11 +3,12 @@
 
 The worker serving an app uploads ``result.json`` (``application/json``, private: reading it
 takes ``queue:get-artifact:result.json``, which the producer's credentials usually hold) before
-it reports the run: ``{"value": <the return value>}`` from a run that completed, and
-``{"error": {"type", "message", "traceback"}}`` from one whose function raised, whatever the
-report (failed, or intermittent-task for a retry). A task that ended without its function
-raising (canceled, deadline-exceeded, claim-expired, a worker that died) has no such artifact,
-and :class:`TaskFailed` says how it ended instead.
+it reports the run: ``{"value": <the return value>}`` from a run that completed (none when
+the function returned ``None``: ``result()`` answers ``None`` for a completed run without
+one), and ``{"error": {"type", "message", "traceback"}}`` from one whose function raised,
+whatever the report (failed, or intermittent-task for a retry). A task that ended without its
+function raising (canceled, deadline-exceeded, claim-expired, a worker that died) has no such
+artifact, and :class:`TaskFailed` says how it ended instead.
 """
 
 from __future__ import annotations

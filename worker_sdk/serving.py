@@ -5,7 +5,8 @@ For each run it reads the payload's call (:mod:`worker_sdk.calls`), finds the fu
 names and binds the arguments (either failing is ``exception/malformed-payload``), calls
 the function (an ``async def`` on the worker's loop, a plain one in a thread of its own)
 within its ``max_run_time``, and uploads the run's ``result.json`` (:mod:`worker_sdk.results`)
-before returning, so the worker reports the run completed. When the function raises, the
+before returning, so the worker reports the run completed; a function that returned ``None``
+has none, which spares most background jobs two requests a run. When the function raises, the
 error goes into ``result.json`` too, and its :class:`~worker_sdk.task_options.TaskOptions`
 decide the report: a retry (``exception/intermittent-task``, with ``retryAfter`` when
 ``retry_with`` named the delay) or ``failed``. What this logs, it logs in the run's context,
@@ -65,13 +66,14 @@ async def serve(run: TaskRun, functions: Mapping[str, Served]) -> None:
         raise
     try:
         value = await _call(run, call, served, arguments)
-        body = value_body(value)
+        body = None if value is None else value_body(value)
     except asyncio.CancelledError:
         raise  # the worker gave up on the run: nobody wants its result
     except Exception as error:
         await _upload(run, error_body(error))
         raise _report_for(run, call, served.options, error) from error
-    await _upload(run, body, required=True)
+    if body is not None:  # None is what result() answers for a completed run without one
+        await _upload(run, body, required=True)
 
 
 async def _call(

@@ -10,8 +10,8 @@
 Rows: raw-rest, raw-sdk (row 1); e2e-sqlite, e2e-postgres (row 2: createTasks and the batching
 SDK), e2e-sqlite-single, e2e-postgres-single (row 2, one request per step), e2e-sqlite-runlog
 (e2e-sqlite with the workers' run log uploaded; every other row runs its workers with
---no-run-log), e2e-sqlite-app (e2e-sqlite with tasks as Python functions: queue-worker --app,
-which uploads each run's result.json); coord-sqlite, coord-postgres (row 3: createTasks, claimRuns,
+--no-run-log), e2e-sqlite-app (e2e-sqlite with tasks as Python functions: queue-worker --app
+serving a function that returns None); coord-sqlite, coord-postgres (row 3: createTasks, claimRuns,
 resolveRuns), coord-sqlite-single, coord-postgres-single (row 3: createTask, claimTask,
 reportCompleted); the peers celery, dramatiq, rq (RQ's default forking worker), rq-simple (its
 SimpleWorker, no fork), procrastinate (row 4); idle (four idle workers' Azure requests, and the

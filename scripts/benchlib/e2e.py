@@ -18,8 +18,9 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
   a PUT of its gzipped lines to the coordinator's directory backend) before its report.
 * ``e2e-sqlite-app``: ``e2e-sqlite`` with tasks as Python functions: each task's payload
   calls :func:`benchlib.noop_app.noop` and the workers run ``queue-worker --app
-  benchlib.noop_app:app``, which routes the call, binds its arguments and uploads the run's
-  ``result.json`` (createArtifact + PUT, as the run log) before its report.
+  benchlib.noop_app:app``, which routes the call and binds its arguments; the function
+  returns ``None``, so the run uploads no ``result.json`` (a value would cost createArtifact
+  + PUT, as the run log does in ``e2e-sqlite-runlog``).
 * ``store-<store>``: ``e2e-<store>`` under store dispatch (docs/dispatch.md): no Azurite;
   the workers, given no mode, find that pollTaskUrls answers 404 and claim through claimWork
   (batched, up to their free capacity per call), reporting through resolveRuns. The pacer
@@ -125,7 +126,7 @@ async def run(
         row = Row(
             key=f"e2e-{store}-app",
             title=f"end to end, {label} store, batching, tasks as Python functions: createTasks "
-            "-> queue-worker --app: claimRuns -> call -> createArtifact + PUT result.json -> "
+            "-> queue-worker --app: claimRuns -> call (returns None: no result.json) -> "
             "resolveRuns",
             unit="tasks/s",
         )

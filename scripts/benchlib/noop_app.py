@@ -13,7 +13,7 @@ from worker_sdk import App
 
 
 async def noop() -> None:
-    """Returns at once: the run completes with ``result.json`` ``{"value": null}``."""
+    """Returns ``None`` at once: the run completes without a ``result.json``."""
 
 
 app = App(root_url="http://127.0.0.1:9", credentials=None, task_queue="bench-prov/any")

@@ -38,6 +38,10 @@ async def shout(text: str, *, times: int = 1) -> str:
     return " ".join([text.upper()] * times)
 
 
+async def nothing() -> None:
+    """Returns ``None``: its runs leave no ``result.json``."""
+
+
 def unreturnable() -> Any:
     return {1, 2, 3}  # a set: not JSON
 
@@ -61,6 +65,7 @@ def register(app: App) -> None:
     app.task(divide)
     app.task(shout)
     app.task(unreturnable)
+    app.task(nothing)
     app.task(max_run_time=1)(sleepy)
     app.task(retries=5, retry_with=spacing)(always_failing)
 

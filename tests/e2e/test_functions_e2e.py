@@ -20,6 +20,7 @@ from devharness.tasks import task_definition
 from tests.e2e import function_app
 from tests.fixtures.workers import E2E, MakeE2E
 from worker_sdk import App, TaskFailed, TaskHandle
+from worker_sdk.results import RESULT_ARTIFACT
 from worker_sdk.run_log import RUN_LOG_NAME
 
 APP = "tests.e2e.function_app:app"
@@ -63,6 +64,11 @@ async def run_log(handle: TaskHandle, run_id: int = 0) -> str:
     return content.decode()
 
 
+async def artifact_names(s: E2E, handle: TaskHandle, run_id: int = 0) -> set[str]:
+    listed = await s.queue.listArtifacts(handle.task_id, run_id)
+    return {artifact["name"] for artifact in listed["artifacts"]}
+
+
 async def test_one_worker_routes_functions_and_returns_results_and_remote_errors(
     served: tuple[E2E, App],
 ) -> None:
@@ -72,6 +78,7 @@ async def test_one_worker_routes_functions_and_returns_results_and_remote_errors
     quarter = await fn(app, function_app.divide).dispatch(1, 4)
     by_zero = await fn(app, function_app.divide).dispatch(1, 0)
     unreturnable = await fn(app, function_app.unreturnable).dispatch()
+    nothing = await fn(app, function_app.nothing).dispatch()
     at = datetime.now(UTC) + timedelta(seconds=2)
     later = await fn(app, function_app.add).dispatch(1, 1, at=at)
     assert [await h.result(timeout=30) for h in sums] == [0, 2, 4, 6, 8]
@@ -80,6 +87,9 @@ async def test_one_worker_routes_functions_and_returns_results_and_remote_errors
     assert from_iso(started) >= int(at.timestamp() * 1000), (started, at)  # not before then
     assert await shouted.result(timeout=30) == "HEY HEY"
     assert await quarter.result(timeout=30) == 0.25
+    assert await nothing.result(timeout=30) is None
+    assert RESULT_ARTIFACT not in await artifact_names(s, nothing), "None uploads nothing"
+    assert RESULT_ARTIFACT in await artifact_names(s, quarter)
     # a plain function's logging is in its run's log, beside the worker's own lines
     assert "dividing 1 by 4" in await run_log(quarter)
 
