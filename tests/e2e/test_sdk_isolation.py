@@ -122,7 +122,7 @@ async def test_the_pool_is_pre_forked_reuses_its_processes_and_recycles_them(
         double, isolated, capacity=1, isolation="process", max_runs_per_child=max_runs
     )
     async with running(worker):
-        await eventually(lambda: started(caplog) == 1, what="the pre-forked process")
+        await eventually(lambda: started(caplog) == 1, within=30, what="the pre-forked process")
         for i in range(6):
             double.add_task(f"t-{i}", payload={"do": "complete"})
         await eventually(lambda: len(double.reports) == 6, within=30, what="reports")
@@ -140,15 +140,18 @@ async def test_the_pool_is_pre_forked_reuses_its_processes_and_recycles_them(
 
 
 async def test_a_lost_claim_and_a_shutdown_end_the_child(
-    double: CoordinatorDouble, tmp_path: Path
+    double: CoordinatorDouble, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     double.claim_timeout_s = 2.0
     double.faults["reclaimRuns:t-lost/0"] = [409]  # the worker batches its reclaims
     lost, stopped = tmp_path / "lost.pid", tmp_path / "stopped.pid"
-    double.add_task("t-lost", payload={"do": "hang", "pid_file": str(lost)})
     worker = make_worker(double, isolated, isolation="process", grace_period=0.2)
 
     async with running(worker):
+        # The task comes once the pool's process is up: a cold start can outlast the claim's
+        # first reclaim, whose 409 would then cancel the run before any child had it.
+        await eventually(lambda: started(caplog) == 1, within=30, what="the pool's process")
+        double.add_task("t-lost", payload={"do": "hang", "pid_file": str(lost)})
         await eventually(lambda: lost.exists() and lost.read_text() != "", what="the child")
         await eventually(lambda: gone(int(lost.read_text())), what="the lost run's child ended")
         double.add_task("t-stopped", payload={"do": "hang", "pid_file": str(stopped)})

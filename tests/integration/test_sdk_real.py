@@ -266,5 +266,6 @@ async def test_an_idle_worker_backs_off_to_its_idle_rate_and_work_ends_the_backo
         caplog.clear()
         task_id = await s.create()
         await s.resolved(task_id)
-        await wait_until(lambda: bool(empty_passes()), what="an empty pass after the work")
-    assert empty_passes()[0] == 1, "the work ended the backoff"
+        # A pass that began before the hint arrived may still log the old count first; after
+        # the work, the count starts again at 1 (it would go on growing were the backoff kept).
+        await wait_until(lambda: 1 in empty_passes(), what="the work ending the backoff")

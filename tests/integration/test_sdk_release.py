@@ -396,7 +396,7 @@ async def test_a_hint_of_a_paused_queue_is_released_for_retry_after(
             await eventually(
                 lambda: bool(lines(caplog, "claim throttled, hint released")), what="a release"
             )
-        released_at = time.monotonic()
+            released_at = time.monotonic()  # before the worker's stop, which takes its time
         [released] = lines(caplog, "claim throttled, hint released")
         assert f"taskId={task_id} runId=0" in released and "retryAfter=5" in released
 

@@ -134,7 +134,9 @@ async def test_weighted_polling_serves_the_lowest_priority_while_higher_ones_sta
     for n in range(2):
         double.add_task(f"top-{n}", priority="highest")
         double.add_task(f"high-{n}", priority="high")
-    lows = [f"low-{n}" for n in range(3)]
+    # One: at 1/81 of the claims, three would need about 240 claims, which a loaded machine
+    # may not make within the wait.
+    lows = ["low-0"]
     for task_id in lows:
         double.add_task(task_id, priority="lowest")
 
