@@ -133,8 +133,9 @@ class ProcessIsolation:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """While inside, the pool is kept full and the children's log records go to this
-        process's root handlers; at the end every child is ended."""
+        """Start the pool's children and wait for them; while inside, the pool is kept full
+        and the children's log records go to this process's root handlers; at the end every
+        child is ended."""
         queue: multiprocessing.queues.Queue[logging.LogRecord] = self._context.Queue()
         listener = logging.handlers.QueueListener(
             queue, *logging.getLogger().handlers, respect_handler_level=True
@@ -147,6 +148,10 @@ class ProcessIsolation:
         )
         self._refill()
         try:
+            # As Celery's prefork pool, the children are up before the worker takes work: a
+            # run claimed meanwhile would wait for one, and a worker polling an empty queue
+            # through a slow start would be deep in its idle backoff when the work came.
+            await asyncio.gather(*self._chores)
             yield
         finally:
             self._closing = True
