@@ -22,11 +22,12 @@ from prometheus_client import CollectorRegistry
 from coordinator.api import keyset, openapi, validation
 from coordinator.api.artifacts import ArtifactUrls
 from coordinator.api.auth import Authorizer
-from coordinator.api.endpoints import API_PREFIX, ENDPOINTS, HOOK_ENDPOINTS, MAX_REQUEST_LINE
-from coordinator.api.handlers import HANDLERS, Handlers, route_handler
+from coordinator.api.endpoints import API_PREFIX, MAX_REQUEST_LINE
 from coordinator.api.hooks import HookTasks
 from coordinator.api.http import Handler, error_middleware, json_response
 from coordinator.api.metrics import HttpMetrics, metrics_handler, metrics_middleware
+from coordinator.api.pipeline import HANDLERS, ApiServices, bind, route_handler
+from coordinator.api.services import SERVICES, Service
 from coordinator.api.ui import add_ui_routes
 from coordinator.azure.queues import QueueService, QueueSettings
 from coordinator.blobs import BlobStore, open_blob_store
@@ -51,6 +52,7 @@ from coordinator.resolvers import (
 )
 from coordinator.resolvers.runner import Actor, Runner
 from coordinator.service.artifacts import ArtifactService
+from coordinator.service.claims import ClaimPolicy, CreatePolicy
 from coordinator.service.clock import wall_clock
 from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.hooks import DUE_BATCH, HookService
@@ -80,6 +82,8 @@ class Coordinator:
     workers: WorkerService
     hooks: HookService
     controls: QueueControlService
+    claims: ClaimPolicy
+    creates: CreatePolicy
     metrics: ServiceMetrics
     events: EventOutbox | None = None
 
@@ -330,11 +334,11 @@ async def _serve_over(
     dispatch = WorkDispatch(
         service=service,
         azure_queues=azure_queues,
-        workers=workers,
         controls=controls,
         claim_work_timeout_s=config.claim_work_timeout_ms / 1000,
     )
     await dispatch.start()
+    creates = CreatePolicy(service=service, workers=workers)
     return Coordinator(
         config=config,
         store=store,
@@ -351,12 +355,14 @@ async def _serve_over(
         workers=workers,
         hooks=HookService(
             store=store,
-            create_task=HookTasks(service=service, workers=workers),
+            create_task=HookTasks(creates),
             clock=clock,
             metrics=metrics,
             publish_events=config.pulse_url is not None,
         ),
         controls=controls,
+        claims=ClaimPolicy(service=service, dispatch=dispatch, controls=controls, workers=workers),
+        creates=creates,
         metrics=metrics,
         events=events,
     )
@@ -394,12 +400,14 @@ def _lifespan(
         coordinator = await _open(config, clock, metrics)
         app[keyset.TOKEN_KEY] = await coordinator.management.token_key()
         app[COORDINATOR] = coordinator
-        app[HANDLERS] = Handlers(
-            service=coordinator.service,
-            management=coordinator.management,
+        services = ApiServices(
+            tasks=coordinator.service,
+            claims=coordinator.claims,
+            creates=coordinator.creates,
             dispatch=coordinator.dispatch,
             workers=coordinator.workers,
             controls=coordinator.controls,
+            management=coordinator.management,
             artifacts=coordinator.artifacts,
             artifact_urls=ArtifactUrls(
                 key=await coordinator.artifacts.url_key(),
@@ -408,7 +416,11 @@ def _lifespan(
             ),
             hooks=coordinator.hooks,
             authorizer=authorizer,
+            deployment=config.deployment,
         )
+        app[HANDLERS] = {
+            part.handlers: part.handlers(services) for service in SERVICES for part in service.parts
+        }
         runner = _runner(coordinator, enabled=run_resolvers)
         runner.start()
         log.info(
@@ -438,25 +450,26 @@ def _add_routes(app: web.Application, config: Config, registry: CollectorRegistr
     /task-queues/counts`` is not getTaskQueue of a queue named ``counts``, and the ``Allow`` of
     ``/task-queues/counts`` is ``POST`` only.
     """
-    for endpoint in (*ENDPOINTS, *HOOK_ENDPOINTS):
-        route = endpoint.prefix + endpoint.server_route
-        if endpoint.name == "openapi":
-            serve = _document_handler(config.public_url, endpoint.prefix)
-            app.router.add_route(endpoint.method, route, serve, name=endpoint.operation_id)
-            continue
-        max_body = config.max_batch_body_bytes if endpoint.batch else config.max_body_bytes
-        handler = route_handler(endpoint, max_body=max_body)
-        app.router.add_route(endpoint.method, route, handler)
-        if endpoint.name in ROOT_ENDPOINTS and endpoint.prefix == API_PREFIX:
-            app.router.add_route(endpoint.method, endpoint.route, handler)
+    for service in SERVICES:
+        for part in service.parts:
+            for endpoint in part.endpoints:
+                route = endpoint.prefix + endpoint.server_route
+                if endpoint.name == "openapi":
+                    serve = _document_handler(config.public_url, service)
+                    app.router.add_route(endpoint.method, route, serve, name=endpoint.operation_id)
+                    continue
+                max_body = config.max_batch_body_bytes if endpoint.batch else config.max_body_bytes
+                handler = route_handler(endpoint, part.handlers, max_body=max_body)
+                app.router.add_route(endpoint.method, route, handler)
+                if endpoint.name in ROOT_ENDPOINTS and endpoint.prefix == API_PREFIX:
+                    app.router.add_route(endpoint.method, endpoint.route, handler)
     _add_method_not_allowed(app)
     app.router.add_get("/metrics", metrics_handler(registry), name="metrics")
     add_ui_routes(app)
 
 
-def _document_handler(public_url: str, prefix: str) -> Handler:
-    """The handler answering the OpenAPI document of the service under ``prefix``."""
-    [service] = [service for service in openapi.SERVICES if service.prefix == prefix]
+def _document_handler(public_url: str, service: Service) -> Handler:
+    """The handler answering the OpenAPI document of ``service``."""
     document = openapi.build_openapi(public_url, service)
 
     async def serve(request: web.Request) -> web.Response:
@@ -469,7 +482,7 @@ def _add_method_not_allowed(app: web.Application) -> None:
     """On each path without placeholders, after its routes, one for any other method: a 405
     naming the path's own methods (aiohttp would try the templated routes the path also
     matches, and its 405 would add their methods)."""
-    endpoints = (*ENDPOINTS, *HOOK_ENDPOINTS)
+    endpoints = [endpoint for service in SERVICES for endpoint in service.endpoints]
     for path in {e.prefix + e.route for e in endpoints if not e.path_parameters}:
         methods: set[str] = {e.method for e in endpoints if e.prefix + e.route == path}
 
@@ -509,6 +522,8 @@ def build_app(
             run_resolvers=run_resolvers,
         )
     )
+    parts = [part for service in SERVICES for part in service.parts]
+    bind(parts)
     _add_routes(app, config, registry)
-    validation.preload()
+    validation.preload(endpoint for part in parts for endpoint in part.endpoints)
     return app

@@ -6,9 +6,10 @@ Durations are given in seconds in the environment and held in milliseconds here.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -82,6 +83,30 @@ def check_pulse_url(url: str) -> None:
         )
 
 
+def _installed_version() -> str:
+    return importlib.metadata.version("queue-coordinator")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployment:
+    """What ``__version__`` answers, in the Dockerflow shape: the installed distribution's
+    version, and the source, commit and build a deployment may name
+    (``COORDINATOR_SOURCE``, ``COORDINATOR_COMMIT``, ``COORDINATOR_BUILD``)."""
+
+    source: str = "queue-coordinator"
+    version: str = field(default_factory=_installed_version)
+    commit: str = "unknown"
+    build: str = "unknown"
+
+    def to_api(self) -> dict[str, str]:
+        return {
+            "source": self.source,
+            "version": self.version,
+            "commit": self.commit,
+            "build": self.build,
+        }
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Config:
     """Everything the service needs to start.
@@ -114,6 +139,7 @@ class Config:
     :param pulse_url: ``amqp://`` or ``amqps://`` URL of the broker that Taskcluster's Pulse
         messages are published to (docs/events.md); ``None``: nothing is published and no
         outbox is written.
+    :param deployment: what ``__version__`` answers.
     """
 
     host: str = "127.0.0.1"
@@ -144,6 +170,7 @@ class Config:
     artifacts_dir: Path = Path(".data/artifacts")
     artifact_max_bytes: int = 5 * 2**30
     pulse_url: str | None = None
+    deployment: Deployment = field(default_factory=Deployment)
 
     def __post_init__(self) -> None:
         if self.artifacts not in ARTIFACT_BACKENDS:
@@ -216,4 +243,9 @@ class Config:
             artifacts_dir=Path(env.get("COORDINATOR_ARTIFACTS_DIR") or data_dir / "artifacts"),
             artifact_max_bytes=_byte_count(env, "COORDINATOR_ARTIFACT_MAX_BYTES", 5 * 2**30),
             pulse_url=env.get("COORDINATOR_PULSE_URL") or None,
+            deployment=Deployment(
+                source=env.get("COORDINATOR_SOURCE") or "queue-coordinator",
+                commit=env.get("COORDINATOR_COMMIT") or "unknown",
+                build=env.get("COORDINATOR_BUILD") or "unknown",
+            ),
         )

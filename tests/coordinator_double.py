@@ -51,8 +51,8 @@ import slugid
 from aiohttp import web
 from mohawk.util import parse_authorization_header
 
-from coordinator.api.endpoints import ENDPOINTS
 from coordinator.api.errors import InputValidationError
+from coordinator.api.services import ENDPOINTS
 from coordinator.api.validation import ResponseSchemaError, validate, validate_response
 from devharness.ports import free_port
 from devharness.waiting import wait_until

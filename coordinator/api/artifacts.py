@@ -25,9 +25,11 @@ from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from coordinator.api import keyset, validation
-from coordinator.api.endpoints import API_PREFIX
+from coordinator.api.endpoints import API_PREFIX, ARTIFACT_PAGED, SIGNED, Endpoint
 from coordinator.api.errors import InputTooLarge, LengthRequired, SignedUrlRefused
 from coordinator.api.http import json_response
+from coordinator.api.pipeline import ApiServices, Handlers, Routes
+from coordinator.api.scopes import Template
 from coordinator.blobs.base import BlobIncomplete, BlobUnavailable
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.listings import Key, Page
@@ -35,13 +37,12 @@ from coordinator.domain.records import to_iso
 from coordinator.service.artifacts import (
     DOWNLOAD_URL_LIFETIME_MS,
     PUT_URL_LIFETIME_MS,
-    ArtifactService,
     NamesPermit,
     check_uploaded,
 )
 
 if TYPE_CHECKING:
-    from coordinator.api.auth import RequestAuth
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -148,19 +149,185 @@ async def _body(request: web.Request, length: int) -> AsyncIterator[bytes]:
         ) from None
 
 
-class ArtifactHandlers:
-    """The artifact endpoints, mixed into :class:`~coordinator.api.handlers.Handlers`.
+_GET_ARTIFACT: Template = {
+    "AllOf": [{"for": "name", "in": "names", "each": "queue:get-artifact:<name>"}]
+}
+"""getArtifact's scopes: one per name visited while following links (the handler's ``names``)."""
 
-    :param artifacts: the artifact service.
-    :param artifact_urls: what signs and checks the upload and download URLs.
-    """
 
-    artifacts: ArtifactService
-    artifact_urls: ArtifactUrls
+ARTIFACT_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        name="createArtifact",
+        method="POST",
+        route="/task/{taskId}/runs/{runId}/artifacts/{name}",
+        input="post-artifact-request",
+        output="post-artifact-response",
+        title="Create Artifact",
+        description="Create an artifact of a running run (or of one resolved `exception` less "
+        "than 25 minutes ago), expiring no later than its task. `s3`: the answer's `putUrl` "
+        "takes the bytes (PUT, no Authorization, `Content-Type` equal to `contentType`, "
+        "`Content-Length` exact, optional `Content-Encoding`), for 45 minutes; repeating the "
+        "request answers a fresh one. `reference`, `link` and `error` are complete at once. "
+        "`object` is refused: use `s3`. A repeat may extend `expires` (never shorten it), "
+        "change a reference's URL or make a reference a link; anything else that differs is a "
+        "409.",
+        scopes="queue:create-artifact:<taskId>/<runId>",
+    ),
+    Endpoint(
+        name="finishArtifact",
+        method="PUT",
+        route="/task/{taskId}/runs/{runId}/artifacts/{name}",
+        input="finish-artifact-request",
+        output=None,
+        title="Finish Artifact",
+        description="Taskcluster's completion of an `object` artifact. This coordinator makes "
+        "none, so an existing artifact is a 400 (`Only object artifacts can be finished`) and "
+        "a missing one a 404.",
+        scopes="queue:create-artifact:<taskId>/<runId>",
+        success=204,
+    ),
+    Endpoint(
+        name="getArtifact",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifacts/{name}",
+        input=None,
+        output="get-artifact-response",
+        title="Get Artifact Data from Run",
+        description="Redirect (303) to the artifact's content, following `link` artifacts: an "
+        "`s3` artifact's bytes (a signed URL valid 30 minutes; 404 until they are uploaded), a "
+        "`reference`'s URL. An `error` artifact answers 424 with its `reason` and `message`; an "
+        "expired one 410; links in a cycle 400. The caller needs `queue:get-artifact:<name>` "
+        "for every name the links visit (anonymous callers hold `public/*`); a signed URL "
+        "(`?bewit=`) carries its signer's scopes.",
+        scopes=_GET_ARTIFACT,
+        success=303,
+        statuses=("410", "424"),
+    ),
+    Endpoint(
+        name="getLatestArtifact",
+        method="GET",
+        route="/task/{taskId}/artifacts/{name}",
+        input=None,
+        output="get-artifact-response",
+        title="Get Artifact Data from Latest Run",
+        description="getArtifact of the task's latest run (404 when the task has none).",
+        scopes=_GET_ARTIFACT,
+        success=303,
+        statuses=("410", "424"),
+    ),
+    Endpoint(
+        name="listArtifacts",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifacts",
+        input=None,
+        output="list-artifacts-response",
+        title="Get Artifacts from Run",
+        description="One page of the run's artifacts in name order, expired ones (until they "
+        "are deleted) and `s3` ones not uploaded yet included. A pending run lists none; a run "
+        "the task does not have is a 404.",
+        query=ARTIFACT_PAGED,
+        scopes="queue:list-artifacts:<taskId>:<runId>",
+    ),
+    Endpoint(
+        name="listLatestArtifacts",
+        method="GET",
+        route="/task/{taskId}/artifacts",
+        input=None,
+        output="list-artifacts-response",
+        title="Get Artifacts from Latest Run",
+        description="listArtifacts of the task's latest run (404 when the task has none).",
+        query=ARTIFACT_PAGED,
+        scopes="queue:list-artifacts:<taskId>",
+    ),
+    Endpoint(
+        name="artifactInfo",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifact-info/{name}",
+        input=None,
+        output="artifact-response",
+        title="Get Artifact Information From Run",
+        description="The artifact's record: a link is not followed, an expired artifact is "
+        "shown until it is deleted. Grants no access to the content.",
+        scopes="queue:list-artifacts:<taskId>:<runId>",
+    ),
+    Endpoint(
+        name="latestArtifactInfo",
+        method="GET",
+        route="/task/{taskId}/artifact-info/{name}",
+        input=None,
+        output="artifact-response",
+        title="Get Artifact Information From Latest Run",
+        description="artifactInfo of the task's latest run (404 when the task has none).",
+        scopes="queue:list-artifacts:<taskId>",
+    ),
+    Endpoint(
+        name="artifact",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifact-content/{name}",
+        input=None,
+        output="artifact-content-response",
+        title="Get Artifact Content From Run",
+        description="Where the artifact's content is, as JSON (200), following links as "
+        "getArtifact does and with its scopes: an `s3` artifact's signed URL, a `reference`'s "
+        "URL, or an `error` artifact's `reason` and `message`.",
+        scopes=_GET_ARTIFACT,
+        statuses=("410",),
+    ),
+    Endpoint(
+        name="latestArtifact",
+        method="GET",
+        route="/task/{taskId}/artifact-content/{name}",
+        input=None,
+        output="artifact-content-response",
+        title="Get Artifact Content From Latest Run",
+        description="artifact of the task's latest run (404 when the task has none).",
+        scopes=_GET_ARTIFACT,
+        statuses=("410",),
+    ),
+    Endpoint(
+        name="uploadArtifact",
+        method="PUT",
+        route="/task/{taskId}/runs/{runId}/artifact-upload/{name}",
+        input=None,
+        output=None,
+        title="Upload Artifact Bytes",
+        description="The `putUrl` createArtifact answers for an `s3` artifact: the bytes, "
+        "streamed, with `Content-Type` equal to the artifact's `contentType` (400 otherwise), "
+        "an exact `Content-Length` (411 without one; 413 past the coordinator's limit; a body "
+        "that ends early is a 400 and stores nothing) and optionally `Content-Encoding`, given "
+        "back on download. A repeat replaces the bytes. No Authorization: the URL's signature "
+        "is the authority (403 once expired or altered). Not a Taskcluster method.",
+        stability="experimental",
+        query=SIGNED,
+        statuses=("411",),
+        uploads=True,
+    ),
+    Endpoint(
+        name="downloadArtifact",
+        method="GET",
+        route="/task/{taskId}/runs/{runId}/artifact-download/{name}",
+        input=None,
+        output=None,
+        title="Download Artifact Bytes",
+        description="The signed URL getArtifact redirects to for an `s3` artifact when the "
+        "coordinator keeps the bytes on its disk: the bytes with the `Content-Type`, "
+        "`Content-Encoding` and length they were uploaded with. No Authorization: the URL's "
+        "signature is the authority (403 once expired or altered). Not a Taskcluster method.",
+        stability="experimental",
+        query=SIGNED,
+        downloads=True,
+    ),
+)
+"""The artifact methods."""
 
-    if TYPE_CHECKING:
 
-        async def authorize(self, request: web.Request, **params: object) -> RequestAuth: ...
+class ArtifactHandlers(Handlers):
+    """The artifact endpoints, over the artifact service and the signer of their URLs."""
+
+    def __init__(self, services: ApiServices) -> None:
+        super().__init__(services)
+        self.artifacts = services.artifacts
+        self.artifact_urls = services.artifact_urls
 
     def _names_permit(self, request: web.Request) -> NamesPermit:
         """getArtifact's scopes for the names visited so far."""
@@ -330,3 +497,6 @@ class ArtifactHandlers:
                 log.warning("artifact download cut short key=%s error=%s", key, error)
                 response.force_close()
         return response
+
+
+ROUTES = Routes(ARTIFACT_ENDPOINTS, ArtifactHandlers)

@@ -1,9 +1,8 @@
 """The hooks service's endpoints (Taskcluster's ``Hooks`` client, at ``/api/hooks/v1``,
 docs/hooks.md), and createTask as a hook calls it.
 
-:class:`HookHandlers` is mixed into :class:`~coordinator.api.handlers.Handlers`, which binds
-the routes of :data:`~coordinator.api.endpoints.HOOK_ENDPOINTS` to its methods by name, as it
-does the queue's. :class:`HookTasks` is the :class:`~coordinator.service.hooks.TaskCreator`
+:class:`HookHandlers` handles the routes of :data:`HOOK_ENDPOINTS`, by name, as every
+service's handlers do. :class:`HookTasks` is the :class:`~coordinator.service.hooks.TaskCreator`
 the app gives the hook service: the checks a createTask request gets (the task schema, and the
 scopes, here the hook's), then the task service.
 """
@@ -18,18 +17,18 @@ from aiohttp import web
 
 from coordinator.api import keyset, validation
 from coordinator.api.auth import Auth, Rejected
+from coordinator.api.endpoints import HOOKS_PREFIX, PAGED, Endpoint
 from coordinator.api.errors import AuthenticationFailed, InputValidationError, InsufficientScopes
-from coordinator.api.scopes import CREATE_TASK_SCOPES, create_task_params, expand, render
+from coordinator.api.pipeline import ApiServices, Handlers, Routes
+from coordinator.api.scopes import CREATE_TASK_SCOPES, Template, create_task_params, expand, render
 from coordinator.api.scopes import unsatisfied as unsatisfied_scopes
 from coordinator.domain.errors import Forbidden, InputError
 from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.records import to_iso
-from coordinator.service.hooks import HookService
-from coordinator.service.tasks import TaskService
-from coordinator.service.workers import WorkerService
+from coordinator.service.claims import CreatePolicy
 
 if TYPE_CHECKING:
-    from coordinator.api.auth import Authorizer, RequestAuth
+    pass
 
 Body = dict[str, Any]
 
@@ -37,11 +36,10 @@ Body = dict[str, Any]
 class HookTasks:
     """createTask for a hook's fire: what the createTask endpoint checks of a request, with
     the hook's scopes (those of the client that last created or updated it) in the caller's
-    place, then :meth:`TaskService.create_task`."""
+    place, then :meth:`CreatePolicy.create_task`, as every create."""
 
-    def __init__(self, *, service: TaskService, workers: WorkerService) -> None:
-        self._service = service
-        self._workers = workers
+    def __init__(self, creates: CreatePolicy) -> None:
+        self._creates = creates
 
     async def __call__(self, task_id: str, task: dict[str, Any], *, scopes: Sequence[str]) -> None:
         try:
@@ -55,7 +53,7 @@ class HookTasks:
                 "The hook's scopes (those of the client that last created or updated it) do "
                 f"not satisfy createTask's; missing:\n\n```\n{render(missing)}\n```"
             )
-        self._workers.task_created(await self._service.create_task(task_id, task))
+        await self._creates.create_task(task_id, task)
 
 
 def _hook_of(request: web.Request) -> tuple[str, str]:
@@ -85,18 +83,165 @@ def _status_body(hook: Hook, fire: LastFire | None) -> Body:
     return body
 
 
-class HookHandlers:
-    """The hooks endpoints, mixed into :class:`~coordinator.api.handlers.Handlers`.
+_HOOK = "<hookGroupId>/<hookId>"
+_MODIFY_HOOK: Template = {"AllOf": [f"hooks:modify-hook:{_HOOK}", f"assume:hook-id:{_HOOK}"]}
+"""createHook's and updateHook's scopes: to change the hook, and to hold what its tasks will
+(Taskcluster's role ``hook-id:<hookGroupId>/<hookId>``)."""
 
-    :param hooks: the hook service.
-    """
 
-    hooks: HookService
-    auth: Authorizer
+HOOK_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="listHookGroups",
+        method="GET",
+        route="/hooks",
+        input=None,
+        output="list-hook-groups-response",
+        title="List hook groups",
+        description="Every hook group with at least one hook.",
+        scopes="hooks:list-hooks:",
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="listHooks",
+        method="GET",
+        route="/hooks/{hookGroupId}",
+        input=None,
+        output="list-hooks-response",
+        title="List hooks in a given group",
+        description="Every hook definition of the group; 404 for a group without hooks.",
+        scopes="hooks:list-hooks:<hookGroupId>",
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="hook",
+        method="GET",
+        route="/hooks/{hookGroupId}/{hookId}",
+        input=None,
+        output="hook-definition",
+        title="Get hook definition",
+        description="The hook's definition.",
+        scopes="hooks:get:<hookGroupId>:<hookId>",
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="getHookStatus",
+        method="GET",
+        route="/hooks/{hookGroupId}/{hookId}/status",
+        input=None,
+        output="hook-status",
+        title="Get hook status",
+        description="The hook's last fire and, with a schedule, its next scheduled date "
+        "(deprecated in favour of listLastFires).",
+        stability="deprecated",
+        scopes=f"hooks:status:{_HOOK}",
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="createHook",
+        method="PUT",
+        route="/hooks/{hookGroupId}/{hookId}",
+        input="create-hook-request",
+        output="hook-definition",
+        title="Create a hook",
+        description="Create a hook. Its tasks are created with the scopes of the client that "
+        "created it (or last updated it). Repeating the call with the same definition returns "
+        "it; another definition under the same id is a 409.",
+        scopes=_MODIFY_HOOK,
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="updateHook",
+        method="POST",
+        route="/hooks/{hookGroupId}/{hookId}",
+        input="create-hook-request",
+        output="hook-definition",
+        title="Update a hook",
+        description="Replace every field of the hook but its ids and trigger token (bindings "
+        "stay when the body has none); its schedule restarts from now.",
+        scopes=_MODIFY_HOOK,
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="removeHook",
+        method="DELETE",
+        route="/hooks/{hookGroupId}/{hookId}",
+        input=None,
+        output=None,
+        title="Delete a hook",
+        description="Delete the hook and its last fires; `{}` whether it existed or not.",
+        scopes=f"hooks:modify-hook:{_HOOK}",
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="triggerHook",
+        method="POST",
+        route="/hooks/{hookGroupId}/{hookId}/trigger",
+        input="trigger-hook",
+        output="trigger-hook-response",
+        title="Trigger a hook",
+        description="Create the hook's task now, its template rendered with this payload "
+        "(which must match the hook's triggerSchema) as `payload`.",
+        scopes=f"hooks:trigger-hook:{_HOOK}",
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="getTriggerToken",
+        method="GET",
+        route="/hooks/{hookGroupId}/{hookId}/token",
+        input=None,
+        output="trigger-token-response",
+        title="Get a trigger token",
+        description="The hook's secret token for triggerHookWithToken.",
+        scopes=f"hooks:get-trigger-token:{_HOOK}",
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="resetTriggerToken",
+        method="POST",
+        route="/hooks/{hookGroupId}/{hookId}/token",
+        input=None,
+        output="trigger-token-response",
+        title="Reset a trigger token",
+        description="A new trigger token; the previous one stops working.",
+        scopes=f"hooks:reset-trigger-token:{_HOOK}",
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="triggerHookWithToken",
+        method="POST",
+        route="/hooks/{hookGroupId}/{hookId}/trigger/{token}",
+        input="trigger-hook",
+        output="trigger-hook-response",
+        title="Trigger a hook with a token",
+        description="triggerHook for whoever holds the hook's trigger token (a webhook): no "
+        "credentials; a wrong token is a 401.",
+    ),
+    Endpoint(
+        prefix=HOOKS_PREFIX,
+        name="listLastFires",
+        method="GET",
+        route="/hooks/{hookGroupId}/{hookId}/last-fires",
+        input=None,
+        output="list-last-fires-response",
+        title="Get information about recent hook fires",
+        description="The hook's fires, the newest first, each with its task's state now; 404 "
+        "when it never fired.",
+        query=PAGED,
+        scopes=f"hooks:list-last-fires:{_HOOK}",
+    ),
+)
+"""The hooks service, under :data:`~coordinator.api.endpoints.HOOKS_PREFIX`: Taskcluster's 14
+methods of the ``Hooks`` client (its four service-status ones are
+:func:`coordinator.api.status.status_routes`)."""
 
-    if TYPE_CHECKING:
 
-        async def authorize(self, request: web.Request, **params: object) -> RequestAuth: ...
+class HookHandlers(Handlers):
+    """The hooks endpoints, over the hook service."""
+
+    def __init__(self, services: ApiServices) -> None:
+        super().__init__(services)
+        self.hooks = services.hooks
 
     async def listHookGroups(self, request: web.Request, body: Any) -> Body:
         return {"groups": await self.hooks.groups()}
@@ -185,3 +330,6 @@ class HookHandlers:
         caller = await self.auth.caller(request)
         assert not isinstance(caller, Rejected)  # the route dispatch authorized it
         return caller.scopes
+
+
+ROUTES = Routes(HOOK_ENDPOINTS, HookHandlers)

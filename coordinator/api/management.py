@@ -1,6 +1,5 @@
-"""The management API's listings: listTasks and listTaskSummaries as pages or as an NDJSON
-stream (countTasks, cancelTasks and deleteTasks are one-line handlers in
-:mod:`coordinator.api.handlers`).
+"""The management API (not Taskcluster methods): its routes and handlers, and its listings,
+listTasks and listTaskSummaries, as pages or as an NDJSON stream.
 
 A stream (``Accept: application/x-ndjson``) writes each match as one line as the service
 yields it, a page of the store at a time, flushing about every :data:`FLUSH_BYTES`; its lines
@@ -20,8 +19,10 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.api import keyset
+from coordinator.api.endpoints import BOUNDED_PAGED, MANAGEMENT_FILTERS, STREAMING, Endpoint
 from coordinator.api.errors import InputValidationError
 from coordinator.api.filters import task_filter
+from coordinator.api.pipeline import ApiServices, Body, Handlers, Routes
 from coordinator.domain.json_text import compact_bytes
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
@@ -101,3 +102,123 @@ async def _stream(
         if request.transport is not None:
             request.transport.close()
     return response
+
+
+MANAGEMENT_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        name="listTasks",
+        method="GET",
+        route="/tasks",
+        input=None,
+        output="list-tasks-response",
+        title="List Tasks",
+        description="One page of the tasks that match the filters, by taskId, with their "
+        "statuses. " + MANAGEMENT_FILTERS + STREAMING,
+        stability="experimental",
+        query=BOUNDED_PAGED,
+        filters="optional",
+    ),
+    Endpoint(
+        name="listTaskSummaries",
+        method="GET",
+        route="/tasks/summary",
+        input=None,
+        output="list-task-summaries-response",
+        title="List Task Summaries",
+        description="As listTasks, without each task's `payload` and `extra`. "
+        + MANAGEMENT_FILTERS
+        + STREAMING,
+        stability="experimental",
+        query=BOUNDED_PAGED,
+        filters="optional",
+    ),
+    Endpoint(
+        name="countTasks",
+        method="GET",
+        route="/tasks/count",
+        input=None,
+        output="count-tasks-response",
+        title="Count Tasks",
+        description="How many tasks match the filters, by state (`delayed`: pending, not "
+        "claimable yet; the states are disjoint and add up to `total`). " + MANAGEMENT_FILTERS,
+        stability="experimental",
+        filters="optional",
+    ),
+    Endpoint(
+        name="cancelTasks",
+        method="POST",
+        route="/tasks/cancel",
+        input=None,
+        output="cancel-tasks-response",
+        title="Cancel Tasks",
+        description="cancelTask for every unresolved task that matches the filters, in bounded "
+        "batches; `cancelled` counts the tasks this call resolved. Needs "
+        "`queue:manage:cancel-tasks`; at least one filter is required. " + MANAGEMENT_FILTERS,
+        stability="experimental",
+        filters="required",
+        scopes="queue:manage:cancel-tasks",
+    ),
+    Endpoint(
+        name="rerunTasks",
+        method="POST",
+        route="/tasks/rerun",
+        input=None,
+        output="rerun-tasks-response",
+        title="Rerun Tasks",
+        description="rerunTask for every failed or exception task that matches the filters, in "
+        "bounded batches; `rerun` counts the tasks this call reran, `matched` the failed and "
+        "exception tasks it found (one past its deadline or at its maximum of runs is not "
+        "rerun). Needs `queue:manage:rerun-tasks`; at least one filter is required. "
+        + MANAGEMENT_FILTERS,
+        stability="experimental",
+        filters="required",
+        scopes="queue:manage:rerun-tasks",
+    ),
+    Endpoint(
+        name="deleteTasks",
+        method="DELETE",
+        route="/tasks",
+        input=None,
+        output="delete-tasks-response",
+        title="Delete Tasks",
+        description="Remove the tasks that match the filters, in bounded batches; their hints "
+        "become stale, and a worker holding one of their runs gets 404 when it reports. Needs "
+        "`queue:manage:delete-tasks`; at least one filter is required. " + MANAGEMENT_FILTERS,
+        stability="experimental",
+        filters="required",
+        scopes="queue:manage:delete-tasks",
+    ),
+)
+"""The management API."""
+
+
+class ManagementHandlers(Handlers):
+    """The management API over :class:`~coordinator.service.management.TaskManagement`."""
+
+    def __init__(self, services: ApiServices) -> None:
+        super().__init__(services)
+        self.management = services.management
+
+    async def listTasks(self, request: web.Request, body: Any) -> Body | web.StreamResponse:
+        return await list_tasks(request, self.management, summary=False)
+
+    async def listTaskSummaries(self, request: web.Request, body: Any) -> Body | web.StreamResponse:
+        return await list_tasks(request, self.management, summary=True)
+
+    async def countTasks(self, request: web.Request, body: Any) -> Body:
+        return (await self.management.count_tasks(task_filter(request.query))).to_api()
+
+    async def cancelTasks(self, request: web.Request, body: Any) -> Body:
+        matching = task_filter(request.query)
+        return {"cancelled": await self.management.cancel_tasks(matching)}
+
+    async def rerunTasks(self, request: web.Request, body: Any) -> Body:
+        rerun, matched = await self.management.rerun_tasks(task_filter(request.query))
+        return {"rerun": rerun, "matched": matched}
+
+    async def deleteTasks(self, request: web.Request, body: Any) -> Body:
+        matching = task_filter(request.query)
+        return {"deleted": await self.management.delete_tasks(matching)}
+
+
+ROUTES = Routes(MANAGEMENT_ENDPOINTS, ManagementHandlers)

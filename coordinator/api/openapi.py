@@ -1,5 +1,5 @@
-"""The OpenAPI 3.1 documents of the queue v1 API and of the hooks v1 API (:data:`SERVICES`),
-each built from its endpoint table and the schema files.
+"""The OpenAPI 3.1 document of each service (:data:`coordinator.api.services.SERVICES`), built
+from its endpoint table and the schema files.
 
 Each schema file an operation reaches (through its ``$ref``s, transitively) becomes
 ``components/schemas/<name>``. Its ``$id`` is dropped and every
@@ -26,15 +26,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.api.endpoints import (
-    API_PREFIX,
-    ENDPOINTS,
-    HOOK_ENDPOINTS,
-    HOOKS_PREFIX,
-    MAX_REQUEST_LINE,
     PARAMETERS,
     TASK_FILTERS,
     Endpoint,
@@ -42,6 +36,7 @@ from coordinator.api.endpoints import (
     Parameter,
 )
 from coordinator.api.scopes import Template
+from coordinator.api.services import Service
 from coordinator.api.validation import LITERAL_KEYWORDS, SCHEMA_MAP_KEYWORDS, schemas
 
 ERROR_STATUSES: Mapping[str, str] = {
@@ -97,61 +92,7 @@ STATUSES: Mapping[str, dict[str, Any]] = {
 """The answers only some endpoints give (:attr:`~coordinator.api.endpoints.Endpoint.statuses`)."""
 
 
-_PROTOCOL = (
-    "Authentication is Taskcluster's Hawk scheme; an operation's `x-scopes` is the scope "
-    "expression its caller must satisfy. The request line (method, path and query string, "
-    f"percent-encoded) may be at most {MAX_REQUEST_LINE} bytes, which every query these "
-    "parameters allow fits in; a longer one is a 400."
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Service:
-    """One API served on the coordinator's root URL, described by a document of its own.
-
-    :param title: the document's ``info.title``.
-    :param prefix: where the API answers, below the public URL; the document's server.
-    :param endpoints: its endpoint table.
-    :param about: the opening of ``info.description``; the protocol's rules follow it.
-    :param errors: :data:`ERROR_STATUSES` the service says otherwise.
-    """
-
-    title: str
-    prefix: str
-    endpoints: tuple[Endpoint, ...]
-    about: str
-    errors: Mapping[str, str] = field(default_factory=dict)
-
-
-QUEUE = Service(
-    title="Queue",
-    prefix=API_PREFIX,
-    endpoints=ENDPOINTS,
-    about="A Taskcluster-queue-v1-compatible coordinator: tasks and runs are kept in its store "
-    "and workers find pending runs through hints in Azure Storage Queues. "
-    + _PROTOCOL
-    + " A GET may carry a Hawk bewit instead of an Authorization header (`?bewit=`, what the "
-    "official clients' `buildSignedUrl` appends); a request with neither holds the anonymous "
-    "scopes (by default `queue:get-artifact:public/*`).",
-)
-HOOKS = Service(
-    title="Hooks",
-    prefix=HOOKS_PREFIX,
-    endpoints=HOOK_ENDPOINTS,
-    about="Taskcluster's hooks service v1, served by the coordinator beside its queue: a hook "
-    "is a task template the coordinator creates tasks from on a cron schedule, or when "
-    "triggered. " + _PROTOCOL,
-    errors={
-        "404": "ResourceNotFound: no such hook (or hook group, or last fire).",
-        "409": "RequestConflict: another hook definition already has this id.",
-        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
-    },
-)
-SERVICES = (QUEUE, HOOKS)
-"""Every service with a document, served at ``<prefix>/openapi.json``."""
-
-
-def build_openapi(public_url: str, service: Service = QUEUE) -> dict[str, Any]:
+def build_openapi(public_url: str, service: Service) -> dict[str, Any]:
     """The document of ``service``, with the server at ``<public_url><prefix>``."""
     errors = {**ERROR_STATUSES, **service.errors}
     paths: dict[str, dict[str, Any]] = {}

@@ -28,7 +28,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 import coordinator
-from coordinator.api.endpoints import ENDPOINTS, PARAMETERS, Parameter
+from coordinator.api.endpoints import PARAMETERS, Endpoint, Parameter
 from coordinator.api.errors import InputValidationError
 from coordinator.domain.records import from_iso
 
@@ -198,14 +198,14 @@ def _parameter_validator(definition: str) -> Validator:
     return _build({"$ref": _parameter_ref(definition)})
 
 
-def preload() -> None:
+def preload(endpoints: Iterable[Endpoint]) -> None:
     """Load every schema and build every validator now, so that a broken schema stops the
     server at startup instead of failing its first request."""
     for name in schemas():
         _validator(name)
         _fast(_schema_id(name), formats=True)
         _fast(_schema_id(name), formats=False)
-    for parameter in {*PARAMETERS.values(), *(p for e in ENDPOINTS for p in e.query)}:
+    for parameter in {*PARAMETERS.values(), *(p for e in endpoints for p in e.query)}:
         _parameter_validator(parameter.schema)
         _fast(_parameter_ref(parameter.schema), formats=True)
 

@@ -19,13 +19,11 @@ from coordinator.azure.queues import PollUrls, QueueService
 from coordinator.domain.errors import NotFound
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
-from coordinator.domain.workers import WorkerKey
 from coordinator.service.azure_work import AzureWork
 from coordinator.service.claim_work import ClaimWork
 from coordinator.service.queue_controls import QueueControlService
 from coordinator.service.store_work import IDLE_POLL_S, PendingAnnouncer, StoreWork
 from coordinator.service.tasks import TaskService
-from coordinator.service.workers import WorkerService
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +42,6 @@ class WorkDispatch:
     """Hands out the work of task queues, for the API.
 
     :param azure_queues: the Azure queues under Azure dispatch; ``None`` under store dispatch.
-    :param workers: sees the workers that poll and claim, and knows the quarantined ones.
     :param controls: the claim gate of paused and limited task queues.
     :param claim_work_timeout_s: how long one claimWork call waits for work (seconds).
     """
@@ -54,13 +51,11 @@ class WorkDispatch:
         *,
         service: TaskService,
         azure_queues: QueueService | None,
-        workers: WorkerService,
         controls: QueueControlService,
         claim_work_timeout_s: float,
     ) -> None:
         self._service = service
         self._azure_queues = azure_queues
-        self._workers = workers
         self._announcer: PendingAnnouncer | None = None
         if azure_queues is not None:
             claim_work = ClaimWork(
@@ -112,21 +107,19 @@ class WorkDispatch:
         worker_id: str,
         count: int,
         disconnected: Callable[[], bool],
+        quarantined: Callable[[], bool],
     ) -> list[TaskRecord]:
-        """claimWork's long poll (nothing for a quarantined worker)."""
-        worker = WorkerKey(task_queue=task_queue, worker_group=worker_group, worker_id=worker_id)
-        self._workers.worker_seen(worker)
-        claimed = await self._claim_work.claim(
+        """claimWork's long poll through the task queue's gate (see
+        :meth:`ClaimWork.claim`); :class:`~coordinator.service.claims.ClaimPolicy` is what
+        the API calls."""
+        return await self._claim_work.claim(
             task_queue,
             worker_group=worker_group,
             worker_id=worker_id,
             count=count,
             disconnected=disconnected,
-            quarantined=lambda: self._workers.quarantined_until(worker) is not None,
+            quarantined=quarantined,
         )
-        for record in claimed:
-            self._workers.run_held(record, len(record.runs) - 1, claimed=True)
-        return claimed
 
     async def pending_count(self, task_queue: TaskQueue) -> int:
         """Azure's approximate count (an upper bound, cached), or the store's exact count

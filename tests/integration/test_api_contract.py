@@ -15,8 +15,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from coordinator.api.endpoints import API_PREFIX, ENDPOINTS
-from coordinator.api.handlers import HANDLERS
+from coordinator.api.endpoints import API_PREFIX
+from coordinator.api.pipeline import HANDLERS
+from coordinator.api.services import ENDPOINTS
+from coordinator.api.tasks import TaskHandlers
 from tests.fixtures.coordinator import StartCoordinator
 
 VALUES = {
@@ -114,13 +116,13 @@ async def test_declared_scopes_left_unchecked_are_a_500(
     c = await start_coordinator()
     group = "fN1SbArXTPSVFNUvaOlinQ"
     await c.create(taskGroupId=group)
-    handlers = c.app[HANDLERS] if c.app is not None else None
+    handlers = c.app[HANDLERS][TaskHandlers] if c.app is not None else None
     assert handlers is not None
 
     async def unchecked(request: Any, body: Any) -> dict[str, Any]:
         return {"taskGroupId": group}
 
-    handlers.sealTaskGroup = unchecked  # type: ignore[method-assign]
+    handlers.sealTaskGroup = unchecked  # type: ignore[attr-defined]
     with caplog.at_level(logging.ERROR):
         response = await c.call("POST", f"/task-group/{group}/seal")
     assert response.status == 500, response.body

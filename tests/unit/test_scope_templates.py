@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.api.endpoints import ENDPOINTS, Endpoint, url_parameters
-from coordinator.api.handlers import declared
+from coordinator.api.endpoints import Endpoint, url_parameters
+from coordinator.api.pipeline import declared
 from coordinator.api.scopes import (
     CREATE_TASK_SCOPES,
     Expression,
@@ -24,6 +24,7 @@ from coordinator.api.scopes import (
     template_parameters,
     valid_scope,
 )
+from coordinator.api.services import ENDPOINTS
 
 
 def _endpoint(operation_id: str) -> Endpoint:

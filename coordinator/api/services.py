@@ -1,0 +1,99 @@
+"""The services the coordinator serves on its root URL, each under its own prefix with its own
+OpenAPI document: the queue (its parts: tasks, a worker's calls on runs, artifacts, the
+batches of runs, task queues and workers, the management API) and the hooks service.
+
+A new service is one :class:`Service` here, built from the :class:`~coordinator.api.pipeline.
+Routes` its own module declares beside its handlers; the app serves every endpoint of
+:data:`SERVICES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from coordinator.api import (
+    artifacts,
+    claims,
+    hooks,
+    management,
+    run_batches,
+    status,
+    task_queues,
+    tasks,
+)
+from coordinator.api.endpoints import API_PREFIX, HOOKS_PREFIX, MAX_REQUEST_LINE, Endpoint
+from coordinator.api.pipeline import Routes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Service:
+    """One API served on the coordinator's root URL, described by a document of its own.
+
+    :param title: the document's ``info.title``.
+    :param prefix: where the API answers, below the public URL; the document's server.
+    :param parts: its routes, each part with the class that handles them.
+    :param about: the opening of ``info.description``; the protocol's rules follow it.
+    :param errors: :data:`~coordinator.api.openapi.ERROR_STATUSES` the service says
+        otherwise.
+    """
+
+    title: str
+    prefix: str
+    parts: tuple[Routes, ...]
+    about: str
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """Its endpoint table: every part's, in order."""
+        return tuple(endpoint for part in self.parts for endpoint in part.endpoints)
+
+
+PROTOCOL = (
+    "Authentication is Taskcluster's Hawk scheme; an operation's `x-scopes` is the scope "
+    "expression its caller must satisfy. The request line (method, path and query string, "
+    f"percent-encoded) may be at most {MAX_REQUEST_LINE} bytes, which every query these "
+    "parameters allow fits in; a longer one is a 400."
+)
+
+QUEUE = Service(
+    title="Queue",
+    prefix=API_PREFIX,
+    parts=(
+        status.ROUTES,
+        tasks.ROUTES,
+        claims.ROUTES,
+        artifacts.ROUTES,
+        run_batches.ROUTES,
+        task_queues.ROUTES,
+        management.ROUTES,
+    ),
+    about="A Taskcluster-queue-v1-compatible coordinator: tasks and runs are kept in its store, "
+    "and workers claim pending runs from it through claimWork (store dispatch) or find them "
+    "through hints in Azure Storage Queues (Azure dispatch). "
+    + PROTOCOL
+    + " A GET may carry a Hawk bewit instead of an Authorization header (`?bewit=`, what the "
+    "official clients' `buildSignedUrl` appends); a request with neither holds the anonymous "
+    "scopes (by default `queue:get-artifact:public/*`).",
+)
+HOOKS = Service(
+    title="Hooks",
+    prefix=HOOKS_PREFIX,
+    parts=(status.status_routes(HOOKS_PREFIX, "Hooks"), hooks.ROUTES),
+    about="Taskcluster's hooks service v1, served by the coordinator beside its queue: a hook "
+    "is a task template the coordinator creates tasks from on a cron schedule, or when "
+    "triggered. " + PROTOCOL,
+    errors={
+        "404": "ResourceNotFound: no such hook (or hook group, or last fire).",
+        "409": "RequestConflict: another hook definition already has this id.",
+        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+    },
+)
+SERVICES = (QUEUE, HOOKS)
+"""Every service, served under its prefix with its document at ``<prefix>/openapi.json``."""
+
+ENDPOINTS = QUEUE.endpoints
+"""The queue's endpoint table."""
+HOOK_ENDPOINTS = HOOKS.endpoints
+"""The hooks service's endpoint table, its status endpoints included."""
