@@ -206,7 +206,9 @@ PARAMETERS: Mapping[str, Parameter] = {
         Parameter(
             name="continuationToken",
             schema="continuation-token-parameter",
-            description="The `continuationToken` of the previous page.",
+            description="The `continuationToken` of the previous page. A token this API did not "
+            "issue, or one of another listing or of other parameters (only `limit` may change), "
+            "is a 400.",
             refusal="continuationToken {value!r} is not one this API issued: pass the token of "
             "the previous page of the same listing, with the same parameters (only limit may "
             "change)",

@@ -146,7 +146,10 @@ HOOK_ENDPOINTS: tuple[Endpoint, ...] = (
         title="Create a hook",
         description="Create a hook. Its tasks are created with the scopes of the client that "
         "created it (or last updated it). Repeating the call with the same definition returns "
-        "it; another definition under the same id is a 409.",
+        "it; another definition under the same id is a 409. Besides the schema, a 400 when the "
+        "body's `hookGroupId` or `hookId` differs from the path's, a `schedule` entry is not a "
+        "cron pattern (seconds first, 6 fields at most) or never occurs, `triggerSchema` is not "
+        "a valid JSON schema, or `task` is not a valid JSON-e template.",
         scopes=_MODIFY_HOOK,
     ),
     Endpoint(
@@ -158,7 +161,8 @@ HOOK_ENDPOINTS: tuple[Endpoint, ...] = (
         output="hook-definition",
         title="Update a hook",
         description="Replace every field of the hook but its ids and trigger token (bindings "
-        "stay when the body has none); its schedule restarts from now.",
+        "stay when the body has none); its schedule restarts from now. A 400 for what createHook "
+        "refuses beyond the schema.",
         scopes=_MODIFY_HOOK,
     ),
     Endpoint(
@@ -181,7 +185,10 @@ HOOK_ENDPOINTS: tuple[Endpoint, ...] = (
         output="trigger-hook-response",
         title="Trigger a hook",
         description="Create the hook's task now, its template rendered with this payload "
-        "(which must match the hook's triggerSchema) as `payload`.",
+        "(which must match the hook's triggerSchema: otherwise a 400) as `payload`; a "
+        "`payload.taskId` that is not a slugid is a 400. A template that fails to render or "
+        "renders something other than an object is a 400, and a task createTask refuses is "
+        "answered as createTask would (a 403 when the hook's scopes do not suffice).",
         scopes=f"hooks:trigger-hook:{_HOOK}",
     ),
     Endpoint(

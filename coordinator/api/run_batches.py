@@ -38,6 +38,7 @@ from coordinator.api.pipeline import (
 from coordinator.api.scopes import Expression, held_scopes
 from coordinator.domain.errors import DomainError, Forbidden
 from coordinator.domain.records import TaskRecord
+from coordinator.domain.task_queues import MAX_BATCH_RUNS
 from coordinator.service.tasks import Permit, RunReport
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,11 @@ def _run_error(method: str, task_id: str, run_id: int, error: DomainError) -> Bo
     return {"taskId": task_id, "runId": run_id, "error": error_body}
 
 
+_DUPLICATE = (
+    "A run named twice in one batch is a 400 for the whole batch (its two answers could "
+    "contradict)."
+)
+
 RUN_BATCH_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         name="claimRuns",
@@ -130,12 +136,14 @@ RUN_BATCH_ENDPOINTS: tuple[Endpoint, ...] = (
         input="claim-runs-request",
         output="claim-runs-response",
         title="Claim Many Runs",
-        description="Claim 1 to 32 pending runs (the hints of one Azure get) for one worker in "
-        "one request and one store round trip. Needs `queue:worker-id:<workerGroup>/<workerId>` "
+        description=f"Claim 1 to {MAX_BATCH_RUNS} pending runs (the hints of one Azure get) "
+        "for one worker in one request and one store round trip. Needs "
+        "`queue:worker-id:<workerGroup>/<workerId>` "
         "(401/403 for the whole batch otherwise) and, per run, the claimTask scope of its task "
         "queue. Results come back in request order: the claim as claimTask answers it, or "
         "`{taskId, runId, error: {status, code, message}}` with what claimTask would have "
-        "answered; one run refused never fails the others. Not a Taskcluster method.",
+        "answered; one run refused never fails the others. " + _DUPLICATE + " Not a Taskcluster "
+        "method.",
         stability="experimental",
         scopes=WORKER_ID,
         run_scopes="queue:claim-task:<taskQueueId>",
@@ -147,10 +155,11 @@ RUN_BATCH_ENDPOINTS: tuple[Endpoint, ...] = (
         input="reclaim-runs-request",
         output="reclaim-runs-response",
         title="Reclaim Many Runs",
-        description="reclaimTask for 1 to 32 running runs at once. Per run the caller needs "
-        "`queue:reclaim-task:<taskId>/<runId>` or `queue:worker-id:<workerGroup>/<workerId>` "
-        "of the worker holding the run (a worker batches with its own credentials). Per-run "
-        "results in request order, as claimRuns. Not a Taskcluster method.",
+        description=f"reclaimTask for 1 to {MAX_BATCH_RUNS} running runs at once. Per run the "
+        "caller needs `queue:reclaim-task:<taskId>/<runId>` or "
+        "`queue:worker-id:<workerGroup>/<workerId>` of the worker holding the run (a worker "
+        "batches with its own credentials). Per-run "
+        "results in request order, as claimRuns. " + _DUPLICATE + " Not a Taskcluster method.",
         stability="experimental",
         run_scopes=run_or_holder("queue:reclaim-task"),
     ),
@@ -161,11 +170,12 @@ RUN_BATCH_ENDPOINTS: tuple[Endpoint, ...] = (
         input="resolve-runs-request",
         output="resolve-runs-response",
         title="Resolve Many Runs",
-        description="reportCompleted, reportFailed and reportException for 1 to 32 running "
+        description="reportCompleted, reportFailed and reportException for 1 to "
+        f"{MAX_BATCH_RUNS} running "
         "runs at once (`resolution`, and `reason` exactly for `exception`). Per run the caller "
         "needs `queue:resolve-task:<taskId>/<runId>` or the worker-id scope of the worker "
-        "holding the run. Per-run results in request order, as claimRuns. Not a Taskcluster "
-        "method.",
+        "holding the run. Per-run results in request order, as claimRuns. " + _DUPLICATE + " Not "
+        "a Taskcluster method.",
         stability="experimental",
         run_scopes=run_or_holder("queue:resolve-task"),
     ),

@@ -58,6 +58,15 @@ def _item_error(error: InputValidationError | DomainError) -> Body:
     return {"code": api_error.code, "message": str(api_error)}
 
 
+_CREATE_RULES = (
+    " Besides the schema, a definition is a 400 when `created` is more than 15 minutes from "
+    "the coordinator's clock; `deadline` is not in the future, is before `created` or further "
+    "than the coordinator's maximum (5 days unless configured); `expires` is before "
+    "`deadline`; `notBefore` is after `deadline`; `provisionerId` or `workerType` contradicts "
+    "`taskQueueId`; it depends on itself, or names a dependency, route or scope twice; a "
+    "scope ends in `**`; or a dependency does not exist or expires before its deadline."
+)
+
 TASK_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         name="createTask",
@@ -68,7 +77,7 @@ TASK_ENDPOINTS: tuple[Endpoint, ...] = (
         title="Create New Task",
         description="Define a task. It is scheduled at once unless it has dependencies. "
         "Repeating the call with an identical definition returns the current status; a "
-        "different definition under the same taskId is a conflict.",
+        "different definition under the same taskId is a conflict." + _CREATE_RULES,
         scopes=CREATE_TASK_SCOPES,
     ),
     Endpoint(
@@ -81,8 +90,8 @@ TASK_ENDPOINTS: tuple[Endpoint, ...] = (
         description="Define 1 to 1,000 tasks in one request. Each item is validated and is "
         "idempotent exactly as createTask; the new tasks are written in one transaction and "
         "their hints put concurrently. The caller needs every item's createTask scopes (403 "
-        "for the whole batch otherwise). Per-item results come back in request order. Not a "
-        "Taskcluster method.",
+        "for the whole batch otherwise). Per-item results come back in request order; an item "
+        "refused by createTask's rules is that item's error. Not a Taskcluster method.",
         stability="experimental",
         batch=True,
         scopes={"AllOf": [{"for": "task", "in": "tasks", "each": CREATE_TASK_SCOPES}]},

@@ -44,7 +44,7 @@ from coordinator.azure.names import check_prefix, queue_name, queue_name_pattern
 from coordinator.azure.put import HintPutter
 from coordinator.domain.lifecycle import Hint
 from coordinator.domain.records import from_iso, to_iso
-from coordinator.domain.task_queues import PRIORITIES
+from coordinator.domain.task_queues import MAX_BATCH_RUNS, PRIORITIES
 
 logger = logging.getLogger(__name__)
 
@@ -397,11 +397,11 @@ class QueueService:
         max_messages: int,
         visibility_timeout: int,
     ) -> list[ReceivedHint]:
-        """Fetch up to ``max_messages`` (1..32) hints, walking the queues highest priority
-        first; each stays invisible to others for ``visibility_timeout`` seconds unless
-        deleted or released. Queues that do not exist count as empty."""
-        if not 1 <= max_messages <= 32:
-            raise ValueError(f"max_messages must be 1..32, not {max_messages}")
+        """Fetch up to ``max_messages`` (1 to :data:`MAX_BATCH_RUNS`) hints, walking the queues
+        highest priority first; each stays invisible to others for ``visibility_timeout``
+        seconds unless deleted or released. Queues that do not exist count as empty."""
+        if not 1 <= max_messages <= MAX_BATCH_RUNS:
+            raise ValueError(f"max_messages must be 1..{MAX_BATCH_RUNS}, not {max_messages}")
         received: list[ReceivedHint] = []
         for priority in PRIORITIES:
             wanted = max_messages - len(received)

@@ -25,6 +25,11 @@ PRIORITIES: tuple[str, ...] = (
 )
 """Priorities from highest to lowest."""
 
+MAX_BATCH_RUNS = 32
+"""The most runs one call names or gets: a batch of claimRuns, reclaimRuns or resolveRuns, and
+claimWork's ``tasks``. It is one Azure get's worth of hints (Azure's ``numofmessages`` limit),
+and the schemas of those calls say the same number."""
+
 
 def canonical_priority(priority: str) -> str:
     """``normal`` is an old name of ``lowest``; every other priority is itself."""

@@ -40,7 +40,7 @@ from coordinator.api.validation import (
 )
 from coordinator.domain.definitions import normalise
 from coordinator.domain.records import Run, from_iso, record_from_definition
-from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.task_queues import MAX_BATCH_RUNS, TaskQueue
 from devharness.tasks import HOUR_MS, task_definition
 
 TASK_ID = "Jgj3vp06TJCopdyHUgtfww"
@@ -815,3 +815,20 @@ def test_every_query_the_document_allows_fits_the_request_line() -> None:
         assert len(line) <= MAX_REQUEST_LINE, (endpoint.operation_id, len(line))
         longest = max(longest, len(line))
     assert longest > MAX_REQUEST_LINE * 0.8  # the bound is tight, not vacuous
+
+
+@pytest.mark.parametrize(
+    ("schema", "path"),
+    [
+        ("claim-runs-request", ("properties", "runs", "maxItems")),
+        ("reclaim-runs-request", ("properties", "runs", "maxItems")),
+        ("resolve-runs-request", ("properties", "reports", "maxItems")),
+        ("claim-work-request", ("properties", "tasks", "maximum")),
+        ("claim-work-response", ("properties", "tasks", "maxItems")),
+    ],
+)
+def test_the_batch_schemas_say_max_batch_runs(schema: str, path: tuple[str, ...]) -> None:
+    found: Any = json.loads((SCHEMAS_DIR / f"{schema}.json").read_text())
+    for key in path:
+        found = found[key]
+    assert found == MAX_BATCH_RUNS
