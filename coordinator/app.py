@@ -33,6 +33,7 @@ from coordinator.azure.queues import QueueService, QueueSettings
 from coordinator.blobs import BlobStore, open_blob_store
 from coordinator.config import Config, ConfigurationError
 from coordinator.domain.lifecycle import Timing
+from coordinator.pulse.publisher import BrokerRefused, PulsePublisher
 from coordinator.resolvers import (
     claim_resolver,
     deadline_resolver,
@@ -55,10 +56,10 @@ from coordinator.service.artifacts import ArtifactService
 from coordinator.service.claims import ClaimPolicy, CreatePolicy
 from coordinator.service.clock import wall_clock
 from coordinator.service.dispatch import WorkDispatch
+from coordinator.service.event_outbox import EventOutbox
 from coordinator.service.hooks import DUE_BATCH, HookService
 from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
-from coordinator.service.pulse import BrokerRefused, EventOutbox, PulsePublisher
 from coordinator.service.queue_controls import QueueControlService
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
@@ -316,7 +317,7 @@ async def _serve_over(
     )
     events = None
     if config.pulse_url is not None:
-        publisher = PulsePublisher(config.pulse_url, metrics=metrics)
+        publisher = PulsePublisher(config.pulse_url)
         try:
             await publisher.check()
         except BrokerRefused as error:

@@ -5,7 +5,7 @@ outage a pass publishes nothing and the messages wait, to go out in order once i
 
 from __future__ import annotations
 
-from coordinator.service.pulse import EventOutbox
+from coordinator.service.event_outbox import EventOutbox
 
 BATCH = 500
 """Messages per pass; a full pass runs again at once."""

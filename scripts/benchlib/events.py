@@ -258,7 +258,7 @@ async def _outage(
         restored = time.monotonic()
         await proxy.restore()
         # timed from the first message the broker holds: the publisher tries to reconnect
-        # once a second (pulse.RETRY_EVERY), which is not the drain
+        # once a second (coordinator.pulse.publisher.RETRY_EVERY), which is not the drain
         began = await queue.wait_for(1)
         meter.start()
         drained = await queue.wait_for(done.messages)

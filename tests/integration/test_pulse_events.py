@@ -17,9 +17,10 @@ import slugid
 
 from coordinator.api.endpoints import HOOKS_PREFIX
 from coordinator.domain.events import EXCHANGE_PREFIX, REFUSALS_BEFORE_PARKING, QueueEvent
+from coordinator.pulse.publisher import PulsePublisher
 from coordinator.service import tasks as tasks_module
+from coordinator.service.event_outbox import EventOutbox
 from coordinator.service.metrics import ServiceMetrics
-from coordinator.service.pulse import EventOutbox, PulsePublisher
 from coordinator.store.base import Store
 from devharness.ports import free_port
 from devharness.waiting import wait_until
@@ -417,7 +418,7 @@ async def test_a_message_the_broker_always_refuses_is_parked_and_the_rest_goes_o
     await store.append_events([message(0, (f"route.{route}",)), message(1)])
     now = [1_700_000_000_000]
     metrics = ServiceMetrics()
-    publisher = PulsePublisher(AMQP_URL, metrics=metrics)
+    publisher = PulsePublisher(AMQP_URL)
     outbox = EventOutbox(store=store, publisher=publisher, metrics=metrics, clock=lambda: now[0])
     try:
         for _ in range(REFUSALS_BEFORE_PARKING):

@@ -16,7 +16,9 @@ ALLOWED: dict[str, set[str]] = {
     # config: the factory reads Config and raises ConfigurationError, as store/factory.py does;
     # azure.account: the storage account opened as the queues open it (timeouts, retry, key)
     "blobs": {"domain", "blobs", "config", "azure.account"},
-    "service": {"domain", "store", "azure", "service", "blobs"},
+    # pulse: the AMQP transport the event outbox publishes through
+    "pulse": {"domain", "pulse"},
+    "service": {"domain", "store", "azure", "service", "blobs", "pulse"},
     "resolvers": {
         "service",
         "domain",
@@ -28,7 +30,9 @@ ALLOWED: dict[str, set[str]] = {
     # blobs.base: a blob store outage is a 503, an upload cut short a 400
     "api": {"service", "domain", "config", "api", "azure.errors", "store.errors", "blobs.base"},
 }
-"""Layer -> what its modules may import from ``coordinator`` (a layer, or one module)."""
+"""Layer -> what its modules may import from ``coordinator`` (a layer, or one module). A layer
+that no rule names (``pulse`` for all but ``service``) is imported only by ``app.py`` and
+``cli``."""
 
 
 def _imports(path: Path) -> set[str]:
@@ -79,7 +83,7 @@ def test_the_worker_sdk_never_imports_the_coordinator() -> None:
 
 
 def test_no_http_status_below_the_api() -> None:
-    for layer in ("domain", "service", "store", "resolvers", "blobs"):
+    for layer in ("domain", "service", "store", "resolvers", "blobs", "pulse"):
         for path in (ROOT / "coordinator" / layer).rglob("*.py"):
             text = path.read_text()
             assert "aiohttp" not in text and "status=4" not in text, path
@@ -123,3 +127,13 @@ def test_only_hawk_signing_is_shared_by_the_coordinator_and_the_sdk() -> None:
         assert "worker_sdk" not in _third_party_roots(path), path
     for path in sorted((ROOT / "hawk_signing").rglob("*.py")):
         assert not {"coordinator", "worker_sdk"} & _third_party_roots(path), path
+
+
+def test_only_the_pulse_transport_knows_amqp() -> None:
+    """pika is the ``pulse`` layer's: the service decides what to publish, never how."""
+    knowing = {
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "coordinator").rglob("*.py"))
+        if "pika" in _third_party_roots(path)
+    }
+    assert knowing and all(path.startswith("coordinator/pulse/") for path in knowing), knowing

@@ -1,4 +1,4 @@
-"""Publishing the outbox to Taskcluster's Pulse exchanges over AMQP (pika).
+"""Publishing outbox entries to Taskcluster's Pulse exchanges over AMQP (pika).
 
 :class:`PulsePublisher` holds one connection and one confirm channel to the broker, opened when
 needed, through pika's asyncio adapter on the coordinator's event loop.
@@ -9,13 +9,12 @@ and returns the broker's answer per entry: confirmed, refused (a nack, or the ch
 over an entry), or none (it went away). pika hands each confirm to one callback and writes a
 message's frames without a future or a task of its own: about a tenth of the CPU per message
 that aio-pika's path costs, measured on the coordinator's loop (docs/events.md); and
-:class:`_GatheredWrites` sends what a batch wrote in one system call rather than one a frame.
+:class:`~coordinator.pulse.gathered_writes.GatheredWrites` sends what a batch wrote in one
+system call rather than one a frame.
 
 A broker that goes away is one warning (and one line when it is back), however many passes
 fail in between: the entries stay in the outbox and are published again, so a message may
-arrive twice, never not at all. :class:`EventOutbox` is the publisher's pass over the store:
-a batch out, the confirmed deleted, the refused retried or parked (logged once each with the
-message's key: a taskId, taskGroupId or ``hookGroupId/hookId``), the depth gauge.
+arrive twice, never not at all.
 """
 
 from __future__ import annotations
@@ -30,13 +29,11 @@ from urllib.parse import urlsplit
 
 import pika
 import pika.exceptions
-from pika.adapters.asyncio_connection import AsyncioConnection
 
-from coordinator.domain.events import BrokerReply, OutboxEntry, OutboxPass, exchange_name
+from coordinator.domain.events import BrokerReply, OutboxEntry, exchange_name
 from coordinator.domain.urls import without_credentials
-from coordinator.service.clock import Clock
-from coordinator.service.metrics import ServiceMetrics
-from coordinator.store.base import Store
+from coordinator.pulse.confirms import ConfirmBatch
+from coordinator.pulse.gathered_writes import GatheredWrites
 
 log = logging.getLogger(__name__)
 
@@ -52,102 +49,22 @@ RETRY_EVERY = 1.0
 _JSON = "application/json"
 
 
-class _GatheredWrites(AsyncioConnection):  # type: ignore[misc]  # pika ships no types
-    """pika's asyncio connection, handing its transport what it writes within one turn of the
-    event loop as one buffer.
-
-    pika writes each frame (a message is three: method, header, body) as a buffer of its own,
-    and its transport sends each buffer with a ``send`` of its own once the socket is
-    writable, which is a turn of the loop later anyway. Gathered, a batch of messages is one
-    system call instead of three a message.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._gathered: list[bytes] = []
-
-    def _adapter_emit_data(self, data: bytes) -> None:
-        if not self._gathered:
-            self.ioloop.call_soon(self._hand_over)
-        self._gathered.append(data)
-
-    def _hand_over(self) -> None:
-        data, self._gathered = b"".join(self._gathered), []
-        if self._transport is not None:  # None once the connection is lost: nothing to send
-            super()._adapter_emit_data(data)
-
-
 class BrokerRefused(Exception):
     """The broker's address or credentials are wrong: a configuration error, not an outage."""
 
 
-class _Batch:
-    """The confirms a batch waits for: entry ``i`` went out with delivery tag
-    ``first_tag + i``."""
-
-    def __init__(self, entries: Sequence[OutboxEntry], first_tag: int) -> None:
-        self.entries = entries
-        self.first_tag = first_tag
-        self.confirmed: set[int] = set()
-        self.refused: dict[int, str] = {}
-        self.answered = 0
-        self._lowest = 0  # entries below this index are all answered
-        self.done = asyncio.get_running_loop().create_future()
-
-    def answer(self, tag: int, *, multiple: bool, acked: bool) -> None:
-        """The broker's ack or nack of ``tag`` (and, ``multiple``, of every earlier tag)."""
-        last = tag - self.first_tag
-        for index in range(self._lowest if multiple else last, last + 1):
-            if 0 <= index < len(self.entries):
-                entry_id = self.entries[index].id
-                if entry_id in self.confirmed or entry_id in self.refused:
-                    continue
-                if acked:
-                    self.confirmed.add(entry_id)
-                else:
-                    self.refused[entry_id] = "the broker refused it (nack)"
-                self.answered += 1
-        while self._lowest < len(self.entries) and self._answered(self._lowest):
-            self._lowest += 1
-        if self.answered == len(self.entries) and not self.done.done():
-            self.done.set_result(None)
-
-    def _answered(self, index: int) -> bool:
-        entry_id = self.entries[index].id
-        return entry_id in self.confirmed or entry_id in self.refused
-
-    def cut(self, error: BaseException, *, blame_next: bool) -> None:
-        """The channel or connection closed before every answer came; with ``blame_next``
-        (the broker closed the channel over a message) the first unanswered entry is refused
-        with ``error``."""
-        if blame_next:
-            for index in range(self._lowest, len(self.entries)):
-                if not self._answered(index):
-                    self.refused[self.entries[index].id] = f"the broker closed the channel: {error}"
-                    break
-        if not self.done.done():
-            self.done.set_exception(error)
-
-    def reply(self) -> BrokerReply:
-        return BrokerReply(confirmed=frozenset(self.confirmed), refused=dict(self.refused))
-
-
 class PulsePublisher:
-    """Publishes outbox entries to the broker at ``url``.
+    """Publishes outbox entries to the broker at ``url``."""
 
-    :param metrics: counts ``queue_events_published_total{exchange}``.
-    """
-
-    def __init__(self, url: str, *, metrics: ServiceMetrics) -> None:
+    def __init__(self, url: str) -> None:
         self._url = url
         self.name = without_credentials(url)
-        self._metrics = metrics
-        self._connection: _GatheredWrites | None = None
+        self._connection: GatheredWrites | None = None
         self._gone: asyncio.Future[None] | None = None  # the connection's end
         self._channel: Any = None  # pika.channel.Channel
         self._declared: set[str] = set()
         self._tag = 0  # the delivery tag of the last message published on the channel
-        self._batch: _Batch | None = None
+        self._batch: ConfirmBatch | None = None
         self._waiting: set[asyncio.Future[Any]] = set()
         self._down = False
         self._tried_at = float("-inf")
@@ -209,16 +126,16 @@ class PulsePublisher:
         gone = self._gone = loop.create_future()
 
         def closed(_: Any, error: BaseException) -> None:
-            _settle(gone, None)
+            _resolve_future(gone, None)
             self._closed(error, blame_next=False)
 
         def failed(_: Any, error: BaseException) -> None:
-            _settle(gone, None)
+            _resolve_future(gone, None)
             _fail(opened, error)
 
-        self._connection = _GatheredWrites(
+        self._connection = GatheredWrites(
             parameters,
-            on_open_callback=lambda connection: _settle(opened, connection),
+            on_open_callback=lambda connection: _resolve_future(opened, connection),
             on_open_error_callback=failed,
             on_close_callback=closed,
             custom_ioloop=loop,
@@ -250,7 +167,7 @@ class PulsePublisher:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting.add(future)
         try:
-            start(lambda result: _settle(future, result))
+            start(lambda result: _resolve_future(future, result))
             async with asyncio.timeout(PUBLISH_TIMEOUT):
                 return await future
         finally:
@@ -295,14 +212,14 @@ class PulsePublisher:
     async def publish(self, entries: Sequence[OutboxEntry]) -> BrokerReply:
         """Publish ``entries`` in order; what the broker answered. Never raises for a broker
         outage: the unanswered stay in the outbox for the next pass."""
-        batch: _Batch | None = None
+        batch: ConfirmBatch | None = None
         try:
             await self._open()
             for name in {entry.exchange for entry in entries}:
                 await self._exchange(exchange_name(name))
             # One channel keeps the order in which the messages are sent; the confirms are
             # awaited together.
-            batch = self._batch = _Batch(entries, self._tag + 1)
+            batch = self._batch = ConfirmBatch(entries, self._tag + 1)
             channel = self._channel
             for entry in entries:
                 self._tag += 1
@@ -327,12 +244,7 @@ class PulsePublisher:
                 log.warning("pulse broker reachable again broker=%s", self.name)
         finally:
             self._batch = None
-        if batch is None:
-            return BrokerReply()
-        for entry in entries:
-            if entry.id in batch.confirmed:
-                self._metrics.event_published(entry.exchange)
-        return batch.reply()
+        return BrokerReply() if batch is None else batch.reply()
 
     def _outage(self, error: BaseException) -> None:
         """Log the first failure of an outage only (the caller drops the connection, and the
@@ -376,7 +288,7 @@ def _properties(entry: OutboxEntry) -> pika.BasicProperties:
     )
 
 
-def _settle(future: asyncio.Future[Any], result: Any) -> None:
+def _resolve_future(future: asyncio.Future[Any], result: Any) -> None:
     if not future.done():
         future.set_result(result)
 
@@ -384,51 +296,3 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
 def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
-
-
-class EventOutbox:
-    """The outbox as the event publisher sees it: batches from the store to the broker.
-
-    :param depth_every_ms: how often :meth:`publish_batch` also refreshes
-        ``queue_event_outbox_depth`` (a count of the table).
-    """
-
-    def __init__(
-        self,
-        *,
-        store: Store,
-        publisher: PulsePublisher,
-        metrics: ServiceMetrics,
-        clock: Clock,
-        depth_every_ms: int = 1000,
-    ) -> None:
-        self._store = store
-        self.publisher = publisher
-        self._metrics = metrics
-        self._clock = clock
-        self._depth_every_ms = depth_every_ms
-        self._depth_at: int | None = None
-
-    async def publish_batch(self, limit: int) -> int:
-        """Publish up to ``limit`` of the oldest events; how many the broker confirmed (and
-        the outbox deleted)."""
-        done = OutboxPass()
-        if await self.publisher.ready():
-            done = await self._store.publish_outbox(
-                limit, self.publisher.publish, now=self._clock()
-            )
-        for entry, reason in done.parked:
-            self._metrics.event_parked(entry.exchange)
-            log.error(
-                "pulse message parked key=%s exchange=%s attempts=%d reason=%s: the broker "
-                "refused it every time; it is kept in queue_event_outbox_parked",
-                entry.key,
-                entry.exchange,
-                entry.attempts + 1,
-                reason,
-            )
-        now = self._clock()
-        if self._depth_at is None or now - self._depth_at >= self._depth_every_ms:
-            self._depth_at = now
-            self._metrics.set_outbox_depth(await self._store.outbox_depth())
-        return done.published
