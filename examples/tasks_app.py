@@ -37,8 +37,8 @@ def word_count(text: str) -> dict[str, int]:
 
 
 def mail_retry(error: BaseException, retry_count: int) -> float | Literal[False]:
-    """The blog's custom retry block: wait 1, 2, then 4 s between tries, then give up; an
-    address that cannot work is never retried."""
+    """A custom retry block: wait 1, 2, then 4 s between tries, then give up; an address that
+    cannot work is never retried."""
     if isinstance(error, ValueError) or retry_count >= 3:
         return False
     return 2.0**retry_count
