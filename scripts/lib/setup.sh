@@ -4,7 +4,8 @@
 # - node_modules from package-lock.json (Azurite; the Node taskcluster-client for
 #   tests/e2e/test_node_client.py; taskcluster-client-web and esbuild for the dashboard), via npm ci when the lock changes; then the dashboard's client bundle
 #   (coordinator/ui/vendor, committed so the wheel has it) is rebuilt from the new lock.
-# Needs python3 (3.11+) with venv, and node/npm (Node 20); installs them with apt if missing.
+# Needs python3 (3.11+) with venv, and node/npm; installs the distribution's packages with apt if
+# either is missing.
 
 set -euo pipefail
 
