@@ -73,9 +73,15 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
-from coordinator.store.base import ClaimPending, PendingAnnouncement, ProcessLocks
+from coordinator.store.base import ProcessLocks
+from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement
 from coordinator.store.outages import OutageWatch
-from coordinator.store.outbox_rows import entry_from_row, outbox_rows, settle, written_outbox_rows
+from coordinator.store.outbox_rows import (
+    entry_from_row,
+    outbox_rows,
+    writes_after_reply,
+    written_outbox_rows,
+)
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -672,17 +678,17 @@ class PostgresStore(SQLStore):
                 if not rows:
                     return OutboxPass()
                 entries = [entry_from_row(row) for row in rows]
-                settled = settle(entries, await publish(entries), now=now)
+                writes = writes_after_reply(entries, await publish(entries), now=now)
                 for name, params in (
-                    ("park_outbox_event", settled.parks),
-                    ("retry_outbox_event", settled.retries),
+                    ("park_outbox_event", writes.parks),
+                    ("retry_outbox_event", writes.retries),
                 ):
                     if params:
                         await conn.executemany(_Q[name].sql, [_Q[name].args(p) for p in params])
-                if settled.deleted:
+                if writes.deleted:
                     delete = _Q["delete_outbox_events"]
-                    await conn.execute(delete.sql, *delete.args({"ids": settled.deleted}))
-                return settled.outcome
+                    await conn.execute(delete.sql, *delete.args({"ids": writes.deleted}))
+                return writes.outcome
 
         return await self._outages.watch(run())
 

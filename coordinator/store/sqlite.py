@@ -43,13 +43,14 @@ from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
-from coordinator.store.base import ClaimPending, PendingAnnouncement, ProcessLocks
+from coordinator.store.base import ProcessLocks
+from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
-    Settled,
+    ReplyWrites,
     entry_from_row,
     outbox_rows,
-    settle,
+    writes_after_reply,
     written_outbox_rows,
 )
 from coordinator.store.rows import (
@@ -233,11 +234,11 @@ def _write_outbox(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
         conn.executemany(_Q["insert_outbox_event"], rows)
 
 
-def _settle(conn: sqlite3.Connection, settled: Settled) -> None:
+def _write_reply(conn: sqlite3.Connection, writes: ReplyWrites) -> None:
     """The outbox writes after a broker's reply, in the caller's transaction."""
-    conn.executemany(_Q["park_outbox_event"], settled.parks)
-    conn.executemany(_Q["retry_outbox_event"], settled.retries)
-    conn.execute(_Q["delete_outbox_events"], {"ids": json.dumps(settled.deleted)})
+    conn.executemany(_Q["park_outbox_event"], writes.parks)
+    conn.executemany(_Q["retry_outbox_event"], writes.retries)
+    conn.execute(_Q["delete_outbox_events"], {"ids": json.dumps(writes.deleted)})
 
 
 def _groups_resolved(conn: sqlite3.Connection, group_ids: Iterable[str]) -> None:
@@ -491,10 +492,10 @@ class SQLiteStore(SQLStore):
             if not rows:
                 return OutboxPass()
             entries = [entry_from_row(row) for row in rows]
-            settled = settle(entries, await publish(entries), now=now)
-            if settled.writes:
-                await self._run(lambda conn: _settle(conn, settled))
-            return settled.outcome
+            writes = writes_after_reply(entries, await publish(entries), now=now)
+            if writes.needed:
+                await self._run(lambda conn: _write_reply(conn, writes))
+            return writes.outcome
 
     async def _seal_announcing(self, task_group_id: str, *, now: int) -> TaskGroup | None:
         def seal(conn: sqlite3.Connection) -> TaskGroup | None:
