@@ -136,7 +136,21 @@ def _positional(sql: str) -> _Statement:
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-_Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
+
+def _deleting(doomed: str) -> str:
+    """``delete_tasks`` deleting the batch that the named statement ``doomed`` selects."""
+    sql = queries("postgres")
+    return sql["delete_tasks"].format(doomed=sql[doomed])
+
+
+_SQL = {
+    **queries("postgres"),
+    "delete_expired": _deleting("expired_tasks"),
+    "delete_matching": _deleting("matching_tasks"),
+}
+"""Every named statement, and the task deletions composed from ``delete_tasks``."""
+
+_Q = {name: _positional(sql) for name, sql in _SQL.items()}
 
 _QUEUE_LOCK_SPACE = 0x7163
 """The first key of every task queue's claim lock ('qc')."""
@@ -248,7 +262,7 @@ async def _groups_resolved(
 def filtered_statement(name: str, filters: str) -> _Statement:
     """The named statement with ``{filters}`` filled in; cached, as filters repeat. Public
     for the tools that explain and time the management statements (devharness)."""
-    return _positional(queries("postgres")[name].format(filters=filters))
+    return _positional(_SQL[name].format(filters=filters))
 
 
 def _compare_and_set_values(records: Sequence[TaskRecord]) -> dict[str, list[Any]]:
