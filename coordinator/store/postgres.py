@@ -66,13 +66,13 @@ from coordinator.domain.events import (
     group_event,
 )
 from coordinator.domain.listings import RunCounts
-from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
-from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
+from coordinator.store.artifact_rows import artifact_columns
 from coordinator.store.base import ProcessLocks
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement
 from coordinator.store.outages import OutageWatch
@@ -555,13 +555,8 @@ class PostgresStore(SQLStore):
             inserted = await self._fetch("insert_tasks", **params)
         return {row["task_id"] for row in inserted}
 
-    async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
-        rows = await self._fetch("get_many", task_ids=list(task_ids)) if task_ids else []
-        return {row["task_id"]: record_from_row(row) for row in rows}
-
-    async def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
-        rows = await self._fetch("states", task_ids=list(task_ids)) if task_ids else []
-        return {row["task_id"]: cast(TaskState, row["state"]) for row in rows}
+    async def _fetch_in(self, name: str, task_ids: Sequence[str]) -> list[asyncpg.Record]:
+        return await self._fetch(name, task_ids=list(task_ids)) if task_ids else []
 
     def _fetcher(
         self, name: str, params: Mapping[str, Any]
@@ -730,9 +725,6 @@ class PostgresStore(SQLStore):
                 self._connections.executemany(statement.sql, [statement.args(r) for r in rows])
             )
 
-    async def outbox_depth(self) -> int:
-        return int(await self._fetchval("outbox_depth"))
-
     async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
         if not hints:
             return
@@ -827,7 +819,3 @@ class PostgresStore(SQLStore):
             names=[name for _, _, name in keys],
         )
         return len(deleted)
-
-    async def artifacts_of_tasks(self, task_ids: Sequence[str]) -> list[Artifact]:
-        rows = await self._fetch("artifacts_of_tasks", task_ids=list(task_ids)) if task_ids else []
-        return [artifact_from_row(row) for row in rows]
