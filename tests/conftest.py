@@ -9,8 +9,11 @@ below, and the helpers beside them; task definitions come from ``devharness.task
 module never imports another.
 """
 
+from pathlib import Path
+
 import pytest
 
+TESTS = Path(__file__).parent
 SLICES = ("unit", "integration", "e2e")
 
 pytest_plugins = [
@@ -26,8 +29,11 @@ pytest_plugins = [
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by the slice its folder names (``-m unit``, ``-m "not e2e"``)."""
+    """Mark each test by the slice its folder under ``tests`` names (``-m unit``,
+    ``-m "not e2e"``), subfolders included."""
     for item in items:
-        slice_name = item.path.parent.name
+        if not item.path.is_relative_to(TESTS):
+            continue
+        slice_name = item.path.relative_to(TESTS).parts[0]
         if slice_name in SLICES:
             item.add_marker(slice_name)

@@ -1,5 +1,5 @@
 """Outbox rows to and from :class:`~coordinator.domain.events.QueueEvent`, and what a broker's
-reply does to them (:func:`settle`), for both drivers."""
+reply calls for (:func:`writes_after_reply`), for both drivers."""
 
 from __future__ import annotations
 
@@ -64,9 +64,9 @@ def entry_from_row(row: Any) -> OutboxEntry:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Settled:
-    """The writes that follow a broker's reply to a batch: the ids to delete (confirmed or
-    parked), the ``retry_outbox_event`` and ``park_outbox_event`` rows, and the pass's
+class ReplyWrites:
+    """The outbox writes a broker's reply to a batch calls for: the ids to delete (confirmed
+    or parked), the ``retry_outbox_event`` and ``park_outbox_event`` rows, and the pass's
     outcome."""
 
     deleted: list[int]
@@ -75,11 +75,13 @@ class Settled:
     outcome: OutboxPass
 
     @property
-    def writes(self) -> bool:
+    def needed(self) -> bool:
         return bool(self.deleted or self.retries)
 
 
-def settle(entries: Sequence[OutboxEntry], reply: BrokerReply, *, now: int) -> Settled:
+def writes_after_reply(
+    entries: Sequence[OutboxEntry], reply: BrokerReply, *, now: int
+) -> ReplyWrites:
     """What the outbox does with ``entries`` (in order) after ``reply``: delete the confirmed,
     retry the refused later (:func:`~coordinator.domain.events.after_refusal`) or park them,
     and leave the unanswered as they are. The later entries of a refused entry's key stay
@@ -106,7 +108,7 @@ def settle(entries: Sequence[OutboxEntry], reply: BrokerReply, *, now: int) -> S
         else:
             retries.append({"id": entry.id, "retry_at": retry_at})
     confirmed = len(deleted) - len(parks)
-    return Settled(
+    return ReplyWrites(
         deleted=deleted,
         retries=retries,
         parks=parks,

@@ -66,16 +66,22 @@ from coordinator.domain.events import (
     group_event,
 )
 from coordinator.domain.listings import RunCounts
-from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
-from coordinator.store.artifact_rows import artifact_columns, artifact_from_row
-from coordinator.store.base import ClaimPending, PendingAnnouncement, ProcessLocks
+from coordinator.store.artifact_rows import artifact_columns
+from coordinator.store.base import ProcessLocks
+from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement
 from coordinator.store.outages import OutageWatch
-from coordinator.store.outbox_rows import entry_from_row, outbox_rows, settle, written_outbox_rows
+from coordinator.store.outbox_rows import (
+    entry_from_row,
+    outbox_rows,
+    writes_after_reply,
+    written_outbox_rows,
+)
 from coordinator.store.rows import (
     insert_columns,
     record_from_row,
@@ -130,7 +136,21 @@ def _positional(sql: str) -> _Statement:
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-_Q = {name: _positional(sql) for name, sql in queries("postgres").items()}
+
+def _deleting(doomed: str) -> str:
+    """``delete_tasks`` deleting the batch that the named statement ``doomed`` selects."""
+    sql = queries("postgres")
+    return sql["delete_tasks"].format(doomed=sql[doomed])
+
+
+_SQL = {
+    **queries("postgres"),
+    "delete_expired": _deleting("expired_tasks"),
+    "delete_matching": _deleting("matching_tasks"),
+}
+"""Every named statement, and the task deletions composed from ``delete_tasks``."""
+
+_Q = {name: _positional(sql) for name, sql in _SQL.items()}
 
 _QUEUE_LOCK_SPACE = 0x7163
 """The first key of every task queue's claim lock ('qc')."""
@@ -242,7 +262,7 @@ async def _groups_resolved(
 def filtered_statement(name: str, filters: str) -> _Statement:
     """The named statement with ``{filters}`` filled in; cached, as filters repeat. Public
     for the tools that explain and time the management statements (devharness)."""
-    return _positional(queries("postgres")[name].format(filters=filters))
+    return _positional(_SQL[name].format(filters=filters))
 
 
 def _compare_and_set_values(records: Sequence[TaskRecord]) -> dict[str, list[Any]]:
@@ -535,13 +555,8 @@ class PostgresStore(SQLStore):
             inserted = await self._fetch("insert_tasks", **params)
         return {row["task_id"] for row in inserted}
 
-    async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
-        rows = await self._fetch("get_many", task_ids=list(task_ids)) if task_ids else []
-        return {row["task_id"]: record_from_row(row) for row in rows}
-
-    async def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
-        rows = await self._fetch("states", task_ids=list(task_ids)) if task_ids else []
-        return {row["task_id"]: cast(TaskState, row["state"]) for row in rows}
+    async def _fetch_in(self, name: str, task_ids: Sequence[str]) -> list[asyncpg.Record]:
+        return await self._fetch(name, task_ids=list(task_ids)) if task_ids else []
 
     def _fetcher(
         self, name: str, params: Mapping[str, Any]
@@ -672,17 +687,17 @@ class PostgresStore(SQLStore):
                 if not rows:
                     return OutboxPass()
                 entries = [entry_from_row(row) for row in rows]
-                settled = settle(entries, await publish(entries), now=now)
+                writes = writes_after_reply(entries, await publish(entries), now=now)
                 for name, params in (
-                    ("park_outbox_event", settled.parks),
-                    ("retry_outbox_event", settled.retries),
+                    ("park_outbox_event", writes.parks),
+                    ("retry_outbox_event", writes.retries),
                 ):
                     if params:
                         await conn.executemany(_Q[name].sql, [_Q[name].args(p) for p in params])
-                if settled.deleted:
+                if writes.deleted:
                     delete = _Q["delete_outbox_events"]
-                    await conn.execute(delete.sql, *delete.args({"ids": settled.deleted}))
-                return settled.outcome
+                    await conn.execute(delete.sql, *delete.args({"ids": writes.deleted}))
+                return writes.outcome
 
         return await self._outages.watch(run())
 
@@ -709,9 +724,6 @@ class PostgresStore(SQLStore):
             await self._outages.watch(
                 self._connections.executemany(statement.sql, [statement.args(r) for r in rows])
             )
-
-    async def outbox_depth(self) -> int:
-        return int(await self._fetchval("outbox_depth"))
 
     async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
         if not hints:
@@ -807,7 +819,3 @@ class PostgresStore(SQLStore):
             names=[name for _, _, name in keys],
         )
         return len(deleted)
-
-    async def artifacts_of_tasks(self, task_ids: Sequence[str]) -> list[Artifact]:
-        rows = await self._fetch("artifacts_of_tasks", task_ids=list(task_ids)) if task_ids else []
-        return [artifact_from_row(row) for row in rows]

@@ -10,14 +10,14 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from coordinator.domain.artifacts import Artifact
 from coordinator.domain.events import QueueEvent
 from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
 from coordinator.domain.queue_controls import Limits, Pause, QueueControls
-from coordinator.domain.records import TaskRecord
+from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
@@ -71,6 +71,10 @@ class SQLStore(Store, abc.ABC):
         transaction if it returned any (a write that happened)."""
 
     @abc.abstractmethod
+    async def _fetch_in(self, name: str, task_ids: Sequence[str]) -> Sequence[Row]:
+        """All rows of the named statement for these task ids (none for none)."""
+
+    @abc.abstractmethod
     async def _fetch_filtered(
         self, name: str, matching: TaskFilter, **params: Any
     ) -> Sequence[Row]:
@@ -79,6 +83,14 @@ class SQLStore(Store, abc.ABC):
     async def get(self, task_id: str) -> TaskRecord | None:
         rows = await self._fetch("get_task", task_id=task_id)
         return record_from_row(rows[0]) if rows else None
+
+    async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
+        rows = await self._fetch_in("get_many", task_ids)
+        return {row["task_id"]: record_from_row(row) for row in rows}
+
+    async def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
+        rows = await self._fetch_in("states", task_ids)
+        return {row["task_id"]: cast(TaskState, row["state"]) for row in rows}
 
     async def expired_claims(self, now: int, limit: int) -> list[tuple[str, int]]:
         rows = await self._fetch("expired_claims", now=now, limit=limit)
@@ -307,6 +319,17 @@ class SQLStore(Store, abc.ABC):
     async def expired_artifacts(self, now: int, limit: int) -> list[Artifact]:
         rows = await self._fetch("expired_artifacts", now=now, limit=limit)
         return [artifact_from_row(row) for row in rows]
+
+    async def artifacts_of_tasks(self, task_ids: Sequence[str]) -> list[Artifact]:
+        return [
+            artifact_from_row(row) for row in await self._fetch_in("artifacts_of_tasks", task_ids)
+        ]
+
+    # --- the event outbox -------------------------------------------------------------------
+
+    async def outbox_depth(self) -> int:
+        rows = await self._fetch("outbox_depth")
+        return int(rows[0][0])
 
     # --- hooks ------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.errors import InputError
@@ -37,19 +37,20 @@ from coordinator.domain.events import (
     group_event,
 )
 from coordinator.domain.listings import RunCounts
-from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
-from coordinator.store.base import ClaimPending, PendingAnnouncement, ProcessLocks
+from coordinator.store.base import ProcessLocks
+from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
-    Settled,
+    ReplyWrites,
     entry_from_row,
     outbox_rows,
-    settle,
+    writes_after_reply,
     written_outbox_rows,
 )
 from coordinator.store.rows import (
@@ -107,11 +108,13 @@ SCANS = frozenset(
         "unresolved_in_group",
         "claimed_runs",
         "expired_artifacts",
+        "artifacts_of_tasks",
     }
 )
 """The named statements whose cost grows with the tables rather than with what they return
 (counts; a group's unresolved tasks, read among all of its tasks; a queue's running runs,
-sorted by a time inside their JSON): run on the store thread."""
+sorted by a time inside their JSON), and the artifacts of a batch of tasks being deleted,
+which may be many: run on the store thread."""
 
 
 def _insert_all(
@@ -233,11 +236,11 @@ def _write_outbox(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
         conn.executemany(_Q["insert_outbox_event"], rows)
 
 
-def _settle(conn: sqlite3.Connection, settled: Settled) -> None:
+def _write_reply(conn: sqlite3.Connection, writes: ReplyWrites) -> None:
     """The outbox writes after a broker's reply, in the caller's transaction."""
-    conn.executemany(_Q["park_outbox_event"], settled.parks)
-    conn.executemany(_Q["retry_outbox_event"], settled.retries)
-    conn.execute(_Q["delete_outbox_events"], {"ids": json.dumps(settled.deleted)})
+    conn.executemany(_Q["park_outbox_event"], writes.parks)
+    conn.executemany(_Q["retry_outbox_event"], writes.retries)
+    conn.execute(_Q["delete_outbox_events"], {"ids": json.dumps(writes.deleted)})
 
 
 def _groups_resolved(conn: sqlite3.Connection, group_ids: Iterable[str]) -> None:
@@ -385,19 +388,12 @@ class SQLiteStore(SQLStore):
 
         return await self._run(insert)
 
-    async def get_many(self, task_ids: Sequence[str]) -> dict[str, TaskRecord]:
-        rows = await self._select_in("get_many", task_ids)
-        return {row["task_id"]: record_from_row(row) for row in rows}
-
-    async def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
-        rows = await self._select_in("states", task_ids)
-        return {row["task_id"]: cast(TaskState, row["state"]) for row in rows}
-
-    async def _select_in(self, name: str, ids: Sequence[str]) -> list[sqlite3.Row]:
-        if not ids:
+    async def _fetch_in(self, name: str, task_ids: Sequence[str]) -> list[sqlite3.Row]:
+        if not task_ids:
             return []
-        statement = _in(name, ids)
-        return await self._run(lambda conn: conn.execute(statement, list(ids)).fetchall())
+        statement = _in(name, task_ids)
+        run = self._run_scan if name in SCANS else self._run
+        return await run(lambda conn: conn.execute(statement, list(task_ids)).fetchall())
 
     async def compare_and_set(
         self, record: TaskRecord, *, events: Sequence[QueueEvent] = (), resolving: bool = False
@@ -491,10 +487,10 @@ class SQLiteStore(SQLStore):
             if not rows:
                 return OutboxPass()
             entries = [entry_from_row(row) for row in rows]
-            settled = settle(entries, await publish(entries), now=now)
-            if settled.writes:
-                await self._run(lambda conn: _settle(conn, settled))
-            return settled.outcome
+            writes = writes_after_reply(entries, await publish(entries), now=now)
+            if writes.needed:
+                await self._run(lambda conn: _write_reply(conn, writes))
+            return writes.outcome
 
     async def _seal_announcing(self, task_group_id: str, *, now: int) -> TaskGroup | None:
         def seal(conn: sqlite3.Connection) -> TaskGroup | None:
@@ -512,10 +508,6 @@ class SQLiteStore(SQLStore):
         rows = outbox_rows(events)
         if rows:
             await self._run(lambda conn: _write_outbox(conn, rows))
-
-    async def outbox_depth(self) -> int:
-        rows = await self._fetch("outbox_depth")
-        return int(rows[0][0])
 
     async def confirm_hints(self, hints: Sequence[tuple[str, int]]) -> None:
         params = [{"task_id": task_id, "run_id": run_id} for task_id, run_id in hints]
@@ -657,13 +649,3 @@ class SQLiteStore(SQLStore):
             return conn.executemany(_Q["delete_artifact"], params).rowcount
 
         return await self._run_scan(delete) if params else 0
-
-    async def artifacts_of_tasks(self, task_ids: Sequence[str]) -> list[Artifact]:
-        if not task_ids:
-            return []
-        statement = _in("artifacts_of_tasks", task_ids)
-
-        def select(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-            return conn.execute(statement, list(task_ids)).fetchall()
-
-        return [artifact_from_row(row) for row in await self._run_scan(select)]

@@ -177,14 +177,13 @@ WHERE task_id = :task_id AND hint_due IS NOT NULL
 -- pick a sequential scan, expecting many rows where notify_dependents is set.
 SELECT task_id FROM tasks WHERE notify_dependents ORDER BY task_id LIMIT :limit
 
--- name: delete_expired
--- Sweepers in several replicas take disjoint batches (SKIP LOCKED) instead of queueing on
--- each other's rows; a task row locked by a concurrent compare-and-set is simply left for the
--- next pass. Edges go both ways: as the dependent and as the required task.
+-- name: delete_tasks
+-- Every deletion of tasks (expiry, deleteTasks, the resolved-task TTLs) is this statement,
+-- its first CTE the statement that selects and locks the batch (expired_tasks,
+-- matching_tasks; coordinator.store.postgres composes them). Edges go both ways: as the dependent and as the required task; tags and
+-- artifacts go by cascade. Returns how many tasks were deleted.
 WITH doomed AS (
-    SELECT task_id FROM tasks WHERE expires <= :now
-    ORDER BY expires LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+    {doomed}
 ), deleted AS (
     DELETE FROM tasks USING doomed WHERE tasks.task_id = doomed.task_id
     RETURNING tasks.task_id
@@ -196,6 +195,14 @@ WITH doomed AS (
     WHERE task_dependencies.required_task_id = deleted.task_id
 )
 SELECT count(*) FROM deleted
+
+-- name: expired_tasks
+-- delete_tasks' batch for the expiry sweep. Sweepers in several replicas take disjoint batches
+-- (SKIP LOCKED) instead of queueing on each other's rows; a task row locked by a concurrent
+-- compare-and-set is simply left for the next pass.
+SELECT task_id FROM tasks WHERE expires <= :now
+ORDER BY expires LIMIT :limit
+FOR UPDATE SKIP LOCKED
 
 -- name: run_counts
 SELECT
@@ -288,26 +295,14 @@ JOIN tasks t ON t.provisioner_id = q.provisioner_id AND t.worker_type = q.worker
 WHERE t.state IN ('pending', 'running')
 GROUP BY q.provisioner_id, q.worker_type
 
--- name: delete_matching
--- deleteTasks and the outcome-TTL sweep, one bounded batch per statement. FOR UPDATE without
--- SKIP LOCKED: a row held by a compare-and-set is waited for (milliseconds), not skipped, so
--- a batch smaller than the limit means nothing matches any more. The compare-and-set then
--- finds no row and its caller answers 404.
-WITH doomed AS (
-    SELECT task_id FROM tasks WHERE {filters}
-    ORDER BY task_id LIMIT :limit
-    FOR UPDATE
-), deleted AS (
-    DELETE FROM tasks USING doomed WHERE tasks.task_id = doomed.task_id
-    RETURNING tasks.task_id
-), edges_as_dependent AS (
-    DELETE FROM task_dependencies USING deleted
-    WHERE task_dependencies.dependent_task_id = deleted.task_id
-), edges_as_required AS (
-    DELETE FROM task_dependencies USING deleted
-    WHERE task_dependencies.required_task_id = deleted.task_id
-)
-SELECT count(*) FROM deleted
+-- name: matching_tasks
+-- delete_tasks' batch for deleteTasks and the outcome-TTL sweep, one bounded batch per
+-- statement. FOR UPDATE without SKIP LOCKED: a row held by a compare-and-set is waited for
+-- (milliseconds), not skipped, so a batch smaller than the limit means nothing matches any
+-- more. The compare-and-set then finds no row and its caller answers 404.
+SELECT task_id FROM tasks WHERE {filters}
+ORDER BY task_id LIMIT :limit
+FOR UPDATE
 
 -- name: shared_secret
 -- The first replica to ask makes the secret; every later ask, from any replica, reads it.

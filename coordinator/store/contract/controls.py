@@ -1,0 +1,51 @@
+"""The task-queue controls part of the store contract: pause and limits, the rate limit's
+state, and the claim lock that makes counting a queue's running runs and claiming one step.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+
+from coordinator.domain.queue_controls import Limits, Pause, QueueControls
+from coordinator.domain.task_queues import TaskQueue
+
+
+class QueueControlStore(abc.ABC):
+    """Task queues' pause, limits and claim lock."""
+
+    @abc.abstractmethod
+    async def queue_controls(self) -> list[QueueControls]:
+        """Every task queue paused or limited."""
+
+    @abc.abstractmethod
+    async def queue_controls_of(self, task_queue: TaskQueue) -> QueueControls:
+        """The controls of one task queue (none set: the default)."""
+
+    @abc.abstractmethod
+    async def pause_task_queue(self, task_queue: TaskQueue, pause: Pause | None) -> QueueControls:
+        """Pause the queue (a queue paused already keeps its ``since`` and takes the new
+        reason), or resume it with ``None``; its controls as now stored."""
+
+    @abc.abstractmethod
+    async def limit_task_queue(
+        self, task_queue: TaskQueue, limits: Limits, *, named: frozenset[str]
+    ) -> QueueControls:
+        """Set those of the queue's limits whose wire names (``maxRunning``,
+        ``maxClaimsPerSecond``) are in ``named`` to their value in ``limits``; its controls as
+        now stored."""
+
+    @abc.abstractmethod
+    async def set_claims_tat(self, task_queue: TaskQueue, claims_tat_us: int) -> None:
+        """Store the queue's rate-limit state (its controls exist)."""
+
+    @abc.abstractmethod
+    async def give_back_claims(self, task_queue: TaskQueue, room_us: int) -> None:
+        """Move the queue's rate-limit state ``room_us`` back, in one statement (without the
+        queue's lock)."""
+
+    @abc.abstractmethod
+    def queue_lock(self, task_queue: TaskQueue) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold the queue's claim lock: one holder at a time per task queue, across every
+        process sharing the store, so that counting its running runs and claiming are one
+        step."""

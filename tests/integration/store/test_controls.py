@@ -1,0 +1,68 @@
+"""The task-queue controls part of the store contract
+(:class:`~coordinator.store.contract.controls.QueueControlStore`): PostgreSQL's claim lock,
+held across replicas and released however its holder ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.store import postgres
+from coordinator.store.postgres import PostgresStore
+
+
+async def _advisory_locks(url: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))
+    finally:
+        await conn.close()
+
+
+async def test_a_queue_lock_is_released_however_its_holder_ends(
+    postgres_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pool does not reset released connections (no pg_advisory_unlock_all): a lock whose
+    # holder failed, or was cancelled while waiting for it, must not stay with a pooled session.
+    queue = TaskQueue("prov", "wt")
+    one, two = (PostgresStore(postgres_schema_url, max_size=1) for _ in range(2))
+    await one.open()
+    await two.open()
+    try:
+        with pytest.raises(RuntimeError):
+            async with one.queue_lock(queue):
+                raise RuntimeError("the body failed")
+        assert await _advisory_locks(postgres_schema_url) == 0
+
+        async def take(store: PostgresStore) -> None:
+            async with store.queue_lock(queue):
+                pass
+
+        async with one.queue_lock(queue):
+            waiting = asyncio.create_task(take(two))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()  # held across replicas
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        async with asyncio.timeout(5):
+            await take(two)
+            await take(one)
+        assert await _advisory_locks(postgres_schema_url) == 0
+
+        # an unlock that fails leaves the lock with its session, which is then closed
+        failing = postgres._positional("SELECT CAST(:space AS INTEGER) / 0 + CAST(:key AS INTEGER)")
+        with monkeypatch.context() as patch:
+            patch.setitem(postgres._Q, "unlock_task_queue", failing)
+            with pytest.raises(asyncpg.DivisionByZeroError):
+                await take(one)
+        assert await _advisory_locks(postgres_schema_url) == 0
+        async with asyncio.timeout(5):
+            await take(two)
+    finally:
+        await one.close()
+        await two.close()

@@ -1,0 +1,214 @@
+"""The dispatch part of the store contract
+(:class:`~coordinator.store.contract.dispatch.DispatchStore`), run against SQLite and
+PostgreSQL alike: store dispatch's claims of claimable runs, and the hints of pending runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from coordinator.domain import lifecycle
+from coordinator.domain.events import QueueEvent
+from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
+from coordinator.domain.task_queues import TaskQueue
+from coordinator.store.base import Store
+from tests.fixtures.records import (
+    CLAIM,
+    HOUR,
+    MINUTE,
+    NOW,
+    TIMING,
+    apply,
+    claim,
+    claimed,
+    create,
+    definition,
+    get,
+    new_record,
+)
+
+# --- hints --------------------------------------------------------------------------------
+
+
+async def test_confirm_hint_clears_the_hint_without_bumping_the_version(store: Store) -> None:
+    created = await create(store, "T")
+    assert await store.hints_due(NOW + 1, 10) == ["T"]
+
+    await store.confirm_hints([("T", 1)])  # no such run
+    assert await store.get("T") == created
+
+    await store.confirm_hints([("T", 0)])
+    assert await store.get("T") == created.replace(hint_needed=False)
+    assert await store.hints_due(NOW + 1, 10) == []
+    # a writer that read version 1 before the confirmation still wins its compare-and-set
+    assert (await claim(store, "T")).version == 2
+
+    await store.confirm_hints([("missing", 0)])
+    assert await store.get("missing") is None
+
+
+async def test_confirm_hint_ignores_a_run_that_is_no_longer_the_last(store: Store) -> None:
+    await create(store, "T")
+    claimed = await claim(store, "T")
+    expired = await apply(
+        store,
+        lifecycle.expire_claim(claimed, taken_until=NOW + CLAIM, now=NOW + CLAIM, timing=TIMING),
+    )
+    assert [run.state for run in expired.runs] == ["exception", "pending"]
+    assert expired.hint_needed
+
+    await store.confirm_hints([("T", 0)])
+    assert await store.get("T") == expired
+
+    await store.confirm_hints([("T", 1)])
+    assert await store.get("T") == expired.replace(hint_needed=False)
+
+
+async def test_confirm_hints_confirms_a_batch_in_one_call(store: Store) -> None:
+    for task_id in ("a", "b", "c"):
+        await create(store, task_id)
+    await store.confirm_hints([])
+    assert sorted(await store.hints_due(NOW + 1, 10)) == ["a", "b", "c"]
+
+    await store.confirm_hints([("a", 0), ("missing", 0), ("c", 0), ("b", 5)])
+    assert await store.hints_due(NOW + 1, 10) == ["b"]
+
+
+async def test_hints_due_lists_unconfirmed_hints_asked_for_before_the_time(store: Store) -> None:
+    await create(store, "a", now=NOW)
+    await create(store, "b", now=NOW + 5)
+    waiting = await create(store, "waiting", dependencies=("a",))
+    await create(store, "claimed", now=NOW)
+    await claim(store, "claimed")
+
+    assert await store.hints_due(NOW, 10) == []
+    assert await store.hints_due(NOW + 1, 10) == ["a"]
+    assert await store.hints_due(NOW + 6, 10) == ["a", "b"]
+    assert await store.hints_due(NOW + 6, 1) == ["a"]
+
+    await store.confirm_hints([("a", 0)])
+    assert await store.hints_due(NOW + 6, 10) == ["b"]
+    await claim(store, "b", now=NOW + 6)
+    assert await store.hints_due(NOW + 6, 10) == []
+
+    await apply(store, lifecycle.schedule(waiting, now=NOW + 7))
+    assert await store.hints_due(NOW + 7, 10) == []
+    assert await store.hints_due(NOW + 8, 10) == ["waiting"]
+
+
+# --- store dispatch -----------------------------------------------------------------------
+
+
+QUEUE = TaskQueue("prov", "wt")
+
+
+def prioritised(task_id: str, priority: str, *, now: int = NOW, **fields: Any) -> TaskRecord:
+    """A new pending record of ``priority`` (and any other definition ``fields``)."""
+    body = {**definition(), "priority": priority, **fields}
+    return lifecycle.create(record_from_definition(task_id, body), now=now).record
+
+
+def claiming(
+    seen: list[str], *, take: int = 32, now: int = NOW
+) -> Callable[[Sequence[TaskRecord]], list[tuple[TaskRecord, Sequence[QueueEvent]]]]:
+    """A ``claim`` for :meth:`Store.claim_pending` that notes the ids handed over, in order,
+    and claims the first ``take`` of them."""
+
+    def claim(records: Sequence[TaskRecord]) -> list[tuple[TaskRecord, Sequence[QueueEvent]]]:
+        seen.extend(record.task_id for record in records)
+        return [(claimed(record, now=now).record, ()) for record in records[:take]]
+
+    return claim
+
+
+async def test_claim_pending_hands_out_the_highest_priority_then_the_earliest_visible(
+    store: Store,
+) -> None:
+    for record in [
+        prioritised("low-early", "lowest", now=NOW - 3),
+        prioritised("high-late", "high", now=NOW - 1),
+        prioritised("high-early", "high", now=NOW - 2),
+        prioritised("delayed", "highest", notBefore=to_iso(NOW + MINUTE)),
+        prioritised("elsewhere", "highest", workerType="other", taskQueueId="prov/other"),
+    ]:
+        assert await store.insert(record) is not None
+    seen: list[str] = []
+
+    claimed = await store.claim_pending(QUEUE, now=NOW, limit=10, claim=claiming(seen, take=2))
+
+    assert seen == ["high-early", "high-late", "low-early"]
+    assert [record.task_id for record in claimed] == ["high-early", "high-late"]
+    for record in claimed:
+        assert (record.state, record.version) == ("running", 2)
+        assert await store.get(record.task_id) == record
+    assert (await get(store, "low-early")).state == "pending"
+    # the delayed run once visible; the claimed ones never again
+    seen.clear()
+    await store.claim_pending(QUEUE, now=NOW + MINUTE, limit=10, claim=claiming(seen, take=0))
+    assert seen == ["delayed", "low-early"]
+
+
+async def test_claim_pending_writes_only_what_claim_returns_and_up_to_the_limit(
+    store: Store,
+) -> None:
+    for index in range(5):
+        await create(store, f"t{index}", now=NOW - 10 + index)
+    seen: list[str] = []
+
+    assert await store.claim_pending(QUEUE, now=NOW, limit=3, claim=claiming(seen, take=0)) == []
+    assert seen == ["t0", "t1", "t2"]
+    assert {(await get(store, f"t{i}")).version for i in range(5)} == {1}
+    assert await store.claim_pending(QUEUE, now=NOW, limit=0, claim=claiming(seen)) == []
+    # nothing claimable (an empty queue, a run past its deadline): claim is not called
+    seen.clear()
+    assert await store.claim_pending(TaskQueue("prov", "none"), now=NOW, limit=3,
+                                     claim=claiming(seen)) == []  # fmt: skip
+    await store.claim_pending(QUEUE, now=NOW + HOUR, limit=5, claim=claiming(seen))
+    assert seen == []
+
+
+async def test_claim_pending_follows_the_retry_priority_of_automatic_retries(store: Store) -> None:
+    retried = prioritised("retried", "lowest", retryPriority="highest", now=NOW - 5)
+    assert await store.insert(retried) is not None
+    await store.insert(prioritised("medium", "medium", now=NOW - 4))
+    seen: list[str] = []
+    await store.claim_pending(QUEUE, now=NOW, limit=1, claim=claiming(seen))
+    assert seen == ["medium"]  # run 0 of "retried" has the task's lowest priority
+
+    running = await claim(store, "retried")
+    expired = lifecycle.expire_claim(
+        running, taken_until=NOW + CLAIM, now=NOW + CLAIM, timing=TIMING
+    )
+    await apply(store, expired)
+    await store.insert(prioritised("medium-2", "medium", now=NOW - 3))
+    seen.clear()
+    await store.claim_pending(QUEUE, now=NOW + CLAIM, limit=5, claim=claiming(seen, take=0))
+    assert seen == ["retried", "medium-2"]
+
+
+async def test_claim_pending_writes_the_events_with_the_claims(store: Store) -> None:
+    await create(store, "t")
+    event = QueueEvent(exchange="task-running", key="t", routing_key="r", cc=(), body={})
+
+    def claim(records: Sequence[TaskRecord]) -> list[tuple[TaskRecord, Sequence[QueueEvent]]]:
+        return [(record, [event]) for record, _ in claiming([])(records)]
+
+    assert len(await store.claim_pending(QUEUE, now=NOW, limit=1, claim=claim)) == 1
+    assert await store.outbox_depth() == 1
+
+
+async def test_fifty_concurrent_claim_pending_calls_each_get_their_own_run(store: Store) -> None:
+    records = [new_record(f"t{index:02d}", now=NOW - 100 + index) for index in range(50)]
+    assert len(await store.insert_many(records)) == 50
+
+    answers = await asyncio.gather(
+        *(store.claim_pending(QUEUE, now=NOW, limit=1, claim=claiming([])) for _ in range(50))
+    )
+
+    # PostgreSQL: each caller skips the rows the others hold (SKIP LOCKED), so none comes back
+    # empty-handed while runs are left; SQLite: one caller at a time
+    assert [len(answer) for answer in answers] == [1] * 50
+    assert sorted(answer[0].task_id for answer in answers) == sorted(r.task_id for r in records)
+    assert {(await get(store, r.task_id)).state for r in records} == {"running"}

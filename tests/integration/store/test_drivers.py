@@ -1,0 +1,133 @@
+"""What :class:`~coordinator.store.base.Store` itself adds to its parts, run against SQLite
+and PostgreSQL alike: migrations (replicas migrating one PostgreSQL database at once),
+reopening a database, the secrets replicas share, and opening stores by URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from coordinator.domain import lifecycle
+from coordinator.store.base import Store
+from coordinator.store.factory import store_from_url
+from coordinator.store.postgres import PostgresStore
+from coordinator.store.sqlfiles import migrations
+from coordinator.store.sqlite import SQLiteStore
+from tests.fixtures.records import (
+    NOW,
+    TIMING,
+    claim,
+    create,
+    new_record,
+)
+
+# --- migrations and reopening -------------------------------------------------------------
+
+
+async def test_migrate_after_open_applies_nothing(store: Store) -> None:
+    assert await store.migrate() == []
+    assert await store.migrate() == []
+    assert await store.insert(new_record("T")) is not None
+
+
+async def test_reopening_the_database_keeps_the_data(store: Store, store_url: str) -> None:
+    await create(store, "dep")
+    await create(store, "T", dependencies=("dep",))
+    claimed = await claim(store, "dep")
+    await store.close()
+
+    reopened = store_from_url(store_url)
+    await reopened.open()
+    try:
+        assert await reopened.migrate() == []
+        assert await reopened.get("dep") == claimed
+        dependents = await reopened.dependents("dep", limit=10, after=None)
+        assert [record.task_id for record in dependents.items] == ["T"]
+        reclaimed = lifecycle.reclaim(claimed, run_id=0, now=NOW + 1, timing=TIMING)
+        assert await reopened.compare_and_set(reclaimed.record) is not None
+    finally:
+        await reopened.close()
+
+
+async def test_replicas_opening_at_once_apply_each_migration_once(
+    postgres_schema_url: str,
+) -> None:
+    replicas = [PostgresStore(postgres_schema_url, min_size=1, max_size=1) for _ in range(6)]
+
+    await asyncio.gather(*(replica.open() for replica in replicas))
+    try:
+        conn = await asyncpg.connect(postgres_schema_url)
+        try:
+            versions = [row[0] for row in await conn.fetch("SELECT version FROM schema_migrations")]
+        finally:
+            await conn.close()
+        assert versions == [migration.version for migration in migrations("postgres")]
+        assert await replicas[0].insert(new_record("T")) is not None
+        assert await replicas[-1].get("T") is not None
+    finally:
+        await asyncio.gather(*(replica.close() for replica in replicas))
+
+
+# --- shared secrets -----------------------------------------------------------------------
+
+
+async def test_concurrent_first_asks_for_a_shared_secret_all_get_the_winner(
+    store: Store,
+) -> None:
+    # as replicas starting together on a new database: each offers its own new secret
+    secrets = await asyncio.gather(
+        *(store.shared_secret("race", new=f"secret-{n}") for n in range(10))
+    )
+    assert len(set(secrets)) == 1 and secrets[0] in {f"secret-{n}" for n in range(10)}
+    assert await store.shared_secret("race", new="later") == secrets[0]
+
+
+# --- opening stores by URL ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "file"),
+    [
+        ("sqlite:///{tmp}/abs.db", "abs.db"),
+        ("sqlite:////{tmp}/four-slashes.db", "four-slashes.db"),
+        ("sqlite:///./relative/rel.db", "relative/rel.db"),
+    ],
+)
+async def test_store_from_url_opens_sqlite_files(
+    url: str, file: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = store_from_url(url.format(tmp=str(tmp_path).lstrip("/")))
+    await store.open()
+    try:
+        assert await store.insert(new_record("T")) is not None
+    finally:
+        await store.close()
+
+    same_file = SQLiteStore(tmp_path / file)
+    await same_file.open()
+    try:
+        assert await same_file.get("T") is not None
+    finally:
+        await same_file.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://localhost/db",
+        "sqlite://host/x.db",
+        "sqlite:///x.db?mode=ro",
+        "sqlite://",
+        "sqlite:///",
+        "/tmp/x.db",
+        "",
+    ],
+)
+def test_store_from_url_rejects_other_urls(url: str) -> None:
+    with pytest.raises(ValueError, match="store URL"):
+        store_from_url(url)
