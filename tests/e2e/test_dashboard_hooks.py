@@ -49,7 +49,7 @@ async def test_the_hooks_page_shows_schedules_and_fires_a_hook(
 
     # Without credentials the page says why it shows nothing.
     await page.goto(f"{coordinator.url}/ui/#/hooks", timeout=WAIT_MS)
-    await expect(page.locator("p.error")).to_contain_text("AuthenticationFailed")
+    await expect(page.locator("div.error")).to_contain_text("AuthenticationFailed")
     await sign_in(page, creds["root"])
     await page.click("a[href='#/hooks']")
     row = page.locator('#hooks tr[data-hook="dash/nightly"]')
