@@ -1,6 +1,7 @@
 """The dashboard at ``/ui/``, used as a person would: headless Chromium (Debian's binary,
 driven by Playwright) against a coordinator with authentication on and tasks in several states,
-and a task page's artifacts and log.
+a task page's artifacts and log (for a signed-out visitor too, under the anonymousScopes of
+./scripts/dev's clients file), and API errors shown as text, not markdown.
 
 Set ``QC_SCREENSHOT=1`` to write ``docs/dashboard.png`` from the queue list and
 ``docs/dashboard-queue.png`` from a paused, limited queue's page.
@@ -24,12 +25,13 @@ from yarl import URL
 
 from coordinator.api.clients import DEV_ANONYMOUS_SCOPES, ensure_root_client
 from devharness.tasks import task_definition
-from tests.fixtures.browser import WAIT_MS, needs_chromium, sign_in
+from tests.fixtures.browser import WAIT_MS, needs_chromium, open_page, sign_in
 from tests.fixtures.clients import start_secured, write_clients
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 QUEUE_SCREENSHOT = SCREENSHOT.with_name("dashboard-queue.png")
+LOG = "public/logs/live_backing.log"
 
 pytestmark = [needs_chromium, pytest.mark.timeout(180)]
 
@@ -76,6 +78,14 @@ class Seed:
         async with self.session.put(put_url, data=content, headers=headers) as answer:
             assert answer.status == 200, await answer.text()
 
+    async def failed_with_log(self, name: str, log: str, *, gzipped: bool = False) -> str:
+        """A task whose run 0 uploaded ``log`` as its log and failed."""
+        task_id = await self.create(name)
+        await self.claim(task_id)
+        await self.upload(task_id, 0, LOG, log.encode(), "text/plain", gzipped=gzipped)
+        await self.queue.reportFailed(task_id, "0")
+        return task_id
+
     async def populate(self) -> None:
         """Two queues: completed, failed, running, pending and unscheduled tasks."""
         for name in ("build-a", "build-b"):
@@ -106,10 +116,7 @@ async def test_dashboard_as_a_person_uses_it(
     seed = Seed(coordinator, creds["root"])
     await seed.populate()
     ids = seed.ids
-    page = await browser.new_page(viewport={"width": 1200, "height": 800})
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    page, errors = await open_page(browser)
 
     # The queue page: each queue's pending, delayed and running counts, and the depth chart.
     await page.goto(f"{coordinator.url}/ui/", timeout=WAIT_MS)
@@ -181,7 +188,6 @@ async def test_dashboard_as_a_person_uses_it(
     print(f"dashboard test took {time.monotonic() - started:.1f} s")
 
 
-LOG = "public/logs/live_backing.log"
 LOG_LINES = [f"log line {n:05}: compiling module {n % 97}" for n in range(8_000)]
 """About 320 KB: more than the 200 KB the page shows inline."""
 REPORT = "all 12 checks passed"
@@ -214,10 +220,7 @@ async def test_task_page_shows_each_runs_artifacts_and_its_log(
     await seed.queue.createArtifact(task_id, "1", "public/app.tar.gz", missing)
     await seed.queue.reportCompleted(task_id, "1")
 
-    page = await browser.new_page(viewport={"width": 1200, "height": 900})
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    page, errors = await open_page(browser, height=900)
 
     # Anonymous callers may read public/ artifacts but, by default, not list them.
     await page.goto(f"{coordinator.url}/ui/#/task/{task_id}", timeout=WAIT_MS)
@@ -292,15 +295,9 @@ async def test_a_failed_tasks_log_is_open_to_everybody_on_the_dev_instance(
     root = ensure_root_client(clients_file, anonymous_scopes=DEV_ANONYMOUS_SCOPES)
     coordinator = await start_coordinator(auth_enabled=True, clients_file=clients_file)
     seed = Seed(coordinator, {"clientId": root.client_id, "accessToken": root.access_token})
-    task_id = await seed.create("build-that-fails")
-    await seed.claim(task_id)
-    await seed.upload(task_id, 0, LOG, FAILED_LOG.encode(), "text/plain", gzipped=True)
-    await seed.queue.reportFailed(task_id, "0")
+    task_id = await seed.failed_with_log("build-that-fails", FAILED_LOG, gzipped=True)
 
-    page = await browser.new_page(viewport={"width": 1200, "height": 800})
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    page, errors = await open_page(browser)
     await page.goto(f"{coordinator.url}/ui/#/task/{task_id}", timeout=WAIT_MS)
     await expect(page.locator('#runs li[data-run="0"]')).to_have_attribute(
         "data-state", "failed", timeout=WAIT_MS
@@ -330,16 +327,10 @@ async def test_api_errors_read_as_text_without_markdown_fences(
     creds = write_clients(clients_file, {"reader": ["queue:get-artifact:public/*"]})
     coordinator = await start_coordinator(auth_enabled=True, clients_file=clients_file)
     seed = Seed(coordinator, creds["root"])
-    task_id = await seed.create("build-that-fails")
-    await seed.claim(task_id)
-    await seed.upload(task_id, 0, LOG, FAILED_LOG.encode(), "text/plain")
-    await seed.queue.reportFailed(task_id, "0")
+    task_id = await seed.failed_with_log("build-that-fails", FAILED_LOG)
     listing_scope = f"queue:list-artifacts:{task_id}:0"
 
-    page = await browser.new_page(viewport={"width": 1200, "height": 800})
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    page, errors = await open_page(browser)
 
     # Signed out, under the default anonymousScopes: listing the artifacts needs credentials.
     await page.goto(f"{coordinator.url}/ui/#/task/{task_id}", timeout=WAIT_MS)
@@ -382,10 +373,7 @@ async def test_an_operator_drives_a_queue_from_its_page(
         failed.append(task_id)
     for n in range(52):  # more than one page of 50
         await seed.create(f"waiting-{n}", worker_type="ops")
-    page = await browser.new_page(viewport={"width": 1200, "height": 900})
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    page, errors = await open_page(browser, height=900)
     page.on("dialog", lambda dialog: dialog.accept())
 
     await page.goto(f"{coordinator.url}/ui/", timeout=WAIT_MS)
