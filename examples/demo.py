@@ -9,15 +9,19 @@ Against the dev coordinator (``./scripts/dev --demo`` does all of this for you):
 
 It creates tasks for a fresh worker type (so old tasks don't interfere) with the official
 ``taskcluster`` client, starts ``queue-worker ... examples.hello:handle`` as a child process,
-prints each state change until every task is resolved, then stops the worker with SIGTERM.
-Because the tasks exist before the worker starts, the start order shows the priorities at
-work: highest first. Exit status 0 when every task ended as its payload asked.
+prints each state change until every task is resolved, then stops the worker with SIGTERM;
+with ``--keep-running`` (what ``./scripts/dev --demo`` passes) it says where the dashboard
+shows the tasks and keeps the worker until SIGINT or SIGTERM. Either signal, at any point,
+stops the worker before the demo exits, so none outlives it. Because the tasks exist before
+the worker starts, the start order shows the priorities at work: highest first. Exit status
+0 when every task ended as its payload asked.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -25,6 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import taskcluster
 import taskcluster.aio
@@ -91,6 +96,11 @@ def outcome(status: dict[str, Any]) -> str:
     return state if reason in (None, state) else f"{state}/{reason}"
 
 
+def dashboard_url(root_url: str, worker_type: str) -> str:
+    """The dashboard's list of the demo's task queue."""
+    return f"{root_url}/ui/#/tasks?queue={quote(f'{PROVISIONER_ID}/{worker_type}', safe='')}"
+
+
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=14, help="how many tasks (default 14)")
@@ -99,6 +109,11 @@ async def main(argv: list[str]) -> int:
         "--claim-work", action="store_true", help="run the worker in claimWork mode"
     )
     parser.add_argument("--timeout", type=float, default=300, help="give up after (seconds)")
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="once the tasks are resolved, keep the worker running until SIGINT or SIGTERM",
+    )
     args = parser.parse_args(argv)
     if args.tasks < 2:
         parser.error("--tasks must be at least 2")
@@ -107,6 +122,10 @@ async def main(argv: list[str]) -> int:
     options = taskcluster.optionsFromEnvironment()
     worker_type = f"hello-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
 
     def say(text: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
@@ -136,7 +155,10 @@ async def main(argv: list[str]) -> int:
             "examples.hello:handle",
         ]
         say("starting: " + " ".join(command[1:]))
-        worker = await asyncio.create_subprocess_exec(*command)
+        # A process group of its own: a terminal's Ctrl-C reaches the demo only, which stops
+        # the worker with one SIGTERM (a second signal could land after the worker's handlers
+        # are gone and kill it mid-shutdown).
+        worker = await asyncio.create_subprocess_exec(*command, process_group=0)
         states = {sample.task_id: "pending" for sample in made}
         try:
             while any(state in ("pending", "running") for state in states.values()):
@@ -146,6 +168,9 @@ async def main(argv: list[str]) -> int:
                 if time.monotonic() - started > args.timeout:
                     say("timed out")
                     return 1
+                if stop.is_set():
+                    say("stopped before every task was resolved")
+                    return 1
                 for sample in made:
                     status = (await queue.status(sample.task_id))["status"]
                     state = outcome(status)
@@ -153,17 +178,21 @@ async def main(argv: list[str]) -> int:
                         change = f"{states[sample.task_id]} -> {state}"
                         say(f"{sample.task_id} ({sample.priority:>9}) {change}")
                         states[sample.task_id] = state
-                await asyncio.sleep(0.5)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.5)
+            wrong = [s for s in made if states[s.task_id] != s.expected]
+            for sample in wrong:
+                say(f"{sample.task_id} ended {states[sample.task_id]}, expected {sample.expected}")
+            say(f"{len(made) - len(wrong)} of {len(made)} tasks ended as expected")
+            if args.keep_running:
+                url = dashboard_url(options["rootUrl"], worker_type)
+                say(f"the demo's {len(made)} tasks are done; the dashboard: {url} (Ctrl-C to stop)")
+                await stop.wait()
+            return 1 if wrong else 0
         finally:
             if worker.returncode is None:
                 worker.send_signal(signal.SIGTERM)
             say(f"worker stopped with status {await worker.wait()}")
-
-    wrong = [s for s in made if states[s.task_id] != s.expected]
-    for sample in wrong:
-        say(f"{sample.task_id} ended {states[sample.task_id]}, expected {sample.expected}")
-    say(f"{len(made) - len(wrong)} of {len(made)} tasks ended as expected")
-    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

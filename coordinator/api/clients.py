@@ -41,6 +41,7 @@ import re
 import secrets
 import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,10 @@ ROOT_CLIENT_ID = "root"
 ISSUER_CLIENT_ID = "static/queue-coordinator"
 DEFAULT_ANONYMOUS_SCOPES = ("queue:get-artifact:public/*",)
 """What anonymous callers hold unless the file says otherwise: reading ``public/`` artifacts."""
+DEV_ANONYMOUS_SCOPES = ("queue:list-artifacts:*", "queue:get-artifact:public/*")
+"""What ``./scripts/dev`` lets anonymous callers do in the clients file it creates: list
+artifacts and read ``public/`` ones, as a Taskcluster deployment's ``anonymous`` role does, so
+the dashboard shows a task's artifacts and log without a sign-in."""
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9!@/:.+|_-]+$")
 _CLIENT_KEYS = frozenset({"clientId", "accessToken", "scopes", "description"})
 
@@ -228,18 +233,25 @@ def _new_access_token() -> str:
     return secrets.token_urlsafe(33)
 
 
-def ensure_root_client(path: str | os.PathLike[str]) -> Credentials:
+def ensure_root_client(
+    path: str | os.PathLike[str], *, anonymous_scopes: Sequence[str] | None = None
+) -> Credentials:
     """The root client's credentials, creating the clients file first if it does not exist.
 
     A new file gets a root client (``root``, scope ``*``) and the issuer client
-    (``static/queue-coordinator``, scope ``*``), both with random accessTokens, mode 0600.
-    Creation is atomic and never overwrites: several replicas starting at once end up
-    sharing the one file that won. Raises :class:`ClientsFileError` when an existing file is
-    unusable or has no ``root`` client.
+    (``static/queue-coordinator``, scope ``*``), both with random accessTokens, mode 0600,
+    and ``anonymousScopes`` when ``anonymous_scopes`` is given (otherwise none, so
+    :data:`DEFAULT_ANONYMOUS_SCOPES` apply). An existing file is never changed, its
+    ``anonymousScopes`` included. Creation is atomic and never overwrites: several replicas
+    starting at once end up sharing the one file that won. Raises :class:`ClientsFileError`
+    when an existing file is unusable or has no ``root`` client.
     """
     target = Path(path)
     if not target.exists():
-        _write(target, _new_document(_root_entry()), replace=False)
+        document = _new_document(_root_entry())
+        if anonymous_scopes is not None:
+            document["anonymousScopes"] = list(anonymous_scopes)
+        _write(target, document, replace=False)
     client = ClientRegistry(target).lookup(ROOT_CLIENT_ID)
     if client is None:
         raise ClientsFileError(f"clients file {target} has no {ROOT_CLIENT_ID!r} client")

@@ -3,7 +3,7 @@
 // signed with this session's credentials), error artifacts with their reason, and the run's
 // log inline (its last 200 KB, the browser decoding a gzip Content-Encoding).
 import { all, credentials, queue } from './api.js';
-import { failure, h, when } from './util.js';
+import { errorBox, failure, h, when } from './util.js';
 
 export const LOG = 'public/logs/live_backing.log';
 const TAIL_BYTES = 200 * 1024;
@@ -75,13 +75,15 @@ async function tail(response, max) {
   return { text, total };
 }
 
-async function errorText(response) {
+// A refused log fetch as failure() shows a refused client call (whose message the client cuts
+// at Taskcluster's `---` too).
+async function refusal(response) {
   const body = await response.text();
   try {
     const { code, message, reason } = JSON.parse(body);
-    return `${code ?? reason ?? response.status}: ${(message ?? '').split('---')[0].trim()}`;
+    return errorBox(code ?? reason ?? response.status, (message ?? '').split('---')[0].trim());
   } catch {
-    return `HTTP ${response.status} ${response.statusText}`;
+    return errorBox(`HTTP ${response.status}`, response.statusText);
   }
 }
 
@@ -109,7 +111,7 @@ async function showLog(box, taskId, runId, listed, current) {
     return;
   }
   if (!response.ok) {
-    box.replaceChildren(h('p', { class: 'error' }, await errorText(response)));
+    box.replaceChildren(await refusal(response));
     return;
   }
   const { text, total } = await tail(response, TAIL_BYTES);
@@ -132,8 +134,8 @@ async function showRun(box, logBox, taskId, runId, current) {
   } catch (error) {
     if (!current()) return;
     const anonymous = !credentials() && [401, 403].includes(error.response?.status);
-    box.replaceChildren(failure(error),
-      anonymous ? h('p', { id: 'why-no-artifacts', class: 'muted' }, SIGN_IN_TO_LIST) : null);
+    box.replaceChildren(failure(error));
+    if (anonymous) box.append(h('p', { id: 'why-no-artifacts', class: 'muted' }, SIGN_IN_TO_LIST));
     logBox.replaceChildren();
     return;
   }

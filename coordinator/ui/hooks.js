@@ -1,7 +1,7 @@
 // Hooks (docs/hooks.md): every hook with its schedule, next and last fires (refreshed every
 // 5 s), and a trigger button that fires it now with a JSON payload.
 import { hooks } from './api.js';
-import { failure, h, link, when } from './util.js';
+import { failure, h, link, readable, when } from './util.js';
 
 async function everyHook(client) {
   const { groups } = await client.listHookGroups();
@@ -19,7 +19,7 @@ function lastFire(status) {
     ' ', when(fire.time), ' ',
     fire.result === 'success'
       ? link(`#/task/${fire.taskId}`, fire.taskId)
-      : h('span', { class: 'error' }, fire.error?.message ?? ''));
+      : h('span', { class: 'error' }, readable(fire.error?.message ?? '')));
 }
 
 function triggerForm(client, hook, show) {

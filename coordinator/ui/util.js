@@ -16,8 +16,23 @@ export const badge = state => h('span', { class: `state ${state}` }, state);
 
 export const when = iso => (iso ? new Date(iso).toLocaleString() : '—');
 
-export function failure(error) {
-  return h('p', { class: 'error' }, `${error.body?.code ?? 'Error'}: ${error.message}`);
+// An API error's message as people read it. Taskcluster writes them in markdown, scopes and
+// scope expressions in ``` fences and names in backticks: each fenced block becomes a <pre>,
+// backticks go, and the prose around stays text.
+export function readable(message) {
+  return String(message).split(/^[ \t]*```[^\n]*$/m).map((part, i) => {
+    if (i % 2 === 1) {
+      const code = part.replace(/^\n+|\n+$/g, '');
+      return code ? h('pre', {}, code) : null;
+    }
+    return part.replace(/`([^`\n]*)`/g, '$1').trim() || null;
+  });
 }
+
+// A failed call's error code and readable message, where a page shows the call's result.
+export const errorBox = (code, message) => h('div', { class: 'error' }, `${code}: `,
+  readable(message));
+
+export const failure = error => errorBox(error.body?.code ?? 'Error', error.message);
 
 export const link = (href, text) => h('a', { href }, text);

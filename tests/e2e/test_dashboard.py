@@ -1,6 +1,7 @@
 """The dashboard at ``/ui/``, used as a person would: headless Chromium (Debian's binary,
 driven by Playwright) against a coordinator with authentication on and tasks in several states,
-and a task page's artifacts and log.
+a task page's artifacts and log (for a signed-out visitor too, under the anonymousScopes of
+./scripts/dev's clients file), and API errors shown as text, not markdown.
 
 Set ``QC_SCREENSHOT=1`` to write ``docs/dashboard.png`` from the queue list and
 ``docs/dashboard-queue.png`` from a paused, limited queue's page.
@@ -19,16 +20,18 @@ from typing import Any
 import pytest
 import slugid
 import taskcluster.aio
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, Locator, expect
 from yarl import URL
 
+from coordinator.api.clients import DEV_ANONYMOUS_SCOPES, ensure_root_client
 from devharness.tasks import task_definition
-from tests.fixtures.browser import WAIT_MS, needs_chromium, sign_in
+from tests.fixtures.browser import WAIT_MS, needs_chromium, open_page, sign_in
 from tests.fixtures.clients import start_secured, write_clients
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 QUEUE_SCREENSHOT = SCREENSHOT.with_name("dashboard-queue.png")
+LOG = "public/logs/live_backing.log"
 
 pytestmark = [needs_chromium, pytest.mark.timeout(180)]
 
@@ -75,6 +78,14 @@ class Seed:
         async with self.session.put(put_url, data=content, headers=headers) as answer:
             assert answer.status == 200, await answer.text()
 
+    async def failed_with_log(self, name: str, log: str, *, gzipped: bool = False) -> str:
+        """A task whose run 0 uploaded ``log`` as its log and failed."""
+        task_id = await self.create(name)
+        await self.claim(task_id)
+        await self.upload(task_id, 0, LOG, log.encode(), "text/plain", gzipped=gzipped)
+        await self.queue.reportFailed(task_id, "0")
+        return task_id
+
     async def populate(self) -> None:
         """Two queues: completed, failed, running, pending and unscheduled tasks."""
         for name in ("build-a", "build-b"):
@@ -87,6 +98,16 @@ class Seed:
         await self.create("deploy", dependencies=[self.ids["lint-0"]])
 
 
+def replace_anonymous_scopes(clients_file: Path, scopes: list[str]) -> None:
+    """What an operator does: edit anonymousScopes and replace the file (it is re-read)."""
+    document = json.loads(clients_file.read_text())
+    document["anonymousScopes"] = scopes
+    replacement = clients_file.with_suffix(".new")
+    replacement.write_text(json.dumps(document))
+    replacement.chmod(0o600)
+    replacement.replace(clients_file)
+
+
 async def test_dashboard_as_a_person_uses_it(
     start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
 ) -> None:
@@ -95,10 +116,7 @@ async def test_dashboard_as_a_person_uses_it(
     seed = Seed(coordinator, creds["root"])
     await seed.populate()
     ids = seed.ids
-    page = await browser.new_page(viewport={"width": 1200, "height": 800})
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    page, errors = await open_page(browser)
 
     # The queue page: each queue's pending, delayed and running counts, and the depth chart.
     await page.goto(f"{coordinator.url}/ui/", timeout=WAIT_MS)
@@ -170,7 +188,6 @@ async def test_dashboard_as_a_person_uses_it(
     print(f"dashboard test took {time.monotonic() - started:.1f} s")
 
 
-LOG = "public/logs/live_backing.log"
 LOG_LINES = [f"log line {n:05}: compiling module {n % 97}" for n in range(8_000)]
 """About 320 KB: more than the 200 KB the page shows inline."""
 REPORT = "all 12 checks passed"
@@ -203,22 +220,16 @@ async def test_task_page_shows_each_runs_artifacts_and_its_log(
     await seed.queue.createArtifact(task_id, "1", "public/app.tar.gz", missing)
     await seed.queue.reportCompleted(task_id, "1")
 
-    page = await browser.new_page(viewport={"width": 1200, "height": 900})
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    page, errors = await open_page(browser, height=900)
 
     # Anonymous callers may read public/ artifacts but, by default, not list them.
     await page.goto(f"{coordinator.url}/ui/#/task/{task_id}", timeout=WAIT_MS)
     await expect(page.locator("#why-no-artifacts")).to_contain_text("Sign in", timeout=WAIT_MS)
 
     # The operator opens listings to everybody (the clients file is re-read on change).
-    document = json.loads(clients_file.read_text())
-    document["anonymousScopes"] = ["queue:get-artifact:public/*", "queue:list-artifacts:*"]
-    replacement = clients_file.with_suffix(".new")
-    replacement.write_text(json.dumps(document))
-    replacement.chmod(0o600)
-    replacement.replace(clients_file)
+    replace_anonymous_scopes(
+        clients_file, ["queue:get-artifact:public/*", "queue:list-artifacts:*"]
+    )
     await page.reload(timeout=WAIT_MS)
 
     # The latest run's artifacts: the log linked, the private report named but not linked
@@ -272,6 +283,81 @@ async def test_task_page_shows_each_runs_artifacts_and_its_log(
     assert not errors, errors
 
 
+FAILED_LOG = "building...\nTraceback (most recent call last):\nRuntimeError: the build broke\n"
+
+
+async def test_a_failed_tasks_log_is_open_to_everybody_on_the_dev_instance(
+    start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
+) -> None:
+    """The clients file scripts/dev creates (DEV_ANONYMOUS_SCOPES): a signed-out visitor sees
+    a failed task's artifacts and log."""
+    clients_file = tmp_path / "clients.json"
+    root = ensure_root_client(clients_file, anonymous_scopes=DEV_ANONYMOUS_SCOPES)
+    coordinator = await start_coordinator(auth_enabled=True, clients_file=clients_file)
+    seed = Seed(coordinator, {"clientId": root.client_id, "accessToken": root.access_token})
+    task_id = await seed.failed_with_log("build-that-fails", FAILED_LOG, gzipped=True)
+
+    page, errors = await open_page(browser)
+    await page.goto(f"{coordinator.url}/ui/#/task/{task_id}", timeout=WAIT_MS)
+    await expect(page.locator('#runs li[data-run="0"]')).to_have_attribute(
+        "data-state", "failed", timeout=WAIT_MS
+    )
+    await expect(page.locator("#log")).to_have_text(FAILED_LOG, timeout=WAIT_MS)
+    log_row = page.locator(f'#artifacts tr[data-name="{LOG}"]')
+    await expect(log_row.locator("a.artifact-link")).to_have_text(LOG, timeout=WAIT_MS)
+    await expect(page.locator(".error")).to_have_count(0, timeout=WAIT_MS)
+    await expect(page.locator("#why-no-artifacts")).to_have_count(0, timeout=WAIT_MS)
+    assert await page.evaluate("Object.keys(sessionStorage)") == []
+    assert not errors, errors
+
+
+async def expect_readable(error: Locator, code: str, scope: str) -> None:
+    """An API error shown as text: its code, the scope in a block (<pre>), no markdown."""
+    await expect(error).to_contain_text(f"{code}: ", timeout=WAIT_MS)
+    await expect(error.locator("pre", has_text=scope).first).to_be_visible(timeout=WAIT_MS)
+    await expect(error).not_to_contain_text("`", timeout=WAIT_MS)
+
+
+async def test_api_errors_read_as_text_without_markdown_fences(
+    start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
+) -> None:
+    """Taskcluster's error messages put scopes in ``` fences: the page shows them as blocks
+    of text, for a refused client call (the artifacts listing) and a refused log fetch."""
+    clients_file = tmp_path / "clients.json"
+    creds = write_clients(clients_file, {"reader": ["queue:get-artifact:public/*"]})
+    coordinator = await start_coordinator(auth_enabled=True, clients_file=clients_file)
+    seed = Seed(coordinator, creds["root"])
+    task_id = await seed.failed_with_log("build-that-fails", FAILED_LOG)
+    listing_scope = f"queue:list-artifacts:{task_id}:0"
+
+    page, errors = await open_page(browser)
+
+    # Signed out, under the default anonymousScopes: listing the artifacts needs credentials.
+    await page.goto(f"{coordinator.url}/ui/#/task/{task_id}", timeout=WAIT_MS)
+    listing = page.locator("#artifacts-box .error")
+    await expect_readable(listing, "AuthenticationFailed", listing_scope)
+
+    # Signed in as a client without the scope: what it lacks, has and needs, each a block.
+    await sign_in(page, creds["reader"])
+    await expect_readable(listing, "InsufficientScopes", listing_scope)
+    await expect(listing.locator("pre", has_text="queue:get-artifact:public/*")).to_have_count(1)
+    await expect(listing).to_contain_text("You have the scopes:", timeout=WAIT_MS)
+    # The box holds the error and nothing after it (the sign-in hint is for signed-out users).
+    await expect(page.locator("#artifacts-box")).to_have_text(
+        re.compile(rf"^InsufficientScopes: .*{re.escape(listing_scope)}$", re.DOTALL),
+        timeout=WAIT_MS,
+    )
+
+    # Listing open to everybody but reading not: the log fetch's refusal, signed out.
+    replace_anonymous_scopes(clients_file, ["queue:list-artifacts:*"])
+    await page.click("#sign-out")
+    await page.reload(timeout=WAIT_MS)
+    await expect_readable(
+        page.locator("#log-box .error"), "AuthenticationFailed", f"queue:get-artifact:{LOG}"
+    )
+    assert not errors, errors
+
+
 async def test_an_operator_drives_a_queue_from_its_page(
     start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
 ) -> None:
@@ -287,10 +373,7 @@ async def test_an_operator_drives_a_queue_from_its_page(
         failed.append(task_id)
     for n in range(52):  # more than one page of 50
         await seed.create(f"waiting-{n}", worker_type="ops")
-    page = await browser.new_page(viewport={"width": 1200, "height": 900})
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    page, errors = await open_page(browser, height=900)
     page.on("dialog", lambda dialog: dialog.accept())
 
     await page.goto(f"{coordinator.url}/ui/", timeout=WAIT_MS)

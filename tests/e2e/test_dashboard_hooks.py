@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, expect
 
-from tests.fixtures.browser import WAIT_MS, needs_chromium, sign_in
+from tests.fixtures.browser import WAIT_MS, needs_chromium, open_page, sign_in
 from tests.fixtures.clients import Hooks, Queue, start_secured
 from tests.fixtures.coordinator import StartCoordinator
 
@@ -42,14 +42,11 @@ async def test_the_hooks_page_shows_schedules_and_fires_a_hook(
             "triggerSchema": {"type": "object", "required": ["colour"]},
         },
     )
-    page = await browser.new_page(viewport={"width": 1200, "height": 800})
-    page.set_default_timeout(WAIT_MS)
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    page, errors = await open_page(browser)
 
     # Without credentials the page says why it shows nothing.
     await page.goto(f"{coordinator.url}/ui/#/hooks", timeout=WAIT_MS)
-    await expect(page.locator("p.error")).to_contain_text("AuthenticationFailed")
+    await expect(page.locator("div.error")).to_contain_text("AuthenticationFailed")
     await sign_in(page, creds["root"])
     await page.click("a[href='#/hooks']")
     row = page.locator('#hooks tr[data-hook="dash/nightly"]')

@@ -31,6 +31,8 @@ from aiohttp.typedefs import Handler
 
 from coordinator.api.auth import Auth, Authorizer, NonceCache, Rejected, RequestAuth
 from coordinator.api.clients import (
+    DEFAULT_ANONYMOUS_SCOPES,
+    DEV_ANONYMOUS_SCOPES,
     ISSUER_CLIENT_ID,
     ROOT_CLIENT_ID,
     ClientRegistry,
@@ -621,6 +623,19 @@ def test_ensure_root_client_creates_a_private_file_once(tmp_path: Path) -> None:
     assert registry.issuer.client_id == ISSUER_CLIENT_ID
     assert registry.issuer.access_token != first.access_token
     assert [p.name for p in path.parent.iterdir()] == ["clients.json"]
+
+
+def test_ensure_root_client_gives_only_a_new_file_its_anonymous_scopes(tmp_path: Path) -> None:
+    """scripts/dev's new file lets anybody list artifacts; a file from an earlier run (here
+    one without anonymousScopes) is left as it is."""
+    new, earlier = tmp_path / "new.json", tmp_path / "earlier.json"
+    ensure_root_client(new, anonymous_scopes=DEV_ANONYMOUS_SCOPES)
+    assert ClientRegistry(new).anonymous_scopes == DEV_ANONYMOUS_SCOPES
+    ensure_root_client(earlier)
+    contents = earlier.read_bytes()
+    ensure_root_client(earlier, anonymous_scopes=DEV_ANONYMOUS_SCOPES)
+    assert earlier.read_bytes() == contents
+    assert ClientRegistry(earlier).anonymous_scopes == DEFAULT_ANONYMOUS_SCOPES
 
 
 def test_malformed_clients_file_is_refused(tmp_path: Path) -> None:
