@@ -24,7 +24,7 @@ form: a route ``/task-queues/{provisionerId}/{workerType}`` would also match
 **Scopes.** An endpoint declares what it requires as Taskcluster's ``declare()`` does: a
 :data:`~coordinator.api.scopes.Template` whose ``<name>`` placeholders are filled from the path
 (:func:`url_parameters`, with ``taskQueueId`` for the two-segment form too) and from what only
-the handler knows (the stored task's schedulerId, the body's workerId). The route dispatch
+the handler knows (the stored task's schedulerId, the body's workerId). The request pipeline
 checks it before the handler when the path supplies every parameter, and otherwise hands the
 handler the check to complete; the batch calls declare their per-run scopes (``run_scopes``)
 as well. The OpenAPI document shows both.
@@ -171,8 +171,8 @@ class Endpoint:
 
     @property
     def scopes_from_url(self) -> bool:
-        """Whether the path alone supplies every parameter of :attr:`scopes`, so the route
-        dispatch checks them before the handler runs."""
+        """Whether the path alone supplies every parameter of :attr:`scopes`, so the request
+        pipeline checks them before the handler runs."""
         names = set(self.path_parameters)
         if {"provisionerId", "workerType"} <= names:
             names.add("taskQueueId")
@@ -279,7 +279,7 @@ PARAMETERS: Mapping[str, Parameter] = {
         ),
     )
 }
-"""Every path and query parameter any endpoint uses, by name: the route dispatch checks each
+"""Every path and query parameter any endpoint uses, by name: the request pipeline checks each
 value against its schema."""
 
 PAGED = (PARAMETERS["limit"], PARAMETERS["continuationToken"])

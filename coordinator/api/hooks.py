@@ -335,7 +335,7 @@ class HookHandlers(Handlers):
     async def _caller_scopes(self, request: web.Request) -> tuple[str, ...]:
         """The scopes of the (authorized) caller: what the hook's tasks will be created with."""
         caller = await self.auth.caller(request)
-        assert not isinstance(caller, Rejected)  # the route dispatch authorized it
+        assert not isinstance(caller, Rejected)  # the request pipeline authorized it
         return caller.scopes
 
 

@@ -474,7 +474,7 @@ class TaskQueueHandlers(Handlers):
     async def quarantineWorker(self, request: web.Request, body: Any) -> Body:
         worker = self._worker(request)
         auth = await self.auth.caller(request)
-        assert isinstance(auth, Auth)  # the dispatch required a scope, so the caller is a client
+        assert isinstance(auth, Auth)  # the pipeline required a scope: the caller is a client
         quarantined = await self.workers.quarantine(
             worker,
             until=from_iso(body["quarantineUntil"]),

@@ -18,7 +18,7 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.background import Background
 from coordinator.service.claim_work import ClaimWork
 from coordinator.service.tasks import TaskService
-from coordinator.store.base import PendingAnnouncement
+from coordinator.store.contract.dispatch import PendingAnnouncement
 
 IDLE_POLL_S = 5.0
 """The longest a store-dispatch long poll waits between two asks while its queue has nothing:

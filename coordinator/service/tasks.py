@@ -28,7 +28,8 @@ from coordinator.service.gather import bounded
 from coordinator.service.hints import HintPublisher, HintSink
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.transitions import Change, Transition, Transitions, log_changes
-from coordinator.store.base import PendingAnnouncement, Store
+from coordinator.store.base import Store
+from coordinator.store.contract.dispatch import PendingAnnouncement
 
 Permit = Callable[[TaskRecord, int], None]
 """A batch caller's right to act on run ``runId`` of a task as stored: raises

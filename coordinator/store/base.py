@@ -21,14 +21,12 @@ from collections.abc import AsyncIterator
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.store.contract.artifacts import ArtifactStore
 from coordinator.store.contract.controls import QueueControlStore
-from coordinator.store.contract.dispatch import ClaimPending, DispatchStore, PendingAnnouncement
+from coordinator.store.contract.dispatch import DispatchStore
 from coordinator.store.contract.hooks import HookStore
 from coordinator.store.contract.management import ManagementStore
 from coordinator.store.contract.outbox import OutboxStore
 from coordinator.store.contract.tasks import TaskStore
 from coordinator.store.contract.workers import WorkerStore
-
-__all__ = ["ClaimPending", "PendingAnnouncement", "ProcessLocks", "Store"]
 
 
 class Store(
