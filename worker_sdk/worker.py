@@ -35,20 +35,14 @@ import aiohttp
 from hawk_signing import Credentials
 from worker_sdk import timing
 from worker_sdk.artifacts import RunArtifacts
+from worker_sdk.azure_poller import AzurePoller
 from worker_sdk.batches import RunBatches
+from worker_sdk.claim_work_poller import ClaimWorkPoller
 from worker_sdk.client import Claim, CoordinatorClient, Resolution, root_urls_of
 from worker_sdk.errors import NoAzureQueues, RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import HandlerError, ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
-from worker_sdk.poller import (
-    MAX_BATCH,
-    AzurePoller,
-    ClaimWorkPoller,
-    Poller,
-    PollerParts,
-    PollSettings,
-    WorkerIdentity,
-)
+from worker_sdk.poller import MAX_BATCH, Poller, PollerParts, PollSettings, WorkerIdentity
 from worker_sdk.priorities import (
     POLLINGS,
     Polling,
