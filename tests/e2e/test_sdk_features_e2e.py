@@ -5,7 +5,8 @@ worker meets a coordinator that refuses it or does not answer.
 Real ``queue-worker`` processes (and, where a module constant must be shortened, an
 in-process :class:`~worker_sdk.Worker`) against a real ``queue-coordinator serve`` process
 with Hawk authentication on and a real Azurite, set up by the ``e2e`` fixture
-(tests/fixtures/workers.py), whose journaling handler (tests/e2e_handlers.py) records what ran.
+(tests/fixtures/workers.py), whose journaling handler (tests/fixtures/e2e_handlers.py)
+records what ran.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The worker SDK's artifacts against the coordinator test double (tests/coordinator_double.py):
-``TaskRun.upload_artifact`` and its siblings (createArtifact signed with the run's current
-credentials, then the bytes PUT to the putUrl), their retries, and the run log every run
+"""The worker SDK's artifacts against the coordinator test double
+(tests/fixtures/coordinator_double.py): ``TaskRun.upload_artifact`` and its siblings
+(createArtifact signed with the run's current credentials, then the bytes PUT to the
+putUrl), their retries, and the run log every run
 uploads as ``public/logs/live_backing.log`` before its report.
 
 Handlers that run in a child process (``isolation="process"``) are module-level functions,
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from devharness.waiting import wait_until
-from tests.coordinator_double import CoordinatorDouble, Upload, eventually, hint_text
+from tests.fixtures.coordinator_double import CoordinatorDouble, Upload, eventually, hint_text
 from tests.fixtures.sdk import make_worker, reports, running
 from worker_sdk import RequestFailed, TaskRun
 from worker_sdk.artifacts import UPLOAD_ATTEMPTS

@@ -2,10 +2,10 @@
 releases a hint it could not claim for want of an answering coordinator, and fails over
 between the root URLs of a coordinator's replicas.
 
-Against the coordinator double (tests/coordinator_double.py), which plays a dead coordinator
-on cue (dropped connections, 503s, a replica killed) and counts releases; then against the
-real coordinator in this process and a real Azurite, where the release URL the coordinator
-signs is executed by Azure itself.
+Against the coordinator double (tests/fixtures/coordinator_double.py), which plays a dead
+coordinator on cue (dropped connections, 503s, a replica killed) and counts releases; then
+against the real coordinator in this process and a real Azurite, where the release URL the
+coordinator signs is executed by Azure itself.
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from coordinator.domain.lifecycle import Hint
 from devharness.azurite import AzuriteProcess
 from devharness.ports import free_port
 from devharness.waiting import wait_until
-from tests.coordinator_double import CoordinatorDouble, eventually, hint_text
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import StartCoordinator, base_config
-from tests.fixtures.sdk import QUICK_IDLE_RATE, make_worker, reports, running
-from tests.integration.test_sdk_worker import MODES, route
+from tests.fixtures.coordinator_double import CoordinatorDouble, eventually, hint_text
+from tests.fixtures.sdk import MODES, QUICK_IDLE_RATE, make_worker, reports, route, running
 from worker_sdk import Backoff, RequestFailed, Worker, azure_poller
 from worker_sdk.client import CoordinatorClient
 

@@ -123,3 +123,27 @@ def test_only_hawk_signing_is_shared_by_the_coordinator_and_the_sdk() -> None:
         assert "worker_sdk" not in _third_party_roots(path), path
     for path in sorted((ROOT / "hawk_signing").rglob("*.py")):
         assert not {"coordinator", "worker_sdk"} & _third_party_roots(path), path
+
+
+def _is_test_module(name: str) -> bool:
+    return name.rpartition(".")[2].startswith("test_")
+
+
+def test_no_test_module_imports_another() -> None:
+    """What several test modules share lives in tests/fixtures/, so that a test module can be
+    moved, renamed or run alone."""
+    wrong = set()
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            wrong |= {
+                f"{path.relative_to(ROOT)} imports {name}"
+                for name in names
+                if name.startswith("tests.") and _is_test_module(name)
+            }
+    assert not wrong, sorted(wrong)
