@@ -310,8 +310,8 @@ async def test_no_run_log_uploads_nothing(double: CoordinatorDouble) -> None:
 
 def test_the_command_line_turns_the_run_log_off() -> None:
     argv = ["--root-url", "http://127.0.0.1:1", "--task-queue", "p/w", "m:f"]
-    assert parse_options(argv, {}).run_log is True
-    assert parse_options(["--no-run-log", *argv], {}).run_log is False
+    assert parse_options(argv, {}).worker.run_log is True
+    assert parse_options(["--no-run-log", *argv], {}).worker.run_log is False
 
 
 def test_a_run_log_is_bounded_and_then_says_so() -> None:
