@@ -92,8 +92,10 @@ def positive_int(text: str) -> int:
 
 def _skip(text: str) -> float:
     value = float(text)
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds from 0, not {text}")
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError("must be a finite number of seconds")
     return value
 
 
