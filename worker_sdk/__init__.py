@@ -83,6 +83,7 @@ from worker_sdk.errors import (
     TaskException,
 )
 from worker_sdk.handles import TaskHandle
+from worker_sdk.options import WorkerOptions
 from worker_sdk.priorities import TaskQueue
 from worker_sdk.results import TaskFailed
 from worker_sdk.runs import Handler, TaskRun
@@ -107,4 +108,5 @@ __all__ = [
     "TaskQueue",
     "TaskRun",
     "Worker",
+    "WorkerOptions",
 ]

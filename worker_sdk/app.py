@@ -46,7 +46,7 @@ from worker_sdk.handles import TaskHandle
 from worker_sdk.priorities import PRIORITIES, TaskQueue
 from worker_sdk.runs import TaskRun
 from worker_sdk.serving import serve
-from worker_sdk.task_options import RetryDelay, RetryWith, TaskOptions
+from worker_sdk.task_options import TaskOptions
 from worker_sdk.worker import Worker
 
 _P = ParamSpec("_P")
@@ -162,20 +162,7 @@ class App:
 
     @overload
     def task(
-        self,
-        function: None = None,
-        /,
-        *,
-        name: str | None = None,
-        task_queue: str | TaskQueue | None = None,
-        priority: str | None = None,
-        retries: int | None = None,
-        retry_delay: RetryDelay | None = None,
-        retry_priority: str | None = None,
-        claim_timeout: int | None = None,
-        retry_on: Iterable[type[BaseException]] = (),
-        retry_with: RetryWith | None = None,
-        max_run_time: float | None = None,
+        self, function: None = None, /, *, name: str | None = None, **options: Any
     ) -> Callable[[Callable[_P, _R]], TaskFunction[_P, _R]]: ...
 
     def task(
@@ -184,38 +171,29 @@ class App:
         /,
         *,
         name: str | None = None,
-        task_queue: str | TaskQueue | None = None,
-        priority: str | None = None,
-        retries: int | None = None,
-        retry_delay: RetryDelay | None = None,
-        retry_priority: str | None = None,
-        claim_timeout: int | None = None,
-        retry_on: Iterable[type[BaseException]] = (),
-        retry_with: RetryWith | None = None,
-        max_run_time: float | None = None,
+        **options: Any,
     ) -> TaskFunction[_P, _R] | Callable[[Callable[_P, _R]], TaskFunction[_P, _R]]:
-        """Register a function (``async def`` or plain) as a task, with its defaults
-        (:class:`~worker_sdk.task_options.TaskOptions`); as ``@app.task`` or
-        ``@app.task(...)``. ``name`` replaces ``<module>:<qualified name>`` as what the
-        payload calls it by (needed for a function of a module run as ``__main__``).
+        """Register a function (``async def`` or plain) as a task, with its defaults: the
+        keywords are the fields of :class:`~worker_sdk.task_options.TaskOptions` (``task_queue``
+        may be a ``provisionerId/workerType`` string, ``retry_on`` any iterable); as
+        ``@app.task`` or ``@app.task(...)``. ``name`` replaces ``<module>:<qualified name>`` as
+        what the payload calls it by (needed for a function of a module run as ``__main__``).
 
         :raises ValueError: an option is out of range, or the name is taken.
+        :raises TypeError: a keyword is no option.
         """
-        options = TaskOptions(
-            task_queue=None if task_queue is None else _task_queue(task_queue),
-            priority=priority,
-            retries=retries,
-            retry_delay=retry_delay,
-            retry_priority=retry_priority,
-            claim_timeout=claim_timeout,
-            retry_on=tuple(retry_on),
-            retry_with=retry_with,
-            max_run_time=max_run_time,
-        )
+        if options.get("task_queue") is not None:
+            options["task_queue"] = _task_queue(options["task_queue"])
+        if "retry_on" in options:
+            options["retry_on"] = tuple(options["retry_on"])
+        task_options = TaskOptions(**options)
 
         def register(function: Callable[_P, _R]) -> TaskFunction[_P, _R]:
             registered = TaskFunction(
-                app=self, function=function, name=name or function_name(function), options=options
+                app=self,
+                function=function,
+                name=name or function_name(function),
+                options=task_options,
             )
             if registered.name in self._functions:
                 raise ValueError(f"a function named {registered.name} is already registered")

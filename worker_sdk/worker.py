@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import inspect
 import logging
-import math
 import os
 import random
 import re
@@ -27,33 +27,25 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import aiohttp
 
 from hawk_signing import Credentials
 from worker_sdk import timing
 from worker_sdk.artifacts import RunArtifacts
+from worker_sdk.azure_poller import AzurePoller
 from worker_sdk.batches import RunBatches
+from worker_sdk.claim_work_poller import ClaimWorkPoller
 from worker_sdk.client import Claim, CoordinatorClient, Resolution, root_urls_of
 from worker_sdk.errors import NoAzureQueues, RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import HandlerError, ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
-from worker_sdk.poller import (
-    MAX_BATCH,
-    AzurePoller,
-    ClaimWorkPoller,
-    Poller,
-    PollerParts,
-    PollSettings,
-    WorkerIdentity,
-)
+from worker_sdk.options import WorkerOptions
+from worker_sdk.poller import MAX_BATCH, Poller, PollerParts, PollSettings, WorkerIdentity
 from worker_sdk.priorities import (
-    POLLINGS,
-    Polling,
     PollOrder,
-    TaskQueue,
     task_queues_of,
     weights_with,
 )
@@ -66,7 +58,6 @@ from worker_sdk.run_log import (
     current_run,
 )
 from worker_sdk.runs import Handler, Lease, TaskRun
-from worker_sdk.timing import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +66,6 @@ REPORT_TIMEOUT = 30.0
 
 RUN_LOG_TIMEOUT = 20.0
 """How long the upload of a run's log may hold up its report."""
-
-Isolation = Literal["none", "process"]
-ISOLATIONS: tuple[Isolation, ...] = ("none", "process")
 
 _T = TypeVar("_T")
 
@@ -124,140 +112,75 @@ def _identifier(text: str) -> str:
 class Worker:
     """Claims runs of its task queues and hands each to ``handler``; see the package docs.
 
-    The coordinator is at ``root_url``; or give ``root_urls``, replicas of one coordinator in
-    order of preference: every request goes to the one that answered last, and to the next
-    while one does not answer (see :mod:`worker_sdk.client`).
-    The task queues are ``task_queues`` (``"provisionerId/workerType"`` strings or
-    :class:`~worker_sdk.priorities.TaskQueue`), and ``provisioner_id``/``worker_type`` when
-    given: at least one in all. ``polling`` orders their Azure queues: ``"strict"`` highest
-    priority first, ``"weighted"`` at random by ``weights`` (priority name to a positive
-    number, over the defaults ``2 ** (level - 1)``); see :mod:`worker_sdk.priorities`.
+    Its other keywords are the fields of :class:`~worker_sdk.options.WorkerOptions`, each
+    saying what it does (docs/worker-sdk.md has them as a table); or give ``options``, a
+    ``WorkerOptions``, which the keywords then override. The coordinator is at ``root_url``,
+    or ``root_urls``: replicas of one coordinator in order of preference (see
+    :mod:`worker_sdk.client`). The task queues are ``task_queues`` and
+    ``provisioner_id``/``worker_type`` when given: at least one in all. ``polling`` orders
+    their Azure queues (:mod:`worker_sdk.priorities`). ``claim_work`` ``None`` polls Azure
+    unless the coordinator has no Azure queues (it dispatches from its store, and
+    pollTaskUrls answers 404), then uses claimWork. ``isolation="process"`` runs each handler
+    in one of a pool of ``capacity`` child processes (:mod:`worker_sdk.isolation`). Without
+    ``handle_signals``, call :meth:`stop` to stop it.
 
-    ``claim_work=True`` selects the claimWork mode (the coordinator hands out the runs, from
-    its store or from Azure on the worker's behalf, and picks by priority itself, so
-    ``polling`` must stay strict); ``False`` polls Azure through signed URLs; ``None`` (the
-    default) polls Azure unless the coordinator has no Azure queues (it dispatches from its
-    store, and pollTaskUrls answers 404), then uses claimWork. ``idle_delay`` is the pause
-    when there is no work and ``backoff`` the schedule after transient errors, both
-    jittered; an Azure worker that keeps finding no work doubles its pause with each empty
-    pass until it makes ``idle_rate`` Azure requests a second on average. A hint
-    dequeued more than ``dequeue_warning`` times is logged as a WARNING, and an Azure queue
-    that answered empty is not polled again for between half and all of
-    ``empty_queue_skip`` seconds (0 polls every queue each pass), which bounds how long work
-    arriving in a higher priority may wait behind a lower one. Up to ``polls_in_flight``
-    Azure gets and their claims run at once, each for its share of the capacity (the next
-    get goes out while the last one's hints are being claimed). ``batching`` claims the runs
-    of one Azure get in one ``claimRuns`` request, and gathers the reclaims and reports of
-    runs that come due within 5 ms of each other into one ``reclaimRuns`` or
-    ``resolveRuns`` request, signed with ``credentials``; a coordinator without these routes
-    is detected and gets single calls, and ``batching=False`` sends one request per step.
-    ``retry_failures`` reports a handler's ordinary exceptions (not a :class:`TaskException`)
-    like :class:`~worker_sdk.errors.RetryTask`: ``intermittent-task`` while the task has
-    retries left, ``failed`` on its last run. ``isolation="process"`` runs each handler in one
-    of a pool of ``capacity`` child processes (see :mod:`worker_sdk.isolation`): a handler
-    that crashes its process fails only its run, reported ``exception/internal-error``, and
-    the pool replaces the child, as it does after ``max_runs_per_child`` runs when given.
-    ``run_log`` uploads what each run's handler logged (:mod:`worker_sdk.run_log`), and its
-    traceback when it raised, as the run's ``public/logs/live_backing.log`` (gzipped
-    ``text/plain``) before reporting the run; a failed upload is logged, and the report goes
-    out all the same.
-    ``handle_signals`` makes :meth:`run` stop gracefully on SIGTERM and SIGINT (which needs
-    the main thread); without it, call :meth:`stop`. ``metrics_port`` serves the worker's
-    Prometheus metrics (:mod:`worker_sdk.metrics`) there while :meth:`run` runs.
+    :raises ValueError: an option that cannot work (:class:`WorkerOptions`), or no task queue.
     """
 
     def __init__(
-        self,
-        *,
-        root_url: str | None = None,
-        root_urls: Sequence[str] = (),
-        credentials: Credentials | Mapping[str, Any] | None,
-        handler: Handler,
-        provisioner_id: str | None = None,
-        worker_type: str | None = None,
-        task_queues: Iterable[str | TaskQueue] = (),
-        polling: Polling = "strict",
-        weights: Mapping[str, float] | None = None,
-        worker_group: str | None = None,
-        worker_id: str | None = None,
-        capacity: int = 1,
-        claim_work: bool | None = None,
-        grace_period: float = 60.0,
-        dequeue_warning: int = 10,
-        idle_delay: float = 1.0,
-        idle_rate: float = 1.0,
-        backoff: Backoff = Backoff(),  # noqa: B008 (frozen, so sharing the default is safe)
-        retry_failures: bool = False,
-        isolation: Isolation = "none",
-        max_runs_per_child: int | None = None,
-        handle_signals: bool = True,
-        metrics_port: int | None = None,
-        batching: bool = True,
-        empty_queue_skip: float = 1.0,
-        polls_in_flight: int = 2,
-        run_log: bool = True,
+        self, *, handler: Handler, options: WorkerOptions | None = None, **keywords: Any
     ) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be at least 1, not {capacity}")
-        if not 0 < idle_rate < math.inf:
-            raise ValueError(f"idle_rate must be a positive number, not {idle_rate}")
-        if polls_in_flight < 1:
-            raise ValueError(f"polls_in_flight must be at least 1, not {polls_in_flight}")
-        if grace_period < 0:
-            raise ValueError(f"grace_period must not be negative, not {grace_period}")
-        if not 0 <= empty_queue_skip < math.inf:
-            # an infinite skip would never poll a queue again once it was empty
-            raise ValueError(
-                f"empty_queue_skip must be finite and not negative, not {empty_queue_skip}"
-            )
+        self.options = (
+            WorkerOptions(**keywords)
+            if options is None
+            else dataclasses.replace(options, **keywords)
+        )
+        given = self.options
+        credentials = given.credentials
         self._credentials = (
             credentials
             if credentials is None or isinstance(credentials, Credentials)
             else Credentials.from_json(credentials)
         )
-        if polling not in POLLINGS:
-            raise ValueError(f"polling must be strict or weighted, not {polling!r}")
-        if polling == "weighted" and claim_work:
-            raise ValueError("weighted polling needs Azure: claimWork picks by priority itself")
         self._identity = WorkerIdentity(
-            task_queues=task_queues_of(provisioner_id, worker_type, task_queues),
-            worker_group=worker_group or default_worker_group(),
-            worker_id=worker_id or default_worker_id(),
+            task_queues=task_queues_of(given.provisioner_id, given.worker_type, given.task_queues),
+            worker_group=given.worker_group or default_worker_group(),
+            worker_id=given.worker_id or default_worker_id(),
         )
         self._settings = PollSettings(
-            idle_delay=idle_delay,
-            idle_rate=idle_rate,
-            backoff=backoff,
-            dequeue_warning=dequeue_warning,
-            order=PollOrder(polling=polling, weights=weights_with(weights or {})),
-            batching=batching,
-            empty_queue_skip=empty_queue_skip,
+            idle_delay=given.idle_delay,
+            idle_rate=given.idle_rate,
+            backoff=given.backoff,
+            dequeue_warning=given.dequeue_warning,
+            order=PollOrder(polling=given.polling, weights=weights_with(given.weights or {})),
+            batching=given.batching,
+            empty_queue_skip=given.empty_queue_skip,
         )
         # claimWork keeps its own long polls in flight (one per task queue); and a loop that
         # the capacity has no run for would never poll
-        self._polls_in_flight = 1 if claim_work else min(polls_in_flight, capacity)
-        if isolation not in ISOLATIONS:
-            raise ValueError(f"isolation must be none or process, not {isolation!r}")
-        if max_runs_per_child is not None and isolation != "process":
-            raise ValueError("max_runs_per_child needs isolation='process'")
+        self._polls_in_flight = (
+            1 if given.claim_work else min(given.polls_in_flight, given.capacity)
+        )
         self._isolation = (
-            ProcessIsolation(handler, size=capacity, max_runs_per_child=max_runs_per_child)
-            if isolation == "process"
+            ProcessIsolation(
+                handler, size=given.capacity, max_runs_per_child=given.max_runs_per_child
+            )
+            if given.isolation == "process"
             else None
         )
-        self._root_urls = root_urls_of(root_url, root_urls)
+        self._root_urls = root_urls_of(given.root_url, given.root_urls)
         self._handler = handler
         # Also true for objects with an ``async def __call__``.
         self._handler_is_async = inspect.iscoroutinefunction(
             handler
         ) or inspect.iscoroutinefunction(type(handler).__call__)
-        self._capacity = capacity
-        self._claim_work = claim_work
-        self._grace_period = grace_period
-        self._retry_failures = retry_failures
-        self._handle_signals = handle_signals
-        self._metrics_port = metrics_port
-        self._run_logs = RunLogs() if run_log else None
+        self._capacity = given.capacity
+        self._claim_work = given.claim_work
+        self._grace_period = given.grace_period
+        self._retry_failures = given.retry_failures
+        self._handle_signals = given.handle_signals
+        self._metrics_port = given.metrics_port
+        self._run_logs = RunLogs() if given.run_log else None
         self.metrics = WorkerMetrics()
         self._rng = random.Random()
         self._stopping = asyncio.Event()

@@ -83,7 +83,7 @@ from coordinator.azure.names import queue_name
 from devharness.azurite import AzuriteProcess
 from devharness.processes import child_env, end_processes, spawn
 from devharness.waiting import WaitTimeout, wait_until
-from worker_sdk.worker import Isolation
+from worker_sdk.options import Isolation
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from benchlib import e2e
 from benchlib.common import TIMES, Row, Settings
 from devharness.azurite import AzuriteProcess
-from worker_sdk.worker import ISOLATIONS
+from worker_sdk.options import ISOLATIONS
 
 
 async def run(settings: Settings) -> list[Row]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.coordinator_double import BATCH_ROUTES, WORKER, CoordinatorDouble, eventually
+from tests.fixtures.coordinator_double import BATCH_ROUTES, WORKER, CoordinatorDouble, eventually
 from worker_sdk import TaskRun
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,8 @@ worker meets a coordinator that refuses it or does not answer.
 Real ``queue-worker`` processes (and, where a module constant must be shortened, an
 in-process :class:`~worker_sdk.Worker`) against a real ``queue-coordinator serve`` process
 with Hawk authentication on and a real Azurite, set up by the ``e2e`` fixture
-(tests/fixtures/workers.py), whose journaling handler (tests/e2e_handlers.py) records what ran.
+(tests/fixtures/workers.py), whose journaling handler (tests/fixtures/e2e_handlers.py)
+records what ran.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from coordinator.api.clients import add_client
 from coordinator.azure.hint_codec import encode_hint
 from tests.fixtures.sdk import running
 from tests.fixtures.workers import E2E, MODES, WORKER_GROUP, WORKER_TYPE, MakeE2E
-from worker_sdk import TaskRun, poller
+from worker_sdk import TaskRun, azure_poller
 
 OTHER_WORKER_TYPE = "e2e-other"
 
@@ -249,7 +250,7 @@ async def test_no_hints_are_taken_while_the_coordinator_does_not_answer(
 ) -> None:
     """A hint taken while claims get no answer is released (visible again a second later): the
     worker takes one batch, then only pings until the coordinator is back."""
-    monkeypatch.setattr(poller, "CLAIM_RETRY_WINDOW", 0.5)
+    monkeypatch.setattr(azure_poller, "CLAIM_RETRY_WINDOW", 0.5)
     s = await e2e(claim_work=False)
     ran: list[str] = []
 

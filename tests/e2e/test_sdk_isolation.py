@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.coordinator_double import CoordinatorDouble, eventually
+from tests.fixtures.coordinator_double import CoordinatorDouble, eventually
 from tests.fixtures.sdk import make_worker, reports, running
 from worker_sdk import MalformedPayload, RetryTask, TaskRun
 from worker_sdk.isolation import HandlerError

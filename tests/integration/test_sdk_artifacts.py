@@ -1,6 +1,7 @@
-"""The worker SDK's artifacts against the coordinator test double (tests/coordinator_double.py):
-``TaskRun.upload_artifact`` and its siblings (createArtifact signed with the run's current
-credentials, then the bytes PUT to the putUrl), their retries, and the run log every run
+"""The worker SDK's artifacts against the coordinator test double
+(tests/fixtures/coordinator_double.py): ``TaskRun.upload_artifact`` and its siblings
+(createArtifact signed with the run's current credentials, then the bytes PUT to the
+putUrl), their retries, and the run log every run
 uploads as ``public/logs/live_backing.log`` before its report.
 
 Handlers that run in a child process (``isolation="process"``) are module-level functions,
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from devharness.waiting import wait_until
-from tests.coordinator_double import CoordinatorDouble, Upload, eventually, hint_text
+from tests.fixtures.coordinator_double import CoordinatorDouble, Upload, eventually, hint_text
 from tests.fixtures.sdk import make_worker, reports, running
 from worker_sdk import RequestFailed, TaskRun
 from worker_sdk.artifacts import UPLOAD_ATTEMPTS
@@ -309,8 +310,8 @@ async def test_no_run_log_uploads_nothing(double: CoordinatorDouble) -> None:
 
 def test_the_command_line_turns_the_run_log_off() -> None:
     argv = ["--root-url", "http://127.0.0.1:1", "--task-queue", "p/w", "m:f"]
-    assert parse_options(argv, {}).run_log is True
-    assert parse_options(["--no-run-log", *argv], {}).run_log is False
+    assert parse_options(argv, {}).worker.run_log is True
+    assert parse_options(["--no-run-log", *argv], {}).worker.run_log is False
 
 
 def test_a_run_log_is_bounded_and_then_says_so() -> None:

@@ -1,5 +1,5 @@
 """Batching and the empty-queue skip of the worker SDK: the client's reading of batch answers,
-then against the coordinator test double (tests/coordinator_double.py), which counts every
+then against the coordinator test double (tests/fixtures/coordinator_double.py), which counts every
 request and refuses single runs of a batch on cue, and against the real coordinator on
 Azurite, whose ``/metrics`` count the requests per API method.
 
@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.waiting import wait_until
 from hawk_signing import Credentials
-from tests.coordinator_double import BATCH_ROUTES, CoordinatorDouble, eventually, hint_text
+from tests.fixtures.coordinator_double import BATCH_ROUTES, CoordinatorDouble, eventually, hint_text
 from tests.fixtures.sdk import (
     MakeSetup,
     last_run,

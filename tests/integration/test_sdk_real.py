@@ -2,8 +2,8 @@
 authentication on: tasks are created with the official ``taskcluster`` client and the root
 client's credentials, the worker signs with the same, then with each run's temporary ones.
 
-What the coordinator test double (tests/coordinator_double.py) fakes is checked here for real:
-priority order, outcomes, claimWork, reclaims with fresh temporary credentials, a reclaim
+What the coordinator test double (tests/fixtures/coordinator_double.py) fakes is checked here
+for real: priority order, outcomes, claimWork, reclaims with fresh temporary credentials, a reclaim
 conflict (the task canceled mid-run), and shutdown handing runs back for a retry.
 """
 

@@ -2,10 +2,10 @@
 releases a hint it could not claim for want of an answering coordinator, and fails over
 between the root URLs of a coordinator's replicas.
 
-Against the coordinator double (tests/coordinator_double.py), which plays a dead coordinator
-on cue (dropped connections, 503s, a replica killed) and counts releases; then against the
-real coordinator in this process and a real Azurite, where the release URL the coordinator
-signs is executed by Azure itself.
+Against the coordinator double (tests/fixtures/coordinator_double.py), which plays a dead
+coordinator on cue (dropped connections, 503s, a replica killed) and counts releases; then
+against the real coordinator in this process and a real Azurite, where the release URL the
+coordinator signs is executed by Azure itself.
 """
 
 from __future__ import annotations
@@ -30,12 +30,11 @@ from coordinator.domain.lifecycle import Hint
 from devharness.azurite import AzuriteProcess
 from devharness.ports import free_port
 from devharness.waiting import wait_until
-from tests.coordinator_double import CoordinatorDouble, eventually, hint_text
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import StartCoordinator, base_config
-from tests.fixtures.sdk import QUICK_IDLE_RATE, make_worker, reports, running
-from tests.integration.test_sdk_worker import MODES, route
-from worker_sdk import Backoff, RequestFailed, Worker, poller
+from tests.fixtures.coordinator_double import CoordinatorDouble, eventually, hint_text
+from tests.fixtures.sdk import MODES, QUICK_IDLE_RATE, make_worker, reports, route, running
+from worker_sdk import Backoff, RequestFailed, Worker, azure_poller
 from worker_sdk.client import CoordinatorClient
 
 WORKER_TYPE = "release-wt"
@@ -66,7 +65,7 @@ async def test_a_hint_no_coordinator_would_claim_is_released_then_claimed_once_o
         await eventually(lambda: double.routes(claims) != [], what="the first claim")
         first_claim = time.monotonic()
         await eventually(lambda: double.released != [], what="the release")
-        assert time.monotonic() - first_claim < poller.RELEASE_RETRY_WINDOW + 1
+        assert time.monotonic() - first_claim < azure_poller.RELEASE_RETRY_WINDOW + 1
         assert double.released == [(hint.message_id, double.release_visibility)]
         assert double.deleted == []
         await eventually(lambda: hint in double.visible("lowest"), what="the hint visible")
@@ -100,7 +99,7 @@ async def test_hints_of_runs_that_are_gone_are_deleted_not_released(
 async def test_an_older_coordinator_without_release_urls_keeps_the_hint_as_before(
     double: CoordinatorDouble, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(poller, "CLAIM_RETRY_WINDOW", 0.0)
+    monkeypatch.setattr(azure_poller, "CLAIM_RETRY_WINDOW", 0.0)
     double.release_urls = False
     double.visibility_timeout = 0.2
     double.add_task("t-flaky")

@@ -1,4 +1,4 @@
-"""The Worker against the coordinator test double (see tests/coordinator_double.py): the
+"""The Worker against the coordinator test double (see tests/fixtures/coordinator_double.py): the
 worker protocol over real HTTP on 127.0.0.1, with the failures only a double produces on cue and
 the requests only a double can count. tests/integration/test_sdk_real.py runs the main paths against
 the real coordinator and Azurite.
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.coordinator_double import WORKER, CoordinatorDouble, eventually, hint_text
-from tests.fixtures.sdk import Overlap, make_worker, renewed, reports, running
+from tests.fixtures.coordinator_double import WORKER, CoordinatorDouble, eventually, hint_text
+from tests.fixtures.sdk import MODES, Overlap, make_worker, renewed, reports, route, running
 from worker_sdk import (
     Backoff,
     InternalError,
@@ -31,20 +31,8 @@ from worker_sdk import (
     ResourceUnavailable,
     RetryTask,
     TaskRun,
-    poller,
+    azure_poller,
 )
-
-MODES = pytest.mark.parametrize("batches", [True, False], ids=["batches", "single"])
-"""Run the test with the double's batch routes (``batches``) and without them."""
-
-BATCH_ROUTE = {"claimTask": "claimRuns", "reclaimTask": "reclaimRuns", "completed": "resolveRuns"}
-
-
-def route(double: CoordinatorDouble, batches: bool, single: str) -> str:
-    """Give the double batch routes or not; the route that then carries the single call
-    ``single``'s requests."""
-    double.batch_routes = batches
-    return BATCH_ROUTE[single] if batches else single
 
 
 def item_fault(double: CoordinatorDouble, batches: bool, single: str, run: str) -> str:
@@ -307,7 +295,7 @@ async def test_a_refused_claim_keeps_its_hint_and_stops_the_worker_after_a_short
     batches: bool,
 ) -> None:
     """A refusal of one run or, with batches, of the whole request (the worker-id scope)."""
-    monkeypatch.setattr(poller, "REFUSED_RETRY_WINDOW", 0.3)
+    monkeypatch.setattr(azure_poller, "REFUSED_RETRY_WINDOW", 0.3)
     double.add_task("t1")
     claims = route(double, batches, "claimTask")
     double.faults[claims] = [403] * 1000
@@ -366,7 +354,7 @@ async def test_a_claim_failing_past_the_retry_window_keeps_its_hint(
     """With a coordinator that hands out no release URL (an older one), after the retry window
     the hint is left alone (not deleted) and comes back when its visibility timeout ends; the
     next claim then succeeds."""
-    monkeypatch.setattr(poller, "CLAIM_RETRY_WINDOW", 0.0)
+    monkeypatch.setattr(azure_poller, "CLAIM_RETRY_WINDOW", 0.0)
     double.release_urls = False
     double.add_task("t-flaky")
     [flaky] = double.queues["lowest"]

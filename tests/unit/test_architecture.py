@@ -35,20 +35,24 @@ that no rule names (``pulse`` for all but ``service``) is imported only by ``app
 ``cli``."""
 
 
-def _imports(path: Path) -> set[str]:
-    """Every ``coordinator.*`` module ``path`` imports, without the ``coordinator.`` prefix."""
+def _imported_names(path: Path) -> set[str]:
+    """Every module ``path`` imports, and each ``module.name`` it imports from one."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        else:
-            continue
-        found |= {
-            name.removeprefix("coordinator.") for name in names if name.startswith("coordinator.")
-        }
+            found |= {alias.name for alias in node.names}
     return found
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``coordinator.*`` module ``path`` imports, without the ``coordinator.`` prefix."""
+    return {
+        name.removeprefix("coordinator.")
+        for name in _imported_names(path)
+        if name.startswith("coordinator.")
+    }
 
 
 def _allowed(layer: str, imported: str) -> bool:
@@ -137,3 +141,19 @@ def test_only_the_pulse_transport_knows_amqp() -> None:
         if "pika" in _third_party_roots(path)
     }
     assert knowing and all(path.startswith("coordinator/pulse/") for path in knowing), knowing
+
+
+def _is_test_module(name: str) -> bool:
+    return name.rpartition(".")[2].startswith("test_")
+
+
+def test_no_test_module_imports_another() -> None:
+    """What several test modules share lives in tests/fixtures/, so that a test module can be
+    moved, renamed or run alone."""
+    wrong = {
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        for name in _imported_names(path)
+        if name.startswith("tests.") and _is_test_module(name)
+    }
+    assert not wrong, sorted(wrong)

@@ -119,6 +119,20 @@ def test_options_out_of_range_are_refused_at_registration(options: dict[str, Any
         TaskOptions(retry_on=("ValueError",))  # type: ignore[arg-type]
 
 
+def test_app_task_takes_every_task_option_as_a_keyword_and_refuses_others() -> None:
+    app = App(root_url="http://c", credentials=None, task_queue="p/default")
+
+    @app.task(task_queue="p/other", retries=4, retry_on=[ValueError], max_run_time=9)
+    def job() -> None:
+        pass
+
+    assert job.options == TaskOptions(
+        task_queue=TaskQueue("p", "other"), retries=4, retry_on=(ValueError,), max_run_time=9
+    )
+    with pytest.raises(TypeError, match="retires"):
+        app.task(retires=4)
+
+
 def test_without_a_policy_nothing_is_retried() -> None:
     assert TaskOptions().retry_for(ValueError("x"), retry_count=0) is None
 
@@ -254,7 +268,7 @@ def test_a_definition_counts_its_deadline_from_when_the_task_may_run() -> None:
 
 def test_app_option_needs_no_task_queue_and_excludes_a_handler() -> None:
     options = cli.parse_options(["--root-url", "http://c", "--app", "examples.tasks_app:app"], {})
-    assert (options.app, options.handler, options.task_queues) == (
+    assert (options.command.app, options.command.handler, options.worker.task_queues) == (
         "examples.tasks_app:app",
         None,
         (),
@@ -262,7 +276,7 @@ def test_app_option_needs_no_task_queue_and_excludes_a_handler() -> None:
     narrowed = cli.parse_options(
         ["--root-url", "http://c", "--task-queue", "p/w", "--app", "m:app"], {}
     )
-    assert narrowed.task_queues == (TaskQueue("p", "w"),)
+    assert narrowed.worker.task_queues == (TaskQueue("p", "w"),)
     for argv in (
         ["--app", "m:app", "m:handler"],
         ["--app", "no-colon"],

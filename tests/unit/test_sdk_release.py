@@ -76,10 +76,10 @@ def options(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> cl
 
 def test_queue_worker_takes_root_url_repeated_for_replicas_in_order() -> None:
     parsed = options(["--root-url", "http://b:8080/", "--root-url", "https://a"])
-    assert parsed.root_urls == ("http://b:8080", "https://a")
+    assert parsed.worker.root_urls == ("http://b:8080", "https://a")
     from_flags = options(["--root-url", "http://b"], {"TASKCLUSTER_ROOT_URL": "http://env"})
-    assert from_flags.root_urls == ("http://b",), "the flags win over the environment"
-    assert options([], {"TASKCLUSTER_ROOT_URL": "http://env/"}).root_urls == ("http://env",)
+    assert from_flags.worker.root_urls == ("http://b",), "the flags win over the environment"
+    assert options([], {"TASKCLUSTER_ROOT_URL": "http://env/"}).worker.root_urls == ("http://env",)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ Hawk signing, and the command line's arguments and environment."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import random
@@ -11,6 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import mohawk
@@ -29,6 +31,7 @@ from worker_sdk.errors import (
     RetryTask,
     missing_scopes,
 )
+from worker_sdk.options import WorkerOptions, flag_of
 from worker_sdk.priorities import DEFAULT_WEIGHTS, LEVELS, PRIORITIES, PollOrder, TaskQueue
 from worker_sdk.supervisor import slot_worker_id
 from worker_sdk.worker import default_worker_group, default_worker_id, resolution_for
@@ -469,14 +472,18 @@ def test_root_url_and_credentials_come_from_the_taskcluster_environment() -> Non
             "TASKCLUSTER_ACCESS_TOKEN": "token",
         },
     )
-    assert options.root_urls == ("http://127.0.0.1:8080",)
-    assert options.credentials == Credentials(client_id="worker", access_token="token")
-    assert options.task_queues == (TaskQueue("prov", "wt"),)
-    assert options.handler == "examples.hello:handle"
-    assert (options.capacity, options.claim_work, options.grace_period) == (1, None, 60.0)
-    assert options.dequeue_warning == 10
-    assert (options.polling, options.weights) == ("strict", DEFAULT_WEIGHTS)
-    assert options.retry_failures is False
+    assert options.worker.root_urls == ("http://127.0.0.1:8080",)
+    assert options.worker.credentials == Credentials(client_id="worker", access_token="token")
+    assert options.worker.task_queues == (TaskQueue("prov", "wt"),)
+    assert options.command.handler == "examples.hello:handle"
+    assert (options.worker.capacity, options.worker.claim_work, options.worker.grace_period) == (
+        1,
+        None,
+        60.0,
+    )
+    assert options.worker.dequeue_warning == 10
+    assert (options.worker.polling, options.worker.weights) == ("strict", DEFAULT_WEIGHTS)
+    assert options.worker.retry_failures is False
 
 
 def test_flags_win_over_the_environment_and_certificates_make_temporary_credentials() -> None:
@@ -504,12 +511,16 @@ def test_flags_win_over_the_environment_and_certificates_make_temporary_credenti
             "TASKCLUSTER_CERTIFICATE": '{"version":1}',
         },
     )
-    assert options.root_urls == ("http://coordinator:9000",)
-    assert (options.worker_group, options.worker_id) == ("grp", "w7")
-    assert (options.capacity, options.claim_work, options.grace_period) == (8, True, 5.0)
-    assert options.dequeue_warning == 3
-    assert options.credentials is not None
-    assert options.credentials.certificate == '{"version":1}'
+    assert options.worker.root_urls == ("http://coordinator:9000",)
+    assert (options.worker.worker_group, options.worker.worker_id) == ("grp", "w7")
+    assert (options.worker.capacity, options.worker.claim_work, options.worker.grace_period) == (
+        8,
+        True,
+        5.0,
+    )
+    assert options.worker.dequeue_warning == 3
+    assert isinstance(options.worker.credentials, Credentials)
+    assert options.worker.credentials.certificate == '{"version":1}'
 
 
 def test_several_task_queues_weighted_polling_and_retries_from_the_command_line() -> None:
@@ -532,28 +543,28 @@ def test_several_task_queues_weighted_polling_and_retries_from_the_command_line(
         ],
         {},
     )
-    assert options.task_queues == (
+    assert options.worker.task_queues == (
         TaskQueue("prov", "wt"),
         TaskQueue("proj", "linux"),
         TaskQueue("proj", "windows"),
     )
-    assert options.polling == "weighted"
-    assert options.weights == {**DEFAULT_WEIGHTS, "lowest": 3.0, "highest": 0.5}
-    assert options.retry_failures is True
-    assert (options.isolation, options.processes) == ("none", 1)
+    assert options.worker.polling == "weighted"
+    assert options.worker.weights == {**DEFAULT_WEIGHTS, "lowest": 3.0, "highest": 0.5}
+    assert options.worker.retry_failures is True
+    assert (options.worker.isolation, options.command.processes) == ("none", 1)
     only_task_queues = cli.parse_options(
         ["--root-url", "http://c", "--task-queue", "a/b", "m:f"], {}
     )
-    assert only_task_queues.task_queues == (TaskQueue("a", "b"),)
+    assert only_task_queues.worker.task_queues == (TaskQueue("a", "b"),)
 
 
 def test_isolation_and_processes_from_the_command_line() -> None:
     argv = ["--root-url", "http://c", "--isolation", "process", "--processes", "3", *REQUIRED]
     options = cli.parse_options(argv, {})
-    assert (options.isolation, options.processes) == ("process", 3)
-    assert options.max_runs_per_child is None
+    assert (options.worker.isolation, options.command.processes) == ("process", 3)
+    assert options.worker.max_runs_per_child is None
     argv = ["--root-url", "http://c", "--isolation", "process", "--max-runs-per-child", "50"]
-    assert cli.parse_options([*argv, *REQUIRED], {}).max_runs_per_child == 50
+    assert cli.parse_options([*argv, *REQUIRED], {}).worker.max_runs_per_child == 50
 
 
 def test_each_supervised_worker_gets_a_legal_worker_id_of_its_own() -> None:
@@ -583,9 +594,43 @@ def test_a_worker_refuses_options_that_cannot_work(options: dict[str, Any]) -> N
         Worker(root_url="http://c", credentials=None, handler=handle, **options)
 
 
+def test_a_worker_takes_an_options_object_that_its_keywords_override() -> None:
+    def handle(run: TaskRun) -> None:
+        pass
+
+    given = WorkerOptions(root_url="http://c", credentials=None, task_queues=["p/w"], capacity=2)
+    assert Worker(handler=handle, options=given).options == given
+    overridden = Worker(handler=handle, options=given, capacity=5).options
+    assert (overridden.capacity, overridden.task_queues) == (5, ["p/w"])
+    with pytest.raises(TypeError, match="capacty"):
+        Worker(handler=handle, options=given, capacty=5)
+
+
+def _documented_options() -> tuple[set[str], set[str]]:
+    """The keywords and flags the options table of docs/worker-sdk.md names."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "worker-sdk.md").read_text()
+    table = text.split("\n## Options\n", 1)[1].split("\n## ", 1)[0]
+    first_cells = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| `")]
+    spans = [span for cell in first_cells for span in re.findall(r"`([^`]*)`", cell)]
+    keywords = {match[1] for span in spans if (match := re.fullmatch(r"([a-z_]+)(=.*)?", span))}
+    flags = {flag for span in spans for flag in re.findall(r"--[a-z][a-z-]*", span)}
+    return keywords, flags
+
+
+def test_the_docs_options_table_names_every_option_and_no_other() -> None:
+    keywords, flags = _documented_options()
+    assert keywords == {f.name for f in dataclasses.fields(WorkerOptions)} | {"handler"}
+    every_flag = [
+        flag_of(f)
+        for options in (WorkerOptions, cli.CommandOptions)
+        for f in dataclasses.fields(options)
+    ]
+    assert flags == {flag.name for flag in every_flag if flag and flag.name.startswith("--")}
+
+
 def test_without_credentials_in_the_environment_requests_go_unsigned() -> None:
     options = cli.parse_options(["--root-url", "http://c", *REQUIRED], {})
-    assert options.credentials is None
+    assert options.worker.credentials is None
 
 
 @pytest.mark.parametrize(
@@ -632,11 +677,11 @@ def test_bad_arguments_exit_with_status_2(argv: list[str], environ: dict[str, st
 def test_worker_group_and_id_default_to_legal_identifiers_unique_per_process() -> None:
     options = cli.parse_options(["--root-url", "http://c", *REQUIRED], {})
     identifier = re.compile(r"^[a-zA-Z0-9_-]{1,38}$")
-    assert identifier.match(options.worker_group)
-    assert identifier.match(options.worker_id)
-    assert options.worker_group == default_worker_group()
-    assert options.worker_id == default_worker_id()
-    assert re.search(r"-\d+$", options.worker_id), "ends with the process id"
+    assert identifier.match(options.worker.worker_group or "")
+    assert identifier.match(options.worker.worker_id or "")
+    assert options.worker.worker_group == default_worker_group()
+    assert options.worker.worker_id == default_worker_id()
+    assert re.search(r"-\d+$", options.worker.worker_id or ""), "ends with the process id"
 
 
 def test_handlers_load_from_module_colon_attribute() -> None:
