@@ -22,10 +22,8 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 from yarl import URL
 
+from worker_sdk.client import MAX_BATCH_RUNS
 from worker_sdk.errors import RequestFailed, check_status, no_answer_fails
-
-MAX_MESSAGES = 32
-"""Azure returns at most 32 messages per request."""
 
 AZURE_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -58,8 +56,8 @@ _VISIBILITY = re.compile(r"([?&]visibilitytimeout=)\d+")
 
 def poll_url(signed_poll_url: str, count: int) -> str:
     """The Get Messages URL asking for ``count`` messages (1..32)."""
-    if not 1 <= count <= MAX_MESSAGES:
-        raise ValueError(f"numofmessages must be 1..{MAX_MESSAGES}, not {count}")
+    if not 1 <= count <= MAX_BATCH_RUNS:
+        raise ValueError(f"numofmessages must be 1..{MAX_BATCH_RUNS}, not {count}")
     separator = "&" if "?" in signed_poll_url else "?"
     return f"{signed_poll_url}{separator}numofmessages={count}"
 

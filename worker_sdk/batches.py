@@ -4,7 +4,7 @@ A worker holding many runs would otherwise send one ``reclaimTask`` per run ever
 minutes and one report per run as it ends, and runs claimed together (one Azure get, one
 ``claimRuns``) come up for reclaiming together and often end together. :class:`RunBatches`
 gathers the calls made within :data:`BATCH_WINDOW` of the first into one request (sent at
-once when it holds :data:`MAX_RUNS`), signed with the worker's own credentials, and hands
+once when it holds :data:`MAX_BATCH_RUNS`), signed with the worker's own credentials, and hands
 each caller its own run's answer as if it had made the single call:
 
 - the reclaim, with the new ``takenUntil`` and credentials, or the same
@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 from hawk_signing import Credentials
-from worker_sdk.client import CoordinatorClient, Reclaim, Resolution, RunReport
+from worker_sdk.client import MAX_BATCH_RUNS, CoordinatorClient, Reclaim, Resolution, RunReport
 from worker_sdk.errors import RequestFailed
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,6 @@ log = logging.getLogger(__name__)
 BATCH_WINDOW = 0.005
 """How long a batch waits for more calls after its first: short next to any deadline, long
 enough to catch runs whose timers fire together."""
-MAX_RUNS = 32
-"""The most runs the coordinator takes in one batch."""
-
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
@@ -80,7 +77,7 @@ class _Coalescer(Generic[_Item, _Result]):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Result] = loop.create_future()
         self._pending.append((item, future))
-        if len(self._pending) >= MAX_RUNS:
+        if len(self._pending) >= MAX_BATCH_RUNS:
             self._flush()
         elif self._timer is None:
             self._timer = loop.call_later(self._window, self._flush)

@@ -42,6 +42,10 @@ _T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
+MAX_BATCH_RUNS = 32
+"""The most runs one claimRuns, reclaimRuns or resolveRuns names, and the most tasks one
+claimWork gets: one Azure get's worth of hints (Azure's ``numofmessages`` limit)."""
+
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
 """claimWork long-polls about 20 s on the server before answering."""

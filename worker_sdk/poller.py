@@ -24,15 +24,11 @@ import random
 from dataclasses import dataclass
 from typing import Protocol, TypedDict
 
-from worker_sdk import azure
 from worker_sdk.client import Claim, CoordinatorClient
 from worker_sdk.priorities import PollOrder, TaskQueue
 from worker_sdk.timing import Backoff, jittered
 
 log = logging.getLogger(__name__)
-
-MAX_BATCH = azure.MAX_MESSAGES
-"""Azure's ``numofmessages`` limit; claimWork's ``tasks`` stops at the same 32."""
 
 
 @dataclass(frozen=True, kw_only=True)

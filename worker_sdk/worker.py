@@ -38,12 +38,12 @@ from worker_sdk.artifacts import RunArtifacts
 from worker_sdk.azure_poller import AzurePoller
 from worker_sdk.batches import RunBatches
 from worker_sdk.claim_work_poller import ClaimWorkPoller
-from worker_sdk.client import Claim, CoordinatorClient, Resolution, root_urls_of
+from worker_sdk.client import MAX_BATCH_RUNS, Claim, CoordinatorClient, Resolution, root_urls_of
 from worker_sdk.errors import NoAzureQueues, RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import HandlerError, ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
 from worker_sdk.options import WorkerOptions
-from worker_sdk.poller import MAX_BATCH, Poller, PollerParts, PollSettings, WorkerIdentity
+from worker_sdk.poller import Poller, PollerParts, PollSettings, WorkerIdentity
 from worker_sdk.priorities import (
     PollOrder,
     task_queues_of,
@@ -352,7 +352,7 @@ class Worker:
                 continue
             # each loop asks for its share of the capacity, so that another can poll while
             # this one's claim is on its way
-            count = min(free, MAX_BATCH, -(-self._capacity // self._polls_in_flight))
+            count = min(free, MAX_BATCH_RUNS, -(-self._capacity // self._polls_in_flight))
             self._asking += count
             try:
                 claims = await poller.claims(count)

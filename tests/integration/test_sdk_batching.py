@@ -34,8 +34,8 @@ from tests.fixtures.sdk import (
     running,
 )
 from worker_sdk import RequestFailed, TaskRun
-from worker_sdk.batches import MAX_RUNS, RunBatches
-from worker_sdk.client import CoordinatorClient, Resolution, RunReport
+from worker_sdk.batches import RunBatches
+from worker_sdk.client import MAX_BATCH_RUNS, CoordinatorClient, Resolution, RunReport
 from worker_sdk.priorities import Polling
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -477,10 +477,10 @@ async def test_batches_waiting_when_the_route_turns_out_missing_cost_it_one_requ
                 batches.report(
                     f"t{n}", 0, Resolution(kind="completed"), credentials=run_credentials
                 )
-                for n in range(2 * MAX_RUNS)
+                for n in range(2 * MAX_BATCH_RUNS)
             )
         )
         await batches.aclose()
 
     assert asked.count("/api/queue/v1/resolve-runs") == 1
-    assert len([path for path in asked if path.endswith("/completed")]) == 2 * MAX_RUNS
+    assert len([path for path in asked if path.endswith("/completed")]) == 2 * MAX_BATCH_RUNS
