@@ -25,6 +25,8 @@ pytest_plugins = [
     "tests.fixtures.workers",
     "tests.fixtures.replicas",
     "tests.fixtures.browser",
+    # inline_app, as a project testing its own worker_sdk app would register it
+    "worker_sdk.testing",
 ]
 
 

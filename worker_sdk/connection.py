@@ -7,6 +7,10 @@ one of their running loop. The sync forms (``dispatch_sync``, ``result_sync``, .
 coroutine on a loop of the connection's own, in a daemon thread started on first use, and
 block the calling thread until it is done; they are for code without an event loop (a Flask
 or Django view, a script, a sync handler's thread), and refuse to block a running loop.
+
+What a producer calls of the coordinator is :class:`Coordinator`; a connection that answers
+those calls otherwise overrides :meth:`Connection.client` (``worker_sdk.testing`` runs the
+tasks in the process that way).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import asyncio
 import functools
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import aiohttp
@@ -25,6 +29,23 @@ from worker_sdk.client import CoordinatorClient
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+
+
+class Coordinator(Protocol):
+    """The coordinator's methods an app and its handles call (a
+    :class:`~worker_sdk.client.CoordinatorClient` has them)."""
+
+    async def create_task(self, task_id: str, task: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def create_tasks(
+        self, tasks: Mapping[str, Mapping[str, Any]]
+    ) -> list[dict[str, Any]]: ...
+
+    async def task_status(self, task_id: str) -> dict[str, Any]: ...
+
+    async def cancel_task(self, task_id: str) -> dict[str, Any]: ...
+
+    async def artifact_content(self, task_id: str, run_id: int, name: str) -> bytes: ...
 
 
 class Connection:
@@ -39,7 +60,7 @@ class Connection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
-    def client(self) -> CoordinatorClient:
+    def client(self) -> Coordinator:
         """The client of the running event loop (made on its first call there)."""
         loop = asyncio.get_running_loop()
         held = self._clients.get(loop)

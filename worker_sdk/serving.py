@@ -26,7 +26,6 @@ from typing import Any, Protocol
 from worker_sdk.calls import FunctionCall, bind, decode_call
 from worker_sdk.errors import MalformedPayload, RequestFailed, TaskException
 from worker_sdk.results import RESULT_ARTIFACT, RESULT_CONTENT_TYPE, error_body, value_body
-from worker_sdk.runs import TaskRun
 from worker_sdk.task_options import TaskOptions
 from worker_sdk.worker import in_daemon_thread
 
@@ -39,6 +38,30 @@ class RunTimeExceeded(Exception):
     run is reported ``failed``."""
 
 
+class ServedRun(Protocol):
+    """What :func:`serve` reads of a run: a worker's :class:`~worker_sdk.runs.TaskRun`, or a
+    run made in the process (``worker_sdk.testing``)."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def run_id(self) -> int: ...
+
+    @property
+    def task(self) -> Mapping[str, Any]: ...
+
+    @property
+    def payload(self) -> Any: ...
+
+    @property
+    def retries_left(self) -> int: ...
+
+    async def upload_artifact(
+        self, name: str, data: bytes, *, content_type: str | None = None
+    ) -> None: ...
+
+
 class Served(Protocol):
     """A registered function, as the worker needs it."""
 
@@ -49,7 +72,7 @@ class Served(Protocol):
     def options(self) -> TaskOptions: ...
 
 
-async def serve(run: TaskRun, functions: Mapping[str, Served]) -> None:
+async def serve(run: ServedRun, functions: Mapping[str, Served]) -> None:
     """Run the function the run's payload calls; raises what the worker is to report."""
     try:
         call = decode_call(run.payload)
@@ -77,7 +100,7 @@ async def serve(run: TaskRun, functions: Mapping[str, Served]) -> None:
 
 
 async def _call(
-    run: TaskRun, call: FunctionCall, served: Served, arguments: inspect.BoundArguments
+    run: ServedRun, call: FunctionCall, served: Served, arguments: inspect.BoundArguments
 ) -> Any:
     """The function's return value, within its ``max_run_time``."""
     function = served.function
@@ -105,7 +128,7 @@ async def _call(
 
 
 def _report_for(
-    run: TaskRun, call: FunctionCall, options: TaskOptions, error: Exception
+    run: ServedRun, call: FunctionCall, options: TaskOptions, error: Exception
 ) -> BaseException:
     """What to raise to the worker for a function that raised ``error``: the retry its
     options ask for, or ``error`` itself (``failed``, or its own exception reason)."""
@@ -155,13 +178,13 @@ def _report_for(
     return retry
 
 
-def _seconds_left(run: TaskRun) -> float:
+def _seconds_left(run: ServedRun) -> float:
     """Seconds until the run's task passes its deadline, by this machine's clock."""
     deadline = datetime.fromisoformat(str(run.task["deadline"]))
     return (deadline - datetime.now(UTC)).total_seconds()
 
 
-async def _upload(run: TaskRun, body: bytes, *, required: bool = False) -> None:
+async def _upload(run: ServedRun, body: bytes, *, required: bool = False) -> None:
     """Upload the run's ``result.json``. A failure is raised when ``required`` (a return
     value nobody can read: the run fails) and logged otherwise (an error's report still goes
     out, and ``result()`` says the run recorded no error)."""
