@@ -45,7 +45,7 @@ DEFAULT_RETRIES = 5
 """The coordinator's ``retries`` of a task whose definition names none (worker_sdk may not
 import the coordinator's definitions)."""
 
-Call = tuple[tuple[Any, ...], dict[str, Any]]
+CallArguments = tuple[tuple[Any, ...], dict[str, Any]]
 """A dispatched call's positional and keyword arguments, as the worker got them."""
 
 
@@ -67,10 +67,10 @@ class Recorder:
     """What was dispatched under :func:`inline`, by function."""
 
     def __init__(self) -> None:
-        self._calls: defaultdict[str, list[Call]] = defaultdict(list)
+        self._calls: defaultdict[str, list[CallArguments]] = defaultdict(list)
         self._results: defaultdict[str, list[RunOutcome]] = defaultdict(list)
 
-    def calls(self, function: TaskFunction[..., Any]) -> list[Call]:
+    def calls(self, function: TaskFunction[..., Any]) -> list[CallArguments]:
         """Each dispatched call of ``function``, in order: ``(args, kwargs)``."""
         return list(self._calls[function.name])
 
@@ -78,7 +78,7 @@ class Recorder:
         """Each run of ``function``'s tasks, in order, retries included."""
         return list(self._results[function.name])
 
-    def record_call(self, function: str, call: Call) -> None:
+    def record_call(self, function: str, call: CallArguments) -> None:
         """A call of the function named ``function`` was dispatched."""
         self._calls[function].append(call)
 
