@@ -153,6 +153,22 @@ async def test_max_run_time_stops_the_run_and_is_never_retried() -> None:
     assert [r.resolution for r in recorder.results(hangs)] == [Resolution(kind="failed")]
 
 
+def test_max_run_time_abandons_a_plain_function_in_its_thread() -> None:
+    app = new_app()
+    release = threading.Event()
+
+    @app.task(max_run_time=0.05)
+    def blocks() -> None:
+        release.wait()
+
+    try:
+        with inline(app), pytest.raises(TaskFailed) as failed:
+            blocks.dispatch_sync().result_sync()
+    finally:
+        release.set()
+    assert "blocks was abandoned in its thread" in failed.value.message
+
+
 async def test_a_task_exception_resolves_the_task_as_exception() -> None:
     app = new_app()
 
