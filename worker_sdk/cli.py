@@ -41,8 +41,8 @@ from worker_sdk.handler_process import watch_parent
 from worker_sdk.options import (
     Flag,
     WorkerOptions,
-    about,
     add_flags,
+    cli,
     flag_of,
     parsed_default,
     positive_int,
@@ -67,18 +67,14 @@ class CommandOptions:
 
     handler: str | None = field(
         default=None,
-        metadata=about(
-            help="the handler, as package.module:function; or app",
-            flag=Flag(
-                name="handler", help="the handler, as package.module:function (or give --app)"
-            ),
+        metadata=cli(
+            Flag(name="handler", help="the handler, as package.module:function (or give --app)"),
         ),
     )
     app: str | None = field(
         default=None,
-        metadata=about(
-            help="package.module:app: serve every function registered on that App",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--app",
                 metavar="PACKAGE.MODULE:APP",
                 help="serve every function registered on this worker_sdk.App, from the task queues "
@@ -88,9 +84,8 @@ class CommandOptions:
     )
     processes: int = field(
         default=1,
-        metadata=about(
-            help="worker processes under a supervisor",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--processes",
                 parse=positive_int,
                 help="run this many worker processes under a supervisor (default: %(default)s)",
@@ -99,9 +94,8 @@ class CommandOptions:
     )
     log_level: str = field(
         default="INFO",
-        metadata=about(
-            help="the log level (and so what run logs hold)",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--log-level",
                 choices=LOG_LEVELS,
                 help="the log level, and so what run logs hold (default: %(default)s)",

@@ -1,8 +1,8 @@
 """A worker's options, each spelled once: :class:`WorkerOptions`.
 
-Each option is one field, which carries its default, its meaning and, when ``queue-worker``
-takes it, its :class:`Flag` (the flag's name, how its text is read, the environment variable
-read when it is not given). ``Worker(**options)`` builds one, ``queue-worker`` builds its
+Each option is one field, which carries its default and, when ``queue-worker`` takes it, its
+:class:`Flag` (the flag's name, its help, how its text is read, the environment variable read
+when it is not given); an option only ``Worker`` takes says what it means in its docstring. ``Worker(**options)`` builds one, ``queue-worker`` builds its
 argument parser by walking the fields (:func:`add_flags`, as arq reads its settings from one
 class), and a unit test checks the options table of docs/worker-sdk.md against them; so a new
 option is one field here, and the code that uses it.
@@ -42,9 +42,9 @@ class Flag:
     env: str | None = None
 
 
-def about(*, help: str, flag: Flag | None = None) -> dict[str, Any]:
-    """The metadata of an options dataclass's field: its meaning, and its flag if it has one."""
-    return {"help": help, "flag": flag}
+def cli(flag: Flag) -> dict[str, Any]:
+    """The metadata of an options dataclass's field that ``queue-worker`` takes as ``flag``."""
+    return {"flag": flag}
 
 
 def flag_of(option_field: dataclasses.Field[Any]) -> Flag | None:
@@ -154,19 +154,12 @@ class WorkerOptions:
     """Every option of a :class:`~worker_sdk.worker.Worker` (its keywords besides
     ``handler``), as given, checked for what cannot work (``ValueError``)."""
 
-    root_url: str | None = field(
-        default=None,
-        metadata=about(
-            help="the coordinator's root URL (or root_urls); queue-worker reads "
-            "TASKCLUSTER_ROOT_URL when given no --root-url"
-        ),
-    )
+    root_url: str | None = None
+    """The coordinator's root URL (or ``root_urls``)."""
     root_urls: Sequence[str] = field(
         default=(),
-        metadata=about(
-            help="replicas of one coordinator, in order of preference: every request goes to the "
-            "one that answered last, and to the next while one does not answer",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--root-url",
                 action="append",
                 parse=_root_url,
@@ -178,33 +171,26 @@ class WorkerOptions:
             ),
         ),
     )
-    credentials: Credentials | Mapping[str, Any] | None = field(
-        metadata=about(
-            help="what signs the requests (a Credentials, or its JSON form); None sends them "
-            "unsigned; queue-worker reads TASKCLUSTER_CLIENT_ID, TASKCLUSTER_ACCESS_TOKEN and "
-            "TASKCLUSTER_CERTIFICATE"
-        )
-    )
+    credentials: Credentials | Mapping[str, Any] | None
+    """What signs the requests (a ``Credentials``, or its JSON form); ``None`` sends them
+    unsigned. ``queue-worker`` reads ``TASKCLUSTER_CLIENT_ID``, ``TASKCLUSTER_ACCESS_TOKEN``
+    and ``TASKCLUSTER_CERTIFICATE``."""
     provisioner_id: str | None = field(
         default=None,
-        metadata=about(
-            help="with worker_type: a task queue",
-            flag=Flag(name="--provisioner-id", help="with --worker-type: a task queue"),
+        metadata=cli(
+            Flag(name="--provisioner-id", help="with --worker-type: a task queue"),
         ),
     )
     worker_type: str | None = field(
         default=None,
-        metadata=about(
-            help="with provisioner_id: a task queue",
-            flag=Flag(name="--worker-type", help="with --provisioner-id: a task queue"),
+        metadata=cli(
+            Flag(name="--worker-type", help="with --provisioner-id: a task queue"),
         ),
     )
     task_queues: Iterable[str | TaskQueue] = field(
         default=(),
-        metadata=about(
-            help="task queues (provisionerId/workerType), besides or instead of the one above; at "
-            "least one in all",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--task-queue",
                 action="append",
                 parse=_task_queue,
@@ -215,10 +201,8 @@ class WorkerOptions:
     )
     polling: Polling = field(
         default="strict",
-        metadata=about(
-            help="how the Azure queues are ordered: strict, highest priority first; weighted, "
-            "at random by weights",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--polling",
                 choices=POLLINGS,
                 help="strict: highest priority first (default: %(default)s); weighted: each "
@@ -228,10 +212,8 @@ class WorkerOptions:
     )
     weights: Mapping[str, float] | None = field(
         default=None,
-        metadata=about(
-            help="with weighted polling: priority name to a positive weight, over the defaults "
-            "2 ** (level - 1)",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--weight",
                 action=_Weights,
                 parse=_weight,
@@ -243,31 +225,26 @@ class WorkerOptions:
     )
     worker_group: str | None = field(
         default=None,
-        metadata=about(
-            help="the worker's group (default: the short host name)",
-            flag=Flag(name="--worker-group", help="default: the short host name"),
+        metadata=cli(
+            Flag(name="--worker-group", help="default: the short host name"),
         ),
     )
     worker_id: str | None = field(
         default=None,
-        metadata=about(
-            help="the worker's id (default: the host name and process id)",
-            flag=Flag(name="--worker-id", help="default: host name and process id"),
+        metadata=cli(
+            Flag(name="--worker-id", help="default: host name and process id"),
         ),
     )
     capacity: int = field(
         default=1,
-        metadata=about(
-            help="runs at once",
-            flag=Flag(name="--capacity", parse=positive_int, help="tasks at once"),
+        metadata=cli(
+            Flag(name="--capacity", parse=positive_int, help="tasks at once"),
         ),
     )
     claim_work: bool | None = field(
         default=None,
-        metadata=about(
-            help="True: claim through the coordinator's claimWork; False: poll Azure; None: Azure "
-            "unless the coordinator has no Azure queues, then claimWork",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--claim-work",
                 action="store_true",
                 help="claim through the coordinator's claimWork instead of polling Azure (without "
@@ -277,9 +254,8 @@ class WorkerOptions:
     )
     grace_period: float = field(
         default=60.0,
-        metadata=about(
-            help="seconds running handlers get to finish after a stop",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--grace-period",
                 parse=float,
                 help="seconds running tasks get to finish after SIGTERM/SIGINT (default: "
@@ -289,27 +265,20 @@ class WorkerOptions:
     )
     dequeue_warning: int = field(
         default=10,
-        metadata=about(
-            help="a hint dequeued more often than this is logged as a WARNING (the alert line)",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--dequeue-warning",
                 parse=int,
                 help="warn about hints dequeued more often than this (default: %(default)s)",
             ),
         ),
     )
-    idle_delay: float = field(
-        default=1.0,
-        metadata=about(
-            help="seconds to pause when there is no work (jittered), the first step of the idle "
-            "backoff"
-        ),
-    )
+    idle_delay: float = 1.0
+    """Seconds to pause when there is no work (jittered), the first step of the idle backoff."""
     idle_rate: float = field(
         default=1.0,
-        metadata=about(
-            help="Azure requests a second, on average, that an idle worker backs off to",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--idle-rate",
                 parse=_rate,
                 metavar="REQUESTS_PER_SECOND",
@@ -319,15 +288,12 @@ class WorkerOptions:
             ),
         ),
     )
-    backoff: Backoff = field(
-        default=Backoff(),
-        metadata=about(help="the jittered exponential schedule after transient errors"),
-    )
+    backoff: Backoff = field(default_factory=Backoff)
+    """The jittered exponential schedule after transient errors."""
     retry_failures: bool = field(
         default=False,
-        metadata=about(
-            help="report a handler's ordinary exceptions like RetryTask",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--retry-failures",
                 action="store_true",
                 help="report a handler's exceptions intermittent-task (retried) while the task has "
@@ -337,9 +303,8 @@ class WorkerOptions:
     )
     isolation: Isolation = field(
         default="none",
-        metadata=about(
-            help="process: each handler runs in one of a pool of capacity child processes",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--isolation",
                 choices=ISOLATIONS,
                 help="process: run each task's handler in one of a pool of --capacity child "
@@ -349,9 +314,8 @@ class WorkerOptions:
     )
     max_runs_per_child: int | None = field(
         default=None,
-        metadata=about(
-            help="with process isolation: replace a child process after this many runs",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--max-runs-per-child",
                 parse=positive_int,
                 metavar="N",
@@ -360,15 +324,12 @@ class WorkerOptions:
             ),
         ),
     )
-    handle_signals: bool = field(
-        default=True,
-        metadata=about(help="stop gracefully on SIGTERM and SIGINT (needs the main thread)"),
-    )
+    handle_signals: bool = True
+    """Stop gracefully on SIGTERM and SIGINT (needs the main thread)."""
     metrics_port: int | None = field(
         default=None,
-        metadata=about(
-            help="serve the worker's Prometheus metrics on this port",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--metrics-port",
                 parse=positive_int,
                 help="serve Prometheus metrics on this port (with --processes N, child i on "
@@ -378,9 +339,8 @@ class WorkerOptions:
     )
     batching: bool = field(
         default=True,
-        metadata=about(
-            help="claims, reclaims and reports of many runs in one request each",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--no-batching",
                 action="store_false",
                 help="one request per claim, reclaim and report, instead of claimRuns, reclaimRuns "
@@ -391,9 +351,8 @@ class WorkerOptions:
     )
     empty_queue_skip: float = field(
         default=1.0,
-        metadata=about(
-            help="seconds an Azure queue that answered empty is left alone (half to all of it)",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--empty-queue-skip",
                 parse=_skip,
                 metavar="SECONDS",
@@ -405,9 +364,8 @@ class WorkerOptions:
     )
     polls_in_flight: int = field(
         default=2,
-        metadata=about(
-            help="Azure gets (with their claims) at once, each for its share of the capacity",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--polls-in-flight",
                 parse=positive_int,
                 metavar="N",
@@ -419,9 +377,8 @@ class WorkerOptions:
     )
     run_log: bool = field(
         default=True,
-        metadata=about(
-            help="upload each run's log as its artifact public/logs/live_backing.log",
-            flag=Flag(
+        metadata=cli(
+            Flag(
                 name="--no-run-log",
                 action="store_false",
                 help="do not upload each run's log (what its handler logged, and its traceback) "
