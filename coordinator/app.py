@@ -27,7 +27,7 @@ from coordinator.api.hooks import HookTasks
 from coordinator.api.http import Handler, error_middleware, json_response
 from coordinator.api.metrics import HttpMetrics, metrics_handler, metrics_middleware
 from coordinator.api.pipeline import HANDLERS, ApiServices, bind, route_handler
-from coordinator.api.services import SERVICES, Service
+from coordinator.api.services import PARTS, SERVICES, Service
 from coordinator.api.ui import add_ui_routes
 from coordinator.azure.queues import QueueService, QueueSettings
 from coordinator.blobs import BlobStore, open_blob_store
@@ -419,9 +419,7 @@ def _lifespan(
             authorizer=authorizer,
             deployment=config.deployment,
         )
-        app[HANDLERS] = {
-            part.handlers: part.handlers(services) for service in SERVICES for part in service.parts
-        }
+        app[HANDLERS] = {handlers: handlers(services) for handlers in {p.handlers for p in PARTS}}
         runner = _runner(coordinator, enabled=run_resolvers)
         runner.start()
         log.info(
@@ -523,8 +521,7 @@ def build_app(
             run_resolvers=run_resolvers,
         )
     )
-    parts = [part for service in SERVICES for part in service.parts]
-    bind(parts)
+    bind(PARTS)
     _add_routes(app, config, registry)
-    validation.preload(endpoint for part in parts for endpoint in part.endpoints)
+    validation.preload(endpoint for part in PARTS for endpoint in part.endpoints)
     return app

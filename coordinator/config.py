@@ -6,6 +6,7 @@ Durations are given in seconds in the environment and held in milliseconds here.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 from collections.abc import Mapping
@@ -83,7 +84,9 @@ def check_pulse_url(url: str) -> None:
         )
 
 
+@functools.cache
 def _installed_version() -> str:
+    # The distribution's metadata is read from disk: once per process, not per Config.
     return importlib.metadata.version("queue-coordinator")
 
 

@@ -93,6 +93,9 @@ HOOKS = Service(
 SERVICES = (QUEUE, HOOKS)
 """Every service, served under its prefix with its document at ``<prefix>/openapi.json``."""
 
+PARTS = tuple(part for service in SERVICES for part in service.parts)
+"""Every service's parts; a part may serve several services (the status endpoints)."""
+
 ENDPOINTS = QUEUE.endpoints
 """The queue's endpoint table."""
 HOOK_ENDPOINTS = HOOKS.endpoints
