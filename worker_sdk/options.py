@@ -2,10 +2,11 @@
 
 Each option is one field, which carries its default and, when ``queue-worker`` takes it, its
 :class:`Flag` (the flag's name, its help, how its text is read, the environment variable read
-when it is not given); an option only ``Worker`` takes says what it means in its docstring. ``Worker(**options)`` builds one, ``queue-worker`` builds its
-argument parser by walking the fields (:func:`add_flags`, as arq reads its settings from one
-class), and a unit test checks the options table of docs/worker-sdk.md against them; so a new
-option is one field here, and the code that uses it.
+when it is not given); an option only ``Worker`` takes says what it means in its docstring.
+``Worker(**options)`` builds one, ``queue-worker`` builds its argument parser by walking the
+fields (:func:`add_flags`, as arq reads its settings from one class), and a unit test checks
+the options table of docs/worker-sdk.md against them; so a new option is one field here, and
+the code that uses it.
 """
 
 from __future__ import annotations
