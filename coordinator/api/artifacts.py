@@ -29,11 +29,11 @@ from coordinator.api.endpoints import API_PREFIX, ARTIFACT_PAGED, SIGNED, Endpoi
 from coordinator.api.errors import InputTooLarge, LengthRequired, SignedUrlRefused
 from coordinator.api.http import json_response
 from coordinator.api.pipeline import ApiServices, Handlers, Routes
-from coordinator.api.scopes import Template
 from coordinator.blobs.base import BlobIncomplete, BlobUnavailable
 from coordinator.domain.artifacts import Artifact, ArtifactKey
 from coordinator.domain.listings import Key, Page
 from coordinator.domain.records import to_iso
+from coordinator.domain.scopes import Template
 from coordinator.service.artifacts import (
     DOWNLOAD_URL_LIFETIME_MS,
     PUT_URL_LIFETIME_MS,

@@ -62,9 +62,9 @@ from coordinator.api.credentials import (
     temporary_access_token,
 )
 from coordinator.api.errors import AuthenticationFailed, InsufficientScopes
-from coordinator.api.scopes import Expression, render, satisfies, unsatisfied, valid_scope
 from coordinator.config import Config
 from coordinator.domain.records import Run, TaskRecord
+from coordinator.domain.scopes import Expression, render, satisfies, unsatisfied, valid_scope
 from hawk_signing import Credentials
 
 log = logging.getLogger(__name__)

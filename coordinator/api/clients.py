@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.api.scopes import valid_scope
 from coordinator.config import ConfigurationError
+from coordinator.domain.scopes import valid_scope
 from hawk_signing import Credentials
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.api.scopes import valid_scope
+from coordinator.domain.scopes import valid_scope
 from hawk_signing import Credentials
 
 MAX_LIFETIME_MS = 31 * 24 * 3600 * 1000

@@ -22,7 +22,7 @@ form: a route ``/task-queues/{provisionerId}/{workerType}`` would also match
 ``/task-queues/proj%2Fwt/pending``, with ``pending`` as the workerType.
 
 **Scopes.** An endpoint declares what it requires as Taskcluster's ``declare()`` does: a
-:data:`~coordinator.api.scopes.Template` whose ``<name>`` placeholders are filled from the path
+:data:`~coordinator.domain.scopes.Template` whose ``<name>`` placeholders are filled from the path
 (:func:`url_parameters`, with ``taskQueueId`` for the two-segment form too) and from what only
 the handler knows (the stored task's schedulerId, the body's workerId). The request pipeline
 checks it before the handler when the path supplies every parameter, and otherwise hands the
@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from coordinator.api.scopes import Template, template_parameters
+from coordinator.domain.scopes import Template, template_parameters
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import Stability
 

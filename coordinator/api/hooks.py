@@ -20,11 +20,17 @@ from coordinator.api.auth import Auth, Rejected
 from coordinator.api.endpoints import HOOKS_PREFIX, PAGED, Endpoint
 from coordinator.api.errors import AuthenticationFailed, InputValidationError, InsufficientScopes
 from coordinator.api.pipeline import ApiServices, Handlers, Routes
-from coordinator.api.scopes import CREATE_TASK_SCOPES, Template, create_task_params, expand, render
-from coordinator.api.scopes import unsatisfied as unsatisfied_scopes
 from coordinator.domain.errors import Forbidden, InputError
 from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.records import to_iso
+from coordinator.domain.scopes import (
+    CREATE_TASK_SCOPES,
+    Template,
+    create_task_params,
+    expand,
+    render,
+)
+from coordinator.domain.scopes import unsatisfied as unsatisfied_scopes
 from coordinator.service.claims import CreatePolicy
 
 if TYPE_CHECKING:

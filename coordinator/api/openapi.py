@@ -35,9 +35,9 @@ from coordinator.api.endpoints import (
     FilterUse,
     Parameter,
 )
-from coordinator.api.scopes import Template
 from coordinator.api.services import Service
 from coordinator.api.validation import LITERAL_KEYWORDS, SCHEMA_MAP_KEYWORDS, schemas
+from coordinator.domain.scopes import Template
 
 ERROR_STATUSES: Mapping[str, str] = {
     "400": "InputValidationError (the body or a parameter does not match its schema) or "

@@ -25,9 +25,9 @@ from coordinator.api.auth import Authorizer, RequestAuth
 from coordinator.api.endpoints import Endpoint, Parameter, url_parameters
 from coordinator.api.errors import InputValidationError
 from coordinator.api.http import ENDPOINT, json_response, read_json
-from coordinator.api.scopes import Expression, expand
 from coordinator.config import Deployment
 from coordinator.domain.records import TaskRecord
+from coordinator.domain.scopes import Expression, expand
 from coordinator.service.artifacts import ArtifactService
 from coordinator.service.claims import ClaimPolicy, CreatePolicy
 from coordinator.service.dispatch import WorkDispatch

@@ -35,9 +35,9 @@ from coordinator.api.pipeline import (
     declared,
     declared_template,
 )
-from coordinator.api.scopes import Expression, held_scopes
 from coordinator.domain.errors import DomainError, Forbidden
 from coordinator.domain.records import TaskRecord
+from coordinator.domain.scopes import Expression, held_scopes
 from coordinator.domain.task_queues import MAX_BATCH_RUNS
 from coordinator.service.tasks import Permit, RunReport
 

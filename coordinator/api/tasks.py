@@ -28,10 +28,10 @@ from coordinator.api.pipeline import (
     status_body,
     task_id_of,
 )
-from coordinator.api.scopes import CREATE_TASK_SCOPES, create_task_params
 from coordinator.domain.errors import DomainError
 from coordinator.domain.listings import Page
 from coordinator.domain.records import TaskRecord
+from coordinator.domain.scopes import CREATE_TASK_SCOPES, create_task_params
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from coordinator.domain.task_groups import TaskGroup
 
 EXCHANGE_PREFIX = "exchange/taskcluster-queue/v1/"
 HOOK_EXCHANGE_PREFIX = "exchange/taskcluster-hooks/v1/"
+AUTH_EXCHANGE_PREFIX = "exchange/taskcluster-auth/v1/"
 
 TASK_EXCHANGES: tuple[str, ...] = (
     "task-defined",
@@ -38,6 +39,15 @@ GROUP_EXCHANGES: tuple[str, ...] = (
 
 HOOK_EXCHANGES: tuple[str, ...] = ("hook-created", "hook-updated", "hook-deleted")
 """The hooks service's exchanges, under :data:`HOOK_EXCHANGE_PREFIX`."""
+AUTH_EXCHANGES: tuple[str, ...] = (
+    "client-created",
+    "client-updated",
+    "client-deleted",
+    "role-created",
+    "role-updated",
+    "role-deleted",
+)
+"""The auth service's exchanges, under :data:`AUTH_EXCHANGE_PREFIX`."""
 HOOK_ROUTING_KEY = "_"
 """The routing key of every hook message: Taskcluster declares one word, ``reserved``
 (multiple words, "always match with ``#``"), that its builder leaves unset, so ``_``."""
@@ -77,9 +87,13 @@ class QueueEvent:
 
 def exchange_name(exchange: str) -> str:
     """The full name of the exchange of short name ``exchange``: the hooks service's for
-    :data:`HOOK_EXCHANGES`, else the queue's."""
-    prefix = HOOK_EXCHANGE_PREFIX if exchange in HOOK_EXCHANGES else EXCHANGE_PREFIX
-    return prefix + exchange
+    :data:`HOOK_EXCHANGES`, the auth service's for :data:`AUTH_EXCHANGES`, else the
+    queue's."""
+    if exchange in HOOK_EXCHANGES:
+        return HOOK_EXCHANGE_PREFIX + exchange
+    if exchange in AUTH_EXCHANGES:
+        return AUTH_EXCHANGE_PREFIX + exchange
+    return EXCHANGE_PREFIX + exchange
 
 
 def _part(value: object) -> str:
@@ -240,6 +254,20 @@ def hook_event(exchange: str, hook_group_id: str, hook_id: str) -> QueueEvent:
         routing_key=HOOK_ROUTING_KEY,
         cc=(),
         body={"hookGroupId": hook_group_id, "hookId": hook_id},
+    )
+
+
+def auth_event(exchange: str, entity_id: str) -> QueueEvent:
+    """client-created/-updated/-deleted or role-created/-updated/-deleted: the body is
+    Taskcluster's ``client-message`` (``{clientId, version: 1}``) or ``role-message``
+    (``{roleId, version: 1}``); the routing key is the one unset word, as for hooks."""
+    field = "clientId" if exchange.startswith("client-") else "roleId"
+    return QueueEvent(
+        exchange=exchange,
+        key=f"{field}/{entity_id}",
+        routing_key=HOOK_ROUTING_KEY,
+        cc=(),
+        body={field: entity_id, "version": 1},
     )
 
 

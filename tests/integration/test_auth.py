@@ -41,7 +41,8 @@ from coordinator.api.clients import (
 )
 from coordinator.api.credentials import certificate_signature, temporary_credentials
 from coordinator.api.errors import ApiError
-from coordinator.api.scopes import (
+from coordinator.domain.records import Run, TaskRecord
+from coordinator.domain.scopes import (
     Expression,
     create_task_expression,
     create_task_requirement,
@@ -49,7 +50,6 @@ from coordinator.api.scopes import (
     satisfies,
     unsatisfied,
 )
-from coordinator.domain.records import Run, TaskRecord
 from hawk_signing import Credentials
 
 TASK_ID = "fN1SbArXTPSVFNUvaOlinQ"

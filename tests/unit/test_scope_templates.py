@@ -13,7 +13,8 @@ import pytest
 
 from coordinator.api.endpoints import Endpoint, url_parameters
 from coordinator.api.pipeline import declared
-from coordinator.api.scopes import (
+from coordinator.api.services import ENDPOINTS
+from coordinator.domain.scopes import (
     CREATE_TASK_SCOPES,
     Expression,
     create_task_requirement,
@@ -24,7 +25,6 @@ from coordinator.api.scopes import (
     template_parameters,
     valid_scope,
 )
-from coordinator.api.services import ENDPOINTS
 
 
 def _endpoint(operation_id: str) -> Endpoint:
