@@ -35,7 +35,9 @@ from coordinator.config import Config, ConfigurationError
 from coordinator.domain.lifecycle import Timing
 from coordinator.pulse.publisher import BrokerRefused, PulsePublisher
 from coordinator.resolvers import (
+    auth_refresher,
     claim_resolver,
+    client_sweeper,
     deadline_resolver,
     dependency_resolver,
     event_publisher,
@@ -53,9 +55,12 @@ from coordinator.resolvers import (
 )
 from coordinator.resolvers.runner import Actor, Runner
 from coordinator.service.artifacts import ArtifactService
+from coordinator.service.auth import EXPIRY_BATCH, AuthService
 from coordinator.service.claims import ClaimPolicy, CreatePolicy
+from coordinator.service.client_directory import ClientDirectory
 from coordinator.service.clock import wall_clock
 from coordinator.service.dispatch import WorkDispatch
+from coordinator.service.encryption import Cipher, load_key
 from coordinator.service.event_outbox import EventOutbox
 from coordinator.service.hooks import DUE_BATCH, HookService
 from coordinator.service.management import ResolvedTTLs, TaskManagement
@@ -82,6 +87,7 @@ class Coordinator:
     dispatch: WorkDispatch
     workers: WorkerService
     hooks: HookService
+    auth: AuthService
     controls: QueueControlService
     claims: ClaimPolicy
     creates: CreatePolicy
@@ -212,6 +218,18 @@ ACTORS: tuple[ActorSpec, ...] = (
         log_passes=False,  # the hook service logs each fire
     ),
     ActorSpec(
+        name="auth-refresher",
+        run_once=lambda c: auth_refresher.run_once(c.auth.directory),
+        interval=lambda config: auth_refresher.INTERVAL,
+        log_passes=False,
+    ),
+    ActorSpec(
+        name="client-sweeper",
+        run_once=lambda c: client_sweeper.run_once(c.auth),
+        interval=lambda config: client_sweeper.INTERVAL,
+        busy_at=EXPIRY_BATCH,
+    ),
+    ActorSpec(
         name="last-fire-sweeper",
         run_once=lambda c: last_fire_sweeper.run_once(c.hooks),
         interval=lambda config: last_fire_sweeper.INTERVAL,
@@ -272,12 +290,18 @@ def _queue_service(config: Config) -> QueueService | None:
         ) from None
 
 
-async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetrics) -> Coordinator:
+async def _open(
+    config: Config,
+    clock: Callable[[], int],
+    metrics: ServiceMetrics,
+    directory: ClientDirectory,
+) -> Coordinator:
     """The store (migrated), the queue layer, the blob store and the services over them,
     ready to serve.
 
     :param clock: epoch-milliseconds clock for every transition.
     :param metrics: what the service layer counts into.
+    :param directory: the authorizer's clients, to which the store's are added.
     """
     async with contextlib.AsyncExitStack() as opened:  # closes what opened if a later step fails
         azure_queues = _queue_service(config)
@@ -287,7 +311,9 @@ async def _open(config: Config, clock: Callable[[], int], metrics: ServiceMetric
         opened.push_async_callback(blobs.close)
         store = await open_store(config.store_url)
         opened.push_async_callback(store.close)
-        coordinator = await _serve_over(config, clock, metrics, azure_queues, blobs, store)
+        coordinator = await _serve_over(
+            config, clock, metrics, azure_queues, blobs, store, directory
+        )
         opened.pop_all()  # open until _close
         return coordinator
 
@@ -299,8 +325,12 @@ async def _serve_over(
     azure_queues: QueueService | None,
     blobs: BlobStore,
     store: Store,
+    directory: ClientDirectory,
 ) -> Coordinator:
     """The services over the open queue layer, blob store and store (see :func:`_open`)."""
+    cipher = Cipher(load_key(value=config.encryption_key, path=config.encryption_key_file))
+    await cipher.check_against(store)
+    await directory.attach(store, cipher)
     artifacts = ArtifactService(
         store=store, blobs=blobs, clock=clock, publish_events=config.pulse_url is not None
     )
@@ -361,6 +391,13 @@ async def _serve_over(
             metrics=metrics,
             publish_events=config.pulse_url is not None,
         ),
+        auth=AuthService(
+            store=store,
+            cipher=cipher,
+            directory=directory,
+            clock=clock,
+            publish_events=config.pulse_url is not None,
+        ),
         controls=controls,
         claims=ClaimPolicy(service=service, dispatch=dispatch, controls=controls, workers=workers),
         creates=creates,
@@ -398,7 +435,7 @@ def _lifespan(
     """The app's start-up and clean-up (see :func:`build_app` for the parameters)."""
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        coordinator = await _open(config, clock, metrics)
+        coordinator = await _open(config, clock, metrics, authorizer.directory)
         app[keyset.TOKEN_KEY] = await coordinator.management.token_key()
         app[COORDINATOR] = coordinator
         services = ApiServices(
@@ -416,6 +453,7 @@ def _lifespan(
                 max_bytes=config.artifact_max_bytes,
             ),
             hooks=coordinator.hooks,
+            auth=coordinator.auth,
             authorizer=authorizer,
             deployment=config.deployment,
         )

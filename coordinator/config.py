@@ -123,6 +123,10 @@ class Config:
         Storage Queues, pollTaskUrls; the default with one); empty: that default.
     :param queue_prefix: prefix of every Azure queue name, so deployments can share an account.
     :param auth_enabled: Hawk authentication and scope checks; off only for local experiments.
+    :param encryption_key: base64 of the 32-byte key that encrypts values at rest (the
+        API-managed clients' accessTokens); ``None``: the key in ``encryption_key_file``.
+    :param encryption_key_file: where the key is kept when ``encryption_key`` is not given
+        (created on first start); every replica of one store needs the same key.
     :param resolver_interval_ms: how often each background resolver scans (ms).
     :param poll_visibility_ms: how long a hint a worker fetched through its signed poll URL stays
         hidden from other workers (ms; the ``visibilitytimeout`` of the URL).
@@ -155,6 +159,8 @@ class Config:
     queue_prefix: str = "qc-"
     clients_file: Path = Path(".data/clients.json")
     auth_enabled: bool = True
+    encryption_key: str | None = field(default=None, repr=False)
+    encryption_key_file: Path = Path(".data/encryption.key")
     claim_timeout_ms: int = 1_200_000
     retry_delay_base_ms: int = 0
     max_deadline_ms: int = 5 * 86_400_000
@@ -230,6 +236,10 @@ class Config:
             queue_prefix=env.get("COORDINATOR_QUEUE_PREFIX") or "qc-",
             clients_file=Path(env.get("COORDINATOR_CLIENTS_FILE") or data_dir / "clients.json"),
             auth_enabled=_flag(env, "COORDINATOR_AUTH", True),
+            encryption_key=env.get("COORDINATOR_ENCRYPTION_KEY") or None,
+            encryption_key_file=Path(
+                env.get("COORDINATOR_ENCRYPTION_KEY_FILE") or data_dir / "encryption.key"
+            ),
             claim_timeout_ms=_seconds(env, "COORDINATOR_CLAIM_TIMEOUT", 1200),
             retry_delay_base_ms=_seconds(env, "COORDINATOR_RETRY_DELAY_BASE", 0),
             max_deadline_ms=_seconds(env, "COORDINATOR_MAX_DEADLINE", 5 * 86_400),

@@ -16,7 +16,7 @@ import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 
-from coordinator.api.clients import ensure_root_client
+from coordinator.service.clients_file import ensure_root_client
 from devharness.api import API
 from devharness.ports import free_port
 from devharness.waiting import ProcessExited, WaitTimeout, wait_until_answers

@@ -25,7 +25,7 @@ from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from coordinator.api import keyset, validation
-from coordinator.api.endpoints import API_PREFIX, ARTIFACT_PAGED, SIGNED, Endpoint
+from coordinator.api.endpoints import API_PREFIX, NAME_PAGED, SIGNED, Endpoint
 from coordinator.api.errors import InputTooLarge, LengthRequired, SignedUrlRefused
 from coordinator.api.http import json_response
 from coordinator.api.pipeline import ApiServices, Handlers, Routes
@@ -225,7 +225,7 @@ ARTIFACT_ENDPOINTS: tuple[Endpoint, ...] = (
         description="One page of the run's artifacts in name order, expired ones (until they "
         "are deleted) and `s3` ones not uploaded yet included. A pending run lists none; a run "
         "the task does not have is a 404.",
-        query=ARTIFACT_PAGED,
+        query=NAME_PAGED,
         scopes="queue:list-artifacts:<taskId>:<runId>",
     ),
     Endpoint(
@@ -236,7 +236,7 @@ ARTIFACT_ENDPOINTS: tuple[Endpoint, ...] = (
         output="list-artifacts-response",
         title="Get Artifacts from Latest Run",
         description="listArtifacts of the task's latest run (404 when the task has none).",
-        query=ARTIFACT_PAGED,
+        query=NAME_PAGED,
         scopes="queue:list-artifacts:<taskId>",
     ),
     Endpoint(
@@ -383,7 +383,7 @@ class ArtifactHandlers(Handlers):
         return response
 
     async def _list(self, request: web.Request, run_id: int | None) -> Body:
-        after = keyset.after(request, (keyset.ArtifactName,))
+        after = keyset.after(request, (keyset.Name,))
         _, page = await self.artifacts.listing(
             request.match_info["taskId"],
             run_id,

@@ -1,7 +1,8 @@
 """Who is calling and what they may do: Hawk authentication and scope checks, Taskcluster style.
 
 A request with an ``Authorization: Hawk ...`` header is verified with ``mohawk`` against the
-clients file (:mod:`coordinator.api.clients`), exactly as the Taskcluster auth service does:
+clients file (:mod:`coordinator.service.clients_file`), exactly as the Taskcluster auth service
+does:
 
 - the MAC covers method, path and query, and the host and port the client signed: those of
   ``COORDINATOR_PUBLIC_URL`` when configured (behind a proxy), else of the ``Host`` header
@@ -45,7 +46,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard
 from urllib.parse import urlsplit
 
 import mohawk
@@ -54,7 +55,6 @@ import mohawk.exc
 import mohawk.util
 from aiohttp import hdrs, web
 
-from coordinator.api.clients import ISSUER_CLIENT_ID, ClientRegistry
 from coordinator.api.credentials import (
     MAX_LIFETIME_MS,
     certificate_signature,
@@ -64,7 +64,16 @@ from coordinator.api.credentials import (
 from coordinator.api.errors import AuthenticationFailed, InsufficientScopes
 from coordinator.config import Config
 from coordinator.domain.records import Run, TaskRecord
-from coordinator.domain.scopes import Expression, render, satisfies, unsatisfied, valid_scope
+from coordinator.domain.scopes import (
+    Expression,
+    normalize_scope_set,
+    render,
+    satisfies,
+    unsatisfied,
+    valid_scope,
+)
+from coordinator.service.client_directory import ClientDirectory, KnownClient
+from coordinator.service.clients_file import ISSUER_CLIENT_ID, ClientRegistry
 from hawk_signing import Credentials
 
 log = logging.getLogger(__name__)
@@ -80,10 +89,65 @@ _HAWK_KEYS = ("id", "ts", "nonce", "mac")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Auth:
-    """An authenticated caller: its clientId and the scopes in effect for this request."""
+    """An authenticated caller: its clientId, the scopes in effect for this request, and until
+    when its credentials hold (epoch ms; ``None``: a client that never expires)."""
 
     client_id: str
     scopes: tuple[str, ...]
+    expires: int | None = None
+
+
+class ClientLookup(Protocol):
+    """Who a clientId is and what scopes hold: the
+    :class:`~coordinator.service.client_directory.ClientDirectory`, or testAuthenticate's one
+    fixed client."""
+
+    def lookup(self, client_id: str) -> KnownClient | None: ...
+
+    def caller_scopes(self, scopes: Sequence[str]) -> tuple[str, ...]: ...
+
+    @property
+    def anonymous_scopes(self) -> tuple[str, ...]: ...
+
+    def note_used(self, client_id: str) -> None: ...
+
+
+class TesterClient:
+    """testAuthenticate's one client, ``tester`` with accessToken ``no-secret``, and no roles:
+    its scopes are as given, plus ``assume:anonymous`` as every caller's (Taskcluster's)."""
+
+    def __init__(self, scopes: Sequence[str]) -> None:
+        self._client = KnownClient(
+            client_id="tester",
+            access_token="no-secret",
+            scopes=self.caller_scopes(scopes),
+            expires=None,
+            disabled=False,
+            static=True,
+        )
+
+    def lookup(self, client_id: str) -> KnownClient | None:
+        return self._client if client_id == "tester" else None
+
+    def caller_scopes(self, scopes: Sequence[str]) -> tuple[str, ...]:
+        return normalize_scope_set((*scopes, "assume:anonymous"))
+
+    @property
+    def anonymous_scopes(self) -> tuple[str, ...]:
+        return ("assume:anonymous",)
+
+    def note_used(self, client_id: str) -> None:
+        pass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Verified:
+    """What a request's credentials come to, once its signature matches ``key``."""
+
+    key: str
+    scopes: tuple[str, ...]
+    expires: int | None
+    issuer: KnownClient
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -204,7 +268,7 @@ class Authenticator:
     def __init__(
         self,
         *,
-        clients: ClientRegistry,
+        clients: ClientLookup,
         public_url: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -227,15 +291,50 @@ class Authenticator:
         ``HTTPRequestEntityTooLarge``.
         """
         header = request.headers.get(hdrs.AUTHORIZATION)
-        target = request.raw_path
-        signed = _BEWIT.fullmatch(target) if "bewit=" in target else None
-        if header is None and signed is None:
+        if header is None and "bewit=" not in request.raw_path:
             return Anonymous(scopes=self._clients.anonymous_scopes)
         origins = [f"{request.scheme}://{request.host}"]
         if self._public_origin is not None and self._public_origin != origins[0]:
             origins.insert(0, self._public_origin)
+        content = await request.read() if header is not None else b""
+        return self._verify(
+            method=request.method,
+            resource=request.raw_path,
+            origins=origins,
+            authorization=header,
+            content=content,
+            content_type=request.headers.get(hdrs.CONTENT_TYPE, ""),
+        )
+
+    def verify_target(
+        self, *, method: str, resource: str, origin: str, authorization: str | None
+    ) -> RequestAuth:
+        """Who signed a request for ``origin + resource`` (authenticateHawk), without its
+        body: a header's payload hash is not checked."""
+        return self._verify(
+            method=method,
+            resource=resource,
+            origins=[origin],
+            authorization=authorization,
+            content=None,
+            content_type="",
+        )
+
+    def _verify(
+        self,
+        *,
+        method: str,
+        resource: str,
+        origins: Sequence[str],
+        authorization: str | None,
+        content: bytes | None,
+        content_type: str,
+    ) -> RequestAuth:
+        signed = _BEWIT.fullmatch(resource) if "bewit=" in resource else None
+        if authorization is None and signed is None:
+            return Anonymous(scopes=self._clients.anonymous_scopes)
         try:
-            if header is not None and signed is not None:
+            if authorization is not None and signed is not None:
                 raise AuthenticationFailed(
                     "The request carries both an Authorization header and a bewit: use one"
                 )
@@ -243,25 +342,25 @@ class Authenticator:
                 rest = signed["rest"]
                 auth = self.verify_bewit(
                     bewit=signed["bewit"],
-                    method=request.method,
+                    method=method,
                     resource=signed["path"] + (signed["sep"] + rest if rest else ""),
                     origins=origins,
                 )
             else:
-                assert header is not None
+                assert authorization is not None
                 auth = self.verify(
-                    authorization=header,
-                    method=request.method,
-                    resource=request.raw_path,
+                    authorization=authorization,
+                    method=method,
+                    resource=resource,
                     origins=origins,
-                    content=await request.read(),
-                    content_type=request.headers.get(hdrs.CONTENT_TYPE, ""),
+                    content=content,
+                    content_type=content_type,
                 )
         except AuthenticationFailed as error:
             log.info(
                 "authentication failed method=%s path=%s reason=%r",
-                request.method,
-                request.path,
+                method,
+                resource.partition("?")[0],
                 error.reason if isinstance(error, _NoMatch) else str(error),
             )
             return Rejected(message=str(error))
@@ -274,12 +373,14 @@ class Authenticator:
         method: str,
         resource: str,
         origins: Sequence[str],
-        content: bytes,
+        content: bytes | None,
         content_type: str,
     ) -> Auth:
         """Verify one Hawk ``authorization`` header; raise ``AuthenticationFailed`` if invalid.
 
         :param resource: the request target as sent: path and query, still percent-encoded.
+        :param content: the body, whose hash the header's must match; ``None`` when the
+            caller checks that itself (authenticateHawk).
         :param origins: ``scheme://host[:port]`` values the client may have signed for,
             tried in order.
         """
@@ -293,9 +394,10 @@ class Authenticator:
         client_id = attributes["id"]
         ext = _parse_ext(attributes.get("ext"))
         try:
-            key, scopes = self._credentials(client_id, ext)
+            verified = self._credentials(client_id, ext)
         except _UnknownClient as error:
             raise _NoMatch(client_id, origins, reason=str(error)) from None
+        key = verified.key
         now = self._clock()
         for origin in origins:
             try:
@@ -304,7 +406,7 @@ class Authenticator:
                     authorization,
                     origin + resource,
                     method,
-                    content=content,
+                    content=b"" if content is None else content,
                     content_type=content_type,
                     # Checked only once the MAC matched: a forger cannot burn others' nonces.
                     seen_nonce=lambda _id, nonce, ts: self._nonces.seen(
@@ -318,6 +420,11 @@ class Authenticator:
             except mohawk.exc.MacMismatch:
                 continue
             except mohawk.exc.MisComputedContentHash:
+                if content is None:
+                    # The MAC matched; the caller holds the body and checks its hash itself
+                    # (authenticateHawk's `hash`), so only what mohawk checks later is left.
+                    self._check_fresh(client_id, attributes, now)
+                    return self._accept(client_id, verified, now)
                 raise AuthenticationFailed(
                     "The payload hash in the Authorization header does not match the request "
                     "body and Content-Type: the body was altered or signed differently"
@@ -335,7 +442,7 @@ class Authenticator:
                 ) from None
             except (mohawk.exc.HawkFail, ValueError) as error:
                 raise AuthenticationFailed(f"Hawk verification failed: {error}") from None
-            return Auth(client_id=client_id, scopes=scopes)
+            return self._accept(client_id, verified, now)
         raise _NoMatch(client_id, origins, reason="wrong accessToken or origin")
 
     def verify_bewit(
@@ -359,9 +466,10 @@ class Authenticator:
             raise AuthenticationFailed("The bewit is not id\\expiry\\mac\\ext")
         client_id, expiry, mac, ext_text = parts
         try:
-            key, scopes = self._credentials(client_id, _parse_ext(ext_text))
+            verified = self._credentials(client_id, _parse_ext(ext_text))
         except _UnknownClient as error:
             raise _NoMatch(client_id, origins, reason=str(error)) from None
+        key = verified.key
         for origin in origins:
             try:
                 expected = mohawk.util.calculate_mac(
@@ -387,10 +495,37 @@ class Authenticator:
             raise AuthenticationFailed(
                 f"The bewit expired at {expiry} (server time {int(now)}): sign the URL again"
             )
-        return Auth(client_id=client_id, scopes=scopes)
+        return self._accept(client_id, verified, now)
 
-    def _credentials(self, client_id: str, ext: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
-        """The MAC key and effective scopes for ``client_id`` with ``ext`` applied."""
+    def _check_fresh(self, client_id: str, attributes: dict[str, str], now: float) -> None:
+        """The timestamp and nonce checks mohawk makes after the payload hash."""
+        if not attributes["ts"].isdigit() or abs(int(attributes["ts"]) - now) > CLOCK_SKEW_SECONDS:
+            raise AuthenticationFailed(
+                f"Hawk timestamp {attributes['ts']} is more than {CLOCK_SKEW_SECONDS} s "
+                f"away from the server time {int(now)}: check the client's clock"
+            )
+        if self._nonces.seen(client_id, attributes["nonce"], attributes["ts"], now=now):
+            raise AuthenticationFailed(
+                f"Hawk nonce {attributes['nonce']} was already used with timestamp "
+                f"{attributes['ts']}: this request was replayed"
+            )
+
+    def _accept(self, client_id: str, verified: _Verified, now: float) -> Auth:
+        """The caller whose signature matched, unless its (issuing) client is disabled or
+        expired: said only now, so that nobody without the accessToken learns it."""
+        issuer = verified.issuer
+        if issuer.disabled:
+            raise AuthenticationFailed(f"Client ID {issuer.client_id} is disabled")
+        if issuer.expires is not None and issuer.expires < now * 1000:
+            raise AuthenticationFailed(f"Client ID {issuer.client_id} has expired")
+        self._clients.note_used(issuer.client_id)
+        return Auth(client_id=client_id, scopes=verified.scopes, expires=verified.expires)
+
+    def _credentials(self, client_id: str, ext: dict[str, Any]) -> _Verified:
+        """The MAC key, effective scopes and expiry for ``client_id`` with ``ext`` applied
+        (Taskcluster's rules: a certificate's scopes replace the issuer's, which must hold
+        them; ``authorizedScopes`` narrow what the credentials hold, the anonymous role
+        included; what remains is expanded through the roles, the anonymous role added)."""
         certificate = ext.get("certificate")
         issuer_id = client_id
         if isinstance(certificate, dict) and certificate.get("issuer"):
@@ -404,25 +539,32 @@ class Authenticator:
         client = self._clients.lookup(issuer_id)
         if client is None:
             raise _UnknownClient(f"Client ID {issuer_id} does not exist")
-        key, scopes = client.access_token, client.scopes
+        key, scopes, expires = client.access_token, client.scopes, client.expires
+        if certificate is None and "authorizedScopes" not in ext:
+            return _Verified(key=key, scopes=scopes, expires=expires, issuer=client)
         if certificate is not None:
             key, scopes = self._apply_certificate(
                 certificate, name=client_id, issuer_id=issuer_id, key=key, scopes=scopes
             )
+            expiry = int(certificate["expiry"])
+            expires = expiry if expires is None else min(expires, expiry)
         authorized = ext.get("authorizedScopes")
         if authorized is not None:
             if not isinstance(authorized, list):
                 raise AuthenticationFailed("ext.authorizedScopes must be an array")
             if not all(valid_scope(scope) for scope in authorized):
                 raise AuthenticationFailed("ext.authorizedScopes must be an array of valid scopes")
-            if not satisfies(scopes, {"AllOf": authorized}):
+            held = self._clients.caller_scopes(scopes)
+            if not satisfies(held, {"AllOf": authorized}):
                 raise AuthenticationFailed(
                     "Supplied credentials do not satisfy authorizedScopes; credentials have "
-                    f"scopes:\n\n```\n{chr(10).join(scopes)}\n```\n\nauthorizedScopes are:"
+                    f"scopes:\n\n```\n{chr(10).join(held)}\n```\n\nauthorizedScopes are:"
                     f"\n\n```\n{chr(10).join(authorized)}\n```"
                 )
             scopes = tuple(authorized)
-        return key, scopes
+        return _Verified(
+            key=key, scopes=self._clients.caller_scopes(scopes), expires=expires, issuer=client
+        )
 
     def _apply_certificate(
         self,
@@ -521,6 +663,8 @@ class Authorizer:
 
     :param clients: the clients file; ``None`` disables authentication (every request runs
         as :data:`UNRESTRICTED`, scope ``*``) for tests of other layers and local experiments.
+        The app attaches the store to :attr:`directory` at start-up, adding the clients and
+        roles the auth API manages.
     :param public_url: see :class:`Authenticator`.
     """
 
@@ -531,11 +675,13 @@ class Authorizer:
         public_url: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._clients = clients
+        self.directory = ClientDirectory(clients, clock=lambda: int(clock() * 1000))
+        self._public_url = public_url
+        self._clock = clock
         self._authenticator = (
             None
             if clients is None
-            else Authenticator(clients=clients, public_url=public_url, clock=clock)
+            else Authenticator(clients=self.directory, public_url=public_url, clock=clock)
         )
         # Without a clients file nothing verifies credentials, so a per-process issuer only
         # gives claims credentials of the right shape.
@@ -557,6 +703,31 @@ class Authorizer:
         return cls(
             clients=ClientRegistry(config.clients_file), public_url=config.public_url, clock=clock
         )
+
+    def now_ms(self) -> int:
+        """The time credentials are verified at, epoch ms."""
+        return int(self._clock() * 1000)
+
+    def verify_signature(
+        self, *, method: str, resource: str, origin: str, authorization: str | None
+    ) -> RequestAuth:
+        """authenticateHawk: who signed a request another service received (its
+        ``authorization`` header, or a bewit in ``resource``), the payload hash left to that
+        service; never raises for bad credentials (a :class:`Rejected` says why)."""
+        if self._authenticator is None:
+            return UNRESTRICTED
+        return self._authenticator.verify_target(
+            method=method, resource=resource, origin=origin, authorization=authorization
+        )
+
+    async def as_tester(self, request: web.Request, scopes: Sequence[str]) -> RequestAuth:
+        """testAuthenticate: who sent ``request`` when the only client is Taskcluster's
+        ``tester`` (accessToken ``no-secret``) holding ``scopes``, whether or not
+        authentication is on."""
+        tester = Authenticator(
+            clients=TesterClient(scopes), public_url=self._public_url, clock=self._clock
+        )
+        return await tester.authenticate(request)
 
     async def caller(self, request: web.Request) -> RequestAuth:
         """Who sent ``request``, verified once and remembered on the request.
@@ -615,7 +786,7 @@ class Authorizer:
             raise ValueError(f"run {record.task_id}/{run.run_id} is not claimed")
         if run.worker_group is None or run.worker_id is None:
             raise ValueError(f"run {record.task_id}/{run.run_id} has no worker")
-        issuer = self._unverified_issuer if self._clients is None else self._clients.issuer
+        issuer = self.directory.issuer or self._unverified_issuer
         return task_credentials(
             issuer=issuer,
             task_id=record.task_id,

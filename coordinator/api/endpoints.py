@@ -53,6 +53,9 @@ from coordinator.domain.workers import Stability
 API_PREFIX = "/api/queue/v1"
 HOOKS_PREFIX = "/api/hooks/v1"
 """Where Taskcluster's hooks service answers on the same root URL (:mod:`coordinator.api.hooks`)."""
+AUTH_PREFIX = "/api/auth/v1"
+"""Where Taskcluster's auth service answers (:mod:`coordinator.api.auth_clients` and the other
+``auth_*`` parts)."""
 
 MAX_REQUEST_LINE = 8190
 """Longest request line (method, path and query string, percent-encoded, in bytes) the server
@@ -203,6 +206,13 @@ PARAMETERS: Mapping[str, Parameter] = {
             description="The hook within its group (a `/` in it sent as `%2F`).",
         ),
         Parameter(name="token", schema="trigger-token", description="The hook's trigger token."),
+        Parameter(name="clientId", schema="client-id", description="The client."),
+        Parameter(
+            name="prefix", schema="client-id-prefix", description="Only clientIds starting so."
+        ),
+        Parameter(name="roleId", schema="role-id", description="The role (percent-encoded)."),
+        Parameter(name="entityType", schema="audit-entity-type", description="The entity's kind."),
+        Parameter(name="entityId", schema="audit-entity-id", description="The entity's id."),
         Parameter(
             name="continuationToken",
             schema="continuation-token-parameter",
@@ -292,16 +302,17 @@ BOUNDED_PAGED = (
     PARAMETERS["continuationToken"],
 )
 """The management listings' paging: they refuse a limit over 1,000 instead of capping it."""
-ARTIFACT_PAGED = (
+NAME_PAGED = (
     PARAMETERS["limit"],
     Parameter(
         name="continuationToken",
-        schema="artifact-continuation-token-parameter",
+        schema="name-continuation-token-parameter",
         description="The `continuationToken` of the previous page.",
         refusal=PARAMETERS["continuationToken"].refusal,
     ),
 )
-"""The artifact listings' paging: their tokens hold an artifact name, up to 1,024 characters."""
+"""The paging of listings by name (artifacts, clients, roles): their tokens hold a name of up
+to 1,024 characters."""
 SIGNED = (PARAMETERS["expires"], PARAMETERS["sig"])
 
 TASK_FILTERS = (

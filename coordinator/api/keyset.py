@@ -1,6 +1,7 @@
 """The continuationTokens of every listing (a task group's tasks and a task's dependents by task
 id; task queues, provisioners, worker types, workers, a task queue's pending and claimed runs
-by their sort keys; the management listings by task id; a run's artifacts by name).
+by their sort keys; the management listings by task id; a run's artifacts by name; the auth
+service's clients and roles by id, and its audit entries by time).
 
 A token is ``<key>.<mac>``: base64url of the JSON array of the sort key of the last item a
 page returned, and an HMAC-SHA256 (truncated to 128 bits) of that key together with the query
@@ -45,9 +46,9 @@ workerIds."""
 _NAME = re.compile(rf"[\x20-\x7e]{{1,{MAX_NAME_LENGTH}}}")
 
 
-class ArtifactName(str):
-    """The kind (for :func:`after`) of a sort key value that is an artifact name rather than
-    an id."""
+class Name(str):
+    """The kind (for :func:`after`) of a sort key value that is a name of printable ASCII (an
+    artifact name, a clientId, a roleId) rather than an id."""
 
 
 def _b64(raw: bytes) -> str:
@@ -126,7 +127,7 @@ def _issued(value: object, kind: type[str] | type[int]) -> bool:
     time the store can hold. Only a leaked HMAC key could bring anything else this far; the
     store must still never see it (a 500)."""
     if isinstance(value, str):
-        pattern = _NAME if kind is ArtifactName else _ID if kind is str else None
+        pattern = _NAME if kind is Name else _ID if kind is str else None
         return pattern is not None and pattern.fullmatch(value) is not None
     # exactly an int: a bool is an int to isinstance, never to a sort key
     return kind is int and type(value) is int and -(2**63) <= value < 2**63

@@ -29,6 +29,7 @@ from coordinator.config import Deployment
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.scopes import Expression, expand
 from coordinator.service.artifacts import ArtifactService
+from coordinator.service.auth import AuthService
 from coordinator.service.claims import ClaimPolicy, CreatePolicy
 from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.hooks import HookService
@@ -99,6 +100,7 @@ class ApiServices:
     artifacts: ArtifactService
     artifact_urls: ArtifactUrls
     hooks: HookService
+    auth: AuthService
     authorizer: Authorizer
     deployment: Deployment
 

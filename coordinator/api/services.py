@@ -1,6 +1,7 @@
 """The services the coordinator serves on its root URL, each under its own prefix with its own
 OpenAPI document: the queue (its parts: tasks, a worker's calls on runs, artifacts, the
-batches of runs, task queues and workers, the management API) and the hooks service.
+batches of runs, task queues and workers, the management API), the hooks service and the auth
+service.
 
 A new service is one :class:`Service` here, built from the :class:`~coordinator.api.pipeline.
 Routes` its own module declares beside its handlers; the app serves every endpoint of
@@ -14,6 +15,10 @@ from dataclasses import dataclass, field
 
 from coordinator.api import (
     artifacts,
+    auth_audit,
+    auth_clients,
+    auth_roles,
+    auth_scopes,
     claims,
     hooks,
     management,
@@ -22,7 +27,13 @@ from coordinator.api import (
     task_queues,
     tasks,
 )
-from coordinator.api.endpoints import API_PREFIX, HOOKS_PREFIX, MAX_REQUEST_LINE, Endpoint
+from coordinator.api.endpoints import (
+    API_PREFIX,
+    AUTH_PREFIX,
+    HOOKS_PREFIX,
+    MAX_REQUEST_LINE,
+    Endpoint,
+)
 from coordinator.api.pipeline import Routes
 
 
@@ -90,7 +101,28 @@ HOOKS = Service(
         "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
     },
 )
-SERVICES = (QUEUE, HOOKS)
+AUTH = Service(
+    title="Auth Service",
+    prefix=AUTH_PREFIX,
+    parts=(
+        status.status_routes(AUTH_PREFIX, "Auth"),
+        auth_clients.ROUTES,
+        auth_roles.ROUTES,
+        auth_scopes.ROUTES,
+        auth_audit.ROUTES,
+    ),
+    about="Taskcluster's auth service v1, served by the coordinator beside its queue: the "
+    "clients and roles it manages (besides the clients file's, which it never shows or "
+    "changes), their audit history, scope expansion, and authenticateHawk for other services "
+    "to check the requests they receive. Taskcluster's cloud-credential methods (AWS, GCP, "
+    "Azure, Sentry, websocktunnel, GitHub) are not served. " + PROTOCOL,
+    errors={
+        "404": "ResourceNotFound: no such client or role.",
+        "409": "RequestConflict: the client exists, or another role has this id.",
+        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+    },
+)
+SERVICES = (QUEUE, HOOKS, AUTH)
 """Every service, served under its prefix with its document at ``<prefix>/openapi.json``."""
 
 PARTS = tuple(part for service in SERVICES for part in service.parts)

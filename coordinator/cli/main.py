@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from coordinator.api.clients import add_client
 from coordinator.api.server import AppRunner
 from coordinator.app import build_app
 from coordinator.cli import tasks as tasks_cli
 from coordinator.config import Config, ConfigurationError
 from coordinator.logs import configure_logging
+from coordinator.service.clients_file import add_client
 from coordinator.store.factory import open_store
 
 DESCRIPTION = """\

@@ -22,8 +22,8 @@ import aiohttp
 import slugid
 
 from benchlib.common import PYTHON, Settings
-from coordinator.api.clients import ensure_root_client
 from coordinator.domain.records import from_iso
+from coordinator.service.clients_file import ensure_root_client
 from devharness.api import API, call
 from devharness.postgres import throwaway_database
 from devharness.processes import ServeProcess

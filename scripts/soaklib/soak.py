@@ -46,7 +46,7 @@ from typing import Any
 import aiohttp
 import slugid
 
-from coordinator.api.clients import ensure_root_client
+from coordinator.service.clients_file import ensure_root_client
 from devharness.azurite import AzuriteProcess
 from devharness.processes import KILL_WAIT, ServeProcess, child_env
 from devharness.tasks import task_definition

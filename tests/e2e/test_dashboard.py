@@ -23,7 +23,7 @@ import taskcluster.aio
 from playwright.async_api import Browser, Locator, expect
 from yarl import URL
 
-from coordinator.api.clients import DEV_ANONYMOUS_SCOPES, ensure_root_client
+from coordinator.service.clients_file import DEV_ANONYMOUS_SCOPES, ensure_root_client
 from devharness.tasks import task_definition
 from tests.fixtures.browser import WAIT_MS, needs_chromium, open_page, sign_in
 from tests.fixtures.clients import start_secured, write_clients

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import slugid
 
-from coordinator.api.clients import ensure_root_client
 from coordinator.domain.records import from_iso
+from coordinator.service.clients_file import ensure_root_client
 from devharness.tasks import task_definition
 from tests.e2e import function_app
 from tests.fixtures.workers import E2E, MakeE2E

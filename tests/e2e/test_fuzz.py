@@ -35,8 +35,8 @@ from schemathesis.hooks import HookContext
 from schemathesis.openapi.checks import RejectedPositiveData
 from yarl import URL
 
-from coordinator.api.clients import ensure_root_client
 from coordinator.api.endpoints import HOOKS_PREFIX
+from coordinator.service.clients_file import ensure_root_client
 from devharness.api import call
 from devharness.tasks import task_definition
 from hawk_signing import Credentials, authorization

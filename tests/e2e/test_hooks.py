@@ -14,9 +14,9 @@ from typing import Any
 import slugid
 from taskcluster.exceptions import TaskclusterRestFailure
 
-from coordinator.api.clients import ensure_root_client
 from coordinator.domain.hooks import fire_task_id
 from coordinator.domain.records import from_iso
+from coordinator.service.clients_file import ensure_root_client
 from devharness.waiting import wait_until
 from tests.fixtures.clients import Hooks, Queue
 from tests.fixtures.coordinator import CoordinatorProcess, base_config

@@ -17,7 +17,7 @@ from typing import Any
 
 import slugid
 
-from coordinator.api.clients import ensure_root_client
+from coordinator.service.clients_file import ensure_root_client
 from devharness.api import call
 from devharness.tasks import task_definition
 from tests.fixtures.replicas import WORKER_TYPE, Cluster

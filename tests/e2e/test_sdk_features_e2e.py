@@ -20,8 +20,8 @@ import signal
 import pytest
 import slugid
 
-from coordinator.api.clients import add_client
 from coordinator.azure.hint_codec import encode_hint
+from coordinator.service.clients_file import add_client
 from tests.fixtures.sdk import running
 from tests.fixtures.workers import E2E, MODES, WORKER_GROUP, WORKER_TYPE, MakeE2E
 from worker_sdk import TaskRun, azure_poller

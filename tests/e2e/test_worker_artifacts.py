@@ -27,7 +27,7 @@ import pytest
 from taskcluster.aio.download import downloadArtifactToBuf
 from yarl import URL
 
-from coordinator.api.clients import ensure_root_client
+from coordinator.service.clients_file import ensure_root_client
 from tests.e2e import artifact_handlers as handlers
 from tests.fixtures import workers
 from tests.fixtures.clients import Queue, rejected

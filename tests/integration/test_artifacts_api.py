@@ -26,10 +26,10 @@ import pytest
 import slugid
 from yarl import URL
 
-from coordinator.api.clients import ClientRegistry, ClientsFileError, ensure_root_client
 from coordinator.blobs import blob_key
 from coordinator.domain.records import from_iso, to_iso
 from coordinator.resolvers import expiry_sweeper
+from coordinator.service.clients_file import ClientRegistry, ClientsFileError, ensure_root_client
 from devharness.api import call
 from devharness.tasks import task_definition
 from devharness.waiting import wait_until

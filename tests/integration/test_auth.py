@@ -30,15 +30,6 @@ from aiohttp.test_utils import TestServer
 from aiohttp.typedefs import Handler
 
 from coordinator.api.auth import Auth, Authorizer, NonceCache, Rejected, RequestAuth
-from coordinator.api.clients import (
-    DEFAULT_ANONYMOUS_SCOPES,
-    DEV_ANONYMOUS_SCOPES,
-    ISSUER_CLIENT_ID,
-    ROOT_CLIENT_ID,
-    ClientRegistry,
-    ClientsFileError,
-    ensure_root_client,
-)
 from coordinator.api.credentials import certificate_signature, temporary_credentials
 from coordinator.api.errors import ApiError
 from coordinator.domain.records import Run, TaskRecord
@@ -49,6 +40,15 @@ from coordinator.domain.scopes import (
     render,
     satisfies,
     unsatisfied,
+)
+from coordinator.service.clients_file import (
+    DEFAULT_ANONYMOUS_SCOPES,
+    DEV_ANONYMOUS_SCOPES,
+    ISSUER_CLIENT_ID,
+    ROOT_CLIENT_ID,
+    ClientRegistry,
+    ClientsFileError,
+    ensure_root_client,
 )
 from hawk_signing import Credentials
 

@@ -18,7 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "blobs": {"domain", "blobs", "config", "azure.account"},
     # pulse: the AMQP transport the event outbox publishes through
     "pulse": {"domain", "pulse"},
-    "service": {"domain", "store", "azure", "service", "blobs", "pulse"},
+    "service": {"domain", "store", "azure", "service", "blobs", "pulse", "config"},
     "resolvers": {
         "service",
         "domain",
