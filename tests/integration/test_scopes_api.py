@@ -1,7 +1,8 @@
 """Authentication and scopes through the coordinator's real endpoints (docs/protocol.md).
 
 The official ``taskcluster`` client (113.x, ``taskcluster.aio``) against a coordinator with
-authentication on and a clients file of narrowly scoped clients:
+authentication on and narrowly scoped clients, each test twice: the clients listed with their
+scopes in the clients file, and made through the auth API holding their scopes through roles:
 
 - credentials that do not verify, and none at all on a protected endpoint, are 401, and the
   rejected request changes nothing;
@@ -37,6 +38,7 @@ from coordinator.domain.records import from_iso
 from devharness.tasks import task_definition
 from tests.fixtures.clients import (
     Credentials,
+    api_clients,
     Queue,
     certificate,
     missing_scopes,
@@ -117,12 +119,20 @@ class Secured:
         return True
 
 
-@pytest.fixture
-async def secured(start_coordinator: StartCoordinator, tmp_path: Path) -> Secured:
+@pytest.fixture(params=["clients-file", "auth-api-roles"])
+async def secured(
+    request: pytest.FixtureRequest, start_coordinator: StartCoordinator, tmp_path: Path
+) -> Secured:
+    """The clients of :data:`CLIENTS`, either listed with their scopes in the clients file,
+    or made through the auth API holding them only through a role each: every test of this
+    module then also proves the scope checks see roles' expansions."""
     clock = FakeClock()
+    in_file = CLIENTS if request.param == "clients-file" else {}
     coordinator, creds = await start_secured(
-        start_coordinator, tmp_path / "clients.json", CLIENTS, clock=clock
+        start_coordinator, tmp_path / "clients.json", in_file, clock=clock
     )
+    if request.param == "auth-api-roles":
+        creds |= await api_clients(creds["root"], coordinator.url, CLIENTS)
     return Secured(coordinator=coordinator, creds=creds, clock=clock)
 
 
