@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.store.contract.artifacts import ArtifactStore
+from coordinator.store.contract.auth import AuthStore
 from coordinator.store.contract.controls import QueueControlStore
 from coordinator.store.contract.dispatch import DispatchStore
 from coordinator.store.contract.hooks import HookStore
@@ -38,6 +39,7 @@ class Store(
     QueueControlStore,
     ArtifactStore,
     HookStore,
+    AuthStore,
     abc.ABC,
 ):
     """The whole store: every part of the contract, and the database it is kept in."""

@@ -1,9 +1,10 @@
 """The PostgreSQL store: one database shared by several coordinator replicas.
 
 Every call borrows a connection from an asyncpg pool for one statement; the only
-multi-statement transactions are the migration and, with Pulse publishing on
-(docs/events.md), a batch write with its outbox rows and the outbox publisher's batch (which
-holds the outbox lock row while it publishes). A single compare-and-set or createTask writes
+multi-statement transactions are the migration, the auth writes (a client or the roles, with
+their audit entries and the auth generation) and, with Pulse publishing on (docs/events.md), a
+batch write with its outbox rows and the outbox publisher's batch (which holds the outbox lock
+row while it publishes). A single compare-and-set or createTask writes
 its outbox rows in its own statement. Correctness across replicas rests on the
 compare-and-set of :meth:`PostgresStore.compare_and_set` alone, as the
 :mod:`~coordinator.store.base` contract says.
@@ -451,6 +452,29 @@ class PostgresStore(SQLStore):
         return await self._with_events(
             self._fetcher(name, params), lambda rows: outbox if rows else []
         )
+
+    async def _fetch_then(
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        *,
+        then: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+        events: Sequence[QueueEvent] = (),
+    ) -> list[asyncpg.Record]:
+        outbox = outbox_rows(events)
+
+        async def run() -> list[asyncpg.Record]:
+            async with self._connections.acquire() as conn, conn.transaction():
+                head = _Q[name]
+                rows = cast("list[asyncpg.Record]", await conn.fetch(head.sql, *head.args(params)))
+                if rows:
+                    for step, many in [*then, ("insert_outbox_event", outbox)]:
+                        if many:
+                            statement = _Q[step]
+                            await conn.executemany(statement.sql, [statement.args(p) for p in many])
+                return rows
+
+        return await self._outages.watch(run())
 
     async def _fetch_filtered(
         self, name: str, matching: TaskFilter, **params: Any

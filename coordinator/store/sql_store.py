@@ -13,8 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from coordinator.domain.artifacts import Artifact
+from coordinator.domain.clients import AuditEntry, Role, Roles, StoredClient
 from coordinator.domain.events import QueueEvent
 from coordinator.domain.hooks import Hook, LastFire
+from coordinator.domain.json_text import compact
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
 from coordinator.domain.queue_controls import Limits, Pause, QueueControls
 from coordinator.domain.records import TaskRecord, TaskState
@@ -32,6 +34,15 @@ from coordinator.store.artifact_rows import (
     artifact_from_row,
     details_json,
     key_columns,
+)
+from coordinator.store.auth_rows import (
+    audit_columns,
+    audit_from_row,
+    client_columns,
+    client_from_row,
+    prefix_range,
+    role_columns,
+    role_from_row,
 )
 from coordinator.store.base import Store
 from coordinator.store.hook_rows import (
@@ -69,6 +80,19 @@ class SQLStore(Store, abc.ABC):
     ) -> Sequence[Row]:
         """All rows of the named statement, and ``events`` in the outbox in the same
         transaction if it returned any (a write that happened)."""
+
+    @abc.abstractmethod
+    async def _fetch_then(
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        *,
+        then: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+        events: Sequence[QueueEvent] = (),
+    ) -> Sequence[Row]:
+        """All rows of the named statement; if it returned any (a write that happened), then
+        each ``(name, params)`` of ``then`` in order, the statement once per params, and
+        ``events`` in the outbox, all in the same transaction."""
 
     @abc.abstractmethod
     async def _fetch_in(self, name: str, task_ids: Sequence[str]) -> Sequence[Row]:
@@ -426,6 +450,140 @@ class SQLStore(Store, abc.ABC):
     async def give_back_claims(self, task_queue: TaskQueue, room_us: int) -> None:
         await self._fetch("give_back_claims", **task_queue_columns(task_queue), room_us=room_us)
 
+    # --- auth: clients, roles, their audit history -----------------------------------------
+
+    async def insert_client(
+        self, client: StoredClient, *, audit: AuditEntry, events: Sequence[QueueEvent] = ()
+    ) -> bool:
+        columns = client_columns(client)
+        del columns["version"]
+        rows = await self._fetch_then(
+            "insert_client", columns, then=_client_written(audit), events=events
+        )
+        return bool(rows)
+
+    async def get_client(self, client_id: str) -> StoredClient | None:
+        rows = await self._fetch("get_client", client_id=client_id)
+        return client_from_row(rows[0]) if rows else None
+
+    async def list_clients(
+        self, *, prefix: str | None, limit: int, after: str | None
+    ) -> list[StoredClient]:
+        low, high = prefix_range(prefix)
+        params = {"after": after or "", "low": low, "limit": limit}
+        rows = await (
+            self._fetch("list_clients", **params)
+            if high is None
+            else self._fetch("list_clients_below", **params, high=high)
+        )
+        return [client_from_row(row) for row in rows]
+
+    async def all_clients(self) -> list[StoredClient]:
+        return [client_from_row(row) for row in await self._fetch("all_clients")]
+
+    async def update_client(
+        self, client: StoredClient, *, audit: AuditEntry, events: Sequence[QueueEvent] = ()
+    ) -> StoredClient | None:
+        columns = client_columns(client)
+        del columns["created"]
+        rows = await self._fetch_then(
+            "update_client", columns, then=_client_written(audit), events=events
+        )
+        return client_from_row(rows[0]) if rows else None
+
+    async def delete_client(
+        self, client_id: str, *, audit: AuditEntry, events: Sequence[QueueEvent] = ()
+    ) -> bool:
+        rows = await self._fetch_then(
+            "delete_client", {"client_id": client_id}, then=_client_written(audit), events=events
+        )
+        return bool(rows)
+
+    async def expired_clients(self, now: int, limit: int) -> list[StoredClient]:
+        rows = await self._fetch("expired_clients", now=now, limit=limit)
+        return [client_from_row(row) for row in rows]
+
+    async def mark_clients_used(self, used: Mapping[str, int]) -> None:
+        if used:
+            await self._fetch("mark_clients_used", used=compact(dict(used)))
+
+    async def get_roles(self) -> Roles:
+        rows = await self._fetch("get_roles")
+        return Roles(
+            roles=tuple(role_from_row(row) for row in rows if row["role_id"] is not None),
+            version=rows[0]["roles_version"],
+        )
+
+    async def write_roles(
+        self,
+        roles: Sequence[Role],
+        *,
+        expected_version: int,
+        audit: Sequence[AuditEntry],
+        events: Sequence[QueueEvent] = (),
+    ) -> Roles | None:
+        ordered = sorted(roles, key=_role_id)
+        ids = [role.role_id for role in ordered]
+        if len(set(ids)) != len(ids):
+            raise ValueError("write_roles: two roles have one roleId")
+        rows = await self._fetch_then(
+            "write_roles_version",
+            {"expected_version": expected_version},
+            then=[
+                ("delete_roles_except", [{"role_ids": compact(ids)}]),
+                ("upsert_role", [role_columns(role) for role in ordered]),
+                ("insert_audit_entry", [audit_columns(entry) for entry in audit]),
+            ],
+            events=events,
+        )
+        return Roles(roles=tuple(ordered), version=rows[0][0]) if rows else None
+
+    async def auth_generation(self) -> int:
+        rows = await self._fetch("auth_generation")
+        return int(rows[0][0])
+
+    async def audit_history(
+        self,
+        *,
+        entity_type: str | None,
+        entity_id: str | None,
+        client_id: str | None,
+        limit: int,
+        after: tuple[int, int] | None,
+    ) -> list[AuditEntry]:
+        if entity_id is not None:
+            if entity_type is None:
+                raise ValueError("audit_history: an entity_id needs its entity_type")
+            name = "audit_of_entity"
+        elif client_id is not None:
+            name = "audit_by_client"
+        else:
+            raise ValueError("audit_history: neither an entity nor a client")
+        after_created, after_sequence = (_EARLIEST, 0) if after is None else after
+        rows = await self._fetch(
+            name,
+            entity_type=entity_type,
+            entity_id=entity_id,
+            client_id=client_id,
+            after_created=after_created,
+            after_sequence=after_sequence,
+            limit=limit,
+        )
+        return [audit_from_row(row) for row in rows]
+
+
+def _client_written(audit: AuditEntry) -> list[tuple[str, list[dict[str, Any]]]]:
+    """What follows a write of a client in its transaction: the generation and the audit."""
+    return [("bump_auth_generation", [{}]), ("insert_audit_entry", [audit_columns(audit)])]
+
+
+def _role_id(role: Role) -> str:
+    return role.role_id
+
+
+_EARLIEST = -(2**62)
+"""Earlier than any audit entry: the first page of :meth:`SQLStore.audit_history` starts
+after it."""
 
 _LATEST = 2**62
 """Later than any fire: the first page of :meth:`SQLStore.last_fires` starts before it."""

@@ -109,12 +109,15 @@ SCANS = frozenset(
         "claimed_runs",
         "expired_artifacts",
         "artifacts_of_tasks",
+        "all_clients",
+        "get_roles",
     }
 )
 """The named statements whose cost grows with the tables rather than with what they return
 (counts; a group's unresolved tasks, read among all of its tasks; a queue's running runs,
-sorted by a time inside their JSON), and the artifacts of a batch of tasks being deleted,
-which may be many: run on the store thread."""
+sorted by a time inside their JSON), the artifacts of a batch of tasks being deleted, and
+every client or every role (the auth reload after a write), which may be many: run on the
+store thread."""
 
 
 def _insert_all(
@@ -527,6 +530,26 @@ class SQLiteStore(SQLStore):
         def fetch(conn: sqlite3.Connection) -> list[sqlite3.Row]:
             rows = conn.execute(_Q[name], params).fetchall()
             if rows:
+                _write_outbox(conn, outbox)
+            return rows
+
+        return await self._run(fetch)
+
+    async def _fetch_then(
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        *,
+        then: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+        events: Sequence[QueueEvent] = (),
+    ) -> list[sqlite3.Row]:
+        outbox = outbox_rows(events)
+
+        def fetch(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            rows = conn.execute(_Q[name], params).fetchall()
+            if rows:
+                for step, many in then:
+                    conn.executemany(_Q[step], many)
                 _write_outbox(conn, outbox)
             return rows
 

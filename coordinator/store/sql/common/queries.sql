@@ -353,3 +353,125 @@ WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
 -- name: give_back_claims
 UPDATE task_queue_controls SET claims_tat_us = claims_tat_us - :room_us
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+
+-- name: insert_client
+-- createClient: no row back means the client exists.
+INSERT INTO auth_clients (client_id, description, encrypted_access_token, scopes, expires,
+                          delete_on_expiration, disabled, created, last_modified,
+                          last_date_used, last_rotated, version)
+VALUES (:client_id, :description, :encrypted_access_token, :scopes, :expires,
+        :delete_on_expiration, :disabled, :created, :last_modified, :last_date_used,
+        :last_rotated, 1)
+ON CONFLICT (client_id) DO NOTHING
+RETURNING client_id
+
+-- name: get_client
+SELECT client_id, description, encrypted_access_token, scopes, expires, delete_on_expiration,
+       disabled, created, last_modified, last_date_used, last_rotated, version
+FROM auth_clients WHERE client_id = :client_id
+
+-- name: all_clients
+SELECT client_id, description, encrypted_access_token, scopes, expires, delete_on_expiration,
+       disabled, created, last_modified, last_date_used, last_rotated, version
+FROM auth_clients ORDER BY client_id
+
+-- name: list_clients
+-- listClients' page: after the previous page's last clientId, from low on (the prefix, or
+-- the empty string): a prefix whose clientIds have no bound above (list_clients_below).
+SELECT client_id, description, encrypted_access_token, scopes, expires, delete_on_expiration,
+       disabled, created, last_modified, last_date_used, last_rotated, version
+FROM auth_clients
+WHERE client_id > :after AND client_id >= :low
+ORDER BY client_id LIMIT :limit
+
+-- name: list_clients_below
+-- listClients' page within a prefix's range, from low to below high: the clientIds that
+-- start with it (auth_rows.prefix_range).
+SELECT client_id, description, encrypted_access_token, scopes, expires, delete_on_expiration,
+       disabled, created, last_modified, last_date_used, last_rotated, version
+FROM auth_clients
+WHERE client_id > :after AND client_id >= :low AND client_id < :high
+ORDER BY client_id LIMIT :limit
+
+-- name: update_client
+-- Every column but the key and created, only while the stored version is still the one read.
+-- last_date_used only rises: mark_clients_used may have raised it since the client was read.
+UPDATE auth_clients
+SET description = :description, encrypted_access_token = :encrypted_access_token,
+    scopes = :scopes, expires = :expires, delete_on_expiration = :delete_on_expiration,
+    disabled = :disabled, last_modified = :last_modified,
+    last_date_used = CASE WHEN last_date_used > :last_date_used THEN last_date_used
+                          ELSE :last_date_used END,
+    last_rotated = :last_rotated, version = version + 1
+WHERE client_id = :client_id AND version = :version
+RETURNING client_id, description, encrypted_access_token, scopes, expires,
+          delete_on_expiration, disabled, created, last_modified, last_date_used,
+          last_rotated, version
+
+-- name: delete_client
+DELETE FROM auth_clients WHERE client_id = :client_id RETURNING client_id
+
+-- name: expired_clients
+-- The expiry sweep's scan: clients to delete on expiration that expired, the earliest first.
+SELECT client_id, description, encrypted_access_token, scopes, expires, delete_on_expiration,
+       disabled, created, last_modified, last_date_used, last_rotated, version
+FROM auth_clients
+WHERE delete_on_expiration AND expires < :now
+ORDER BY expires, client_id LIMIT :limit
+
+-- name: get_roles
+-- Every role and the roles' version, in one statement (one snapshot); without roles, one row
+-- with the version and a NULL role_id.
+SELECT s.roles_version, r.role_id, r.scopes, r.description, r.created, r.last_modified
+FROM auth_state AS s LEFT JOIN auth_roles AS r ON TRUE
+WHERE s.id = 1
+ORDER BY r.role_id
+
+-- name: write_roles_version
+-- write_roles' compare-and-set: no row back means another write won meanwhile. Holds the row
+-- until the transaction ends, so role writes take turns.
+UPDATE auth_state
+SET roles_version = roles_version + 1, generation = generation + 1
+WHERE id = 1 AND roles_version = :expected_version
+RETURNING roles_version
+
+-- name: upsert_role
+-- A role written again as it is stays untouched.
+INSERT INTO auth_roles (role_id, scopes, description, created, last_modified)
+VALUES (:role_id, :scopes, :description, :created, :last_modified)
+ON CONFLICT (role_id) DO UPDATE
+SET scopes = excluded.scopes, description = excluded.description,
+    created = excluded.created, last_modified = excluded.last_modified
+WHERE auth_roles.scopes <> excluded.scopes OR auth_roles.description <> excluded.description
+   OR auth_roles.created <> excluded.created
+   OR auth_roles.last_modified <> excluded.last_modified
+
+-- name: bump_auth_generation
+UPDATE auth_state SET generation = generation + 1 WHERE id = 1
+
+-- name: auth_generation
+SELECT generation FROM auth_state WHERE id = 1
+
+-- name: insert_audit_entry
+INSERT INTO auth_audit (entity_type, entity_id, client_id, action_type, created)
+VALUES (:entity_type, :entity_id, :client_id, :action_type, :created)
+
+-- name: audit_of_entity
+-- getEntityHistory's page, after the previous page's last (created, sequence); only the
+-- changes of one client if client_id is not NULL.
+SELECT sequence, entity_type, entity_id, client_id, action_type, created
+FROM auth_audit
+WHERE entity_type = :entity_type AND entity_id = :entity_id
+  AND (created, sequence) > (:after_created, :after_sequence)
+  AND (CAST(:client_id AS TEXT) IS NULL OR client_id = :client_id)
+ORDER BY created, sequence LIMIT :limit
+
+-- name: audit_by_client
+-- listAuditHistory's page: the changes a client made, after the previous page's last
+-- (created, sequence); only those of one entity type if entity_type is not NULL.
+SELECT sequence, entity_type, entity_id, client_id, action_type, created
+FROM auth_audit
+WHERE client_id = :client_id
+  AND (created, sequence) > (:after_created, :after_sequence)
+  AND (CAST(:entity_type AS TEXT) IS NULL OR entity_type = :entity_type)
+ORDER BY created, sequence LIMIT :limit

@@ -359,3 +359,28 @@ FOR UPDATE SKIP LOCKED
 -- just made pending (the payload: provisionerId/workerType visibleAt), delivered to every
 -- coordinator listening on the channel when this statement's transaction commits.
 SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload
+
+-- name: mark_clients_used
+-- used is a JSON object, clientId to time: each raises its client's last_date_used. The rows
+-- are locked in clientId order first, so replicas marking the same clients never deadlock.
+WITH used AS (
+    SELECT key AS client_id, CAST(value AS BIGINT) AS used
+    FROM json_each_text(CAST(:used AS JSON))
+), locked AS MATERIALIZED (
+    SELECT c.client_id, u.used
+    FROM auth_clients AS c JOIN used AS u ON u.client_id = c.client_id
+    WHERE c.last_date_used < u.used
+    ORDER BY c.client_id
+    FOR UPDATE OF c
+)
+UPDATE auth_clients AS c SET last_date_used = locked.used
+FROM locked
+WHERE c.client_id = locked.client_id AND c.last_date_used < locked.used
+
+-- name: delete_roles_except
+-- role_ids is a JSON array of roleIds: every other role goes.
+DELETE FROM auth_roles
+WHERE NOT EXISTS (
+    SELECT 1 FROM json_array_elements_text(CAST(:role_ids AS JSON)) AS kept (role_id)
+    WHERE kept.role_id = auth_roles.role_id
+)

@@ -180,3 +180,13 @@ FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND pending_priority IS NOT NULL AND visible_at <= :now AND open_deadline > :now
 ORDER BY pending_priority DESC, visible_at LIMIT :limit
+
+-- name: mark_clients_used
+-- used is a JSON object, clientId to time: each raises its client's last_date_used.
+UPDATE auth_clients SET last_date_used = u.value
+FROM json_each(:used) AS u
+WHERE auth_clients.client_id = u.key AND auth_clients.last_date_used < u.value
+
+-- name: delete_roles_except
+-- role_ids is a JSON array of roleIds: every other role goes.
+DELETE FROM auth_roles WHERE role_id NOT IN (SELECT value FROM json_each(:role_ids))
