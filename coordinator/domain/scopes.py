@@ -16,6 +16,14 @@ hold ``{"for": var, "in": list, "each": template}`` (one operand per element of 
 :func:`expand` fills one in with a request's parameters (:meth:`HeldScopes.satisfy_template`
 decides one without building the expression). :data:`CREATE_TASK_SCOPES` is
 Taskcluster's rule for ``createTask``, which ``createTasks`` applies to every item.
+
+A *scope set* is *normalized* when no scope in it grants another (duplicates and scopes a
+``*`` scope covers are dropped) and it is sorted by :func:`scope_compare`, the order of
+``taskcluster-lib-scopes``, which puts ``a*`` right before ``a`` and everything ``a*`` covers.
+:func:`normalize_scope_set`, :func:`merge_scope_sets` (:func:`scope_union` is the same) and
+:func:`scope_intersection` are that library's set operations; the auth service answers with
+normalized sets (``expandScopes``, ``currentScopes``, a role's ``expandedScopes``, see
+:mod:`coordinator.domain.roles`).
 """
 
 from __future__ import annotations
@@ -319,4 +327,62 @@ def create_task_requirement(
             "routes": routes,
             "scopes": scopes,
         },
+    )
+
+
+def scope_compare(scope: str) -> tuple[str, int]:
+    """The sort key of ``taskcluster-lib-scopes``' ``scopeCompare``: lexical, except that a
+    trailing ``*`` sorts before the end of the string, so ``a*`` comes right before ``a`` and
+    the scopes ``a*`` covers follow it in one run (``["*", "", "a*", "a", "a(", "aa", "b"]`` is
+    sorted). A ``*`` that is not the last character is an ordinary character.
+
+    Normalizing relies on that run: one pass drops what the last kept ``*`` scope covers.
+    """
+    if scope.endswith("*"):
+        return scope[:-1], 0
+    return scope, 1
+
+
+def normalize_scope_set(scopes: Iterable[str]) -> tuple[str, ...]:
+    """``scopes`` as a normalized set: duplicates and the scopes some ``*`` scope of the set
+    grants dropped, the rest sorted by :func:`scope_compare` (``["abc", "ab*", "b", "b*"]`` ->
+    ``("ab*", "b*")``).
+
+    Unlike upstream's ``normalizeScopeSet`` the input need not be sorted first; an input that
+    is a few sorted runs (normalized sets put together) sorts in about linear time.
+    """
+    normalized: list[str] = []
+    covering: str | None = None  # what the last kept scope covers, if it ends with "*"
+    for scope in sorted(set(scopes), key=scope_compare):
+        if covering is not None and scope.startswith(covering):
+            continue
+        normalized.append(scope)
+        covering = scope[:-1] if scope.endswith("*") else None
+    return tuple(normalized)
+
+
+def merge_scope_sets(first: Iterable[str], second: Iterable[str]) -> tuple[str, ...]:
+    """The normalized union of two scope sets (upstream's ``mergeScopeSets``, which requires
+    both sorted; here any order is accepted, and two normalized sets merge in linear time)."""
+    return normalize_scope_set((*first, *second))
+
+
+def scope_union(first: Iterable[str], second: Iterable[str]) -> tuple[str, ...]:
+    """Upstream's ``scopeUnion``: the normalized union of two scope sets in any order. The same
+    as :func:`merge_scope_sets`, which here does not need its inputs sorted either."""
+    return merge_scope_sets(first, second)
+
+
+def scope_intersection(first: Iterable[str], second: Iterable[str]) -> tuple[str, ...]:
+    """The scopes granted by both sets, normalized: each scope of one set that the other set
+    grants (``["bar:*"]`` and ``["foo:x", "bar:x"]`` -> ``("bar:x",)``; ``["a*"]`` and
+    ``["a*"]`` -> ``("a*",)``).
+
+    Upstream's ``scopeIntersection`` returns the same scopes in input order, redundant ones
+    kept; a scope set is what the caller holds, so the normalized form says the same.
+    """
+    first, second = tuple(first), tuple(second)
+    held_first, held_second = HeldScopes(first), HeldScopes(second)
+    return normalize_scope_set(
+        [*(s for s in first if held_second.grants(s)), *(s for s in second if held_first.grants(s))]
     )
