@@ -498,6 +498,8 @@ def _add_routes(app: web.Application, config: Config, registry: CollectorRegistr
                 max_body = config.max_batch_body_bytes if endpoint.batch else config.max_body_bytes
                 handler = route_handler(endpoint, part.handlers, max_body=max_body)
                 app.router.add_route(endpoint.method, route, handler)
+                if route.endswith("/"):  # upstream's `/clients/`: the Python client strips it
+                    app.router.add_route(endpoint.method, route.rstrip("/"), handler)
                 if endpoint.name in ROOT_ENDPOINTS and endpoint.prefix == API_PREFIX:
                     app.router.add_route(endpoint.method, endpoint.route, handler)
     _add_method_not_allowed(app)

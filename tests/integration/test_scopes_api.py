@@ -38,8 +38,8 @@ from coordinator.domain.records import from_iso
 from devharness.tasks import task_definition
 from tests.fixtures.clients import (
     Credentials,
-    api_clients,
     Queue,
+    api_clients,
     certificate,
     missing_scopes,
     rejected,
