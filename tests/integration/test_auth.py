@@ -37,6 +37,7 @@ from coordinator.domain.scopes import (
     Expression,
     create_task_expression,
     create_task_requirement,
+    normalize_scope_set,
     render,
     satisfies,
     unsatisfied,
@@ -405,12 +406,18 @@ async def test_timestamp_skew_of_15_minutes(clients_file: Path) -> None:
         assert "check the client's clock" in str(failure.value)
 
 
+def with_anonymous(scopes: list[str]) -> list[str]:
+    """What credentials holding ``scopes`` hold: them, and what every caller holds (the role
+    ``anonymous`` and the clients file's anonymousScopes, by default)."""
+    return list(normalize_scope_set([*scopes, "assume:anonymous", *DEFAULT_ANONYMOUS_SCOPES]))
+
+
 async def test_authorized_scopes_narrow_but_cannot_widen(clients_file: Path) -> None:
     narrowed = [f"queue:resolve-task:{TASK_ID}/0"]
     async with serve(authorizer_for(clients_file)) as root_url:
         root = queue(root_url, ROOT, authorizedScopes=narrowed)
         completed = await root.reportCompleted(TASK_ID, "0")
-        assert completed["status"] == {"clientId": "root", "scopes": narrowed}
+        assert completed["status"] == {"clientId": "root", "scopes": with_anonymous(narrowed)}
         with pytest.raises(taskcluster.exceptions.TaskclusterRestFailure) as failure:
             await root.createTask(TASK_ID, DEFINITION)
         assert failure.value.status_code == 403
@@ -486,7 +493,10 @@ async def test_temporary_credentials_are_accepted_until_they_expire(clients_file
     async with serve(authorizer_for(clients_file)) as root_url:
         for credentials in (unnamed, named):
             completed = await queue(root_url, credentials).reportCompleted(TASK_ID, "3")
-            assert completed["status"] == {"clientId": credentials["clientId"], "scopes": scopes}
+            assert completed["status"] == {
+                "clientId": credentials["clientId"],
+                "scopes": with_anonymous(scopes),
+            }
             with pytest.raises(taskcluster.exceptions.TaskclusterRestFailure) as failure:
                 await queue(root_url, credentials).createTask(TASK_ID, DEFINITION)
             assert failure.value.status_code == 403
@@ -512,7 +522,7 @@ async def test_certificates_from_the_taskcluster_client_are_accepted(clients_fil
     async with serve(authorizer_for(clients_file)) as root_url:
         for credentials in (unnamed, named):
             completed = await queue(root_url, credentials).reportCompleted(TASK_ID, "0")
-            assert completed["status"]["scopes"] == scopes
+            assert completed["status"]["scopes"] == with_anonymous(scopes)
         assert completed["status"]["clientId"] == "tc-named"
 
 
