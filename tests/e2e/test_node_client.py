@@ -10,7 +10,8 @@ tasks' upstream artifacts.
 
 The same client's ``Hooks`` drives the hooks service (docs/hooks.md) through
 ``tests/e2e/node_hooks.js``: create, read, trigger (with credentials and with the token), last
-fires, status, remove.
+fires, status, remove; and its ``Auth`` the auth service (docs/auth.md) through
+``tests/e2e/node_auth.js``: a role and a client assuming it, read back, used, reset, deleted.
 """
 
 from __future__ import annotations
@@ -165,3 +166,38 @@ async def test_the_node_clients_hooks_drive_the_hooks_service(
     assert seen["status"]["lastFire"]["result"] == "success"
     assert seen["status"]["nextScheduledDate"].endswith("T00:00:00.000Z")
     assert seen["afterRemove"] == 404
+
+
+AUTH_SCRIPT = Path(__file__).with_name("node_auth.js")
+
+
+async def test_the_node_clients_auth_manages_clients_and_roles(
+    start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    coordinator, creds = await start_secured(start_coordinator, tmp_path / "clients.json", {})
+    scopes = ["auth:current-scopes", f"queue:create-task:lowest:{PROVISIONER}/{WT}"]
+    request = {
+        "rootUrl": coordinator.url,
+        "credentials": creds["root"],
+        "clientId": "node/app",
+        "roleId": "project:node",
+        "scopes": scopes,
+    }
+    node = await run_to_end(
+        ["node", str(AUTH_SCRIPT), json.dumps(request)],
+        cwd=REPO,
+        env=taskcluster_env(coordinator.url, None),
+        timeout_s=NODE_TIMEOUT_S,
+    )
+    assert node.status == 0, node.output
+    seen: dict[str, Any] = json.loads(node.stdout)
+    assert seen["role"]["scopes"] == sorted(scopes)
+    assert len(seen["created"]["accessToken"]) == 44
+    assert "accessToken" not in seen["client"]
+    assert [c["clientId"] for c in seen["clients"]["clients"]] == ["node/app"]
+    assert seen["roleIds"]["roleIds"] == ["project:node"]
+    assert set(scopes) <= set(seen["expanded"]["scopes"])
+    assert set(scopes) | {"assume:project:node"} <= set(seen["current"]["scopes"])
+    assert seen["tested"]["clientId"] == "tester"
+    assert seen["oldAfterReset"] == 401
+    assert seen["afterDelete"] == 404
