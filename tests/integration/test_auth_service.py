@@ -7,6 +7,7 @@ with nothing stored. Replicas are tests/e2e/test_auth_replicas.py's."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from pathlib import Path
@@ -14,10 +15,13 @@ from typing import Any
 
 import aiohttp
 import mohawk
+import mohawk.base
 import pytest
 import slugid
 import taskcluster
 
+from coordinator.api.endpoints import Endpoint
+from coordinator.api.services import SERVICES
 from coordinator.resolvers import client_sweeper
 from devharness.tasks import task_definition
 from tests.fixtures.clients import (
@@ -536,3 +540,122 @@ async def test_last_use_is_recorded(start_coordinator: StartCoordinator, tmp_pat
     own = Auth("aio", coordinator.url, {"clientId": "c", "accessToken": made["accessToken"]})
     await own.currentScopes()
     assert await coordinator.parts.auth.directory.flush_used() == 0
+
+
+SAMPLE_PARAMETERS = {
+    "taskId": "fN1SbArXTPSVFNUvaOlinQ",
+    "runId": "0",
+    "provisionerId": "p",
+    "workerType": "w",
+    "taskQueueId": "p%2Fw",
+    "name": "public/x",
+    "hookGroupId": "g",
+    "hookId": "h",
+    "clientId": "sample-client",
+    "roleId": "sample-role",
+    "entityType": "client",
+    "entityId": "sample-client",
+    "workerGroup": "wg",
+    "workerId": "wi",
+}
+"""A value for each path parameter of the endpoints :func:`url_checked` selects."""
+
+
+def url_checked() -> list[Endpoint]:
+    """Every endpoint, of every service, whose scopes the request pipeline checks from the
+    path alone before anything else: the one check all of them pass through."""
+    return [
+        endpoint
+        for service in SERVICES
+        for endpoint in service.endpoints
+        if endpoint.scopes is not None
+        and endpoint.scopes_from_url
+        and endpoint.input is None
+        and not any(parameter.required for parameter in endpoint.query)
+    ]
+
+
+def _granting(template: Any) -> set[str]:
+    """A scope granting each scope of ``template``: its text up to the first placeholder,
+    then ``*`` (none for a scope that is all placeholder: one the caller delegates)."""
+    if isinstance(template, str):
+        literal = template.split("<", 1)[0]
+        return {literal + "*"} if literal else set()
+    found: set[str] = set()
+    for operand in next(iter(template.values())):
+        if isinstance(operand, dict) and ("for" in operand or "if" in operand):
+            found |= _granting(operand.get("each", operand.get("then")))
+        else:
+            found |= _granting(operand)
+    return found
+
+
+async def test_every_route_s_scope_check_sees_roles_and_temporary_credentials(
+    start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    coordinator, creds = await secured(start_coordinator, tmp_path)
+    root = Auth("aio", coordinator.url, creds["root"])
+    # Every declared scope, granted through a role (which cannot grant `*`).
+    granted = sorted(
+        {
+            scope
+            for service in SERVICES
+            for endpoint in service.endpoints
+            if endpoint.scopes is not None
+            for scope in _granting(endpoint.scopes)
+        }
+    )
+    await root.createRole("everything", role_body(*granted))
+    holder = await root.createClient("holder", client_body(scopes=["assume:everything"]))
+    empty = await root.createClient("empty", client_body())
+    temporary = taskcluster.createTemporaryCredentials(
+        "holder",
+        holder["accessToken"],
+        taskcluster.fromNow("-1 minute"),
+        taskcluster.fromNow("1 hour"),
+        ["assume:everything"],
+    )
+    callers = {
+        "role": {"clientId": "holder", "accessToken": holder["accessToken"]},
+        "temporary": temporary,
+        "none": {"clientId": "empty", "accessToken": empty["accessToken"]},
+    }
+    endpoints = url_checked()
+    assert {e.prefix for e in endpoints} == {s.prefix for s in SERVICES}
+    async with aiohttp.ClientSession() as session:
+        for endpoint in endpoints:
+            path = endpoint.route
+            for name in endpoint.path_parameters:
+                path = path.replace(f"{{{name}}}", SAMPLE_PARAMETERS[name])
+            url = coordinator.url + endpoint.prefix + path
+            if endpoint.filters == "required":
+                url += "?taskQueueId=p/w"
+            for who, credentials in callers.items():
+                header = _signed(credentials, url, endpoint.method)
+                async with session.request(
+                    endpoint.method, url, headers={"Authorization": header}
+                ) as response:
+                    answer = await response.text()
+                if who == "none":
+                    assert response.status == 403, (endpoint.name, answer)
+                else:
+                    assert response.status not in (401, 403), (endpoint.name, who, answer)
+
+
+def _signed(credentials: Credentials, url: str, method: str) -> str:
+    """A Hawk header as the official clients make it, certificate included."""
+    ext = None
+    if "certificate" in credentials:
+        certificate = json.loads(credentials["certificate"])
+        ext = base64.b64encode(json.dumps({"certificate": certificate}).encode()).decode()
+    sender = mohawk.Sender(
+        {"id": credentials["clientId"], "key": credentials["accessToken"], "algorithm": "sha256"},
+        url,
+        method,
+        content=mohawk.base.EmptyValue,
+        content_type=mohawk.base.EmptyValue,
+        ext=ext,
+        always_hash_content=False,  # no body, no payload hash
+    )
+    header: str = sender.request_header
+    return header

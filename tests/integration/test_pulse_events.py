@@ -15,7 +15,7 @@ import aio_pika
 import pytest
 import slugid
 
-from coordinator.api.endpoints import HOOKS_PREFIX
+from coordinator.api.endpoints import AUTH_PREFIX, HOOKS_PREFIX
 from coordinator.domain.events import EXCHANGE_PREFIX, REFUSALS_BEFORE_PARKING, QueueEvent
 from coordinator.pulse.publisher import PulsePublisher
 from coordinator.service import tasks as tasks_module
@@ -29,6 +29,7 @@ from tests.fixtures.pulse import (
     AMQP_URL,
     Listener,
     Received,
+    auth_bindings,
     bindings,
     check_body,
     hook_bindings,
@@ -228,6 +229,42 @@ async def test_hook_changes_are_published_as_the_hooks_service_publishes_them(
             "application/json",
             True,
         )
+
+
+async def test_client_and_role_changes_are_published_as_the_auth_service_publishes_them(
+    coordinator: RunningCoordinator, listener: Listener
+) -> None:
+    client_id, role_id = f"c-{slugid.nice()}", f"r-{slugid.nice()}"
+    await listener.start(auth_bindings())
+    client = {"description": "d", "expires": "2999-01-01T00:00:00.000Z", "scopes": []}
+    role = {"description": "d", "scopes": ["a"]}
+    for method, path, sent in [
+        ("PUT", f"/clients/{client_id}", client),
+        ("POST", f"/clients/{client_id}", {**client, "description": "e"}),
+        ("POST", f"/clients/{client_id}/disable", None),
+        ("POST", f"/clients/{client_id}/reset", None),
+        ("DELETE", f"/clients/{client_id}", None),
+        ("PUT", f"/roles/{role_id}", role),
+        ("POST", f"/roles/{role_id}", {**role, "scopes": ["b"]}),
+        ("DELETE", f"/roles/{role_id}", None),
+    ]:
+        await coordinator.ok(method, path, sent, prefix=AUTH_PREFIX)
+
+    def ours(ms: list[Received]) -> list[Received]:
+        return [m for m in ms if client_id in m.body.values() or role_id in m.body.values()]
+
+    await listener.wait_for(lambda ms: len(ours(ms)) >= 8)
+    prefix = "exchange/taskcluster-auth/v1/"
+    assert [(m.exchange, m.routing_key, m.body) for m in ours(listener.messages)] == [
+        *(
+            (prefix + name, "_", {"clientId": client_id, "version": 1})
+            for name in ["client-created", *["client-updated"] * 3, "client-deleted"]
+        ),
+        *(
+            (prefix + name, "_", {"roleId": role_id, "version": 1})
+            for name in ["role-created", "role-updated", "role-deleted"]
+        ),
+    ]
 
 
 async def test_publishing_off_writes_no_outbox(start_coordinator: StartCoordinator) -> None:
