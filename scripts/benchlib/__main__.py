@@ -26,7 +26,8 @@ createTask p99 during it against without it; about 20-30 s and 1 GiB of disk wit
 defaults); events-sqlite, events-postgres (row 10: createTask + claimTask + reportCompleted with
 Pulse publishing off and on, and the outbox's drain after a broker outage; needs the RabbitMQ of
 COORDINATOR_TEST_AMQP); store-sqlite, store-postgres (row 2 under store dispatch: no Azurite,
-the workers claim through claimWork). The ratios (row 5) are computed from whichever ran; the
+the workers claim through claimWork); auth (rows auth-clients-file and auth-api-clients:
+authenticated requests for a client of the clients file against one the auth API made). The ratios (row 5) are computed from whichever ran; the
 Latency section gives pending time at 50 % and 80 % of each row's rate (e2e-sqlite,
 e2e-postgres, the store-dispatch rows and the peers).
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
@@ -47,6 +48,7 @@ from typing import Literal, NamedTuple
 
 from benchlib import (
     artifacts,
+    authn,
     coordinator_only,
     create,
     e2e,
@@ -87,6 +89,7 @@ ALL_ROWS = (
     "events-postgres",
     "store-sqlite",
     "store-postgres",
+    "auth",
 )
 
 PERCENT = "{:.0%}"
@@ -162,6 +165,12 @@ RATIOS = (
             f"events-on / events-off, {label} (target >= 80%)",
         )
         for store, label in (("sqlite", "SQLite"), ("postgres", "PostgreSQL"))
+    ),
+    Ratio(
+        "auth-api-clients",
+        "auth-clients-file",
+        PERCENT,
+        "auth-api-clients / auth-clients-file (target >= 90%)",
     ),
     Ratio(
         "artifact-1gib-createtask",
@@ -380,6 +389,8 @@ async def _row(settings: Settings, key: str) -> list[Row]:
         return await events.run(settings, store)
     if key == "idle":
         return [await idle.run(settings)]
+    if key == "auth":
+        return await authn.run(settings)
     return [await peers.run(settings, key)]
 
 

@@ -59,6 +59,8 @@ ROWS = [
     "events-postgres-drain",
     "store-sqlite",
     "store-postgres",
+    "auth-clients-file",
+    "auth-api-clients",
 ]
 UNMETERED = {"artifact-1gib-createtask", "idle"}
 """Rows without CPU figures of their own (the first shares the artifact-1gib row's window;
