@@ -77,7 +77,21 @@ def _is_uri(instance: str) -> bool:
     return bool(_URI.fullmatch(instance))
 
 
-_FORMATS: dict[str, Callable[[str], bool]] = {"date-time": _is_date_time, "uri": _is_uri}
+def _is_hostname(instance: str) -> bool:
+    """RFC 1123: dot-separated labels of letters, digits and hyphens, neither starting nor
+    ending with a hyphen, each 1 to 63 long, 253 in all (an IPv4 address is one too)."""
+    return len(instance) <= 253 and all(
+        _LABEL.fullmatch(label) for label in instance.removesuffix(".").split(".")
+    )
+
+
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
+
+_FORMATS: dict[str, Callable[[str], bool]] = {
+    "date-time": _is_date_time,
+    "uri": _is_uri,
+    "hostname": _is_hostname,
+}
 """Our own checkers for the formats jsonschema checks only with optional packages; both
 validators below use them, so they agree on what a date-time is."""
 

@@ -35,7 +35,7 @@ from schemathesis.hooks import HookContext
 from schemathesis.openapi.checks import RejectedPositiveData
 from yarl import URL
 
-from coordinator.api.endpoints import HOOKS_PREFIX
+from coordinator.api.endpoints import AUTH_PREFIX, HOOKS_PREFIX
 from coordinator.service.clients_file import ensure_root_client
 from devharness.api import call
 from devharness.tasks import task_definition
@@ -46,6 +46,7 @@ MAX_EXAMPLES = 30
 """Examples per operation in the fuzzing phase (50 took twice as long for little more found);
 the coverage phase adds its boundary cases on top."""
 MAX_HOOK_EXAMPLES = 20
+MAX_AUTH_EXAMPLES = 20
 """The same for the hooks service: its run takes under ten seconds."""
 
 SCHEMA_REFUSALS = (
@@ -224,6 +225,30 @@ async def seed_hooks(c: RunningCoordinator, credentials: Credentials | None) -> 
     return {"hookGroupId": [group], "hookId": ids, "token": tokens}
 
 
+async def seed_auth(c: RunningCoordinator, credentials: Credentials | None) -> Dictionaries:
+    """A role and a client (with a ``/`` in its id) assuming it; the auth service's path
+    parameters that name them."""
+    auth = c.url + AUTH_PREFIX
+    role = {"description": "fuzzed", "scopes": ["auth:current-scopes"]}
+    client = {
+        "description": "fuzzed",
+        "expires": "2999-01-01T00:00:00.000Z",
+        "scopes": ["assume:fuzz:role"],
+    }
+    for path, body in (
+        (f"{auth}/roles/fuzz:role", role),
+        (f"{auth}/clients/fuzz%2Fclient", client),
+    ):
+        response = await call(c.session, "PUT", path, body, credentials=credentials)
+        assert response.status == 200, (path, response.body)
+    return {
+        "clientId": ["fuzz/client"],
+        "roleId": ["fuzz:role"],
+        "entityType": ["client", "role"],
+        "entityId": ["fuzz/client", "fuzz:role"],
+    }
+
+
 def fuzz_config(dictionaries: Dictionaries, *, max_examples: int) -> schemathesis.Config:
     """What schemathesis runs: every check, deterministic, bounded, with path parameters
     drawn from the seeded records half of the time."""
@@ -323,6 +348,17 @@ async def test_no_hooks_input_reaches_a_server_error(
     c = await process.start()
     config = fuzz_config(await seed_hooks(c, credentials), max_examples=MAX_HOOK_EXAMPLES)
     await fuzz(process, c.url + HOOKS_PREFIX, config, credentials)
+
+
+async def test_no_auth_service_input_reaches_a_server_error(
+    coordinator_process: Callable[..., CoordinatorProcess], tmp_path: Path
+) -> None:
+    clients_file = tmp_path / "clients.json"
+    credentials = ensure_root_client(clients_file)
+    process = coordinator_process(auth_enabled=True, clients_file=clients_file)
+    c = await process.start()
+    config = fuzz_config(await seed_auth(c, credentials), max_examples=MAX_AUTH_EXAMPLES)
+    await fuzz(process, c.url + AUTH_PREFIX, config, credentials)
 
 
 async def fuzz(
