@@ -20,7 +20,7 @@ operation and phase.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,9 @@ MAX_EXAMPLES = 30
 """Examples per operation in the fuzzing phase (50 took twice as long for little more found);
 the coverage phase adds its boundary cases on top."""
 MAX_HOOK_EXAMPLES = 20
-MAX_AUTH_EXAMPLES = 20
 """The same for the hooks service: its run takes under ten seconds."""
+MAX_AUTH_EXAMPLES = 20
+"""The same for the auth service: about forty seconds."""
 
 SCHEMA_REFUSALS = (
     "does not match the schema",
@@ -339,26 +340,28 @@ async def test_no_input_reaches_a_server_error(
     await fuzz(process, c.api, config, credentials)
 
 
-async def test_no_hooks_input_reaches_a_server_error(
-    coordinator_process: Callable[..., CoordinatorProcess], tmp_path: Path
+Seed = Callable[[RunningCoordinator, Credentials | None], Awaitable[Dictionaries]]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "seed_service", "examples"),
+    [(HOOKS_PREFIX, seed_hooks, MAX_HOOK_EXAMPLES), (AUTH_PREFIX, seed_auth, MAX_AUTH_EXAMPLES)],
+    ids=["hooks", "auth"],
+)
+async def test_no_service_input_reaches_a_server_error(
+    prefix: str,
+    seed_service: Seed,
+    examples: int,
+    coordinator_process: Callable[..., CoordinatorProcess],
+    tmp_path: Path,
 ) -> None:
+    """The services beside the queue, fuzzed as root (authentication on)."""
     clients_file = tmp_path / "clients.json"
     credentials = ensure_root_client(clients_file)
     process = coordinator_process(auth_enabled=True, clients_file=clients_file)
     c = await process.start()
-    config = fuzz_config(await seed_hooks(c, credentials), max_examples=MAX_HOOK_EXAMPLES)
-    await fuzz(process, c.url + HOOKS_PREFIX, config, credentials)
-
-
-async def test_no_auth_service_input_reaches_a_server_error(
-    coordinator_process: Callable[..., CoordinatorProcess], tmp_path: Path
-) -> None:
-    clients_file = tmp_path / "clients.json"
-    credentials = ensure_root_client(clients_file)
-    process = coordinator_process(auth_enabled=True, clients_file=clients_file)
-    c = await process.start()
-    config = fuzz_config(await seed_auth(c, credentials), max_examples=MAX_AUTH_EXAMPLES)
-    await fuzz(process, c.url + AUTH_PREFIX, config, credentials)
+    config = fuzz_config(await seed_service(c, credentials), max_examples=examples)
+    await fuzz(process, c.url + prefix, config, credentials)
 
 
 async def fuzz(
