@@ -627,7 +627,7 @@ async def test_anonymous_public_reads_and_signed_urls(setup: Setup) -> None:
     assert (status, error["code"]) == (403, "InsufficientScopes")
 
     # a signed URL carries the signer's scopes to whoever holds it
-    signed = setup.client("reader").client.buildSignedUrl(
+    signed = setup.client("reader").official.buildSignedUrl(
         "getArtifact", task_id, 0, "private/closed"
     )
     status, headers, data = await fetch(setup.c.session, signed)
@@ -636,7 +636,7 @@ async def test_anonymous_public_reads_and_signed_urls(setup: Setup) -> None:
     status, _, data = await fetch(setup.c.session, signed.replace("bewit=", "bewit=A"))
     assert status == 401
     # and so does the listing, signed
-    listed = setup.client("reader").client.buildSignedUrl("listArtifacts", task_id, 0)
+    listed = setup.client("reader").official.buildSignedUrl("listArtifacts", task_id, 0)
     status, _, data = await fetch(setup.c.session, listed)
     assert status == 200
     assert [a["name"] for a in json.loads(data)["artifacts"]] == ["private/closed", "public/open"]
