@@ -1,5 +1,5 @@
 // The REST API through the official browser client, with this browser session's credentials.
-import { Hooks, Queue } from './vendor/taskcluster-client.js';
+import { Auth, Hooks, Queue } from './vendor/taskcluster-client.js';
 
 const KEY = 'queue-dashboard-credentials';
 
@@ -34,6 +34,10 @@ export function queue() {
 
 export function hooks() {
   return new Hooks(options());
+}
+
+export function auth() {
+  return new Auth(options());
 }
 
 // Every page of a paginated list method, up to `max` items.

@@ -1,5 +1,6 @@
 // The dashboard's router (location.hash) and the credentials form.
 import { credentials, signIn, signOut } from './api.js';
+import { clientsPage, rolesPage } from './auth.js';
 import { groupPage } from './group.js';
 import { hooksPage } from './hooks.js';
 import { queuePage } from './queue.js';
@@ -28,6 +29,8 @@ function route() {
     location.replace(`#/queue/${encodeURIComponent(params.get('queue'))}`);
   } else if (page === 'tasks') tasksPage(main, params);
   else if (page === 'hooks') hooksPage(main, every);
+  else if (page === 'clients') clientsPage(main, id, params, route);
+  else if (page === 'roles') rolesPage(main, id, route);
   else queuesPage(main, every);
 }
 

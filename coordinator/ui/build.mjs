@@ -1,4 +1,5 @@
-// Bundles taskcluster-client-web's Queue for the browser into vendor/taskcluster-client.js.
+// Bundles taskcluster-client-web's Queue, Hooks and Auth for the browser into
+// vendor/taskcluster-client.js.
 // The client ships ES source importing bare package names, and hawk needs Node's crypto and
 // url: those are filled in with browser packages (all pinned in package.json).
 // Run from the repository root: `node coordinator/ui/build.mjs` (scripts/lib/setup.sh does).
