@@ -19,7 +19,7 @@ from coordinator.api.endpoints import AUTH_PREFIX, NAME_PAGED, PARAMETERS, Endpo
 from coordinator.api.pipeline import ApiServices, Body, Handlers, Routes
 from coordinator.domain.clients import StoredClient
 from coordinator.domain.records import from_iso, to_iso
-from coordinator.domain.scopes import Template
+from coordinator.domain.scopes import granting
 from coordinator.service.auth import AuthService
 
 
@@ -43,10 +43,6 @@ def client_body(client: StoredClient, auth: AuthService) -> Body:
         "expandedScopes": list(auth.directory.expand(client.scopes)),
         "disabled": client.disabled,
     }
-
-
-def _with_scopes(action: str, each: str) -> Template:
-    return {"AllOf": [f"auth:{action}:<clientId>", {"for": "scope", "in": each, "each": "<scope>"}]}
 
 
 def _client_endpoint(
@@ -96,7 +92,7 @@ CLIENT_ENDPOINTS: tuple[Endpoint, ...] = (
         "characters, or a scope ending in `**`.",
         input="create-client-request",
         output="create-client-response",
-        scopes=_with_scopes("create-client", "scopes"),
+        scopes=granting("auth:create-client:<clientId>", "scopes"),
     ),
     _client_endpoint(
         "updateClient",
@@ -106,7 +102,7 @@ CLIENT_ENDPOINTS: tuple[Endpoint, ...] = (
         "Replace the client's description, expiry and deleteOnExpiration, and its scopes when "
         "given; the caller must hold the scopes added (not those it already had).",
         input="create-client-request",
-        scopes=_with_scopes("update-client", "scopesAdded"),
+        scopes=granting("auth:update-client:<clientId>", "scopesAdded"),
     ),
     _client_endpoint(
         "enableClient",

@@ -18,6 +18,7 @@ from coordinator.api.pipeline import ApiServices, Body, Handlers, Routes
 from coordinator.domain.clients import Role
 from coordinator.domain.listings import Key, keyed_page
 from coordinator.domain.records import to_iso
+from coordinator.domain.scopes import granting
 from coordinator.service.auth import AuthService
 
 
@@ -91,12 +92,7 @@ ROLE_ENDPOINTS: tuple[Endpoint, ...] = (
         "call with the same scopes and description returns it; another role of that id is a "
         "409. A 400 for a roleId longer than 256 characters, a scope ending in `**`, or a role "
         "that would make an expansion cyclic or exceed 10,000 scopes.",
-        scopes={
-            "AllOf": [
-                "auth:create-role:<roleId>",
-                {"for": "scope", "in": "scopes", "each": "<scope>"},
-            ]
-        },
+        scopes=granting("auth:create-role:<roleId>", "scopes"),
     ),
     Endpoint(
         prefix=AUTH_PREFIX,
@@ -108,12 +104,7 @@ ROLE_ENDPOINTS: tuple[Endpoint, ...] = (
         title="Update Role",
         description="Replace the role's scopes and description; the caller must hold the scopes "
         "added that the role did not already grant. A 400 as createRole's.",
-        scopes={
-            "AllOf": [
-                "auth:update-role:<roleId>",
-                {"for": "scope", "in": "scopesAdded", "each": "<scope>"},
-            ]
-        },
+        scopes=granting("auth:update-role:<roleId>", "scopesAdded"),
     ),
     Endpoint(
         prefix=AUTH_PREFIX,

@@ -239,6 +239,13 @@ def template_parameters(template: Template) -> frozenset[str]:
 
 _PLACEHOLDER = re.compile(r"<([A-Za-z][A-Za-z0-9]*)>")
 
+
+def granting(scope: str, parameter: str) -> Template:
+    """``scope``, and every scope of the list parameter ``parameter``: what the auth service's
+    creates and updates require, since a caller may only grant scopes it holds."""
+    return {"AllOf": [scope, {"for": "scope", "in": parameter, "each": "<scope>"}]}
+
+
 CREATE_TASK_SCOPES: Template = {
     "AllOf": [
         {"for": "scope", "in": "scopes", "each": "<scope>"},

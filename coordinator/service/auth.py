@@ -76,6 +76,18 @@ def _check_description(description: str) -> None:
         raise InputError(f"description is longer than {MAX_DESCRIPTION_LENGTH} characters")
 
 
+def _role_scopes(scopes: Sequence[str], description: str) -> tuple[str, ...]:
+    """A role's scopes as stored (deduplicated, in Taskcluster's order), once they and its
+    description pass the checks."""
+    check_scopes(scopes)
+    _check_description(description)
+    return tuple(sorted(set(scopes), key=scope_compare))
+
+
+def _find(roles: Roles, role_id: str) -> Role | None:
+    return next((role for role in roles.roles if role.role_id == role_id), None)
+
+
 class AuthService:
     """Clients and roles through the API.
 
@@ -300,10 +312,10 @@ class AuthService:
 
     async def get_role(self, role_id: str) -> Role:
         """:raises NotFound: no such role."""
-        for role in (await self._store.get_roles()).roles:
-            if role.role_id == role_id:
-                return role
-        raise NotFound(f"Role with roleId '{role_id}' not found")
+        role = _find(await self._store.get_roles(), role_id)
+        if role is None:
+            raise NotFound(f"Role with roleId '{role_id}' not found")
+        return role
 
     async def create_role(
         self, role_id: str, *, scopes: Sequence[str], description: str, by: str
@@ -315,12 +327,10 @@ class AuthService:
         :raises Conflict: another role of that id exists.
         """
         check_id("roleId", role_id)
-        check_scopes(scopes)
-        _check_description(description)
-        ordered = tuple(sorted(set(scopes), key=scope_compare))
+        ordered = _role_scopes(scopes, description)
         while True:
             current = await self._store.get_roles()
-            existing = next((r for r in current.roles if r.role_id == role_id), None)
+            existing = _find(current, role_id)
             if existing is not None:
                 if existing.scopes != ordered or existing.description != description:
                     raise Conflict(f"Role with roleId '{role_id}' already exists")
@@ -351,12 +361,10 @@ class AuthService:
         :raises NotFound: no such role.
         :raises InputError: as :meth:`create_role`.
         """
-        check_scopes(scopes)
-        _check_description(description)
-        ordered = tuple(sorted(set(scopes), key=scope_compare))
+        ordered = _role_scopes(scopes, description)
         while True:
             current = await self._store.get_roles()
-            existing = next((r for r in current.roles if r.role_id == role_id), None)
+            existing = _find(current, role_id)
             if existing is None:
                 raise NotFound(f"Role with roleId '{role_id}' not found")
             former = held_scopes(self.directory.expand(existing.scopes))
