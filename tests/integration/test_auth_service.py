@@ -394,9 +394,11 @@ async def test_test_authenticate_as_upstream(
     else:
         status, _ = await rejected(call)
         assert status == outcome
-    get = taskcluster.aio.Auth({**options, "maxRetries": 0}).testAuthenticateGet()
-    if credentials is TESTER and authorized is None:
-        assert (await get)["clientId"] == "tester"
+    get = taskcluster.aio.Auth({**options, "maxRetries": 0}).testAuthenticateGet
+    if credentials is WRONG:
+        assert (await rejected(get()))[0] == 401
+    elif authorized is None:  # tester holds test:* there, which testAuthenticateGet needs
+        assert (await get())["clientId"] == "tester"
 
 
 def _hawk_header(credentials: Credentials, url: str, method: str = "GET", content: str = "") -> str:
