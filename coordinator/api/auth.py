@@ -123,7 +123,6 @@ class TesterClient:
             scopes=self.caller_scopes(scopes),
             expires=None,
             disabled=False,
-            static=True,
         )
 
     def lookup(self, client_id: str) -> KnownClient | None:

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from coordinator.domain.clients import Roles, StoredClient
+from coordinator.domain.clients import StoredClient
 from coordinator.domain.roles import RoleExpansion
 from coordinator.domain.scopes import normalize_scope_set
 from coordinator.service.clients_file import Client, ClientRegistry
@@ -45,8 +45,7 @@ class KnownClient:
     """A client as authentication needs it.
 
     :param scopes: what the client holds (:meth:`ClientDirectory.client_scopes`).
-    :param expires: epoch ms; ``None`` for a static client, which never expires.
-    :param static: from the clients file (the auth API shows and changes none of these).
+    :param expires: epoch ms; ``None`` for a clients file's client, which never expires.
     """
 
     client_id: str
@@ -54,7 +53,6 @@ class KnownClient:
     scopes: tuple[str, ...]
     expires: int | None
     disabled: bool
-    static: bool
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,7 +62,6 @@ class _Snapshot:
     generation: int
     clients: dict[str, StoredClient]
     tokens: dict[str, str]
-    roles: Roles
     expansion: RoleExpansion
 
 
@@ -72,7 +69,6 @@ _EMPTY = _Snapshot(
     generation=-1,
     clients={},
     tokens={},
-    roles=Roles(roles=(), version=0),
     expansion=RoleExpansion({}),
 )
 
@@ -100,10 +96,6 @@ class ClientDirectory:
         self._store, self._cipher = store, cipher
         await self.refresh()
 
-    @property
-    def static(self) -> ClientRegistry | None:
-        return self._static
-
     def is_static(self, client_id: str) -> bool:
         """Whether ``client_id`` is the clients file's (or reserved for it)."""
         if client_id.startswith("static/"):
@@ -114,14 +106,6 @@ class ClientDirectory:
     def issuer(self) -> Credentials | None:
         """The clients file's issuer (signs claims' temporary credentials)."""
         return None if self._static is None else self._static.issuer
-
-    @property
-    def roles(self) -> Roles:
-        return self._snapshot.roles
-
-    @property
-    def generation(self) -> int:
-        return self._snapshot.generation
 
     def expand(self, scopes: Sequence[str]) -> tuple[str, ...]:
         """``scopes`` with everything their ``assume:`` scopes grant, normalized."""
@@ -158,7 +142,6 @@ class ClientDirectory:
                     scopes=self.client_scopes(client.client_id, client.scopes),
                     expires=None,
                     disabled=False,
-                    static=True,
                 )
                 self._static_known[client_id] = (client, static)
                 return static
@@ -174,7 +157,6 @@ class ClientDirectory:
                 scopes=self.client_scopes(client_id, stored.scopes),
                 expires=stored.expires,
                 disabled=stored.disabled,
-                static=False,
             )
             self._known[client_id] = known
         return known
@@ -196,13 +178,13 @@ class ClientDirectory:
         await self._store.mark_clients_used(used)
         return len(used)
 
-    async def refresh(self, *, force: bool = False) -> bool:
-        """Reload the stored clients and roles if the store's auth generation moved (or
-        ``force``); whether it reloaded."""
+    async def refresh(self) -> bool:
+        """Reload the stored clients and roles if the store's auth generation moved; whether
+        it reloaded."""
         if self._store is None or self._cipher is None:
             return False
         generation = await self._store.auth_generation()
-        if generation == self._snapshot.generation and not force:
+        if generation == self._snapshot.generation:
             return False
         clients = await self._store.all_clients()
         roles = await self._store.get_roles()
@@ -218,7 +200,6 @@ class ClientDirectory:
             generation=generation,
             clients={client.client_id: client for client in clients},
             tokens=tokens,
-            roles=roles,
             expansion=RoleExpansion({role.role_id: role.scopes for role in roles.roles}),
         )
         self._known, self._static_known = {}, {}
