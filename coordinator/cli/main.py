@@ -1,9 +1,11 @@
 """The ``queue-coordinator`` command: ``serve`` runs the service, ``migrate`` applies store
-migrations, ``clients add`` adds a client to the clients file, ``tasks`` lists, counts,
-cancels and deletes tasks, and lists and downloads their artifacts, through the REST API
-(:mod:`coordinator.cli.tasks`). Flags mirror the environment variables of
-:mod:`coordinator.config`. A configuration mistake is one line on stderr that names it and the
-way out, and exit status 2; never a traceback."""
+migrations, ``clients add`` adds a client to the clients file, the other ``clients``
+commands and ``roles`` manage clients and roles through the auth API
+(:mod:`coordinator.cli.auth`), ``encryption-key`` prints a new key for
+``COORDINATOR_ENCRYPTION_KEY``, and ``tasks`` lists, counts, cancels and deletes tasks, and
+lists and downloads their artifacts, through the REST API (:mod:`coordinator.cli.tasks`).
+Flags mirror the environment variables of :mod:`coordinator.config`. A configuration mistake
+is one line on stderr that names it and the way out, and exit status 2; never a traceback."""
 
 from __future__ import annotations
 
@@ -16,13 +18,11 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from coordinator.api.server import AppRunner
-from coordinator.app import build_app
+from coordinator.cli import auth as auth_cli
 from coordinator.cli import tasks as tasks_cli
 from coordinator.config import Config, ConfigurationError
 from coordinator.logs import configure_logging
 from coordinator.service.clients_file import add_client
-from coordinator.store.factory import open_store
 
 DESCRIPTION = """\
 A Taskcluster-style queue coordinator. Settings come from COORDINATOR_* environment
@@ -32,6 +32,18 @@ CLIENTS_ADD_EPILOG = """\
 Prints the new client's credentials as shell exports for the taskcluster client and
 queue-worker. Example: queue-coordinator clients add root (scope *), or
 queue-coordinator clients add builder --scope 'queue:create-task:*'"""
+
+
+CLIENTS_DESCRIPTION = """\
+Manage clients. add edits the clients file (static clients; COORDINATOR_CLIENTS_FILE or
+--clients-file). list, show, create, update, reset, disable, enable, delete and history go
+through the auth API at $TASKCLUSTER_ROOT_URL/api/auth/v1 with TASKCLUSTER_CLIENT_ID and
+TASKCLUSTER_ACCESS_TOKEN, and manage the clients the API keeps in the store."""
+
+ENCRYPTION_KEY_DESCRIPTION = """\
+Print a new random key (base64 of 32 bytes) for COORDINATOR_ENCRYPTION_KEY, with which the
+coordinator encrypts the API clients' accessTokens. Every replica of one store needs the same
+key (docs/auth.md)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default=os.environ.get("COORDINATOR_LOG_LEVEL", "INFO"))
     migrate = commands.add_parser("migrate", help="apply store migrations and exit")
     migrate.add_argument("--store-url", help="store URL (COORDINATOR_STORE_URL)")
-    clients = commands.add_parser("clients", help="manage the clients file")
+    clients = commands.add_parser(
+        "clients",
+        help="manage clients: add edits the clients file, the others go through the auth API",
+        description=CLIENTS_DESCRIPTION,
+    )
     clients_commands = clients.add_subparsers(dest="clients_command", required=True)
     add = clients_commands.add_parser(
         "add",
@@ -62,6 +78,17 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--description", default="", help="what the client is for")
     add.add_argument("--clients-file", help="the file (COORDINATOR_CLIENTS_FILE)")
     add.add_argument("--data-dir", help="data directory (COORDINATOR_DATA_DIR)")
+    auth_cli.configure_clients(clients_commands)
+    auth_cli.configure_roles(
+        commands.add_parser(
+            "roles", help="list, show, create, update, delete or expand roles through the auth API"
+        )
+    )
+    commands.add_parser(
+        "encryption-key",
+        help="print a new key for COORDINATOR_ENCRYPTION_KEY",
+        description=ENCRYPTION_KEY_DESCRIPTION,
+    )
     tasks_cli.configure(
         commands.add_parser(
             "tasks",
@@ -88,6 +115,10 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 async def _migrate(config: Config) -> None:
+    # Imported here, as the server below: the API clients (tasks, clients, roles) start
+    # in a second less without the service's modules.
+    from coordinator.store.factory import open_store
+
     store = await open_store(config.store_url)  # opening applies the migrations
     await store.close()
 
@@ -123,6 +154,9 @@ def _settle_garbage_collector() -> None:
 
 async def _serve_until_signalled(config: Config) -> None:
     """Serve until SIGTERM or SIGINT (which the runner turns into ``GracefulExit``)."""
+    from coordinator.api.server import AppRunner
+    from coordinator.app import build_app
+
     runner = AppRunner(build_app(config), access_log=None, handle_signals=True, shutdown_timeout=5)
     await runner.setup()
     try:
@@ -151,6 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "tasks":
         # A client of the REST API (TASKCLUSTER_* settings): no Config, no store.
         return tasks_cli.run(args)
+    if args.command == "roles" or (args.command == "clients" and args.clients_command != "add"):
+        # A client of the auth API, likewise.
+        return auth_cli.run(args)
+    if args.command == "encryption-key":
+        return auth_cli.encryption_key(sys.stdout)
     try:
         config = _config(args)
         configure_logging(level=getattr(args, "log_level", "WARNING"), env=os.environ)

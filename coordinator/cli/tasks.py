@@ -4,13 +4,12 @@ REST API; ``artifacts`` lists a task's artifacts and ``download`` fetches one, t
 Taskcluster's artifact API (listArtifacts/listLatestArtifacts, getArtifact/getLatestArtifact).
 
 This module owns the client side of those calls: the filter flags and the query string they
-become, reading the address and credentials from the environment as the official
-``taskcluster`` clients do (``TASKCLUSTER_ROOT_URL``, ``TASKCLUSTER_CLIENT_ID``,
-``TASKCLUSTER_ACCESS_TOKEN``, ``TASKCLUSTER_CERTIFICATE``), Hawk-signing with
-:mod:`hawk_signing`, streaming NDJSON listings, paging artifact listings, following an
-artifact's redirect to its bytes (streamed, a gzip ``Content-Encoding`` decoded), and printing
-tables or JSON. It speaks HTTP only and never opens the store, so it works against any
-coordinator, local or remote, and needs no ``COORDINATOR_*`` settings.
+become, streaming NDJSON listings, paging artifact listings, following an artifact's redirect
+to its bytes (streamed, a gzip ``Content-Encoding`` decoded), and printing tables or JSON.
+Reading the address and credentials from the ``TASKCLUSTER_*`` variables, signing, and the
+one-line failures are :mod:`coordinator.cli.rest`'s, shared with the ``clients`` and ``roles``
+commands. It speaks HTTP only and never opens the store, so it works against any coordinator,
+local or remote, and needs no ``COORDINATOR_*`` settings.
 
 Exit statuses: 0 on success; 1 when the coordinator answered with an error (one line on stderr:
 ``queue-coordinator: <code>: <message>``, or ``queue-coordinator: <reason>: <message>`` for an
@@ -22,23 +21,32 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any, TextIO
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 import aiohttp
 from yarl import URL
 
+from coordinator.cli.rest import (
+    EXIT_CONFIGURATION,
+    EXIT_REFUSED,
+    Caller,
+    CommandFailed,
+    Target,
+    describe,
+    json_body,
+    one_line,
+    refusal,
+    run_command,
+)
 from coordinator.domain.task_filters import FILTER_STATES
-from hawk_signing import Credentials, authorization
 
 API_PATH = "/api/queue/v1"
 NDJSON = "application/x-ndjson"
@@ -47,12 +55,6 @@ TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=300)
 """No total: a listing streams for as long as it has tasks, a download for as long as the
 artifact's bytes take. A bulk cancel, rerun or delete may take the server a while before it answers,
 hence the generous read timeout."""
-
-EXIT_REFUSED = 1
-EXIT_CONFIGURATION = 2
-EXIT_INTERRUPTED = 130
-EXIT_BROKEN_PIPE = 141
-"""What a process killed by SIGPIPE reports (128 + 13), as ``yes | head`` leaves it."""
 
 ROW = "{task_id:<22}  {state:<11}  {task_queue:<32}  {created:<20}  {name}"
 """Fixed widths, so each row can be printed as it streams in: a slugid is 22 characters, the
@@ -90,14 +92,6 @@ reason and message."""
 FILTER_EPILOG = """\
 Times are ISO 8601, e.g. 2026-11-23T10:00:00.000Z. The coordinator checks the values and
 answers 400 naming a bad one."""
-
-
-class CommandFailed(Exception):
-    """Ends the command with one line on stderr and ``exit_status``."""
-
-    def __init__(self, message: str, *, exit_status: int) -> None:
-        super().__init__(message)
-        self.exit_status = exit_status
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -211,146 +205,6 @@ def filter_query(args: argparse.Namespace) -> list[tuple[str, str]]:
     return query
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Target:
-    """Where the API lies and what signs the requests (``None``: anonymous)."""
-
-    api: str
-    """``<root>/api/queue/v1``, without a trailing slash."""
-    credentials: Credentials | None
-
-
-def target_from_env(env: Mapping[str, str]) -> Target:
-    """Read the ``TASKCLUSTER_*`` variables as the official clients name them."""
-    root = env.get("TASKCLUSTER_ROOT_URL", "").strip()
-    if not root:
-        raise CommandFailed(
-            "TASKCLUSTER_ROOT_URL is not set; export the coordinator's root URL, e.g. "
-            "TASKCLUSTER_ROOT_URL=http://127.0.0.1:8080",
-            exit_status=EXIT_CONFIGURATION,
-        )
-    try:
-        parsed = URL(root)
-    except ValueError:
-        parsed = URL()
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise CommandFailed(
-            f"TASKCLUSTER_ROOT_URL={root!r} is not an http(s)://host[:port] URL; set it to "
-            "the coordinator's root URL, e.g. http://127.0.0.1:8080",
-            exit_status=EXIT_CONFIGURATION,
-        )
-    try:
-        credentials = Credentials.from_environment(env)
-    except ValueError as error:
-        raise CommandFailed(
-            f"{error} (neither: anonymous reads)", exit_status=EXIT_CONFIGURATION
-        ) from None
-    if credentials is not None and credentials.certificate is not None:
-        # Checked here: the signing parses it, and a bad one would surface as a traceback.
-        try:
-            json.loads(credentials.certificate)
-        except ValueError:
-            raise CommandFailed(
-                "TASKCLUSTER_CERTIFICATE is not JSON; export the certificate of the "
-                "temporary credentials as given, or unset it for permanent ones",
-                exit_status=EXIT_CONFIGURATION,
-            ) from None
-    return Target(api=root.rstrip("/") + API_PATH, credentials=credentials)
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line: error messages are Markdown with fenced blocks and newlines."""
-    return " ".join(text.replace("```", " ").split())
-
-
-class Caller:
-    """Sends signed requests to one :class:`Target` and turns failures into
-    :class:`CommandFailed`."""
-
-    def __init__(self, session: aiohttp.ClientSession, target: Target) -> None:
-        self._session = session
-        self._target = target
-
-    @asynccontextmanager
-    async def open(
-        self,
-        method: str,
-        path: str,
-        query: Sequence[tuple[str, str]],
-        *,
-        accept: str = "application/json",
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """The answer to one bodiless request, once its status is a success or a redirect
-        (not followed: the Authorization header signs this URL only, and the official clients
-        hand a 303's JSON to their caller too); its body is left to the caller to read (a
-        listing streams)."""
-        # Signed exactly as sent: the coordinator checks the MAC against the raw path and
-        # query, so the URL is built encoded here and handed to aiohttp as is.
-        url = self._target.api + path
-        if query:
-            url += "?" + urlencode(query, quote_via=quote)
-        headers = {"Accept": accept}
-        if self._target.credentials is not None:
-            # The official client signs a bodiless request (GET, DELETE, and a POST without
-            # a body alike) over empty content with no Content-Type, and sends none.
-            headers["Authorization"] = authorization(
-                self._target.credentials, method=method, url=url, content="", content_type=""
-            )
-        try:
-            async with self._session.request(
-                method,
-                URL(url, encoded=True),
-                headers=headers,
-                skip_auto_headers=("Content-Type",),
-                allow_redirects=False,
-            ) as response:
-                if response.status >= 400:
-                    raise await refusal(response, anonymous=self._target.credentials is None)
-                yield response
-        except aiohttp.ClientConnectorError as error:
-            raise self._unreachable(_describe(error)) from None
-        except aiohttp.ConnectionTimeoutError:
-            raise self._unreachable(f"no connection within {TIMEOUT.sock_connect:g} s") from None
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise CommandFailed(
-                f"the answer to {method} {self._target.api}{path} broke off: {_describe(error)}",
-                exit_status=EXIT_REFUSED,
-            ) from None
-
-    def _unreachable(self, reason: str) -> CommandFailed:
-        return CommandFailed(
-            f"cannot reach the coordinator at {self._target.api}: {reason}; check "
-            "TASKCLUSTER_ROOT_URL and that the coordinator is running",
-            exit_status=EXIT_CONFIGURATION,
-        )
-
-
-async def refusal(response: aiohttp.ClientResponse, *, anonymous: bool) -> CommandFailed:
-    """The one line for an error answer: the coordinator's ``code: message``, an ``error``
-    artifact's ``reason: message`` (424), or else the status and the start of the body."""
-    text = await response.text(errors="replace")
-    try:
-        body: Any = json.loads(text)
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("code"), str):
-        message = f"{body['code']}: {one_line(str(body.get('message', '')))}"
-    elif response.status == 424 and isinstance(body, dict) and isinstance(body.get("reason"), str):
-        message = f"{body['reason']}: {one_line(str(body.get('message', '')))}"
-    else:
-        # Not the coordinator's error body (a proxy's page, say): its status and a start.
-        message = f"HTTP {response.status} {response.reason or ''}".rstrip()
-        if text.strip():
-            message += f": {one_line(text)[:200]}"
-    if response.status in (401, 403) and anonymous:
-        message += " (set TASKCLUSTER_CLIENT_ID and TASKCLUSTER_ACCESS_TOKEN)"
-    return CommandFailed(message, exit_status=EXIT_REFUSED)
-
-
-def _describe(error: BaseException) -> str:
-    return str(error) or type(error).__name__
-
-
 # --- output --------------------------------------------------------------------------------
 
 
@@ -447,26 +301,6 @@ def _render(line: bytes, *, as_json: bool) -> str:
     return table_row(item if isinstance(item, dict) else {})
 
 
-async def _fetch_json(
-    caller: Caller, method: str, path: str, query: Sequence[tuple[str, str]]
-) -> tuple[str, Any]:
-    """The answer's text and its JSON (see :func:`_json_body`)."""
-    async with caller.open(method, path, query) as response:
-        return await _json_body(response, f"{method} {path}")
-
-
-async def _json_body(response: aiohttp.ClientResponse, what: str) -> tuple[str, Any]:
-    """The answer's text and its JSON; ``what`` names the request in the failure."""
-    text = await response.text(errors="replace")
-    try:
-        return text, json.loads(text)
-    except ValueError:
-        raise CommandFailed(
-            f"the coordinator answered {what} with a body that is not JSON",
-            exit_status=EXIT_REFUSED,
-        ) from None
-
-
 def _count_table(body: Mapping[str, Any]) -> str:
     states: Mapping[str, Any] = body.get("states") or {}
     # The known states in their lifecycle order, then any the coordinator added since.
@@ -517,7 +351,7 @@ async def _artifacts(caller: Caller, args: argparse.Namespace, out: TextIO) -> N
     token: str | None = None
     while True:
         query = [] if token is None else [("continuationToken", token)]
-        _, page = await _fetch_json(caller, "GET", path, query)
+        _, page = await caller.fetch_json("GET", path, query)
         items = page.get("artifacts") if isinstance(page, dict) else None
         if not isinstance(items, list):
             raise CommandFailed(
@@ -551,7 +385,7 @@ async def _download(
                 "redirect to the artifact's bytes",
                 exit_status=EXIT_REFUSED,
             )
-        _, body = await _json_body(response, f"GET {path}")
+        _, body = await json_body(response, f"GET {path}")
     url = body.get("url") if isinstance(body, dict) else None
     if not isinstance(url, str) or not url:
         raise CommandFailed(
@@ -613,12 +447,12 @@ async def fetch_bytes(session: aiohttp.ClientSession, url: str, sink: IO[bytes])
                 written += len(chunk)
     except aiohttp.ClientConnectorError as error:
         raise CommandFailed(
-            f"cannot download the artifact from {url}: {_describe(error)}",
+            f"cannot download the artifact from {url}: {describe(error)}",
             exit_status=EXIT_REFUSED,
         ) from None
     except (aiohttp.ClientError, TimeoutError) as error:
         raise CommandFailed(
-            f"the download from {url} broke off: {_describe(error)}", exit_status=EXIT_REFUSED
+            f"the download from {url} broke off: {describe(error)}", exit_status=EXIT_REFUSED
         ) from None
     return written
 
@@ -642,7 +476,7 @@ async def _run(args: argparse.Namespace, target: Target, out: TextIO) -> None:
             "rerun": ("POST", "/tasks/rerun", "rerun", "rerun"),
             "delete": ("DELETE", "/tasks", "deleted", "deleted"),
         }[command]
-        text, body = await _fetch_json(caller, method, path, filter_query(args))
+        text, body = await caller.fetch_json(method, path, filter_query(args))
         if args.json:
             out.write(text.rstrip("\n") + "\n")
         elif not isinstance(body, dict) or key not in body:
@@ -658,19 +492,4 @@ async def _run(args: argparse.Namespace, target: Target, out: TextIO) -> None:
 
 def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     """Run the ``tasks`` command ``args`` asked for; the exit status."""
-    try:
-        target = target_from_env(os.environ if env is None else env)
-        asyncio.run(_run(args, target, sys.stdout))
-    except CommandFailed as error:
-        print(f"queue-coordinator: {error}", file=sys.stderr)
-        return error.exit_status
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader went away (``| head``): stop quietly. Python would report the failed
-        # flush of stdout at exit, so stdout now points at /dev/null.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return EXIT_BROKEN_PIPE
-    return 0
+    return run_command(lambda target: _run(args, target, sys.stdout), api_path=API_PATH, env=env)
