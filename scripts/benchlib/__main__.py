@@ -28,8 +28,8 @@ Pulse publishing off and on, and the outbox's drain after a broker outage; needs
 COORDINATOR_TEST_AMQP); store-sqlite, store-postgres (row 2 under store dispatch: no Azurite,
 the workers claim through claimWork); auth (rows auth-clients-file and auth-api-clients:
 authenticated requests for a client of the clients file against one the auth API made). The
-ratios (row 5) are computed from whichever ran; the Latency section gives pending time at 50 % and 80 % of each row's rate (e2e-sqlite,
-e2e-postgres, the store-dispatch rows and the peers).
+ratios (row 5) are computed from whichever ran; the Latency section gives pending time at 50 %
+and 80 % of each row's rate (e2e-sqlite, e2e-postgres, the store-dispatch rows and the peers).
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
 """
 
