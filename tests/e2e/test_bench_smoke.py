@@ -1,17 +1,22 @@
 """A tiny run of the benchmark harness (``scripts/bench``): every row runs and lands in the
-table. Its figures mean nothing at this size; docs/performance.md has the real ones."""
+table, in two halves that run in parallel (the end-to-end rows with the peers and the raw
+limit they are compared with; the rest). Its figures mean nothing at this size;
+docs/performance.md has the real ones."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import socket
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from devharness.processes import run_module
+from devharness.processes import SCRIPTS, run_module
 
-ROWS = [
+QUEUE_AND_PEERS = [
     "raw-rest",
     "raw-sdk",
     "e2e-sqlite",
@@ -20,48 +25,86 @@ ROWS = [
     "e2e-postgres",
     "e2e-sqlite-single",
     "e2e-postgres-single",
-    "coord-sqlite-create",
-    "coord-sqlite",
-    "coord-postgres-create",
-    "coord-postgres",
-    "coord-sqlite-single-create",
-    "coord-sqlite-single",
-    "coord-postgres-single-create",
-    "coord-postgres-single",
     "celery",
     "dramatiq",
     "rq",
     "rq-simple",
     "procrastinate",
-    "idle",
-    "create-single",
-    "create-batch",
-    "create-dispatch",
-    "create-dispatch-many",
-    "isolation-none",
-    "isolation-process",
-    "artifacts-directory-upload",
-    "artifacts-directory-upload-direct",
-    "artifacts-directory-download",
-    "artifacts-directory-download-direct",
-    "artifacts-azure-upload",
-    "artifacts-azure-upload-direct",
-    "artifacts-azure-download",
-    "artifacts-azure-download-direct",
-    "artifact-1gib",
-    "artifact-1gib-createtask",
-    "artifact-1gib-createtask-quiet",
-    "events-sqlite-off",
-    "events-sqlite-on",
-    "events-sqlite-drain",
-    "events-postgres-off",
-    "events-postgres-on",
-    "events-postgres-drain",
     "store-sqlite",
     "store-postgres",
-    "auth-clients-file",
-    "auth-api-clients",
 ]
+"""The first half of the bench's rows (``--rows``): the end-to-end rows, the raw limit and
+the peers they are compared with; each row prints itself."""
+THE_REST = {
+    "coord-sqlite": ["coord-sqlite-create", "coord-sqlite"],
+    "coord-postgres": ["coord-postgres-create", "coord-postgres"],
+    "coord-sqlite-single": ["coord-sqlite-single-create", "coord-sqlite-single"],
+    "coord-postgres-single": ["coord-postgres-single-create", "coord-postgres-single"],
+    "idle": ["idle"],
+    "create-single": ["create-single"],
+    "create-batch": ["create-batch"],
+    "create-dispatch": ["create-dispatch"],
+    "create-dispatch-many": ["create-dispatch-many"],
+    "isolation": ["isolation-none", "isolation-process"],
+    "artifacts-directory": [
+        "artifacts-directory-upload",
+        "artifacts-directory-upload-direct",
+        "artifacts-directory-download",
+        "artifacts-directory-download-direct",
+    ],
+    "artifacts-azure": [
+        "artifacts-azure-upload",
+        "artifacts-azure-upload-direct",
+        "artifacts-azure-download",
+        "artifacts-azure-download-direct",
+    ],
+    "artifact-1gib": [
+        "artifact-1gib",
+        "artifact-1gib-createtask",
+        "artifact-1gib-createtask-quiet",
+    ],
+    "events-sqlite": ["events-sqlite-off", "events-sqlite-on", "events-sqlite-drain"],
+    "events-postgres": ["events-postgres-off", "events-postgres-on", "events-postgres-drain"],
+    "auth": ["auth-clients-file", "auth-api-clients"],
+}
+"""The second half: each ``--rows`` key and the rows it prints, in order."""
+HALVES = {
+    "queue-and-peers": (QUEUE_AND_PEERS, QUEUE_AND_PEERS),
+    "the-rest": (list(THE_REST), [row for rows in THE_REST.values() for row in rows]),
+}
+"""Each half: the keys it passes as ``--rows``, the rows it must print. Together they are
+every row of the bench (tests/e2e's halves run in parallel)."""
+RATIOS = {
+    "queue-and-peers": [
+        "e2e-sqlite / raw-rest",
+        "e2e-postgres / raw-rest",
+        "e2e-sqlite-single / raw-rest",
+        "e2e-sqlite / e2e-sqlite-single",
+        "e2e-sqlite / rq-simple",
+        "e2e-sqlite / celery",
+        "e2e-sqlite / dramatiq",
+        "e2e-postgres / procrastinate",
+        "e2e-sqlite-app / e2e-sqlite",
+        "e2e-sqlite-runlog / e2e-sqlite",
+        "store-sqlite / raw-rest",
+        "store-postgres / e2e-postgres",
+    ],
+    "the-rest": [
+        "create-batch / create-single",
+        "create-dispatch-many / create-batch",
+        "create-dispatch / create-single",
+        "isolation-process / isolation-none",
+        "artifacts-directory upload / direct",
+        "artifacts-directory download / direct",
+        "artifacts-azure upload / direct",
+        "artifacts-azure download / direct",
+        "artifact-1gib createTask p99 during the upload / without",
+        "events-on / events-off, SQLite",
+        "events-on / events-off, PostgreSQL",
+        "auth-api-clients / auth-clients-file",
+    ],
+}
+"""The ratio lines each half prints."""
 UNMETERED = {"artifact-1gib-createtask", "idle"}
 """Rows without CPU figures of their own (the first shares the artifact-1gib row's window;
 idle workers' CPU says nothing)."""
@@ -87,10 +130,20 @@ def _redis_answers() -> bool:
         return False
 
 
+def test_the_halves_are_every_row_of_the_bench() -> None:
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    bench: Any = importlib.import_module("benchlib.__main__")
+    assert sorted(QUEUE_AND_PEERS + list(THE_REST)) == sorted(bench.ALL_ROWS)
+
+
+@pytest.mark.slow(seconds=150)
 @pytest.mark.timeout(580)
-def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
-    if not _redis_answers():
+@pytest.mark.parametrize("half", list(HALVES))
+def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
+    if half == "queue-and-peers" and not _redis_answers():
         pytest.skip("the RQ row needs Redis on 127.0.0.1:6379")
+    keys, expected = HALVES[half]
     result_file = tmp_path / "rows.json"
     done = run_module(
         "benchlib",
@@ -105,13 +158,14 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
         "--artifact-mib=2",
         # Long enough (a few tenths of a second) for several createTask calls during it.
         "--big-artifact-mib=64",
+        f"--rows={','.join(keys)}",
         f"--workdir={tmp_path / 'work'}",
         f"--json={result_file}",
         timeout=560,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     rows = json.loads(result_file.read_text())["rows"]
-    assert [row["key"] for row in rows] == ROWS
+    assert [row["key"] for row in rows] == expected
     for row in rows:
         assert row["error"] is None, row
         assert row["count"] > 0, row
@@ -126,39 +180,18 @@ def test_bench_prints_a_table_with_every_row(tmp_path: Path) -> None:
             if load["count"]:
                 assert 0 < load["p50_ms"] <= load["p95_ms"] <= load["p99_ms"], row
             assert f"- {row['key']} at {load['load']}%: pending p50/p95/p99 = " in done.stdout
-    big = next(row for row in rows if row["key"] == "artifact-1gib")["figures"]
-    assert 0 < big["rss_before_mib"] <= big["rss_peak_mib"], big
-    # Only the run-log row's workers uploaded logs into their coordinator's artifacts directory.
-    logs = {
-        key: [path for path in (tmp_path / "work" / key / "artifacts").rglob("*") if path.is_file()]
-        for key in ("e2e-sqlite", "e2e-sqlite-runlog")
-    }
-    assert logs["e2e-sqlite"] == [], logs["e2e-sqlite"][:3]
-    assert logs["e2e-sqlite-runlog"], "no run log was uploaded"
-    assert all("live_backing.log" in path.name for path in logs["e2e-sqlite-runlog"])
-    for ratio in (
-        "e2e-sqlite / raw-rest",
-        "e2e-postgres / raw-rest",
-        "e2e-sqlite-single / raw-rest",
-        "e2e-sqlite / e2e-sqlite-single",
-        "e2e-sqlite / rq-simple",
-        "e2e-sqlite / celery",
-        "e2e-sqlite / dramatiq",
-        "e2e-postgres / procrastinate",
-        "create-batch / create-single",
-        "create-dispatch-many / create-batch",
-        "create-dispatch / create-single",
-        "e2e-sqlite-app / e2e-sqlite",
-        "isolation-process / isolation-none",
-        "e2e-sqlite-runlog / e2e-sqlite",
-        "artifacts-directory upload / direct",
-        "artifacts-directory download / direct",
-        "artifacts-azure upload / direct",
-        "artifacts-azure download / direct",
-        "artifact-1gib createTask p99 during the upload / without",
-        "events-on / events-off, SQLite",
-        "events-on / events-off, PostgreSQL",
-        "store-sqlite / raw-rest",
-        "store-postgres / e2e-postgres",
-    ):
+    for ratio in RATIOS[half]:
         assert ratio in done.stdout
+    if half == "the-rest":
+        big = next(row for row in rows if row["key"] == "artifact-1gib")["figures"]
+        assert 0 < big["rss_before_mib"] <= big["rss_peak_mib"], big
+    else:
+        # Only the run-log row's workers uploaded logs into their coordinator's artifacts
+        # directory.
+        logs = {
+            key: [p for p in (tmp_path / "work" / key / "artifacts").rglob("*") if p.is_file()]
+            for key in ("e2e-sqlite", "e2e-sqlite-runlog")
+        }
+        assert logs["e2e-sqlite"] == [], logs["e2e-sqlite"][:3]
+        assert logs["e2e-sqlite-runlog"], "no run log was uploaded"
+        assert all("live_backing.log" in path.name for path in logs["e2e-sqlite-runlog"])

@@ -323,6 +323,7 @@ def run_schemathesis(
     return problems
 
 
+@pytest.mark.slow(seconds=120)
 @pytest.mark.parametrize("auth", [False, True], ids=["auth-off", "auth-on"])
 async def test_no_input_reaches_a_server_error(
     coordinator_process: Callable[..., CoordinatorProcess], tmp_path: Path, auth: bool
@@ -348,6 +349,7 @@ Seed = Callable[[RunningCoordinator, Credentials | None], Awaitable[Dictionaries
     [(HOOKS_PREFIX, seed_hooks, MAX_HOOK_EXAMPLES), (AUTH_PREFIX, seed_auth, MAX_AUTH_EXAMPLES)],
     ids=["hooks", "auth"],
 )
+@pytest.mark.slow(seconds=25)
 async def test_no_service_input_reaches_a_server_error(
     prefix: str,
     seed_service: Seed,

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import slugid
 from taskcluster.exceptions import TaskclusterRestFailure
 
@@ -77,6 +78,7 @@ async def tasks_of(cluster: Cluster, group: str, hook_id: str, tag: str) -> list
     return sorted(created)
 
 
+@pytest.mark.slow(seconds=20)
 async def test_two_replicas_one_killed_create_one_task_per_due_time(
     cluster: Cluster,
 ) -> None:

@@ -85,6 +85,7 @@ async def test_a_sigkill_between_transitions_and_publishes_loses_nothing(
         check_body(message.name, message.body)
 
 
+@pytest.mark.slow(seconds=35)
 async def test_a_broker_cut_for_30s_is_one_log_line_and_loses_nothing(
     coordinator_process: MakeProcess, proxy: TcpProxy, listener: Listener
 ) -> None:

@@ -173,6 +173,7 @@ def _soak(tmp_path: Path, *args: str) -> tuple[dict[str, int], str]:
     return counts, output
 
 
+@pytest.mark.slow(seconds=75)
 @pytest.mark.timeout(720)
 def test_sixty_second_soak_has_no_violations(tmp_path: Path) -> None:
     counts, output = _soak(
@@ -187,6 +188,7 @@ def test_sixty_second_soak_has_no_violations(tmp_path: Path) -> None:
     assert counts.get("azurite sigkill", 0) >= 1, output
 
 
+@pytest.mark.slow(seconds=40)
 @pytest.mark.timeout(300)
 def test_a_store_dispatch_soak_has_no_violations(tmp_path: Path) -> None:
     """The same chaos under store dispatch (the workers claim through claimWork, which they
