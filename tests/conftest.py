@@ -30,7 +30,7 @@ pytest_plugins = [
 ]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test by the slice its folder under ``tests`` names (``-m unit``,
     ``-m "not e2e"``), subfolders included; then start the ``slow`` tests first."""
     for item in items:
@@ -39,27 +39,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         slice_name = item.path.relative_to(TESTS).parts[0]
         if slice_name in SLICES:
             item.add_marker(slice_name)
-    items[:] = _slow_first(items)
+    workers = int(getattr(config.option, "numprocesses", None) or 1)
+    items[:] = _slow_first(items, workers)
 
 
-def _slow_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The tests in an order where the ``slow`` ones open both halves of the list, longest
-    first, shared out so that both halves hold about as many seconds of them (the marker's
-    ``seconds``): pytest-xdist's work stealing hands each of two workers one half, and each
-    works from its front, so the long tests overlap each other and the short ones fill in
-    around them, instead of one starting last and running on alone."""
+def _slow_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The tests in an order where the ``slow`` ones, longest first, open each worker's share
+    of the list, shared out so that every share holds about as many seconds of them (the
+    marker's ``seconds``): pytest-xdist's work stealing hands each worker an equal slice of
+    the list in order, and each works from its front, so the long tests overlap each other and
+    the short ones fill in around them, instead of one starting last and running on alone."""
     slow = [item for item in items if item.get_closest_marker("slow")]
-    if not slow:
-        return items
-    rest = [item for item in items if not item.get_closest_marker("slow")]
-    lanes: tuple[list[pytest.Item], list[pytest.Item]] = ([], [])
-    loads = [0.0, 0.0]
+    rest = iter([item for item in items if not item.get_closest_marker("slow")])
+    lanes: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
     for item in sorted(slow, key=_seconds, reverse=True):
         lane = loads.index(min(loads))
         lanes[lane].append(item)
         loads[lane] += _seconds(item)
-    cut = max(0, len(items) // 2 - len(lanes[0]))
-    return lanes[0] + rest[:cut] + lanes[1] + rest[cut:]
+    ordered: list[pytest.Item] = []
+    for index, lane in enumerate(lanes):
+        ordered += lane
+        share_end = (index + 1) * len(items) // workers
+        while len(ordered) < share_end and (item := next(rest, None)) is not None:
+            ordered.append(item)
+    return ordered + list(rest)
 
 
 def _seconds(item: pytest.Item) -> float:
