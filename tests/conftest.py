@@ -53,16 +53,16 @@ def _slow_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
     rest = iter([item for item in items if not item.get_closest_marker("slow")])
     lanes: list[list[pytest.Item]] = [[] for _ in range(workers)]
     loads = [0.0] * workers
-    for item in sorted(slow, key=_seconds, reverse=True):
-        lane = loads.index(min(loads))
-        lanes[lane].append(item)
-        loads[lane] += _seconds(item)
+    for long_one in sorted(slow, key=_seconds, reverse=True):
+        emptiest = loads.index(min(loads))
+        lanes[emptiest].append(long_one)
+        loads[emptiest] += _seconds(long_one)
     ordered: list[pytest.Item] = []
     for index, lane in enumerate(lanes):
         ordered += lane
         share_end = (index + 1) * len(items) // workers
-        while len(ordered) < share_end and (item := next(rest, None)) is not None:
-            ordered.append(item)
+        while len(ordered) < share_end and (filler := next(rest, None)) is not None:
+            ordered.append(filler)
     return ordered + list(rest)
 
 
