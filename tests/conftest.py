@@ -9,6 +9,7 @@ below, and the helpers beside them; task definitions come from ``devharness.task
 module never imports another.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ pytest_plugins = [
 ]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by the slice its folder under ``tests`` names (``-m unit``,
     ``-m "not e2e"``), subfolders included; then start the ``slow`` tests first."""
     for item in items:
@@ -39,7 +40,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         slice_name = item.path.relative_to(TESTS).parts[0]
         if slice_name in SLICES:
             item.add_marker(slice_name)
-    workers = int(getattr(config.option, "numprocesses", None) or 1)
+    # Collected in each pytest-xdist worker, which knows the count from its environment.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     items[:] = _slow_first(items, workers)
 
 
