@@ -147,8 +147,8 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
     result_file = tmp_path / "rows.json"
     done = run_module(
         "benchlib",
-        "--duration=1.5",
-        "--warmup=1",
+        "--duration=2",
+        "--warmup=1.5",
         "--drain=5",
         "--depth=50",
         "--lifecycle-tasks=40",
