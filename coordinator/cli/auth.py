@@ -33,8 +33,10 @@ from coordinator.cli.rest import (
     Caller,
     CommandFailed,
     Target,
+    fit,
     one_line,
     run_command,
+    to_second,
 )
 from coordinator.service.encryption import new_key_text
 
@@ -322,13 +324,6 @@ async def _pages(
             return items
 
 
-def _to_second(iso: Any) -> str:
-    """A time as the API writes it, to the second (2027-01-31T10:00:00.000Z ->
-    2027-01-31T10:00:00Z); a missing one as ``-``."""
-    text = str(iso or "-")
-    return text[:19] + "Z" if len(text) >= 19 else text
-
-
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: set[int]) -> str:
     """Columns as wide as their widest cell, two spaces apart; ``right``: the columns
     aligned right (counts)."""
@@ -387,10 +382,10 @@ async def _list_clients(caller: Caller, args: argparse.Namespace, out: TextIO) -
     rows = [
         (
             str(client.get("clientId") or "-"),
-            _to_second(client.get("expires")),
+            to_second(client.get("expires")),
             _flag(client.get("disabled")),
             str(len(client.get("scopes") or [])),
-            _to_second(client.get("lastDateUsed")),
+            to_second(client.get("lastDateUsed")),
         )
         for client in clients
     ]
@@ -407,13 +402,13 @@ async def _show_client(caller: Caller, args: argparse.Namespace, out: TextIO) ->
     fields = [
         ("clientId", client.get("clientId")),
         ("description", one_line(str(client.get("description") or ""))),
-        ("expires", _to_second(client.get("expires"))),
+        ("expires", to_second(client.get("expires"))),
         ("deleteOnExpiration", _flag(client.get("deleteOnExpiration"))),
         ("disabled", _flag(client.get("disabled"))),
-        ("created", _to_second(client.get("created"))),
-        ("lastModified", _to_second(client.get("lastModified"))),
-        ("lastRotated", _to_second(client.get("lastRotated"))),
-        ("lastDateUsed", _to_second(client.get("lastDateUsed"))),
+        ("created", to_second(client.get("created"))),
+        ("lastModified", to_second(client.get("lastModified"))),
+        ("lastRotated", to_second(client.get("lastRotated"))),
+        ("lastDateUsed", to_second(client.get("lastDateUsed"))),
     ]
     out.write(_details(fields, client))
 
@@ -426,7 +421,7 @@ async def _create_client(caller: Caller, args: argparse.Namespace, out: TextIO) 
         "deleteOnExpiration": args.delete_on_expiration,
     }
     _, made = await _object(caller, "PUT", _client_path(args), body=body)
-    expiry = _to_second(made.get("expires"))
+    expiry = to_second(made.get("expires"))
     out.write(_exports(made, f"created {args.client_id} through the auth API, expires {expiry}"))
 
 
@@ -456,7 +451,7 @@ async def _update_client(caller: Caller, args: argparse.Namespace, out: TextIO) 
     _, updated = await _object(caller, "POST", path, body=body)
     scopes = len(updated.get("scopes") or [])
     out.write(
-        f"updated client {args.client_id}: expires {_to_second(updated.get('expires'))}, "
+        f"updated client {args.client_id}: expires {to_second(updated.get('expires'))}, "
         f"{scopes} scope{'' if scopes == 1 else 's'}\n"
     )
 
@@ -490,7 +485,7 @@ async def _client_history(caller: Caller, args: argparse.Namespace, out: TextIO)
         return
     rows = [
         (
-            _to_second(entry.get("created")),
+            to_second(entry.get("created")),
             str(entry.get("actionType") or "-"),
             str(entry.get("clientId") or "-"),
         )
@@ -518,17 +513,13 @@ async def _list_roles(caller: Caller, args: argparse.Namespace, out: TextIO) -> 
             str(role.get("roleId") or "-"),
             str(len(role.get("scopes") or [])),
             str(len(role.get("expandedScopes") or [])),
-            _fit(one_line(str(role.get("description") or "")), 60),
+            fit(str(role.get("description") or ""), 60),
         )
         for role in (item if isinstance(item, dict) else {} for item in roles)
     ]
     out.write(_table(("ROLE ID", "SCOPES", "EXPANDED", "DESCRIPTION"), rows, right={1, 2}))
     if not roles:
         print("no roles", file=sys.stderr)
-
-
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 async def _show_role(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
@@ -539,8 +530,8 @@ async def _show_role(caller: Caller, args: argparse.Namespace, out: TextIO) -> N
     fields = [
         ("roleId", role.get("roleId")),
         ("description", one_line(str(role.get("description") or ""))),
-        ("created", _to_second(role.get("created"))),
-        ("lastModified", _to_second(role.get("lastModified"))),
+        ("created", to_second(role.get("created"))),
+        ("lastModified", to_second(role.get("lastModified"))),
     ]
     out.write(_details(fields, role))
 

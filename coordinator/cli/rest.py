@@ -6,7 +6,8 @@ This module owns reading the address and credentials from the environment as the
 ``TASKCLUSTER_ACCESS_TOKEN``, ``TASKCLUSTER_CERTIFICATE``), sending a request Hawk-signed with
 :mod:`hawk_signing` (bodiless, or with a JSON body), turning a failure into one line
 (:class:`CommandFailed`: the coordinator's ``code: message`` for a refusal), and running a
-command to its exit status (:func:`run_command`).
+command to its exit status (:func:`run_command`), and the cells of their tables (:func:`fit`,
+:func:`to_second`).
 
 Exit statuses: 0 on success; 1 when the coordinator answered with an error or the answer broke
 off; 2 for a mistake in the environment or an unreachable coordinator (one line naming it and
@@ -96,6 +97,19 @@ def target_from_env(env: Mapping[str, str], api_path: str) -> Target:
 def one_line(text: str) -> str:
     """``text`` on one line: error messages are Markdown with fenced blocks and newlines."""
     return " ".join(text.replace("```", " ").split())
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` characters (the last an ellipsis) for a table."""
+    text = one_line(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def to_second(iso: object) -> str:
+    """A time as the coordinator writes it, to the second: 2026-11-23T10:00:00.000Z ->
+    2026-11-23T10:00:00Z (UTC); anything shorter as it is, a missing one as ``-``."""
+    text = str(iso or "-")
+    return text[:19] + "Z" if len(text) >= 19 else text
 
 
 def describe(error: BaseException) -> str:

@@ -41,10 +41,11 @@ from coordinator.cli.rest import (
     CommandFailed,
     Target,
     describe,
+    fit,
     json_body,
-    one_line,
     refusal,
     run_command,
+    to_second,
 )
 from coordinator.domain.task_filters import FILTER_STATES
 
@@ -208,17 +209,6 @@ def filter_query(args: argparse.Namespace) -> list[tuple[str, str]]:
 # --- output --------------------------------------------------------------------------------
 
 
-def _fit(text: str, width: int) -> str:
-    text = one_line(text)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _to_second(iso: str) -> str:
-    """A time as the coordinator writes it, to the second: 2026-11-23T10:00:00.000Z ->
-    2026-11-23T10:00:00Z (UTC); anything shorter as it is."""
-    return iso[:19] + "Z" if len(iso) >= 19 else iso
-
-
 def table_header() -> str:
     return ROW.format(
         task_id="TASK ID", state="STATE", task_queue="TASK QUEUE", created="CREATED", name="NAME"
@@ -234,9 +224,9 @@ def table_row(item: Mapping[str, Any]) -> str:
     return ROW.format(
         task_id=str(status.get("taskId") or "-"),
         state=str(status.get("state") or "-"),
-        task_queue=_fit(str(task_queue), TASK_QUEUE_WIDTH),
-        created=_to_second(str(task.get("created") or "-")),
-        name=_fit(str(metadata.get("name") or ""), NAME_WIDTH),
+        task_queue=fit(str(task_queue), TASK_QUEUE_WIDTH),
+        created=to_second(task.get("created")),
+        name=fit(str(metadata.get("name") or ""), NAME_WIDTH),
     )
 
 
@@ -330,8 +320,8 @@ def artifact_table(artifacts: Sequence[Mapping[str, Any]]) -> list[str]:
             name=str(a.get("name") or "-"),
             width=width,
             storage_type=str(a.get("storageType") or "-"),
-            content_type=_fit(str(a.get("contentType") or "-"), CONTENT_TYPE_WIDTH),
-            expires=_to_second(str(a.get("expires") or "-")),
+            content_type=fit(str(a.get("contentType") or "-"), CONTENT_TYPE_WIDTH),
+            expires=to_second(a.get("expires")),
         )
         for a in artifacts
     ]
