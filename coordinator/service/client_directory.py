@@ -89,6 +89,10 @@ class ClientDirectory:
         self._known: dict[str, KnownClient] = {}
         self._static_known: dict[str, tuple[Client, KnownClient]] = {}
         self._used: dict[str, int] = {}
+        """Last uses to write at the next flush."""
+        self._last_used: dict[str, int] = {}
+        """Last uses noted since the last reload: a flush does not move the auth generation,
+        so the snapshot keeps the use before them."""
 
     async def attach(self, store: Store, cipher: Cipher) -> None:
         """Read the stored clients and roles from ``store`` from now on (at start-up, before
@@ -164,11 +168,12 @@ class ClientDirectory:
     def note_used(self, client_id: str) -> None:
         """Remember that ``client_id`` authenticated a request, for :meth:`flush_used`."""
         stored = self._snapshot.clients.get(client_id)
-        if stored is None or client_id in self._used:
+        if stored is None:
             return
         now = self._clock()
-        if now - stored.last_date_used >= LAST_USED_RESOLUTION_MS:
-            self._used[client_id] = now
+        last = self._last_used.get(client_id, stored.last_date_used)
+        if now - last >= LAST_USED_RESOLUTION_MS:
+            self._used[client_id] = self._last_used[client_id] = now
 
     async def flush_used(self) -> int:
         """Write the last uses noted since the last flush; how many clients."""
@@ -202,5 +207,5 @@ class ClientDirectory:
             tokens=tokens,
             expansion=RoleExpansion({role.role_id: role.scopes for role in roles.roles}),
         )
-        self._known, self._static_known = {}, {}
+        self._known, self._static_known, self._last_used = {}, {}, {}
         return True
