@@ -9,17 +9,23 @@ nowhere else.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from aiohttp import web
 
 from coordinator.api import keyset
 from coordinator.api.auth import Auth, RequestAuth
-from coordinator.api.endpoints import AUTH_PREFIX, NAME_PAGED, PARAMETERS, Endpoint
+from coordinator.api.endpoints import (
+    AUTH_PREFIX,
+    NAME_PAGED,
+    PARAMETERS,
+    Endpoint,
+    Method,
+    Parameter,
+)
 from coordinator.api.pipeline import ApiServices, Body, Handlers, Routes
 from coordinator.domain.clients import StoredClient
 from coordinator.domain.records import from_iso, to_iso
-from coordinator.domain.scopes import granting
+from coordinator.domain.scopes import Template, granting
 from coordinator.service.auth import AuthService
 
 
@@ -46,8 +52,18 @@ def client_body(client: StoredClient, auth: AuthService) -> Body:
 
 
 def _client_endpoint(
-    name: str, method: Any, route: str, title: str, description: str, **rest: Any
+    name: str,
+    method: Method,
+    route: str,
+    title: str,
+    description: str,
+    *,
+    scopes: Template,
+    input: str | None = None,
+    output: str | None = "get-client-response",
+    query: tuple[Parameter, ...] = (),
 ) -> Endpoint:
+    """A clients method: most answer a client and take no body."""
     return Endpoint(
         prefix=AUTH_PREFIX,
         name=name,
@@ -55,9 +71,10 @@ def _client_endpoint(
         route=route,
         title=title,
         description=description,
-        input=rest.pop("input", None),
-        output=rest.pop("output", "get-client-response"),
-        **rest,
+        input=input,
+        output=output,
+        query=query,
+        scopes=scopes,
     )
 
 
