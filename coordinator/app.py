@@ -44,6 +44,7 @@ from coordinator.resolvers import (
     expiry_sweeper,
     hint_keeper,
     hook_scheduler,
+    index_sweeper,
     last_fire_sweeper,
     quarantine_refresher,
     queue_controls_refresher,
@@ -63,6 +64,7 @@ from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.encryption import Cipher, load_key
 from coordinator.service.event_outbox import EventOutbox
 from coordinator.service.hooks import DUE_BATCH, HookService
+from coordinator.service.index import IndexService
 from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.queue_controls import QueueControlService
@@ -88,6 +90,7 @@ class Coordinator:
     workers: WorkerService
     hooks: HookService
     auth: AuthService
+    index: IndexService
     controls: QueueControlService
     claims: ClaimPolicy
     creates: CreatePolicy
@@ -228,6 +231,12 @@ ACTORS: tuple[ActorSpec, ...] = (
         run_once=lambda c: client_sweeper.run_once(c.auth),
         interval=lambda config: client_sweeper.INTERVAL,
         busy_at=EXPIRY_BATCH,
+    ),
+    ActorSpec(
+        name="index-sweeper",
+        run_once=lambda c: index_sweeper.run_once(c.index),
+        interval=lambda config: index_sweeper.INTERVAL,
+        busy_at=index_sweeper.BATCH,
     ),
     ActorSpec(
         name="last-fire-sweeper",
@@ -398,6 +407,7 @@ async def _serve_over(
             clock=clock,
             publish_events=config.pulse_url is not None,
         ),
+        index=IndexService(store=store, clock=clock),
         controls=controls,
         claims=ClaimPolicy(service=service, dispatch=dispatch, controls=controls, workers=workers),
         creates=creates,
@@ -454,6 +464,7 @@ def _lifespan(
             ),
             hooks=coordinator.hooks,
             auth=coordinator.auth,
+            index=coordinator.index,
             authorizer=authorizer,
             deployment=config.deployment,
         )

@@ -57,6 +57,9 @@ AUTH_PREFIX = "/api/auth/v1"
 """Where Taskcluster's auth service answers (:mod:`coordinator.api.auth_clients` and the other
 ``auth_*`` parts)."""
 
+INDEX_PREFIX = "/api/index/v1"
+"""Where Taskcluster's index service answers (:mod:`coordinator.api.index`)."""
+
 MAX_REQUEST_LINE = 8190
 """Longest request line (method, path and query string, percent-encoded, in bytes) the server
 reads, aiohttp's default; a longer one is answered 400."""
@@ -183,6 +186,10 @@ class Endpoint:
 
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_NOT_AN_INDEX_PATH = (
+    "{value!r} is not an index path: dot-separated non-empty words of letters, digits and "
+    "_!~*'()%-, at most 255 characters in all"
+)
 
 PARAMETERS: Mapping[str, Parameter] = {
     p.name: p
@@ -211,6 +218,19 @@ PARAMETERS: Mapping[str, Parameter] = {
             name="prefix", schema="client-id-prefix", description="Only clientIds starting so."
         ),
         Parameter(name="roleId", schema="role-id", description="The role (percent-encoded)."),
+        Parameter(
+            name="indexPath",
+            schema="index-path",
+            description="An index path: dot-separated words of `[a-zA-Z0-9_!~*'()%-]`, at most "
+            "255 characters.",
+            refusal=_NOT_AN_INDEX_PATH,
+        ),
+        Parameter(
+            name="namespace",
+            schema="index-path",
+            description="A namespace (an index path).",
+            refusal=_NOT_AN_INDEX_PATH,
+        ),
         Parameter(name="entityType", schema="audit-entity-type", description="The entity's kind."),
         Parameter(name="entityId", schema="audit-entity-id", description="The entity's id."),
         Parameter(

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from coordinator.api import validation
 from coordinator.api.auth import Authorizer, RequestAuth
-from coordinator.api.endpoints import Endpoint, Parameter, url_parameters
+from coordinator.api.endpoints import PARAMETERS, Endpoint, Parameter, url_parameters
 from coordinator.api.errors import InputValidationError
 from coordinator.api.http import ENDPOINT, json_response, read_json
 from coordinator.config import Deployment
@@ -33,6 +33,7 @@ from coordinator.service.auth import AuthService
 from coordinator.service.claims import ClaimPolicy, CreatePolicy
 from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.hooks import HookService
+from coordinator.service.index import IndexService
 from coordinator.service.management import TaskManagement
 from coordinator.service.queue_controls import QueueControlService
 from coordinator.service.tasks import TaskService
@@ -101,6 +102,7 @@ class ApiServices:
     artifact_urls: ArtifactUrls
     hooks: HookService
     auth: AuthService
+    index: IndexService
     authorizer: Authorizer
     deployment: Deployment
 
@@ -190,11 +192,7 @@ def _check_query(
     try:
         validation.validate_params(query, accepted)
     except InputValidationError:
-        for name, value in query.items():
-            refusal = accepted[name].refusal if name in accepted else None
-            mismatch = None if refusal is None else _mismatch(accepted, name, value)
-            if refusal is not None and mismatch is not None:
-                raise InputValidationError(f"{refusal.format(value=value)} ({mismatch})") from None
+        _refuse(accepted, query)
         raise
     for parameter in {accepted[key] for key in query if key in accepted}:
         given = len(query.getall(parameter.name))
@@ -203,6 +201,18 @@ def _check_query(
                 f"query parameter {parameter.name} is given {given} times: at most "
                 f"{parameter.repeat}"
             )
+
+
+def _refuse(parameters: Mapping[str, Parameter], values: Mapping[str, str]) -> None:
+    """After ``values`` failed their schemas: raise the :attr:`~Parameter.refusal` of the
+    first that failed and has one (with how it failed), if any does.
+
+    :raises InputValidationError: that refusal."""
+    for name, value in values.items():
+        refusal = parameters[name].refusal if name in parameters else None
+        mismatch = None if refusal is None else _mismatch(parameters, name, value)
+        if refusal is not None and mismatch is not None:
+            raise InputValidationError(f"{refusal.format(value=value)} ({mismatch})") from None
 
 
 def _mismatch(parameters: Mapping[str, Parameter], name: str, value: str) -> str | None:
@@ -250,7 +260,11 @@ def route_handler(
 
     async def handle(request: web.Request) -> web.StreamResponse:
         request[ENDPOINT] = endpoint.name
-        validation.validate_params(request.match_info)
+        try:
+            validation.validate_params(request.match_info)
+        except InputValidationError:
+            _refuse(PARAMETERS, request.match_info)
+            raise
         _check_query(endpoint, accepted, request)
         body: Any = None
         if endpoint.input is not None:

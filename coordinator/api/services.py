@@ -1,7 +1,7 @@
 """The services the coordinator serves on its root URL, each under its own prefix with its own
 OpenAPI document: the queue (its parts: tasks, a worker's calls on runs, artifacts, the
-batches of runs, task queues and workers, the management API), the hooks service and the auth
-service.
+batches of runs, task queues and workers, the management API), the hooks service, the auth
+service and the index service.
 
 A new service is one :class:`Service` here, built from the :class:`~coordinator.api.pipeline.
 Routes` its own module declares beside its handlers; the app serves every endpoint of
@@ -21,6 +21,7 @@ from coordinator.api import (
     auth_scopes,
     claims,
     hooks,
+    index,
     management,
     run_batches,
     status,
@@ -31,6 +32,7 @@ from coordinator.api.endpoints import (
     API_PREFIX,
     AUTH_PREFIX,
     HOOKS_PREFIX,
+    INDEX_PREFIX,
     MAX_REQUEST_LINE,
     Endpoint,
 )
@@ -122,7 +124,21 @@ AUTH = Service(
         "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
     },
 )
-SERVICES = (QUEUE, HOOKS, AUTH)
+INDEX = Service(
+    title="Index Service",
+    prefix=INDEX_PREFIX,
+    parts=(status.status_routes(INDEX_PREFIX, "Index"), index.ROUTES),
+    about="Taskcluster's index service v1, served by the coordinator beside its queue: tasks "
+    "found by names (index paths) instead of taskIds. A task that completes is indexed at "
+    "`<namespace>` for each of its routes `index.<namespace>`, with its "
+    "`extra.index.{rank, expires, data}`, in the transaction that stores its completion. "
+    "Slashes (`/`) are not allowed in index paths. " + PROTOCOL,
+    errors={
+        "404": "ResourceNotFound: no (unexpired) task at the index path.",
+        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+    },
+)
+SERVICES = (QUEUE, HOOKS, AUTH, INDEX)
 """Every service, served under its prefix with its document at ``<prefix>/openapi.json``."""
 
 PARTS = tuple(part for service in SERVICES for part in service.parts)

@@ -16,6 +16,7 @@ from coordinator.domain.artifacts import Artifact
 from coordinator.domain.clients import AuditEntry, Role, Roles, StoredClient
 from coordinator.domain.events import QueueEvent
 from coordinator.domain.hooks import Hook, LastFire
+from coordinator.domain.index import IndexedTask, Namespace
 from coordinator.domain.json_text import compact
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
 from coordinator.domain.queue_controls import Limits, Pause, QueueControls
@@ -51,6 +52,12 @@ from coordinator.store.hook_rows import (
     hook_key,
     last_fire_columns,
     last_fire_from_row,
+)
+from coordinator.store.index_rows import (
+    indexed_task_columns,
+    indexed_task_from_row,
+    namespace_columns,
+    namespace_from_row,
 )
 from coordinator.store.rows import Row, page_from_rows, record_from_row
 from coordinator.store.worker_rows import (
@@ -407,6 +414,49 @@ class SQLStore(Store, abc.ABC):
             limit=limit,
         )
         return [last_fire_from_row(row) for row in rows]
+
+    # --- the index --------------------------------------------------------------------------
+
+    async def insert_indexed_task(self, entry: IndexedTask, *, now: int) -> IndexedTask:
+        written = await self._fetch_then(
+            "upsert_indexed_task",
+            indexed_task_columns(entry, now=now),
+            then=[("upsert_index_namespace", namespace_columns(entry))],
+        )
+        if written:
+            return entry
+        [stored] = await self.get_indexed_tasks([(entry.namespace, entry.name)])
+        return stored
+
+    async def get_indexed_tasks(self, paths: Sequence[tuple[str, str]]) -> list[IndexedTask]:
+        if not paths:
+            return []
+        rows = await self._fetch("get_indexed_tasks", paths=compact([list(p) for p in paths]))
+        return [indexed_task_from_row(row) for row in rows]
+
+    async def list_indexed_tasks(
+        self, namespace: str, *, now: int, limit: int, after: str | None
+    ) -> list[IndexedTask]:
+        rows = await self._fetch(
+            "list_indexed_tasks", namespace=namespace, after=after or "", now=now, limit=limit
+        )
+        return [indexed_task_from_row(row) for row in rows]
+
+    async def list_namespaces(
+        self, parent: str, *, now: int, limit: int, after: str | None
+    ) -> list[Namespace]:
+        rows = await self._fetch(
+            "list_index_namespaces", parent=parent, after=after or "", now=now, limit=limit
+        )
+        return [namespace_from_row(row) for row in rows]
+
+    async def delete_indexed_task(self, namespace: str, name: str) -> bool:
+        return bool(await self._fetch("delete_indexed_task", namespace=namespace, entry_name=name))
+
+    async def expire_index(self, now: int, limit: int) -> int:
+        tasks = await self._fetch("expire_indexed_tasks", now=now, limit=limit)
+        namespaces = await self._fetch("expire_index_namespaces", now=now, limit=limit)
+        return len(tasks) + len(namespaces)
 
     # --- task-queue controls ----------------------------------------------------------------
 

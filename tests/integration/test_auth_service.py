@@ -559,6 +559,8 @@ SAMPLE_PARAMETERS = {
     "entityId": "sample-client",
     "workerGroup": "wg",
     "workerId": "wi",
+    "indexPath": "sample.path",
+    "namespace": "sample.namespace",
 }
 """A value for each path parameter of the endpoints :func:`url_checked` selects."""
 

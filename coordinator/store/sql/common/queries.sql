@@ -304,6 +304,51 @@ WHERE (hook_group_id, hook_id, task_id) IN (
     WHERE task_create_time < :before ORDER BY task_create_time LIMIT :limit)
 RETURNING task_id
 
+-- name: upsert_indexed_task
+-- The rank rule (coordinator.domain.index.outranks): the entry replaces the one at its path
+-- if its rank is at least that one's, or that one has expired; no row back: it was outranked.
+INSERT INTO indexed_tasks (namespace, name, rank, task_id, data, expires)
+VALUES (:namespace, :name, :rank, :task_id, :data, :expires)
+ON CONFLICT (namespace, name) DO UPDATE
+SET rank = excluded.rank, task_id = excluded.task_id, data = excluded.data,
+    expires = excluded.expires
+WHERE indexed_tasks.rank <= excluded.rank OR indexed_tasks.expires <= :now
+RETURNING name
+
+-- name: upsert_index_namespace
+-- A namespace above an entry just stored: created, or its expiry raised (never lowered).
+INSERT INTO index_namespaces (parent, name, expires) VALUES (:parent, :name, :expires)
+ON CONFLICT (parent, name) DO UPDATE SET expires = excluded.expires
+WHERE index_namespaces.expires < excluded.expires
+
+-- name: list_indexed_tasks
+-- listTasks' page: the unexpired entries of one namespace after the previous page's last name.
+SELECT namespace, name, rank, task_id, data, expires FROM indexed_tasks
+WHERE namespace = :namespace AND name > :after AND expires > :now
+ORDER BY name LIMIT :limit
+
+-- name: list_index_namespaces
+-- listNamespaces' page: the unexpired namespaces under one parent after the previous page's.
+SELECT parent, name, expires FROM index_namespaces
+WHERE parent = :parent AND name > :after AND expires > :now
+ORDER BY name LIMIT :limit
+
+-- name: delete_indexed_task
+DELETE FROM indexed_tasks WHERE namespace = :namespace AND name = :entry_name RETURNING name
+
+-- name: expire_indexed_tasks
+-- The expiry sweep: up to :limit entries that expired before :now, the earliest first.
+DELETE FROM indexed_tasks
+WHERE (namespace, name) IN (
+    SELECT namespace, name FROM indexed_tasks WHERE expires < :now ORDER BY expires LIMIT :limit)
+RETURNING name
+
+-- name: expire_index_namespaces
+DELETE FROM index_namespaces
+WHERE (parent, name) IN (
+    SELECT parent, name FROM index_namespaces WHERE expires < :now ORDER BY expires LIMIT :limit)
+RETURNING name
+
 -- name: queue_controls
 -- The task queues an operator paused or limited (the per-second reload of every replica).
 SELECT provisioner_id, worker_type, paused_since, paused_reason, max_running,
