@@ -26,6 +26,8 @@ from coordinator.domain.records import from_iso, to_iso
 Body = dict[str, Any]
 
 _FIND = "index:find-task:<indexPath>"
+"""findTasksAtIndex's scope of each path; findTask's is the same of its path (named
+``namespace`` as insertTask's and deleteTask's, which share its route)."""
 _LIST_NAMESPACES = "index:list-namespaces:<namespace>"
 _LIST_TASKS = "index:list-tasks:<namespace>"
 _PAGING = (
@@ -62,13 +64,13 @@ INDEX_ENDPOINTS: tuple[Endpoint, ...] = (
         prefix=INDEX_PREFIX,
         name="findTask",
         method="GET",
-        route="/task/{indexPath}",
+        route="/task/{namespace}",
         input=None,
         output="indexed-task-response",
         title="Find Indexed Task",
         description="The task at the index path: the highest-ranked (of equal ranks, the latest) "
         "indexed there. 404 if there is none, or it has expired.",
-        scopes=_FIND,
+        scopes="index:find-task:<namespace>",
     ),
     Endpoint(
         prefix=INDEX_PREFIX,
@@ -199,7 +201,7 @@ class IndexHandlers(Handlers):
         self._artifacts = ArtifactHandlers(services)
 
     async def findTask(self, request: web.Request, body: None) -> Body:
-        return indexed_task_body(await self.index.find(request.match_info["indexPath"]))
+        return indexed_task_body(await self.index.find(request.match_info["namespace"]))
 
     async def findTasksAtIndex(self, request: web.Request, body: Body) -> Body:
         paths = list(body.get("indexes", []))
