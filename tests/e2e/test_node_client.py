@@ -201,3 +201,34 @@ async def test_the_node_clients_auth_manages_clients_and_roles(
     assert seen["tested"]["clientId"] == "tester"
     assert seen["oldAfterReset"] == 401
     assert seen["afterDelete"] == 404
+
+
+INDEX_SCRIPT = Path(__file__).with_name("node_index.js")
+
+
+async def test_the_node_clients_index_inserts_finds_lists_and_deletes(
+    start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    coordinator, creds = await start_secured(
+        start_coordinator, tmp_path / "clients.json", {"indexer": ["index:*"]}
+    )
+    task_ids = [slugid.nice(), slugid.nice()]
+    request = {"rootUrl": coordinator.url, "credentials": creds["indexer"], "taskIds": task_ids}
+    node = await run_to_end(
+        ["node", str(INDEX_SCRIPT), json.dumps(request)],
+        cwd=REPO,
+        env=taskcluster_env(coordinator.url, None),
+        timeout_s=NODE_TIMEOUT_S,
+    )
+    assert node.status == 0, node.output
+    seen: dict[str, Any] = json.loads(node.stdout)
+    assert (seen["inserted"]["taskId"], seen["inserted"]["rank"]) == (task_ids[0], 2)
+    assert seen["outranked"]["taskId"] == task_ids[0]
+    assert seen["found"]["data"] == {"from": "node"}
+    assert [n["namespace"] for n in seen["top"]["namespaces"]] == ["node"]
+    assert [n["namespace"] for n in seen["namespaces"]["namespaces"]] == ["node.sub"]
+    assert [t["namespace"] for t in seen["tasks"]["tasks"]] == ["node.first"]
+    assert "continuationToken" not in seen["tasks"]
+    assert [t["namespace"] for t in seen["atIndexes"]["tasks"]] == ["node.sub.second", "node.first"]
+    assert seen["deleted"] == {}
+    assert seen["afterDelete"] == 404
