@@ -17,8 +17,9 @@ REQUEST_TTL_MS = 24 * 60 * 60 * 1000
 """How long a purge request is kept after it was last made (upstream's one day): long enough
 for every worker that runs a task in the meantime to see it."""
 
-MAX_CACHE_NAME_LENGTH = 1024
-"""The longest cacheName (upstream sets none; a name is a scope's suffix)."""
+MAX_CACHE_NAME_LENGTH = 512
+"""The longest cacheName (upstream sets none): a scope's suffix, and part of an
+allPurgeRequests continuationToken (with the task queue), whose length is bounded."""
 
 CACHE_NAME = re.compile(rf"[\x20-\x7e]{{1,{MAX_CACHE_NAME_LENGTH}}}")
 """What a cacheName is: printable ASCII, what a scope can name."""

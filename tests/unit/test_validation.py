@@ -617,14 +617,16 @@ def test_openapi_document_covers_every_endpoint(service: Service) -> None:
 
 
 def test_openapi_documents_hold_the_schemas_their_operations_reach() -> None:
-    queue, hooks, auth = (
+    queue, hooks, auth, secrets, purge_cache = (
         set(build_openapi("http://x", s)["components"]["schemas"]) for s in SERVICES
     )
-    assert queue | hooks | auth == set(schemas())
+    assert queue | hooks | auth | secrets | purge_cache == set(schemas())
     assert "create-hook-request" in hooks - queue - auth
     assert "create-task-request" in queue - hooks - auth
     assert "create-client-request" in auth - queue - hooks
-    assert {"common", "error", "ping-response"} <= queue & hooks & auth
+    assert "set-secret-request" in secrets - queue - hooks - auth - purge_cache
+    assert "purge-cache-request" in purge_cache - queue - hooks - auth - secrets
+    assert {"common", "error", "ping-response"} <= queue & hooks & auth & secrets & purge_cache
 
 
 @pytest.mark.parametrize("service", SERVICES, ids=lambda service: service.title)
