@@ -559,6 +559,7 @@ SAMPLE_PARAMETERS = {
     "entityId": "sample-client",
     "workerGroup": "wg",
     "workerId": "wi",
+    "secretName": "project/sample",
 }
 """A value for each path parameter of the endpoints :func:`url_checked` selects."""
 
