@@ -35,7 +35,12 @@ from schemathesis.hooks import HookContext
 from schemathesis.openapi.checks import RejectedPositiveData
 from yarl import URL
 
-from coordinator.api.endpoints import AUTH_PREFIX, HOOKS_PREFIX
+from coordinator.api.endpoints import (
+    AUTH_PREFIX,
+    HOOKS_PREFIX,
+    PURGE_CACHE_PREFIX,
+    SECRETS_PREFIX,
+)
 from coordinator.service.clients_file import ensure_root_client
 from devharness.api import call
 from devharness.tasks import task_definition
@@ -251,6 +256,27 @@ async def seed_auth(c: RunningCoordinator, credentials: Credentials | None) -> D
     }
 
 
+async def seed_secrets(c: RunningCoordinator, credentials: Credentials | None) -> Dictionaries:
+    """A secret whose name holds ``/``; the secrets service's path parameter that names it."""
+    path = f"{c.url}{SECRETS_PREFIX}/secret/fuzz%2Fsecret"
+    body = {"secret": {"fuzzed": True}, "expires": "2999-01-01T00:00:00.000Z"}
+    response = await call(c.session, "PUT", path, body, credentials=credentials)
+    assert response.status == 200, (path, response.body)
+    return {"secretName": ["fuzz/secret"]}
+
+
+async def seed_purge_cache(c: RunningCoordinator, credentials: Credentials | None) -> Dictionaries:
+    """A purge request; the purge-cache service's path parameters that name its pool."""
+    path = f"{c.url}{PURGE_CACHE_PREFIX}/purge-cache/fuzz-prov%2Ffuzz-wt"
+    response = await call(c.session, "POST", path, {"cacheName": "fuzz"}, credentials=credentials)
+    assert response.status == 204, (path, response.body)
+    return {
+        "taskQueueId": ["fuzz-prov/fuzz-wt"],
+        "provisionerId": ["fuzz-prov"],
+        "workerType": ["fuzz-wt"],
+    }
+
+
 def _fuzzer_crash(report: str) -> bool:
     """Whether a non-fatal error is Hypothesis failing inside its own optimiser, which
     schemathesis always runs to steer towards accepted inputs: an ``IndexError`` of
@@ -356,8 +382,13 @@ Seed = Callable[[RunningCoordinator, Credentials | None], Awaitable[Dictionaries
 
 @pytest.mark.parametrize(
     ("prefix", "seed_service", "examples"),
-    [(HOOKS_PREFIX, seed_hooks, MAX_HOOK_EXAMPLES), (AUTH_PREFIX, seed_auth, MAX_AUTH_EXAMPLES)],
-    ids=["hooks", "auth"],
+    [
+        (HOOKS_PREFIX, seed_hooks, MAX_HOOK_EXAMPLES),
+        (AUTH_PREFIX, seed_auth, MAX_AUTH_EXAMPLES),
+        (SECRETS_PREFIX, seed_secrets, MAX_AUTH_EXAMPLES),
+        (PURGE_CACHE_PREFIX, seed_purge_cache, MAX_AUTH_EXAMPLES),
+    ],
+    ids=["hooks", "auth", "secrets", "purge-cache"],
 )
 @pytest.mark.slow(seconds=25)
 async def test_no_service_input_reaches_a_server_error(
