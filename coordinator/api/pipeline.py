@@ -24,7 +24,7 @@ from coordinator.api import validation
 from coordinator.api.auth import Authorizer, RequestAuth
 from coordinator.api.endpoints import PARAMETERS, Endpoint, Parameter, url_parameters
 from coordinator.api.errors import InputValidationError
-from coordinator.api.http import ENDPOINT, json_response, read_json
+from coordinator.api.http import ENDPOINT, PAYLOAD, json_response, read_json
 from coordinator.config import Deployment
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.scopes import Expression, expand
@@ -35,7 +35,9 @@ from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.hooks import HookService
 from coordinator.service.index import IndexService
 from coordinator.service.management import TaskManagement
+from coordinator.service.purge_cache import PurgeCacheService
 from coordinator.service.queue_controls import QueueControlService
+from coordinator.service.secrets import SecretService
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
 
@@ -44,6 +46,9 @@ if TYPE_CHECKING:
 
 Body = dict[str, Any]
 Method = Callable[[web.Request, Any], Awaitable[Body | web.StreamResponse]]
+
+OMITTED = "(OMITTED)"
+"""What an error body shows for each value of a :attr:`~Endpoint.confidential` body."""
 
 BEWIT = "bewit"
 """The query parameter of a signed URL (``buildSignedUrl``), which every GET accepts."""
@@ -103,6 +108,8 @@ class ApiServices:
     hooks: HookService
     auth: AuthService
     index: IndexService
+    secrets: SecretService
+    purge_cache: PurgeCacheService
     authorizer: Authorizer
     deployment: Deployment
 
@@ -232,6 +239,8 @@ async def _read_body(endpoint: Endpoint, request: web.Request, max_body: int) ->
     """
     assert endpoint.input is not None
     body = await read_json(request, max_bytes=max_body)
+    if endpoint.confidential and body is not None:
+        request[PAYLOAD] = OMITTED if not isinstance(body, dict) else dict.fromkeys(body, OMITTED)
     if body is None:
         try:
             validation.validate(endpoint.input, {})
@@ -241,7 +250,7 @@ async def _read_body(endpoint: Endpoint, request: web.Request, max_body: int) ->
             f"request body is missing: {endpoint.name} takes a JSON object matching the schema "
             f"{endpoint.input} (send {{}} for none of its properties)"
         )
-    validation.validate(endpoint.input, body)
+    validation.validate(endpoint.input, body, quote=not endpoint.confidential)
     return body
 
 

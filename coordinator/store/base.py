@@ -27,6 +27,8 @@ from coordinator.store.contract.hooks import HookStore
 from coordinator.store.contract.index import IndexStore
 from coordinator.store.contract.management import ManagementStore
 from coordinator.store.contract.outbox import OutboxStore
+from coordinator.store.contract.purge_cache import PurgeCacheStore
+from coordinator.store.contract.secrets import SecretStore
 from coordinator.store.contract.tasks import TaskStore
 from coordinator.store.contract.workers import WorkerStore
 
@@ -42,6 +44,8 @@ class Store(
     HookStore,
     AuthStore,
     IndexStore,
+    SecretStore,
+    PurgeCacheStore,
     abc.ABC,
 ):
     """The whole store: every part of the contract, and the database it is kept in."""

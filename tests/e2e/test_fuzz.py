@@ -35,7 +35,13 @@ from schemathesis.hooks import HookContext
 from schemathesis.openapi.checks import RejectedPositiveData, UseAfterFree
 from yarl import URL
 
-from coordinator.api.endpoints import AUTH_PREFIX, HOOKS_PREFIX, INDEX_PREFIX
+from coordinator.api.endpoints import (
+    AUTH_PREFIX,
+    HOOKS_PREFIX,
+    INDEX_PREFIX,
+    PURGE_CACHE_PREFIX,
+    SECRETS_PREFIX,
+)
 from coordinator.service.clients_file import ensure_root_client
 from devharness.api import call
 from devharness.tasks import task_definition
@@ -272,6 +278,27 @@ async def seed_index(c: RunningCoordinator, credentials: Credentials | None) -> 
     return {"indexPath": paths, "namespace": ["fuzz", *paths]}
 
 
+async def seed_secrets(c: RunningCoordinator, credentials: Credentials | None) -> Dictionaries:
+    """A secret whose name holds ``/``; the secrets service's path parameter that names it."""
+    path = f"{c.url}{SECRETS_PREFIX}/secret/fuzz%2Fsecret"
+    body = {"secret": {"fuzzed": True}, "expires": "2999-01-01T00:00:00.000Z"}
+    response = await call(c.session, "PUT", path, body, credentials=credentials)
+    assert response.status == 200, (path, response.body)
+    return {"secretName": ["fuzz/secret"]}
+
+
+async def seed_purge_cache(c: RunningCoordinator, credentials: Credentials | None) -> Dictionaries:
+    """A purge request; the purge-cache service's path parameters that name its pool."""
+    path = f"{c.url}{PURGE_CACHE_PREFIX}/purge-cache/fuzz-prov%2Ffuzz-wt"
+    response = await call(c.session, "POST", path, {"cacheName": "fuzz"}, credentials=credentials)
+    assert response.status == 204, (path, response.body)
+    return {
+        "taskQueueId": ["fuzz-prov/fuzz-wt"],
+        "provisionerId": ["fuzz-prov"],
+        "workerType": ["fuzz-wt"],
+    }
+
+
 def _fuzzer_crash(report: str) -> bool:
     """Whether a non-fatal error is Hypothesis failing inside its own optimiser, which
     schemathesis always runs to steer towards accepted inputs: an ``IndexError`` of
@@ -393,8 +420,10 @@ Seed = Callable[[RunningCoordinator, Credentials | None], Awaitable[Dictionaries
         (HOOKS_PREFIX, seed_hooks, MAX_HOOK_EXAMPLES),
         (AUTH_PREFIX, seed_auth, MAX_AUTH_EXAMPLES),
         (INDEX_PREFIX, seed_index, MAX_INDEX_EXAMPLES),
+        (SECRETS_PREFIX, seed_secrets, MAX_AUTH_EXAMPLES),
+        (PURGE_CACHE_PREFIX, seed_purge_cache, MAX_AUTH_EXAMPLES),
     ],
-    ids=["hooks", "auth", "index"],
+    ids=["hooks", "auth", "index", "secrets", "purge-cache"],
 )
 @pytest.mark.slow(seconds=25)
 async def test_no_service_input_reaches_a_server_error(

@@ -561,6 +561,7 @@ SAMPLE_PARAMETERS = {
     "workerId": "wi",
     "indexPath": "sample.path",
     "namespace": "sample.namespace",
+    "secretName": "project/sample",
 }
 """A value for each path parameter of the endpoints :func:`url_checked` selects."""
 

@@ -630,6 +630,8 @@ def test_openapi_documents_hold_the_schemas_their_operations_reach() -> None:
     assert "create-task-request" in only("Queue")
     assert "create-client-request" in only("Auth Service")
     assert "insert-task-request" in only("Index Service")
+    assert "set-secret-request" in only("Secrets Service")
+    assert "purge-cache-request" in only("Purge Cache Service")
     assert {"common", "error", "ping-response"} <= set.intersection(*documents.values())
 
 
