@@ -27,7 +27,10 @@ defaults); events-sqlite, events-postgres (row 10: createTask + claimTask + repo
 Pulse publishing off and on, and the outbox's drain after a broker outage; needs the RabbitMQ of
 COORDINATOR_TEST_AMQP); store-sqlite, store-postgres (row 2 under store dispatch: no Azurite,
 the workers claim through claimWork); auth (rows auth-clients-file and auth-api-clients:
-authenticated requests for a client of the clients file against one the auth API made). The
+authenticated requests for a client of the clients file against one the auth API made);
+index-find-sqlite, index-find-postgres (findTask of random entries among 100,000: its rate and
+p50/p99), index-lag (store-sqlite with every task indexed on completion: its rate, and how
+soon after a run resolved its entry is found). The
 ratios (row 5) are computed from whichever ran; the Latency section gives pending time at 50 %
 and 80 % of each row's rate (e2e-sqlite, e2e-postgres, the store-dispatch rows and the peers).
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
@@ -54,6 +57,7 @@ from benchlib import (
     e2e,
     events,
     idle,
+    index,
     isolation,
     peers,
     raw,
@@ -90,6 +94,9 @@ ALL_ROWS = (
     "store-sqlite",
     "store-postgres",
     "auth",
+    "index-find-sqlite",
+    "index-find-postgres",
+    "index-lag",
 )
 
 PERCENT = "{:.0%}"
@@ -131,6 +138,7 @@ RATIOS = (
     ),
     Ratio("store-sqlite", "e2e-sqlite", PERCENT),
     Ratio("store-postgres", "e2e-postgres", PERCENT),
+    Ratio("index-lag", "store-sqlite", PERCENT),
     Ratio("create-batch", "create-single", FACTOR),
     Ratio(
         "create-dispatch-many",
@@ -391,6 +399,10 @@ async def _row(settings: Settings, key: str) -> list[Row]:
         return [await idle.run(settings)]
     if key == "auth":
         return await authn.run(settings)
+    if key.startswith("index-find-"):
+        return [await index.run_find(settings, store)]
+    if key == "index-lag":
+        return [await e2e.run_indexed(settings)]
     return [await peers.run(settings, key)]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,10 +79,13 @@ async def coordinator(
     workdir: Path,
     azure_connection_string: str | None,
     profile: Path | None = None,
+    seed: Callable[[str], Awaitable[None]] | None = None,
     **extra: str,
 ) -> AsyncIterator[Coordinator]:
     """Start ``queue-coordinator serve`` (under pyinstrument when ``profile`` names the report
     file) and wait until it answers; stop it (SIGTERM, then SIGKILL) on exit.
+
+    :param seed: fills the store (given its URL) before the coordinator starts.
 
     :param extra: further ``COORDINATOR_*`` variables (``COORDINATOR_ARTIFACTS=azure``).
     """
@@ -93,6 +96,8 @@ async def coordinator(
         credentials = ensure_root_client(clients_file)
     prefix = f"b{uuid.uuid4().hex[:8]}-"
     async with _store_url(settings, store, workdir) as store_url:
+        if seed is not None:
+            await seed(store_url)
         serve = ServeProcess(
             data_dir=workdir,
             store_url=store_url,

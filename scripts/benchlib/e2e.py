@@ -21,6 +21,8 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
   benchlib.noop_app:app``, which routes the call and binds its arguments; the function
   returns ``None``, so the run uploads no ``result.json`` (a value would cost createArtifact
   + PUT, as the run log does in ``e2e-sqlite-runlog``).
+* ``index-lag``: ``store-sqlite`` with every task indexed on completion
+  (:mod:`benchlib.index`: its rate, and how soon after completing a task is found).
 * ``store-<store>``: ``e2e-<store>`` under store dispatch (docs/dispatch.md): no Azurite;
   the workers, given no mode, find that pollTaskUrls answers 404 and claim through claimWork
   (batched, up to their free capacity per call), reporting through resolveRuns. The pacer
@@ -78,6 +80,7 @@ from benchlib.coordproc import (
     profiled,
     render_profile,
 )
+from benchlib.index import LagSampler
 from benchlib.noop import STARTS_ENV
 from coordinator.azure.names import queue_name
 from devharness.azurite import AzuriteProcess
@@ -163,6 +166,17 @@ async def run(
     )
 
 
+async def run_indexed(settings: Settings) -> Row:
+    """The ``index-lag`` row: ``store-sqlite``, each task routed to an index path of its own."""
+    row = Row(
+        key="index-lag",
+        title="end to end, SQLite store, store dispatch, every task indexed on completion: "
+        "createTasks -> SDK claimWork -> resolveRuns (+ its index entry)",
+        unit="tasks/s",
+    )
+    return await measure(settings, None, "sqlite", row, batching=True, indexed=True)
+
+
 async def measure(
     settings: Settings,
     azurite: AzuriteProcess | None,
@@ -174,9 +188,12 @@ async def measure(
     run_log: bool = False,
     app: bool = False,
     latency: bool = False,
+    indexed: bool = False,
 ) -> Row:
     """Fill ``row`` (its key names the work directory) with one end-to-end run whose workers
-    run as :class:`WorkerOptions` says; without ``azurite``, under store dispatch."""
+    run as :class:`WorkerOptions` says; without ``azurite``, under store dispatch.
+    ``indexed``: each task has a route ``index.<path>`` of its own, and a
+    :class:`~benchlib.index.LagSampler` follows some of them."""
     options = WorkerOptions(
         batching=batching, isolation=isolation, run_log=run_log, app=app, latency=latency
     )
@@ -190,7 +207,7 @@ async def measure(
         profile=profile,
         COORDINATOR_DISPATCH="store" if azurite is None else "azure",
     ) as running:
-        await _measure(settings, azurite, running, store, row, options)
+        await _measure(settings, azurite, running, store, row, options, indexed=indexed)
     if settings.profile:
         row.notes.append(f"profiled under pyinstrument (slower): {workdir}/*.txt")
     return row
@@ -237,6 +254,8 @@ async def _measure(
     store: StoreKind,
     row: Row,
     options: WorkerOptions,
+    *,
+    indexed: bool,
 ) -> None:
     workdir = settings.workdir / row.key
     worker_type = f"wt-{uuid.uuid4().hex[:8]}"
@@ -280,6 +299,7 @@ async def _measure(
             _depth_gauge(session, azurite, running, worker_type, settings.priority) as gauge,
         ):
             tasks = TaskClient(session, running)
+            sampler = LagSampler(session, running) if indexed else None
             pacer = DepthPacer(gauge, target=settings.depth)
             begin = time.monotonic()
             window_start = begin + settings.warmup
@@ -297,6 +317,8 @@ async def _measure(
                         priority=settings.priority,
                         payload=noop_app.PAYLOAD if options.app else None,
                     )
+                    if sampler is not None:
+                        items = [(t, {**d, "routes": [sampler.route(t)]}) for t, d in items]
                     now = time.time()
                     sent.update((task_id, now) for task_id, _ in items)
                     try:
@@ -314,6 +336,7 @@ async def _measure(
             counted = asyncio.create_task(
                 _requests_in_window(session, running, window_start, stop_at)
             )
+            sampling = None if sampler is None else asyncio.create_task(sampler.run(sent, stop_at))
             producers = settings.create_requests if options.batching else settings.producers
             await asyncio.gather(*(producer() for _ in range(producers)))
             wall_start, wall_end = await measured
@@ -335,6 +358,9 @@ async def _measure(
             resolved = await tasks.resolved_times(task_group_id)
             # before the loads: the rate is what they are shares of
             completed = _rate(row, resolved, wall_start, wall_end)
+            if sampler is not None and sampling is not None:
+                await sampling
+                sampler.fill(row, completed)
             if options.latency:
 
                 async def send(sent_at: float, count: int) -> None:

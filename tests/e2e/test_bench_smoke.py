@@ -32,6 +32,7 @@ QUEUE_AND_PEERS = [
     "procrastinate",
     "store-sqlite",
     "store-postgres",
+    "index-lag",
 ]
 """The first half of the bench's rows (``--rows``): the end-to-end rows, the raw limit and
 the peers they are compared with; each row prints itself."""
@@ -66,6 +67,8 @@ THE_REST = {
     "events-sqlite": ["events-sqlite-off", "events-sqlite-on", "events-sqlite-drain"],
     "events-postgres": ["events-postgres-off", "events-postgres-on", "events-postgres-drain"],
     "auth": ["auth-clients-file", "auth-api-clients"],
+    "index-find-sqlite": ["index-find-sqlite"],
+    "index-find-postgres": ["index-find-postgres"],
 }
 """The second half: each ``--rows`` key and the rows it prints, in order."""
 HALVES = {
@@ -88,6 +91,7 @@ RATIOS = {
         "e2e-sqlite-runlog / e2e-sqlite",
         "store-sqlite / raw-rest",
         "store-postgres / e2e-postgres",
+        "index-lag / store-sqlite",
     ],
     "the-rest": [
         "create-batch / create-single",
@@ -185,6 +189,8 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
     if half == "the-rest":
         big = next(row for row in rows if row["key"] == "artifact-1gib")["figures"]
         assert 0 < big["rss_before_mib"] <= big["rss_peak_mib"], big
+        finds = [row for row in rows if row["key"].startswith("index-find-")]
+        assert all(0 < row["p50_ms"] <= row["p99_ms"] for row in finds), finds
     else:
         # Only the run-log row's workers uploaded logs into their coordinator's artifacts
         # directory.
@@ -195,3 +201,5 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
         assert logs["e2e-sqlite"] == [], logs["e2e-sqlite"][:3]
         assert logs["e2e-sqlite-runlog"], "no run log was uploaded"
         assert all("live_backing.log" in path.name for path in logs["e2e-sqlite-runlog"])
+        lag = next(row for row in rows if row["key"] == "index-lag")["figures"]
+        assert 0 <= lag["lag_p50_ms"] <= lag["lag_p99_ms"] <= lag["lag_max_ms"], lag

@@ -316,8 +316,15 @@ WHERE indexed_tasks.rank <= excluded.rank OR indexed_tasks.expires <= :now
 RETURNING name
 
 -- name: upsert_index_namespace
--- A namespace above an entry just stored: created, or its expiry raised (never lowered).
-INSERT INTO index_namespaces (parent, name, expires) VALUES (:parent, :name, :expires)
+-- A namespace above an entry just stored: created, or its expiry raised (never lowered). Only
+-- tried when the read finds it missing or expiring sooner: the namespaces near the top are
+-- above every entry, and an upsert would lock their row until commit even when it changes
+-- nothing, one completing transaction after another.
+INSERT INTO index_namespaces (parent, name, expires)
+SELECT CAST(:parent AS TEXT), CAST(:name AS TEXT), CAST(:expires AS BIGINT)
+WHERE NOT EXISTS (
+    SELECT 1 FROM index_namespaces
+    WHERE parent = :parent AND name = :name AND expires >= :expires)
 ON CONFLICT (parent, name) DO UPDATE SET expires = excluded.expires
 WHERE index_namespaces.expires < excluded.expires
 
