@@ -44,12 +44,15 @@ from coordinator.resolvers import (
     expiry_sweeper,
     hint_keeper,
     hook_scheduler,
+    index_sweeper,
     last_fire_sweeper,
+    purge_request_sweeper,
     quarantine_refresher,
     queue_controls_refresher,
     queue_gauges,
     queue_sweeper,
     reconciler,
+    secret_sweeper,
     sightings_flusher,
     worker_sweeper,
 )
@@ -63,9 +66,14 @@ from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.encryption import Cipher, load_key
 from coordinator.service.event_outbox import EventOutbox
 from coordinator.service.hooks import DUE_BATCH, HookService
+from coordinator.service.index import IndexService
 from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
+from coordinator.service.purge_cache import EXPIRY_BATCH as PURGE_EXPIRY_BATCH
+from coordinator.service.purge_cache import PurgeCacheService
 from coordinator.service.queue_controls import QueueControlService
+from coordinator.service.secrets import EXPIRY_BATCH as SECRET_EXPIRY_BATCH
+from coordinator.service.secrets import SecretService
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
 from coordinator.store.base import Store
@@ -88,6 +96,9 @@ class Coordinator:
     workers: WorkerService
     hooks: HookService
     auth: AuthService
+    index: IndexService
+    secrets: SecretService
+    purge_cache: PurgeCacheService
     controls: QueueControlService
     claims: ClaimPolicy
     creates: CreatePolicy
@@ -230,10 +241,28 @@ ACTORS: tuple[ActorSpec, ...] = (
         busy_at=EXPIRY_BATCH,
     ),
     ActorSpec(
+        name="index-sweeper",
+        run_once=lambda c: index_sweeper.run_once(c.index),
+        interval=lambda config: index_sweeper.INTERVAL,
+        busy_at=index_sweeper.BATCH,
+    ),
+    ActorSpec(
         name="last-fire-sweeper",
         run_once=lambda c: last_fire_sweeper.run_once(c.hooks),
         interval=lambda config: last_fire_sweeper.INTERVAL,
         busy_at=last_fire_sweeper.BATCH,
+    ),
+    ActorSpec(
+        name="secret-sweeper",
+        run_once=lambda c: secret_sweeper.run_once(c.secrets),
+        interval=lambda config: secret_sweeper.INTERVAL,
+        busy_at=SECRET_EXPIRY_BATCH,
+    ),
+    ActorSpec(
+        name="purge-request-sweeper",
+        run_once=lambda c: purge_request_sweeper.run_once(c.purge_cache),
+        interval=lambda config: purge_request_sweeper.INTERVAL,
+        busy_at=PURGE_EXPIRY_BATCH,
     ),
 )
 """Every background actor of a coordinator process (docs/architecture.md says what each does)."""
@@ -398,6 +427,9 @@ async def _serve_over(
             clock=clock,
             publish_events=config.pulse_url is not None,
         ),
+        index=IndexService(store=store, clock=clock),
+        secrets=SecretService(store=store, cipher=cipher, clock=clock),
+        purge_cache=PurgeCacheService(store=store, clock=clock),
         controls=controls,
         claims=ClaimPolicy(service=service, dispatch=dispatch, controls=controls, workers=workers),
         creates=creates,
@@ -454,6 +486,9 @@ def _lifespan(
             ),
             hooks=coordinator.hooks,
             auth=coordinator.auth,
+            index=coordinator.index,
+            secrets=coordinator.secrets,
+            purge_cache=coordinator.purge_cache,
             authorizer=authorizer,
             deployment=config.deployment,
         )

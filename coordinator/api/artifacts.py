@@ -149,7 +149,7 @@ async def _body(request: web.Request, length: int) -> AsyncIterator[bytes]:
         ) from None
 
 
-_GET_ARTIFACT: Template = {
+GET_ARTIFACT: Template = {
     "AllOf": [{"for": "name", "in": "names", "each": "queue:get-artifact:<name>"}]
 }
 """getArtifact's scopes: one per name visited while following links (the handler's ``names``)."""
@@ -199,7 +199,7 @@ ARTIFACT_ENDPOINTS: tuple[Endpoint, ...] = (
         "expired one 410; links in a cycle 400. The caller needs `queue:get-artifact:<name>` "
         "for every name the links visit (anonymous callers hold `public/*`); a signed URL "
         "(`?bewit=`) carries its signer's scopes.",
-        scopes=_GET_ARTIFACT,
+        scopes=GET_ARTIFACT,
         success=303,
         statuses=("410", "424"),
     ),
@@ -211,7 +211,7 @@ ARTIFACT_ENDPOINTS: tuple[Endpoint, ...] = (
         output="get-artifact-response",
         title="Get Artifact Data from Latest Run",
         description="getArtifact of the task's latest run (404 when the task has none).",
-        scopes=_GET_ARTIFACT,
+        scopes=GET_ARTIFACT,
         success=303,
         statuses=("410", "424"),
     ),
@@ -270,7 +270,7 @@ ARTIFACT_ENDPOINTS: tuple[Endpoint, ...] = (
         description="Where the artifact's content is, as JSON (200), following links as "
         "getArtifact does and with its scopes: an `s3` artifact's signed URL, a `reference`'s "
         "URL, or an `error` artifact's `reason` and `message`.",
-        scopes=_GET_ARTIFACT,
+        scopes=GET_ARTIFACT,
         statuses=("410",),
     ),
     Endpoint(
@@ -281,7 +281,7 @@ ARTIFACT_ENDPOINTS: tuple[Endpoint, ...] = (
         output="artifact-content-response",
         title="Get Artifact Content From Latest Run",
         description="artifact of the task's latest run (404 when the task has none).",
-        scopes=_GET_ARTIFACT,
+        scopes=GET_ARTIFACT,
         statuses=("410",),
     ),
     Endpoint(
@@ -339,15 +339,29 @@ class ArtifactHandlers(Handlers):
 
     async def _resolved(self, request: web.Request, *, latest: bool) -> Artifact:
         """The artifact the request names, its links followed, with getArtifact's scopes
-        checked for every name visited (for ``latest``, the first before the task is read)."""
+        checked for every name visited."""
         task_id, name = request.match_info["taskId"], request.match_info["name"]
-        permit = self._names_permit(request)
         if latest:
-            await permit((name,))
-            run_id = await self.artifacts.latest_run(task_id)
-        else:
-            run_id = int(request.match_info["runId"])
+            return await self._latest(request, task_id, name)
+        permit = self._names_permit(request)
+        run_id = int(request.match_info["runId"])
         return await self.artifacts.resolve(task_id, run_id, name, permit=permit)
+
+    async def _latest(self, request: web.Request, task_id: str, name: str) -> Artifact:
+        """Artifact ``name`` of the task's latest run, its links followed, with the scopes
+        checked for every name visited (the first before the task is read)."""
+        permit = self._names_permit(request)
+        await permit((name,))
+        run_id = await self.artifacts.latest_run(task_id)
+        return await self.artifacts.resolve(task_id, run_id, name, permit=permit)
+
+    async def latest_redirect(
+        self, request: web.Request, task_id: str, name: str
+    ) -> web.StreamResponse:
+        """getLatestArtifact's answer for ``task_id`` and ``name``, whichever route asked
+        (the index's findArtifactFromTask too): the request's endpoint must declare
+        :data:`GET_ARTIFACT`."""
+        return self._redirect(await self._latest(request, task_id, name))
 
     def _s3_url(self, artifact: Artifact) -> str:
         """Where an uploaded s3 artifact's bytes are downloaded for the next 30 minutes."""
@@ -417,7 +431,9 @@ class ArtifactHandlers(Handlers):
         return self._redirect(await self._resolved(request, latest=False))
 
     async def getLatestArtifact(self, request: web.Request, body: Any) -> web.StreamResponse:
-        return self._redirect(await self._resolved(request, latest=True))
+        return await self.latest_redirect(
+            request, request.match_info["taskId"], request.match_info["name"]
+        )
 
     async def artifact(self, request: web.Request, body: Any) -> Body:
         return self._content(await self._resolved(request, latest=False))

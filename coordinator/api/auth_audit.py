@@ -1,5 +1,6 @@
-"""The auth service's audit history: what was done to a client or a role (getEntityHistory),
-and what a client did (listAuditHistory), oldest first, kept after the entity is deleted.
+"""The auth service's audit history: what was done to a client, a role or a secret (whose
+entries the secrets service writes here) (getEntityHistory), and what a client did
+(listAuditHistory), oldest first, kept after the entity is deleted.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ AUDIT_ENDPOINTS: tuple[Endpoint, ...] = (
         input=None,
         output="get-entity-history-response",
         title="Get Entity History",
-        description="Who changed this client or role, how and when, oldest first (Taskcluster's "
-        "`secret`, `hook` and `worker-pool` entities have no history here: an empty list).",
+        description="Who changed this client, role or secret, how and when, oldest first "
+        "(Taskcluster's `hook` and `worker-pool` entities have no history here: an empty list).",
         query=PAGED,
         scopes="auth:audit-history:<entityType>",
     ),

@@ -56,6 +56,13 @@ HOOKS_PREFIX = "/api/hooks/v1"
 AUTH_PREFIX = "/api/auth/v1"
 """Where Taskcluster's auth service answers (:mod:`coordinator.api.auth_clients` and the other
 ``auth_*`` parts)."""
+SECRETS_PREFIX = "/api/secrets/v1"
+"""Where Taskcluster's secrets service answers (:mod:`coordinator.api.secrets`)."""
+PURGE_CACHE_PREFIX = "/api/purge-cache/v1"
+"""Where Taskcluster's purge-cache service answers (:mod:`coordinator.api.purge_cache`)."""
+
+INDEX_PREFIX = "/api/index/v1"
+"""Where Taskcluster's index service answers (:mod:`coordinator.api.index`)."""
 
 MAX_REQUEST_LINE = 8190
 """Longest request line (method, path and query string, percent-encoded, in bytes) the server
@@ -76,6 +83,8 @@ class Parameter:
     :param refusal: what a 400 says first of a value that does not match the schema, before
         the schema's words (``{value}`` is the value), when those alone would not help.
     :param splat: a path parameter that takes the rest of the path, ``/`` included.
+    :param may_be_empty: a :attr:`splat` that also matches nothing, so that an empty value
+        reaches the schema check (a 400 naming it) instead of being no route (a 404).
     :param required: a query parameter the endpoint cannot do without (path parameters
         always are).
     """
@@ -86,6 +95,7 @@ class Parameter:
     repeat: int = 1
     refusal: str | None = None
     splat: bool = False
+    may_be_empty: bool = False
     required: bool = False
 
 
@@ -116,6 +126,9 @@ class Endpoint:
     :param downloads: the success is an artifact's bytes, with its Content-Type.
     :param prefix: the service the route belongs to: the queue's :data:`API_PREFIX`, or the
         hooks service's :data:`HOOKS_PREFIX`.
+    :param confidential: the request body holds a secret (the secrets service's ``set``): an
+        error body shows none of its values (upstream's ``cleanPayload``), and a body the
+        schema refuses is described without quoting it.
     """
 
     name: str
@@ -137,6 +150,7 @@ class Endpoint:
     uploads: bool = False
     downloads: bool = False
     prefix: str = API_PREFIX
+    confidential: bool = False
 
     @property
     def operation_id(self) -> str:
@@ -147,8 +161,7 @@ class Endpoint:
         """:attr:`route` as aiohttp matches it: a :attr:`~Parameter.splat` parameter takes
         the rest of the path."""
         return _PLACEHOLDER.sub(
-            lambda match: f"{{{match[1]}:.+}}" if PARAMETERS[match[1]].splat else match[0],
-            self.route,
+            lambda match: _server_placeholder(PARAMETERS[match[1]], match[0]), self.route
         )
 
     @property
@@ -183,6 +196,17 @@ class Endpoint:
 
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_NOT_AN_INDEX_PATH = (
+    "{value!r} is not an index path: dot-separated non-empty words of letters, digits and "
+    "_!~*'()%-, at most 255 characters in all"
+)
+
+
+def _server_placeholder(parameter: Parameter, placeholder: str) -> str:
+    if not parameter.splat:
+        return placeholder
+    return f"{{{parameter.name}:{'.*' if parameter.may_be_empty else '.+'}}}"
+
 
 PARAMETERS: Mapping[str, Parameter] = {
     p.name: p
@@ -211,6 +235,19 @@ PARAMETERS: Mapping[str, Parameter] = {
             name="prefix", schema="client-id-prefix", description="Only clientIds starting so."
         ),
         Parameter(name="roleId", schema="role-id", description="The role (percent-encoded)."),
+        Parameter(
+            name="indexPath",
+            schema="index-path",
+            description="An index path: dot-separated words of `[a-zA-Z0-9_!~*'()%-]`, at most "
+            "255 characters.",
+            refusal=_NOT_AN_INDEX_PATH,
+        ),
+        Parameter(
+            name="namespace",
+            schema="index-path",
+            description="A namespace (an index path).",
+            refusal=_NOT_AN_INDEX_PATH,
+        ),
         Parameter(name="entityType", schema="audit-entity-type", description="The entity's kind."),
         Parameter(name="entityId", schema="audit-entity-id", description="The entity's id."),
         Parameter(
@@ -274,6 +311,14 @@ PARAMETERS: Mapping[str, Parameter] = {
             description="The artifact's name: printable ASCII, `/` included (sent raw or as "
             "`%2F`).",
             splat=True,
+        ),
+        Parameter(
+            name="secretName",
+            schema="secret-name",
+            description="The secret's name: 1 to 1,024 printable ASCII characters, `/` included "
+            "(sent raw or as `%2F`).",
+            splat=True,
+            may_be_empty=True,
         ),
         Parameter(
             name="expires",

@@ -22,9 +22,9 @@ from aiohttp import web
 
 from coordinator.api import validation
 from coordinator.api.auth import Authorizer, RequestAuth
-from coordinator.api.endpoints import Endpoint, Parameter, url_parameters
+from coordinator.api.endpoints import PARAMETERS, Endpoint, Parameter, url_parameters
 from coordinator.api.errors import InputValidationError
-from coordinator.api.http import ENDPOINT, json_response, read_json
+from coordinator.api.http import ENDPOINT, PAYLOAD, json_response, read_json
 from coordinator.config import Deployment
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.scopes import Expression, expand
@@ -33,8 +33,11 @@ from coordinator.service.auth import AuthService
 from coordinator.service.claims import ClaimPolicy, CreatePolicy
 from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.hooks import HookService
+from coordinator.service.index import IndexService
 from coordinator.service.management import TaskManagement
+from coordinator.service.purge_cache import PurgeCacheService
 from coordinator.service.queue_controls import QueueControlService
+from coordinator.service.secrets import SecretService
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
 
@@ -43,6 +46,9 @@ if TYPE_CHECKING:
 
 Body = dict[str, Any]
 Method = Callable[[web.Request, Any], Awaitable[Body | web.StreamResponse]]
+
+OMITTED = "(OMITTED)"
+"""What an error body shows for each value of a :attr:`~Endpoint.confidential` body."""
 
 BEWIT = "bewit"
 """The query parameter of a signed URL (``buildSignedUrl``), which every GET accepts."""
@@ -101,6 +107,9 @@ class ApiServices:
     artifact_urls: ArtifactUrls
     hooks: HookService
     auth: AuthService
+    index: IndexService
+    secrets: SecretService
+    purge_cache: PurgeCacheService
     authorizer: Authorizer
     deployment: Deployment
 
@@ -190,11 +199,7 @@ def _check_query(
     try:
         validation.validate_params(query, accepted)
     except InputValidationError:
-        for name, value in query.items():
-            refusal = accepted[name].refusal if name in accepted else None
-            mismatch = None if refusal is None else _mismatch(accepted, name, value)
-            if refusal is not None and mismatch is not None:
-                raise InputValidationError(f"{refusal.format(value=value)} ({mismatch})") from None
+        _refuse(accepted, query)
         raise
     for parameter in {accepted[key] for key in query if key in accepted}:
         given = len(query.getall(parameter.name))
@@ -203,6 +208,18 @@ def _check_query(
                 f"query parameter {parameter.name} is given {given} times: at most "
                 f"{parameter.repeat}"
             )
+
+
+def _refuse(parameters: Mapping[str, Parameter], values: Mapping[str, str]) -> None:
+    """After ``values`` failed their schemas: raise the :attr:`~Parameter.refusal` of the
+    first that failed and has one (with how it failed), if any does.
+
+    :raises InputValidationError: that refusal."""
+    for name, value in values.items():
+        refusal = parameters[name].refusal if name in parameters else None
+        mismatch = None if refusal is None else _mismatch(parameters, name, value)
+        if refusal is not None and mismatch is not None:
+            raise InputValidationError(f"{refusal.format(value=value)} ({mismatch})") from None
 
 
 def _mismatch(parameters: Mapping[str, Parameter], name: str, value: str) -> str | None:
@@ -222,6 +239,8 @@ async def _read_body(endpoint: Endpoint, request: web.Request, max_body: int) ->
     """
     assert endpoint.input is not None
     body = await read_json(request, max_bytes=max_body)
+    if endpoint.confidential and body is not None:
+        request[PAYLOAD] = OMITTED if not isinstance(body, dict) else dict.fromkeys(body, OMITTED)
     if body is None:
         try:
             validation.validate(endpoint.input, {})
@@ -231,7 +250,7 @@ async def _read_body(endpoint: Endpoint, request: web.Request, max_body: int) ->
             f"request body is missing: {endpoint.name} takes a JSON object matching the schema "
             f"{endpoint.input} (send {{}} for none of its properties)"
         )
-    validation.validate(endpoint.input, body)
+    validation.validate(endpoint.input, body, quote=not endpoint.confidential)
     return body
 
 
@@ -250,7 +269,11 @@ def route_handler(
 
     async def handle(request: web.Request) -> web.StreamResponse:
         request[ENDPOINT] = endpoint.name
-        validation.validate_params(request.match_info)
+        try:
+            validation.validate_params(request.match_info)
+        except InputValidationError:
+            _refuse(PARAMETERS, request.match_info)
+            raise
         _check_query(endpoint, accepted, request)
         body: Any = None
         if endpoint.input is not None:

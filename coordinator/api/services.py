@@ -1,7 +1,7 @@
 """The services the coordinator serves on its root URL, each under its own prefix with its own
 OpenAPI document: the queue (its parts: tasks, a worker's calls on runs, artifacts, the
-batches of runs, task queues and workers, the management API), the hooks service and the auth
-service.
+batches of runs, task queues and workers, the management API), the hooks service, the auth
+service, the index service, the secrets service and the purge-cache service.
 
 A new service is one :class:`Service` here, built from the :class:`~coordinator.api.pipeline.
 Routes` its own module declares beside its handlers; the app serves every endpoint of
@@ -21,8 +21,11 @@ from coordinator.api import (
     auth_scopes,
     claims,
     hooks,
+    index,
     management,
+    purge_cache,
     run_batches,
+    secrets,
     status,
     task_queues,
     tasks,
@@ -31,7 +34,10 @@ from coordinator.api.endpoints import (
     API_PREFIX,
     AUTH_PREFIX,
     HOOKS_PREFIX,
+    INDEX_PREFIX,
     MAX_REQUEST_LINE,
+    PURGE_CACHE_PREFIX,
+    SECRETS_PREFIX,
     Endpoint,
 )
 from coordinator.api.pipeline import Routes
@@ -122,7 +128,44 @@ AUTH = Service(
         "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
     },
 )
-SERVICES = (QUEUE, HOOKS, AUTH)
+INDEX = Service(
+    title="Index Service",
+    prefix=INDEX_PREFIX,
+    parts=(status.status_routes(INDEX_PREFIX, "Index"), index.ROUTES),
+    about="Taskcluster's index service v1, served by the coordinator beside its queue: tasks "
+    "found by names (index paths) instead of taskIds. A task that completes is indexed at "
+    "`<namespace>` for each of its routes `index.<namespace>`, with its "
+    "`extra.index.{rank, expires, data}`, in the transaction that stores its completion. "
+    "Slashes (`/`) are not allowed in index paths. " + PROTOCOL,
+    errors={
+        "404": "ResourceNotFound: no (unexpired) task at the index path.",
+        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+    },
+)
+SECRETS = Service(
+    title="Secrets Service",
+    prefix=SECRETS_PREFIX,
+    parts=(status.status_routes(SECRETS_PREFIX, "Secrets"), secrets.ROUTES),
+    about="Taskcluster's secrets service v1, served by the coordinator beside its queue: a "
+    "key/value store for small bits of secret data, each value a JSON object encrypted at rest "
+    "and readable only with the scope that names it, until it expires. " + PROTOCOL,
+    errors={
+        "404": "ResourceNotFound: no such secret, or it has expired (`Secret not found`).",
+        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+    },
+)
+PURGE_CACHE = Service(
+    title="Purge Cache Service",
+    prefix=PURGE_CACHE_PREFIX,
+    parts=(status.status_routes(PURGE_CACHE_PREFIX, "PurgeCache"), purge_cache.ROUTES),
+    about="Taskcluster's purge-cache service v1, served by the coordinator beside its queue: "
+    "requests to purge the caches of a name on a worker pool's workers, timestamped; workers "
+    "ask before starting a task and purge the caches made before. " + PROTOCOL,
+    errors={
+        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+    },
+)
+SERVICES = (QUEUE, HOOKS, AUTH, INDEX, SECRETS, PURGE_CACHE)
 """Every service, served under its prefix with its document at ``<prefix>/openapi.json``."""
 
 PARTS = tuple(part for service in SERVICES for part in service.parts)

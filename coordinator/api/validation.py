@@ -224,24 +224,29 @@ def preload(endpoints: Iterable[Endpoint]) -> None:
         _fast(_parameter_ref(parameter.schema), formats=True)
 
 
-def _errors(validator: Validator, instance: Any, where: str) -> list[str]:
+def _errors(validator: Validator, instance: Any, where: str, *, quote: bool = True) -> list[str]:
     errors = sorted(
         validator.iter_errors(instance),
         key=lambda e: ([str(p) for p in e.absolute_path], e.message),
     )
-    return [_describe(error, where) for error in errors]
+    describe = _describe if quote else _describe_unquoted
+    return [describe(error, where) for error in errors]
 
 
-def validate(schema_name: str, instance: object, *, where: str = "body") -> None:
+def validate(
+    schema_name: str, instance: object, *, where: str = "body", quote: bool = True
+) -> None:
     """Check a request body against the named schema.
 
     :param where: how messages name the instance's root, e.g. ``body``.
+    :param quote: messages may quote the failing values; without, they say only where and
+        which rule failed (a body holding a secret).
     :raises InputValidationError: listing every failing path, e.g.
         ``body.metadata.owner: 'x' is not a 'email'``.
     """
     if _fast(_schema_id(schema_name), formats=True).is_valid(instance):
         return
-    problems = _errors(_validator(schema_name), instance, where)
+    problems = _errors(_validator(schema_name), instance, where, quote=quote)
     if problems:
         raise InputValidationError(
             f"{where} does not match the schema {schema_name}: " + "; ".join(problems)
@@ -346,6 +351,24 @@ def _describe(error: ValidationError, where: str) -> str:
         shown = repr(error.instance)
         if len(shown) > _MAX_SHOWN and message.startswith(shown):
             message = shown[: _MAX_SHOWN - 1] + "…" + message[len(shown) :]
+    return f"{location}: {message}"
+
+
+def _describe_unquoted(error: ValidationError, where: str) -> str:
+    """:func:`_describe` without the failing value: only its place, and the rule it breaks
+    (a missing or unknown property's name is the body's shape, not a value)."""
+    location = _location(where, error.absolute_path)
+    rule = error.validator_value
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        message = _additional_properties(error.instance, error.schema)
+    elif error.validator == "required":
+        message = error.message
+    elif error.validator == "type":
+        message = f"must be of type {rule!r}"
+    elif error.validator == "format":
+        message = f"must be a {rule!r}"
+    else:
+        message = f"does not satisfy the schema's {error.validator!r} ({rule!r})"
     return f"{location}: {message}"
 
 

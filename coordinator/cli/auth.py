@@ -5,23 +5,21 @@ the ``roles`` commands (``list``, ``show``, ``create``, ``update``, ``delete``, 
 
 This module owns the client side of those calls (docs/auth.md has their semantics): the flags
 and the request bodies they become (an update reads the client or role first and keeps what
-it is not given), the ``--expires`` notation (Taskcluster's ``1 year``, ``30d``, or an ISO 8601
-time), percent-encoding the clientId or roleId as one path segment, reading every page of a
-listing, and printing tables, details, JSON, or a new accessToken as shell ``export`` lines.
-Reading the ``TASKCLUSTER_*`` variables, signing, and the one-line failures (exit status 1 for
-a refusal, 2 for the environment) are :mod:`coordinator.cli.rest`'s, as for the ``tasks``
-commands. ``clients add``, which edits the clients file instead, is :mod:`coordinator.cli.main`'s.
+it is not given), percent-encoding the clientId or roleId as one path segment, and printing
+details, JSON, or a new accessToken as shell ``export`` lines. Reading the ``TASKCLUSTER_*``
+variables, signing, paging, the ``--expires`` notation, tables, and the one-line failures (exit
+status 1 for a refusal, 2 for the environment) are :mod:`coordinator.cli.rest`'s, as for the
+``tasks`` and ``index`` commands. ``clients add``, which edits the clients file instead, is
+:mod:`coordinator.cli.main`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import shlex
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 from urllib.parse import quote
 
@@ -33,9 +31,13 @@ from coordinator.cli.rest import (
     Caller,
     CommandFailed,
     Target,
+    all_pages,
+    expires_at,
+    fetch_object,
     fit,
     one_line,
     run_command,
+    table,
     to_second,
 )
 from coordinator.service.encryption import new_key_text
@@ -61,18 +63,6 @@ EXPIRES_HELP = (
     "when the client expires: a duration from now as Taskcluster writes them (1y, 6 months, "
     "30d, 2 weeks, 12h) or an ISO 8601 time (2027-01-31T00:00:00Z)"
 )
-
-DURATION = re.compile(
-    r"^(\s*(?P<years>\d+)\s*y(ears?)?)?"
-    r"(\s*(?P<months>\d+)\s*mo(nths?)?)?"
-    r"(\s*(?P<weeks>\d+)\s*w(eeks?)?)?"
-    r"(\s*(?P<days>\d+)\s*d(ays?)?)?"
-    r"(\s*(?P<hours>\d+)\s*h(ours?)?)?"
-    r"(\s*(?P<minutes>\d+)\s*m(in(utes?)?)?)?\s*"
-    r"(\s*(?P<seconds>\d+)\s*s(ec(onds?)?)?)?\s*$"
-)
-"""The official clients' ``fromNow`` notation (a year is 365 days, a month 30), without a
-sign: an expiry lies ahead."""
 
 
 # --- the parsers ---------------------------------------------------------------------------
@@ -102,7 +92,7 @@ def configure_clients(commands: argparse._SubParsersAction[argparse.ArgumentPars
     _scopes(create, required=True, what="client", replacing=False)
     create.add_argument(
         "--expires",
-        type=expires,
+        type=expires_at,
         default=DEFAULT_EXPIRES,  # argparse converts a string default with the type
         metavar="WHEN",
         help=EXPIRES_HELP + f" (default: {DEFAULT_EXPIRES})",
@@ -120,7 +110,7 @@ def configure_clients(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     _client_id(update)
     _scopes(update, required=False, what="client", replacing=True)
-    update.add_argument("--expires", type=expires, metavar="WHEN", help=EXPIRES_HELP)
+    update.add_argument("--expires", type=expires_at, metavar="WHEN", help=EXPIRES_HELP)
     update.add_argument("--description", help="what the client is for")
     update.add_argument(
         "--delete-on-expiration",
@@ -196,37 +186,6 @@ def _scopes(
     )
 
 
-def expires(text: str) -> str:
-    """``--expires``: a duration from now or an ISO 8601 time, as the API's timestamp
-    (``2027-01-31T00:00:00.000Z``); a time without an offset is UTC."""
-    now = datetime.now(UTC)
-    match = DURATION.match(text)
-    if match and any(match.groupdict().values()):
-        number = {unit: int(value or 0) for unit, value in match.groupdict().items()}
-        delta = timedelta(
-            days=365 * number["years"] + 30 * number["months"] + number["days"],
-            weeks=number["weeks"],
-            hours=number["hours"],
-            minutes=number["minutes"],
-            seconds=number["seconds"],
-        )
-        if not delta:
-            raise argparse.ArgumentTypeError(f"{text!r} is no time from now")
-        return _timestamp(now + delta)
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither a duration (1y, 6 months, 30d, 2 weeks, 12h) nor an ISO 8601 "
-            "time (2027-01-31T00:00:00Z)"
-        ) from None
-    return _timestamp(when if when.tzinfo else when.replace(tzinfo=UTC))
-
-
-def _timestamp(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 # --- running -------------------------------------------------------------------------------
 
 
@@ -286,58 +245,6 @@ def _unique(scopes: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(scopes))
 
 
-async def _object(
-    caller: Caller,
-    method: str,
-    path: str,
-    *,
-    body: Any = None,
-    query: Sequence[tuple[str, str]] = (),
-) -> tuple[str, dict[str, Any]]:
-    """The answer's text and its JSON object."""
-    text, answer = await caller.fetch_json(method, path, query, body=body)
-    if not isinstance(answer, dict):
-        raise CommandFailed(
-            f"the coordinator's answer to {method} {path} is not a JSON object",
-            exit_status=EXIT_REFUSED,
-        )
-    return text, answer
-
-
-async def _pages(
-    caller: Caller, path: str, key: str, query: Sequence[tuple[str, str]] = ()
-) -> list[dict[str, Any]]:
-    """Every item of every page of a listing under ``key``."""
-    items: list[dict[str, Any]] = []
-    token: str | None = None
-    while True:
-        paged = [*query] if token is None else [*query, ("continuationToken", token)]
-        _, page = await _object(caller, "GET", path, query=paged)
-        listed = page.get(key)
-        if not isinstance(listed, list):
-            raise CommandFailed(
-                f"the coordinator's answer to GET {path} lacks {key!r}", exit_status=EXIT_REFUSED
-            )
-        items += [item if isinstance(item, dict) else {} for item in listed]
-        token = page.get("continuationToken")
-        if not token:
-            return items
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: set[int]) -> str:
-    """Columns as wide as their widest cell, two spaces apart; ``right``: the columns
-    aligned right (counts)."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = []
-    for row in [header, *rows]:
-        cells = [
-            cell.rjust(width) if i in right else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines) + "\n"
-
-
 def _details(fields: Sequence[tuple[str, Any]], answer: Mapping[str, Any]) -> str:
     """A client or role as ``name  value`` lines, then its scopes and their expansion, one
     per line, indented."""
@@ -374,7 +281,7 @@ def _exports(answer: Mapping[str, Any], comment: str) -> str:
 
 async def _list_clients(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
     query = [] if args.prefix is None else [("prefix", args.prefix)]
-    clients = await _pages(caller, "/clients/", "clients", query)
+    clients = await all_pages(caller, "/clients/", "clients", query)
     if args.json:
         out.writelines(json.dumps(client) + "\n" for client in clients)
         return
@@ -389,13 +296,13 @@ async def _list_clients(caller: Caller, args: argparse.Namespace, out: TextIO) -
         )
         for client in clients
     ]
-    out.write(_table(header, rows, right={3}))
+    out.write(table(header, rows, right={3}))
     if not clients:
         print("no clients (the clients file's are not listed)", file=sys.stderr)
 
 
 async def _show_client(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
-    text, client = await _object(caller, "GET", _client_path(args))
+    text, client = await fetch_object(caller, "GET", _client_path(args))
     if args.json:
         out.write(text.rstrip("\n") + "\n")
         return
@@ -420,7 +327,7 @@ async def _create_client(caller: Caller, args: argparse.Namespace, out: TextIO) 
         "scopes": _unique(args.scopes),
         "deleteOnExpiration": args.delete_on_expiration,
     }
-    _, made = await _object(caller, "PUT", _client_path(args), body=body)
+    _, made = await fetch_object(caller, "PUT", _client_path(args), body=body)
     expiry = to_second(made.get("expires"))
     out.write(_exports(made, f"created {args.client_id} through the auth API, expires {expiry}"))
 
@@ -434,7 +341,7 @@ async def _update_client(caller: Caller, args: argparse.Namespace, out: TextIO) 
             exit_status=EXIT_CONFIGURATION,
         )
     path = _client_path(args)
-    _, client = await _object(caller, "GET", path)
+    _, client = await fetch_object(caller, "GET", path)
     # updateClient replaces the description, expiry and deleteOnExpiration (and the scopes
     # when given): what the command was not given stays as the client has it.
     body: dict[str, Any] = {
@@ -448,7 +355,7 @@ async def _update_client(caller: Caller, args: argparse.Namespace, out: TextIO) 
     }
     if args.scopes is not None:
         body["scopes"] = _unique(args.scopes)
-    _, updated = await _object(caller, "POST", path, body=body)
+    _, updated = await fetch_object(caller, "POST", path, body=body)
     scopes = len(updated.get("scopes") or [])
     out.write(
         f"updated client {args.client_id}: expires {to_second(updated.get('expires'))}, "
@@ -457,18 +364,18 @@ async def _update_client(caller: Caller, args: argparse.Namespace, out: TextIO) 
 
 
 async def _reset_client(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
-    _, answer = await _object(caller, "POST", _client_path(args, "/reset"))
+    _, answer = await fetch_object(caller, "POST", _client_path(args, "/reset"))
     comment = f"new accessToken of {args.client_id}; the old one no longer works"
     out.write(_exports(answer, comment))
 
 
 async def _disable_client(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
-    await _object(caller, "POST", _client_path(args, "/disable"))
+    await fetch_object(caller, "POST", _client_path(args, "/disable"))
     out.write(f"disabled client {args.client_id}\n")
 
 
 async def _enable_client(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
-    await _object(caller, "POST", _client_path(args, "/enable"))
+    await fetch_object(caller, "POST", _client_path(args, "/enable"))
     out.write(f"enabled client {args.client_id}\n")
 
 
@@ -479,7 +386,7 @@ async def _delete_client(caller: Caller, args: argparse.Namespace, out: TextIO) 
 
 async def _client_history(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
     path = f"/audit/client/{_segment(args.client_id)}"
-    entries = await _pages(caller, path, "auditHistory")
+    entries = await all_pages(caller, path, "auditHistory")
     if args.json:
         out.writelines(json.dumps(entry) + "\n" for entry in entries)
         return
@@ -491,7 +398,7 @@ async def _client_history(caller: Caller, args: argparse.Namespace, out: TextIO)
         )
         for entry in entries
     ]
-    out.write(_table(("WHEN", "ACTION", "BY"), rows, right=set()))
+    out.write(table(("WHEN", "ACTION", "BY"), rows, right=set()))
     if not entries:
         print(f"no history of client {args.client_id}", file=sys.stderr)
 
@@ -517,13 +424,13 @@ async def _list_roles(caller: Caller, args: argparse.Namespace, out: TextIO) -> 
         )
         for role in (item if isinstance(item, dict) else {} for item in roles)
     ]
-    out.write(_table(("ROLE ID", "SCOPES", "EXPANDED", "DESCRIPTION"), rows, right={1, 2}))
+    out.write(table(("ROLE ID", "SCOPES", "EXPANDED", "DESCRIPTION"), rows, right={1, 2}))
     if not roles:
         print("no roles", file=sys.stderr)
 
 
 async def _show_role(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
-    text, role = await _object(caller, "GET", _role_path(args))
+    text, role = await fetch_object(caller, "GET", _role_path(args))
     if args.json:
         out.write(text.rstrip("\n") + "\n")
         return
@@ -538,7 +445,7 @@ async def _show_role(caller: Caller, args: argparse.Namespace, out: TextIO) -> N
 
 async def _create_role(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
     body = {"description": args.description, "scopes": _unique(args.scopes)}
-    _, role = await _object(caller, "PUT", _role_path(args), body=body)
+    _, role = await fetch_object(caller, "PUT", _role_path(args), body=body)
     out.write(f"created role {args.role_id}: {_expansion(role)}\n")
 
 
@@ -547,10 +454,10 @@ async def _update_role(caller: Caller, args: argparse.Namespace, out: TextIO) ->
     description = args.description
     if description is None:
         # updateRole replaces the description too: keep the role's.
-        _, current = await _object(caller, "GET", path)
+        _, current = await fetch_object(caller, "GET", path)
         description = str(current.get("description") or "")
     body = {"description": description, "scopes": _unique(args.scopes)}
-    _, role = await _object(caller, "POST", path, body=body)
+    _, role = await fetch_object(caller, "POST", path, body=body)
     out.write(f"updated role {args.role_id}: {_expansion(role)}\n")
 
 
@@ -566,7 +473,7 @@ async def _delete_role(caller: Caller, args: argparse.Namespace, out: TextIO) ->
 
 
 async def _expand(caller: Caller, args: argparse.Namespace, out: TextIO) -> None:
-    _, answer = await _object(
+    _, answer = await fetch_object(
         caller, "POST", "/scopes/expand", body={"scopes": _unique(args.scopes)}
     )
     scopes = answer.get("scopes")

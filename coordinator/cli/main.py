@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from coordinator.cli import auth as auth_cli
+from coordinator.cli import index as index_cli
 from coordinator.cli import tasks as tasks_cli
 from coordinator.config import Config, ConfigurationError
 from coordinator.logs import configure_logging
@@ -88,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
         "encryption-key",
         help="print a new key for COORDINATOR_ENCRYPTION_KEY",
         description=ENCRYPTION_KEY_DESCRIPTION,
+    )
+    index_cli.configure(
+        commands.add_parser(
+            "index", help="find, list, insert or delete index entries through the index API"
+        )
     )
     tasks_cli.configure(
         commands.add_parser(
@@ -188,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "roles" or (args.command == "clients" and args.clients_command != "add"):
         # A client of the auth API, likewise.
         return auth_cli.run(args)
+    if args.command == "index":
+        return index_cli.run(args)
     if args.command == "encryption-key":
         return auth_cli.encryption_key(sys.stdout)
     try:

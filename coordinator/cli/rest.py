@@ -1,13 +1,15 @@
-"""What the command line's REST clients share: the ``tasks`` commands (:mod:`.tasks`) and the
-``clients``/``roles`` commands (:mod:`.auth`).
+"""What the command line's REST clients share: the ``tasks`` commands (:mod:`.tasks`), the
+``clients``/``roles`` commands (:mod:`.auth`) and the ``index`` commands (:mod:`.index`).
 
 This module owns reading the address and credentials from the environment as the official
 ``taskcluster`` clients do (``TASKCLUSTER_ROOT_URL``, ``TASKCLUSTER_CLIENT_ID``,
 ``TASKCLUSTER_ACCESS_TOKEN``, ``TASKCLUSTER_CERTIFICATE``), sending a request Hawk-signed with
 :mod:`hawk_signing` (bodiless, or with a JSON body), turning a failure into one line
 (:class:`CommandFailed`: the coordinator's ``code: message`` for a refusal), and running a
-command to its exit status (:func:`run_command`), and the cells of their tables (:func:`fit`,
-:func:`to_second`).
+command to its exit status (:func:`run_command`), reading a JSON object or every page of a
+listing (:func:`fetch_object`, :func:`all_pages`), the ``--expires`` notation
+(:func:`expires_at`: Taskcluster's ``1 year``, ``30d``, or an ISO 8601 time), and their tables
+(:func:`table`) and cells (:func:`fit`, :func:`to_second`).
 
 Exit statuses: 0 on success; 1 when the coordinator answered with an error or the answer broke
 off; 2 for a mistake in the environment or an unreachable coordinator (one line naming it and
@@ -16,13 +18,16 @@ the way out); never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -266,3 +271,102 @@ def run_command(
         os.close(devnull)
         return EXIT_BROKEN_PIPE
     return 0
+
+
+# --- what several commands share ------------------------------------------------------------
+
+DURATION = re.compile(
+    r"^(\s*(?P<years>\d+)\s*y(ears?)?)?"
+    r"(\s*(?P<months>\d+)\s*mo(nths?)?)?"
+    r"(\s*(?P<weeks>\d+)\s*w(eeks?)?)?"
+    r"(\s*(?P<days>\d+)\s*d(ays?)?)?"
+    r"(\s*(?P<hours>\d+)\s*h(ours?)?)?"
+    r"(\s*(?P<minutes>\d+)\s*m(in(utes?)?)?)?\s*"
+    r"(\s*(?P<seconds>\d+)\s*s(ec(onds?)?)?)?\s*$"
+)
+"""The official clients' ``fromNow`` notation (a year is 365 days, a month 30), without a
+sign: an expiry lies ahead."""
+
+
+def expires_at(text: str) -> str:
+    """``--expires``: a duration from now or an ISO 8601 time, as the API's timestamp
+    (``2027-01-31T00:00:00.000Z``); a time without an offset is UTC."""
+    now = datetime.now(UTC)
+    match = DURATION.match(text)
+    if match and any(match.groupdict().values()):
+        number = {unit: int(value or 0) for unit, value in match.groupdict().items()}
+        delta = timedelta(
+            days=365 * number["years"] + 30 * number["months"] + number["days"],
+            weeks=number["weeks"],
+            hours=number["hours"],
+            minutes=number["minutes"],
+            seconds=number["seconds"],
+        )
+        if not delta:
+            raise argparse.ArgumentTypeError(f"{text!r} is no time from now")
+        return timestamp(now + delta)
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a duration (1y, 6 months, 30d, 2 weeks, 12h) nor an ISO 8601 "
+            "time (2027-01-31T00:00:00Z)"
+        ) from None
+    return timestamp(when if when.tzinfo else when.replace(tzinfo=UTC))
+
+
+def timestamp(when: datetime) -> str:
+    """``when`` as the API writes times: UTC, milliseconds, ``Z``."""
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def fetch_object(
+    caller: Caller,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    query: Sequence[tuple[str, str]] = (),
+) -> tuple[str, dict[str, Any]]:
+    """The answer's text and its JSON object."""
+    text, answer = await caller.fetch_json(method, path, query, body=body)
+    if not isinstance(answer, dict):
+        raise CommandFailed(
+            f"the coordinator's answer to {method} {path} is not a JSON object",
+            exit_status=EXIT_REFUSED,
+        )
+    return text, answer
+
+
+async def all_pages(
+    caller: Caller, path: str, key: str, query: Sequence[tuple[str, str]] = ()
+) -> list[dict[str, Any]]:
+    """Every item of every page of a listing under ``key``."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        paged = [*query] if token is None else [*query, ("continuationToken", token)]
+        _, page = await fetch_object(caller, "GET", path, query=paged)
+        listed = page.get(key)
+        if not isinstance(listed, list):
+            raise CommandFailed(
+                f"the coordinator's answer to GET {path} lacks {key!r}", exit_status=EXIT_REFUSED
+            )
+        items += [item if isinstance(item, dict) else {} for item in listed]
+        token = page.get("continuationToken")
+        if not token:
+            return items
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: set[int]) -> str:
+    """Columns as wide as their widest cell, two spaces apart; ``right``: the columns
+    aligned right (counts)."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"

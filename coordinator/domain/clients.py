@@ -37,7 +37,8 @@ MAX_DESCRIPTION_LENGTH = 10_240
 STATIC_PREFIX = "static/"
 """The clientId prefix reserved for the clients file's clients."""
 
-EntityType = Literal["client", "role"]
+EntityType = Literal["client", "role", "secret"]
+"""What an audit entry is about (a secret's entries are the secrets service's, docs/secrets.md)."""
 
 CLIENT_ACTIONS = (
     "created",

@@ -1,15 +1,17 @@
-"""Values encrypted at rest (the API-managed clients' accessTokens): the key, its file, and
-AES-256-GCM through ``cryptography``.
+"""Values encrypted at rest (the API-managed clients' accessTokens and the secrets service's
+values): the key, its file, and AES-256-GCM through ``cryptography``.
 
 The key is 32 random bytes, given as ``COORDINATOR_ENCRYPTION_KEY`` (base64) or kept in a file
 (``<data dir>/encryption.key``, created with mode 0600 on first start). Every replica of one
 store must have the same key: :meth:`Cipher.check_against` compares the key's fingerprint with
 the one the store recorded when the first replica started, so a replica with another key
-stops at start-up instead of failing to read every token.
+stops at start-up instead of failing to read every token and secret. Every key problem
+(malformed, unreadable, another replica's) is a :class:`ConfigurationError`: one line and exit
+status 2 from ``queue-coordinator serve``.
 
 A ciphertext is ``version byte (1) | 12-byte nonce | AES-GCM(ciphertext + tag)``; the
-associated data binds it to what it encrypts (a clientId), so a token copied onto another
-client's row does not decrypt.
+associated data binds it to what it encrypts (a clientId, or ``secret:<name>``), so a value
+copied onto another row does not decrypt.
 """
 
 from __future__ import annotations
@@ -73,9 +75,9 @@ class Cipher:
         recorded = await store.shared_secret(_FINGERPRINT_SECRET, new=self.fingerprint)
         if not hmac.compare_digest(recorded, self.fingerprint):
             raise ConfigurationError(
-                "the encryption key differs from the one this store's accessTokens were "
-                "encrypted with: give every replica the same COORDINATOR_ENCRYPTION_KEY (or "
-                "the same COORDINATOR_ENCRYPTION_KEY_FILE)"
+                "the encryption key differs from the one this store's accessTokens and "
+                "secrets were encrypted with: give every replica the same "
+                "COORDINATOR_ENCRYPTION_KEY (or the same COORDINATOR_ENCRYPTION_KEY_FILE)"
             )
 
 

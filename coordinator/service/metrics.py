@@ -6,7 +6,8 @@ happens: a run resolved (``queue_completed_tasks_total``, ``queue_failed_tasks_t
 (``queue_hints_put_total``, ``queue_hint_put_failures_total``), a background pass that acted
 (``queue_resolver_actions_total{resolver}``), a hook fired
 (``hooks_fires_total{hookGroupId,result}``), runs a task queue's pause or limits held back
-(``queue_limited_claims_total{provisionerId,workerType}``), which queues are paused
+(``queue_limited_claims_total{provisionerId,workerType}``), index entries a completion
+stored or could not (``index_completion_entries_total{result}``), which queues are paused
 (``queue_paused{provisionerId,workerType}``), and how long each run waited, visible, before a
 worker claimed it (``queue_pending_seconds{provisionerId,workerType}``, whichever dispatch).
 It also holds the per-task-queue gauges (``queue_pending_tasks``, ``queue_claimed_tasks``)
@@ -123,6 +124,14 @@ class ServiceMetrics:
             registry=reg,
         )
         self._paused_queues: set[TaskQueue] = set()
+        self._index_entries = Counter(
+            "index_completion_entries",
+            "Index entries of completed tasks' index routes, by result: written (the rank "
+            "rule then decides whether it replaces what was there), or refused (a completion "
+            "whose extra.index is not what the indexer takes; none of its routes is indexed).",
+            ["result"],
+            registry=reg,
+        )
         self._limited_claims = Counter(
             "queue_limited_claims",
             "Runs a claim asked for that a task queue's pause or limits held back.",
@@ -196,3 +205,9 @@ class ServiceMetrics:
 
     def hook_fired(self, hook_group_id: str, result: str) -> None:
         self._hook_fires.labels(hookGroupId=hook_group_id, result=result).inc()
+
+    def completion_indexed(self, entries: int) -> None:
+        self._index_entries.labels(result="written").inc(entries)
+
+    def completion_not_indexed(self) -> None:
+        self._index_entries.labels(result="refused").inc()

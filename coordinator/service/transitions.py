@@ -6,7 +6,8 @@ callers (API requests, resolver loops, other replicas) wins and the rest see the
 state. After a successful write the result's effects follow: the hint of a newly pending run
 is published, and a newly resolved task's dependents are re-examined. Both effects are also
 recorded in the record (``hint_needed``, ``notify_dependents``), so the resolvers finish them if
-this process dies first.
+this process dies first. A completion's index entries (its ``index.*`` routes) are no effect:
+they are written by the completing compare-and-set itself, in its transaction.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
-from coordinator.domain.errors import Conflict, DomainError, NotFound
+from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
 from coordinator.domain.events import QueueEvent, task_events
+from coordinator.domain.index import IndexedTask, completion_entries
 from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.records import Run, TaskRecord, changed_runs
 from coordinator.domain.task_queues import TaskQueue
@@ -152,11 +154,12 @@ class Transitions:
             if not result.changed:
                 return result
             events = task_events(record, result.record) if self.publish_events else ()
+            index = self._index_entries(result)
             stored = await self._store.compare_and_set(
-                result.record, events=events, resolving=result.resolved
+                result.record, events=events, resolving=result.resolved, index=index
             )
             if stored is not None:
-                result, runs = self._written(record, result, stored)
+                result, runs = self._written(record, result, stored, indexed=len(index))
                 log_changes(action, [(task_id, runs)])
                 await self.effects(result)
                 return result
@@ -240,11 +243,17 @@ class Transitions:
             events: dict[str, list[QueueEvent]] | None = None
             if self.publish_events:
                 events = {r.task_id: task_events(r, w.record) for _, r, w in writes}
+            indexing = {
+                w.record.task_id: entries
+                for _, _, w in writes
+                if (entries := self._index_entries(w))
+            }
             stored = await self._store.compare_and_set_many(
                 [w[2].record for w in writes],
                 events=events,
                 resolving={w.record.task_id for _, _, w in writes if w.resolved},
                 closing=None if closing is None else close,
+                index=indexing,
             )
             written: list[TransitionResult] = []
             logged: dict[str, list[tuple[str, tuple[Run, ...]]]] = {}
@@ -253,7 +262,9 @@ class Transitions:
                 if after is None:
                     indexes.append(index)
                     continue
-                won, runs = self._written(record, result, after)
+                won, runs = self._written(
+                    record, result, after, indexed=len(indexing.get(after.task_id, ()))
+                )
                 written.append(won)
                 results[index] = won
                 logged.setdefault(changes[index].action, []).append((after.task_id, runs))
@@ -313,14 +324,34 @@ class Transitions:
             return dataclasses.replace(result, record=result.record.replace(hint_needed=False))
         return result
 
+    def _index_entries(self, result: TransitionResult) -> list[IndexedTask]:
+        """The index entries a completion writes with it; none (a warning, counted) when its
+        ``extra.index`` is not what the indexer takes, as Taskcluster's indexer skips it."""
+        record = result.record
+        if not result.resolved or record.state != "completed":
+            return []
+        try:
+            return completion_entries(record.task_id, record.definition)
+        except InputError as error:
+            log.warning(
+                "task not indexed (%s) taskId=%s runId=%d",
+                error,
+                record.task_id,
+                len(record.runs) - 1,
+            )
+            self._metrics.completion_not_indexed()
+            return []
+
     def _written(
-        self, before: TaskRecord, result: TransitionResult, stored: TaskRecord
+        self, before: TaskRecord, result: TransitionResult, stored: TaskRecord, *, indexed: int = 0
     ) -> tuple[TransitionResult, tuple[Run, ...]]:
-        """The result of a won compare-and-set, counted, and the runs whose state it changed
-        (for the caller's :func:`log_changes`)."""
+        """The result of a won compare-and-set, counted (with the ``indexed`` entries it
+        wrote), and the runs whose state it changed (for the caller's :func:`log_changes`)."""
         runs = tuple(changed_runs(before, stored))
         self._metrics.runs_resolved(runs)
         self._metrics.runs_claimed(stored, runs)
+        if indexed:
+            self._metrics.completion_indexed(indexed)
         return dataclasses.replace(result, record=stored), runs
 
     async def apply_each(self, work: Iterable[tuple[str, Transition]], *, action: str) -> int:

@@ -24,8 +24,11 @@ from coordinator.store.contract.auth import AuthStore
 from coordinator.store.contract.controls import QueueControlStore
 from coordinator.store.contract.dispatch import DispatchStore
 from coordinator.store.contract.hooks import HookStore
+from coordinator.store.contract.index import IndexStore
 from coordinator.store.contract.management import ManagementStore
 from coordinator.store.contract.outbox import OutboxStore
+from coordinator.store.contract.purge_cache import PurgeCacheStore
+from coordinator.store.contract.secrets import SecretStore
 from coordinator.store.contract.tasks import TaskStore
 from coordinator.store.contract.workers import WorkerStore
 
@@ -40,6 +43,9 @@ class Store(
     ArtifactStore,
     HookStore,
     AuthStore,
+    IndexStore,
+    SecretStore,
+    PurgeCacheStore,
     abc.ABC,
 ):
     """The whole store: every part of the contract, and the database it is kept in."""

@@ -66,6 +66,7 @@ from coordinator.domain.events import (
     QueueEvent,
     group_event,
 )
+from coordinator.domain.index import IndexedTask
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
@@ -76,6 +77,7 @@ from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSi
 from coordinator.store.artifact_rows import artifact_columns
 from coordinator.store.base import ProcessLocks
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement
+from coordinator.store.index_rows import indexed_task_columns, namespace_columns
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
     entry_from_row,
@@ -257,6 +259,22 @@ async def _groups_resolved(
     statement = _Q["task_group_resolved"]
     for group, task_ids in sorted(groups.items()):
         await conn.execute(statement.sql, *statement.args({"group": group, "task_ids": task_ids}))
+
+
+async def _write_index(
+    conn: asyncpg.Connection,
+    written: Sequence[TaskRecord],
+    index: Mapping[str, Sequence[IndexedTask]],
+) -> None:
+    """The index entries of these written records' completions, in the caller's transaction
+    (the rank rule judged at each one's ``resolved`` time)."""
+    upsert, namespaces = _Q["upsert_indexed_task"], _Q["upsert_index_namespace"]
+    for record in written:
+        for entry in index.get(record.task_id, ()):
+            columns = indexed_task_columns(entry, now=record.resolved or 0)
+            if await conn.fetch(upsert.sql, *upsert.args(columns)):
+                rows = namespace_columns(entry)
+                await conn.executemany(namespaces.sql, [namespaces.args(r) for r in rows])
 
 
 @functools.lru_cache(maxsize=512)
@@ -595,7 +613,12 @@ class PostgresStore(SQLStore):
         return fetch
 
     async def compare_and_set(
-        self, record: TaskRecord, *, events: Sequence[QueueEvent] = (), resolving: bool = False
+        self,
+        record: TaskRecord,
+        *,
+        events: Sequence[QueueEvent] = (),
+        resolving: bool = False,
+        index: Sequence[IndexedTask] = (),
     ) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
         if events:
@@ -604,9 +627,21 @@ class PostgresStore(SQLStore):
                 name += "_resolving"
                 params["task_group_id"] = record.task_group_id
             statement, args = _with_outbox_args(name, params, events)
-            rows = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         else:
-            rows = await self._fetch("compare_and_set", **params)
+            statement = _Q["compare_and_set"]
+            args = statement.args(params)
+        if index:
+
+            async def indexing() -> list[asyncpg.Record]:
+                async with self._connections.acquire() as conn, conn.transaction():
+                    rows = cast("list[asyncpg.Record]", await conn.fetch(statement.sql, *args))
+                    if rows:
+                        await _write_index(conn, [record], {record.task_id: index})
+                    return rows
+
+            rows = await self._outages.watch(indexing())
+        else:
+            rows = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         return (
             stored_after_cas(record, rows[0]["version"], rows[0]["notify_dependents"])
             if rows
@@ -620,14 +655,20 @@ class PostgresStore(SQLStore):
         events: Mapping[str, Sequence[QueueEvent]] | None = None,
         resolving: Collection[str] = (),
         closing: Callable[[int], Sequence[QueueEvent]] | None = None,
+        index: Mapping[str, Sequence[IndexedTask]] | None = None,
     ) -> list[TaskRecord | None]:
         if not records:
             return []
         values = _compare_and_set_values(records)
-        if events:
+        if events or index:
 
             async def then(conn: asyncpg.Connection, rows: list[asyncpg.Record]) -> None:
                 written = {row["task_id"] for row in rows}
+                if index:
+                    won = [record for record in records if record.task_id in written]
+                    await _write_index(conn, won, index)
+                if not events:
+                    return
                 await _groups_resolved(conn, records, written & set(resolving))
                 if closing is not None and len(written) == len(records):
                     insert = _Q["insert_outbox_event"]
@@ -636,7 +677,9 @@ class PostgresStore(SQLStore):
 
             fetched = await self._with_events(
                 self._fetcher("compare_and_set_many", values),
-                lambda rows: written_outbox_rows(records, {row["task_id"] for row in rows}, events),
+                lambda rows: written_outbox_rows(
+                    records, {row["task_id"] for row in rows}, events or {}
+                ),
                 then=then,
             )
         else:

@@ -16,10 +16,13 @@ from coordinator.domain.artifacts import Artifact
 from coordinator.domain.clients import AuditEntry, Role, Roles, StoredClient
 from coordinator.domain.events import QueueEvent
 from coordinator.domain.hooks import Hook, LastFire
+from coordinator.domain.index import IndexedTask, Namespace
 from coordinator.domain.json_text import compact
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
+from coordinator.domain.purge_cache import PurgeRequest
 from coordinator.domain.queue_controls import Limits, Pause, QueueControls
 from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.secrets import StoredSecret
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
@@ -51,6 +54,12 @@ from coordinator.store.hook_rows import (
     hook_key,
     last_fire_columns,
     last_fire_from_row,
+)
+from coordinator.store.index_rows import (
+    indexed_task_columns,
+    indexed_task_from_row,
+    namespace_columns,
+    namespace_from_row,
 )
 from coordinator.store.rows import Row, page_from_rows, record_from_row
 from coordinator.store.worker_rows import (
@@ -408,6 +417,49 @@ class SQLStore(Store, abc.ABC):
         )
         return [last_fire_from_row(row) for row in rows]
 
+    # --- the index --------------------------------------------------------------------------
+
+    async def insert_indexed_task(self, entry: IndexedTask, *, now: int) -> IndexedTask:
+        written = await self._fetch_then(
+            "upsert_indexed_task",
+            indexed_task_columns(entry, now=now),
+            then=[("upsert_index_namespace", namespace_columns(entry))],
+        )
+        if written:
+            return entry
+        [stored] = await self.get_indexed_tasks([(entry.namespace, entry.name)])
+        return stored
+
+    async def get_indexed_tasks(self, paths: Sequence[tuple[str, str]]) -> list[IndexedTask]:
+        if not paths:
+            return []
+        rows = await self._fetch("get_indexed_tasks", paths=compact([list(p) for p in paths]))
+        return [indexed_task_from_row(row) for row in rows]
+
+    async def list_indexed_tasks(
+        self, namespace: str, *, now: int, limit: int, after: str | None
+    ) -> list[IndexedTask]:
+        rows = await self._fetch(
+            "list_indexed_tasks", namespace=namespace, after=after or "", now=now, limit=limit
+        )
+        return [indexed_task_from_row(row) for row in rows]
+
+    async def list_namespaces(
+        self, parent: str, *, now: int, limit: int, after: str | None
+    ) -> list[Namespace]:
+        rows = await self._fetch(
+            "list_index_namespaces", parent=parent, after=after or "", now=now, limit=limit
+        )
+        return [namespace_from_row(row) for row in rows]
+
+    async def delete_indexed_task(self, namespace: str, name: str) -> bool:
+        return bool(await self._fetch("delete_indexed_task", namespace=namespace, entry_name=name))
+
+    async def expire_index(self, now: int, limit: int) -> int:
+        tasks = await self._fetch("expire_indexed_tasks", now=now, limit=limit)
+        namespaces = await self._fetch("expire_index_namespaces", now=now, limit=limit)
+        return len(tasks) + len(namespaces)
+
     # --- task-queue controls ----------------------------------------------------------------
 
     async def queue_controls(self) -> list[QueueControls]:
@@ -571,10 +623,106 @@ class SQLStore(Store, abc.ABC):
         )
         return [audit_from_row(row) for row in rows]
 
+    # --- secrets ----------------------------------------------------------------------------
+
+    async def insert_secret(self, secret: StoredSecret, *, audit: AuditEntry) -> bool:
+        rows = await self._fetch_then(
+            "insert_secret", _secret_columns(secret), then=_audited(audit)
+        )
+        return bool(rows)
+
+    async def update_secret(self, secret: StoredSecret, *, audit: AuditEntry) -> bool:
+        rows = await self._fetch_then(
+            "update_secret", _secret_columns(secret), then=_audited(audit)
+        )
+        return bool(rows)
+
+    async def get_secret(self, name: str) -> StoredSecret | None:
+        rows = await self._fetch("get_secret", secret_name=name)
+        if not rows:
+            return None
+        row = rows[0]
+        return StoredSecret(
+            name=row["name"], encrypted_value=bytes(row["encrypted_value"]), expires=row["expires"]
+        )
+
+    async def list_secrets(self, *, now: int, limit: int, after: str | None) -> list[str]:
+        rows = await self._fetch("list_secrets", now=now, after=after or "", limit=limit)
+        return [row[0] for row in rows]
+
+    async def delete_secret(
+        self, name: str, *, audit: AuditEntry, expired_before: int | None = None
+    ) -> bool:
+        params = {"secret_name": name, "expired_before": expired_before}
+        return bool(await self._fetch_then("delete_secret", params, then=_audited(audit)))
+
+    async def expired_secrets(self, now: int, limit: int) -> list[str]:
+        return [row[0] for row in await self._fetch("expired_secrets", now=now, limit=limit)]
+
+    # --- purge-cache ------------------------------------------------------------------------
+
+    async def purge_cache(self, request: PurgeRequest) -> PurgeRequest:
+        rows = await self._fetch(
+            "purge_cache",
+            provisioner_id=request.task_queue.provisioner_id,
+            worker_type=request.task_queue.worker_type,
+            cache_name=request.cache_name,
+            purge_before=request.before,
+            expires=request.expires,
+        )
+        return _purge_request_from_row(rows[0])
+
+    async def purge_requests(self, task_queue: TaskQueue, *, since: int) -> list[PurgeRequest]:
+        rows = await self._fetch(
+            "purge_requests",
+            provisioner_id=task_queue.provisioner_id,
+            worker_type=task_queue.worker_type,
+            since=since,
+        )
+        return [_purge_request_from_row(row) for row in rows]
+
+    async def all_purge_requests(
+        self, *, limit: int, after: tuple[str, str, str] | None
+    ) -> list[PurgeRequest]:
+        provisioner_id, worker_type, cache_name = after or ("", "", "")
+        rows = await self._fetch(
+            "all_purge_requests",
+            provisioner_id=provisioner_id,
+            worker_type=worker_type,
+            cache_name=cache_name,
+            limit=limit,
+        )
+        return [_purge_request_from_row(row) for row in rows]
+
+    async def expire_purge_requests(self, now: int, limit: int) -> int:
+        return len(await self._fetch("expire_purge_requests", now=now, limit=limit))
+
 
 def _client_written(audit: AuditEntry) -> list[tuple[str, list[dict[str, Any]]]]:
     """What follows a write of a client in its transaction: the generation and the audit."""
     return [("bump_auth_generation", [{}]), ("insert_audit_entry", [audit_columns(audit)])]
+
+
+def _audited(audit: AuditEntry) -> list[tuple[str, list[dict[str, Any]]]]:
+    """What follows a write of a secret in its transaction: its audit entry."""
+    return [("insert_audit_entry", [audit_columns(audit)])]
+
+
+def _secret_columns(secret: StoredSecret) -> dict[str, Any]:
+    return {
+        "secret_name": secret.name,
+        "encrypted_value": secret.encrypted_value,
+        "expires": secret.expires,
+    }
+
+
+def _purge_request_from_row(row: Row) -> PurgeRequest:
+    return PurgeRequest(
+        task_queue=TaskQueue(row["provisioner_id"], row["worker_type"]),
+        cache_name=row["cache_name"],
+        before=row["purge_before"],
+        expires=row["expires"],
+    )
 
 
 def _role_id(role: Role) -> str:

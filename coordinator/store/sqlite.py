@@ -36,6 +36,7 @@ from coordinator.domain.events import (
     QueueEvent,
     group_event,
 )
+from coordinator.domain.index import IndexedTask
 from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
@@ -45,6 +46,7 @@ from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
 from coordinator.store.base import ProcessLocks
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement
+from coordinator.store.index_rows import indexed_task_columns, namespace_columns
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
     ReplyWrites,
@@ -260,6 +262,20 @@ def _groups_resolved(conn: sqlite3.Connection, group_ids: Iterable[str]) -> None
             _write_outbox(conn, outbox_rows([event]))
 
 
+def _write_index(
+    conn: sqlite3.Connection,
+    written: Iterable[TaskRecord],
+    index: Mapping[str, Sequence[IndexedTask]],
+) -> None:
+    """The index entries of these written records' completions, in the caller's transaction
+    (the rank rule judged at each one's ``resolved`` time)."""
+    for record in written:
+        for entry in index.get(record.task_id, ()):
+            columns = indexed_task_columns(entry, now=record.resolved or 0)
+            if conn.execute(_Q["upsert_indexed_task"], columns).fetchall():
+                conn.executemany(_Q["upsert_index_namespace"], namespace_columns(entry))
+
+
 def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
     """Delete these tasks and their dependency edges both ways (their tags go by cascade), in
     the caller's transaction."""
@@ -399,7 +415,12 @@ class SQLiteStore(SQLStore):
         return await run(lambda conn: conn.execute(statement, list(task_ids)).fetchall())
 
     async def compare_and_set(
-        self, record: TaskRecord, *, events: Sequence[QueueEvent] = (), resolving: bool = False
+        self,
+        record: TaskRecord,
+        *,
+        events: Sequence[QueueEvent] = (),
+        resolving: bool = False,
+        index: Sequence[IndexedTask] = (),
     ) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
         outbox = outbox_rows(events)
@@ -410,6 +431,7 @@ class SQLiteStore(SQLStore):
             if written is not None:
                 _write_outbox(conn, outbox)
                 _groups_resolved(conn, announce)
+                _write_index(conn, [record], {record.task_id: index})
             return written
 
         written = await self._run(write)
@@ -422,11 +444,14 @@ class SQLiteStore(SQLStore):
         events: Mapping[str, Sequence[QueueEvent]] | None = None,
         resolving: Collection[str] = (),
         closing: Callable[[int], Sequence[QueueEvent]] | None = None,
+        index: Mapping[str, Sequence[IndexedTask]] | None = None,
     ) -> list[TaskRecord | None]:
         params = [{**status_columns(r), "version": r.version} for r in records]
 
         def write(conn: sqlite3.Connection) -> list[Written | None]:
             rows = _compare_and_set_all(conn, params)
+            if index:
+                _write_index(conn, [r for r, row in zip(records, rows, strict=True) if row], index)
             if events:
                 written = {r.task_id for r, row in zip(records, rows, strict=True) if row}
                 _write_outbox(conn, written_outbox_rows(records, written, events))

@@ -1,5 +1,5 @@
 // The REST API through the official browser client, with this browser session's credentials.
-import { Auth, Hooks, Queue } from './vendor/taskcluster-client.js';
+import { Auth, Hooks, Index, Queue } from './vendor/taskcluster-client.js';
 
 const KEY = 'queue-dashboard-credentials';
 
@@ -38,6 +38,10 @@ export function hooks() {
 
 export function auth() {
   return new Auth(options());
+}
+
+export function index() {
+  return new Index(options());
 }
 
 // Every page of a paginated list method, up to `max` items.

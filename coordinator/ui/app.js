@@ -6,6 +6,7 @@ import { hooksPage } from './hooks.js';
 import { queuePage } from './queue.js';
 import { queuesPage } from './queues.js';
 import { taskPage } from './task.js';
+import { indexPage } from './task-index.js';
 import { tasksPage } from './tasks.js';
 import { workersPage } from './workers.js';
 
@@ -29,6 +30,7 @@ function route() {
     location.replace(`#/queue/${encodeURIComponent(params.get('queue'))}`);
   } else if (page === 'tasks') tasksPage(main, params);
   else if (page === 'hooks') hooksPage(main, every);
+  else if (page === 'index') indexPage(main, id ?? '');
   else if (page === 'clients') clientsPage(main, id, params, route);
   else if (page === 'roles') rolesPage(main, id, route);
   else queuesPage(main, every);

@@ -1,4 +1,4 @@
-// Bundles taskcluster-client-web's Queue, Hooks and Auth for the browser into
+// Bundles taskcluster-client-web's Queue, Hooks, Auth and Index for the browser into
 // vendor/taskcluster-client.js.
 // The client ships ES source importing bare package names, and hawk needs Node's crypto and
 // url: those are filled in with browser packages (all pinned in package.json).

@@ -11,7 +11,10 @@ tasks' upstream artifacts.
 The same client's ``Hooks`` drives the hooks service (docs/hooks.md) through
 ``tests/e2e/node_hooks.js``: create, read, trigger (with credentials and with the token), last
 fires, status, remove; and its ``Auth`` the auth service (docs/auth.md) through
-``tests/e2e/node_auth.js``: a role and a client assuming it, read back, used, reset, deleted.
+``tests/e2e/node_auth.js``: a role and a client assuming it, read back, used, reset, deleted;
+its ``Index`` the index service (docs/index-service.md) through ``tests/e2e/node_index.js``;
+and its ``Secrets`` and ``PurgeCache`` the secrets and purge-cache services (docs/secrets.md)
+through ``tests/e2e/node_secrets.js``: a secret set, read, listed and removed, a cache purged.
 """
 
 from __future__ import annotations
@@ -201,3 +204,69 @@ async def test_the_node_clients_auth_manages_clients_and_roles(
     assert seen["tested"]["clientId"] == "tester"
     assert seen["oldAfterReset"] == 401
     assert seen["afterDelete"] == 404
+
+
+INDEX_SCRIPT = Path(__file__).with_name("node_index.js")
+
+
+async def test_the_node_clients_index_inserts_finds_lists_and_deletes(
+    start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    coordinator, creds = await start_secured(
+        start_coordinator, tmp_path / "clients.json", {"indexer": ["index:*"]}
+    )
+    task_ids = [slugid.nice(), slugid.nice()]
+    request = {"rootUrl": coordinator.url, "credentials": creds["indexer"], "taskIds": task_ids}
+    node = await run_to_end(
+        ["node", str(INDEX_SCRIPT), json.dumps(request)],
+        cwd=REPO,
+        env=taskcluster_env(coordinator.url, None),
+        timeout_s=NODE_TIMEOUT_S,
+    )
+    assert node.status == 0, node.output
+    seen: dict[str, Any] = json.loads(node.stdout)
+    assert (seen["inserted"]["taskId"], seen["inserted"]["rank"]) == (task_ids[0], 2)
+    assert seen["outranked"]["taskId"] == task_ids[0]
+    assert seen["found"]["data"] == {"from": "node"}
+    assert [n["namespace"] for n in seen["top"]["namespaces"]] == ["node"]
+    assert [n["namespace"] for n in seen["namespaces"]["namespaces"]] == ["node.sub"]
+    assert [t["namespace"] for t in seen["tasks"]["tasks"]] == ["node.first"]
+    assert "continuationToken" not in seen["tasks"]
+    assert [t["namespace"] for t in seen["atIndexes"]["tasks"]] == ["node.sub.second", "node.first"]
+    assert seen["deleted"] == {}
+    assert seen["afterDelete"] == 404
+
+
+SECRETS_SCRIPT = Path(__file__).with_name("node_secrets.js")
+
+
+async def test_the_node_clients_secrets_and_purge_cache(
+    start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    coordinator, creds = await start_secured(start_coordinator, tmp_path / "clients.json", {})
+    value = {"token": "from node", "n": [1, 2]}
+    request = {
+        "rootUrl": coordinator.url,
+        "credentials": creds["root"],
+        "name": "project/node/secret",
+        "value": value,
+        "workerPoolId": f"{PROVISIONER}/{WT}",
+    }
+    node = await run_to_end(
+        ["node", str(SECRETS_SCRIPT), json.dumps(request)],
+        cwd=REPO,
+        env=taskcluster_env(coordinator.url, None),
+        timeout_s=NODE_TIMEOUT_S,
+    )
+    assert node.status == 0, node.output
+    seen: dict[str, Any] = json.loads(node.stdout)
+    assert seen["set"] == {}
+    assert seen["got"]["secret"] == value
+    assert seen["listed"]["secrets"] == ["project/node/secret"]
+    assert seen["removed"] == {}
+    assert seen["afterRemove"] == 404
+    mine = [(PROVISIONER, WT, "node-cache")]
+    for answer in (seen["requests"], seen["all"]):
+        assert [
+            (r["provisionerId"], r["workerType"], r["cacheName"]) for r in answer["requests"]
+        ] == mine

@@ -559,6 +559,9 @@ SAMPLE_PARAMETERS = {
     "entityId": "sample-client",
     "workerGroup": "wg",
     "workerId": "wi",
+    "indexPath": "sample.path",
+    "namespace": "sample.namespace",
+    "secretName": "project/sample",
 }
 """A value for each path parameter of the endpoints :func:`url_checked` selects."""
 

@@ -74,3 +74,36 @@ async def test_a_replica_with_another_key_stops_with_one_line(
     assert said[0].startswith("queue-coordinator: the encryption key differs")
     assert "COORDINATOR_ENCRYPTION_KEY" in said[0]
     assert "Traceback" not in second.stderr
+
+
+@pytest.mark.parametrize("problem", ["malformed", "unreadable"])
+async def test_a_key_that_cannot_be_used_stops_serve_with_one_line(
+    tmp_path: Path, problem: str
+) -> None:
+    """The key encrypts the secrets service's values too: a coordinator that cannot use it
+    serves neither, and says so in one line (docs/secrets.md, docs/operations.md)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("COORDINATOR_")}
+    env |= {
+        "COORDINATOR_STORE_URL": f"sqlite:///{tmp_path / 'coordinator.db'}",
+        "COORDINATOR_DATA_DIR": str(tmp_path / "data"),
+        "COORDINATOR_AUTH": "false",
+        "COORDINATOR_PORT": str(free_port()),
+    }
+    if problem == "malformed":
+        env["COORDINATOR_ENCRYPTION_KEY"] = "not a key"
+        expected = "queue-coordinator: COORDINATOR_ENCRYPTION_KEY is not base64"
+    else:  # a directory where the key file should be
+        (tmp_path / "key-dir").mkdir()
+        env["COORDINATOR_ENCRYPTION_KEY_FILE"] = str(tmp_path / "key-dir")
+        expected = "queue-coordinator: cannot read or create the encryption key file"
+    served = await run_to_end(
+        [str(REPO / ".venv" / "bin" / "queue-coordinator"), "serve"],
+        cwd=tmp_path,
+        env=env,
+        timeout_s=60,
+    )
+    assert served.status == 2, served.output
+    said = [line for line in served.stderr.splitlines() if "level=" not in line]
+    assert len(said) == 1, served.stderr
+    assert said[0].startswith(expected), said[0]
+    assert "Traceback" not in served.stderr

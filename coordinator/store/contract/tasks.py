@@ -25,6 +25,7 @@ import abc
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from coordinator.domain.events import QueueEvent
+from coordinator.domain.index import IndexedTask
 from coordinator.domain.listings import Page
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.task_groups import TaskGroup
@@ -75,10 +76,20 @@ class TaskStore(abc.ABC):
 
     @abc.abstractmethod
     async def compare_and_set(
-        self, record: TaskRecord, *, events: Sequence[QueueEvent] = (), resolving: bool = False
+        self,
+        record: TaskRecord,
+        *,
+        events: Sequence[QueueEvent] = (),
+        resolving: bool = False,
+        index: Sequence[IndexedTask] = (),
     ) -> TaskRecord | None:
         """Write the record's mutable status if the stored version is ``record.version``,
         and then ``events`` in the outbox in the same transaction.
+
+        ``index`` (a completion's entries, :func:`~coordinator.domain.index.
+        completion_entries`): each is stored in the same transaction as
+        :meth:`~coordinator.store.contract.index.IndexStore.insert_indexed_task` stores it,
+        the rank rule judged at the record's ``resolved`` time.
 
         ``resolving`` (with ``events``): the write resolves the task; if it leaves the task's
         group without an unresolved task, the group's task-group-resolved goes to the outbox
@@ -102,11 +113,13 @@ class TaskStore(abc.ABC):
         events: Mapping[str, Sequence[QueueEvent]] | None = None,
         resolving: Collection[str] = (),
         closing: Callable[[int], Sequence[QueueEvent]] | None = None,
+        index: Mapping[str, Sequence[IndexedTask]] | None = None,
     ) -> list[TaskRecord | None]:
         """:meth:`compare_and_set` for records of distinct tasks in one round trip (SQLite:
-        one transaction; PostgreSQL: one statement, or one transaction with ``events``). Each
-        record wins or loses on its own version: a lost one never holds back the others; the
-        ``events`` of the records written (by task id) go to the outbox with them, the
+        one transaction; PostgreSQL: one statement, or one transaction with ``events`` or
+        ``index``). Each record wins or loses on its own version: a lost one never holds back
+        the others; the ``events`` and ``index`` entries of the records written (by task id)
+        are written with them, the
         task-group-resolved of the groups those of ``resolving`` written leave resolved, and
         (with ``events``) if every record was written, after them ``closing(len(records))``.
 

@@ -304,6 +304,51 @@ WHERE (hook_group_id, hook_id, task_id) IN (
     WHERE task_create_time < :before ORDER BY task_create_time LIMIT :limit)
 RETURNING task_id
 
+-- name: upsert_indexed_task
+-- The rank rule (coordinator.domain.index.outranks): the entry replaces the one at its path
+-- if its rank is at least that one's, or that one has expired; no row back: it was outranked.
+INSERT INTO indexed_tasks (namespace, name, rank, task_id, data, expires)
+VALUES (:namespace, :name, :rank, :task_id, :data, :expires)
+ON CONFLICT (namespace, name) DO UPDATE
+SET rank = excluded.rank, task_id = excluded.task_id, data = excluded.data,
+    expires = excluded.expires
+WHERE indexed_tasks.rank <= excluded.rank OR indexed_tasks.expires <= :now
+RETURNING name
+
+-- name: upsert_index_namespace
+-- A namespace above an entry just stored: created, or its expiry raised (never lowered).
+INSERT INTO index_namespaces (parent, name, expires) VALUES (:parent, :name, :expires)
+ON CONFLICT (parent, name) DO UPDATE SET expires = excluded.expires
+WHERE index_namespaces.expires < excluded.expires
+
+-- name: list_indexed_tasks
+-- listTasks' page: the unexpired entries of one namespace after the previous page's last name.
+SELECT namespace, name, rank, task_id, data, expires FROM indexed_tasks
+WHERE namespace = :namespace AND name > :after AND expires > :now
+ORDER BY name LIMIT :limit
+
+-- name: list_index_namespaces
+-- listNamespaces' page: the unexpired namespaces under one parent after the previous page's.
+SELECT parent, name, expires FROM index_namespaces
+WHERE parent = :parent AND name > :after AND expires > :now
+ORDER BY name LIMIT :limit
+
+-- name: delete_indexed_task
+DELETE FROM indexed_tasks WHERE namespace = :namespace AND name = :entry_name RETURNING name
+
+-- name: expire_indexed_tasks
+-- The expiry sweep: up to :limit entries that expired before :now, the earliest first.
+DELETE FROM indexed_tasks
+WHERE (namespace, name) IN (
+    SELECT namespace, name FROM indexed_tasks WHERE expires < :now ORDER BY expires LIMIT :limit)
+RETURNING name
+
+-- name: expire_index_namespaces
+DELETE FROM index_namespaces
+WHERE (parent, name) IN (
+    SELECT parent, name FROM index_namespaces WHERE expires < :now ORDER BY expires LIMIT :limit)
+RETURNING name
+
 -- name: queue_controls
 -- The task queues an operator paused or limited (the per-second reload of every replica).
 SELECT provisioner_id, worker_type, paused_since, paused_reason, max_running,
@@ -475,3 +520,62 @@ WHERE client_id = :client_id
   AND (created, sequence) > (:after_created, :after_sequence)
   AND (CAST(:entity_type AS TEXT) IS NULL OR entity_type = :entity_type)
 ORDER BY created, sequence LIMIT :limit
+
+-- name: insert_secret
+INSERT INTO secrets (name, encrypted_value, expires)
+VALUES (:secret_name, :encrypted_value, :expires)
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+
+-- name: update_secret
+UPDATE secrets SET encrypted_value = :encrypted_value, expires = :expires
+WHERE name = :secret_name
+RETURNING name
+
+-- name: get_secret
+SELECT name, encrypted_value, expires FROM secrets WHERE name = :secret_name
+
+-- name: list_secrets
+-- list's page: the names of the secrets not expired, after the previous page's last.
+SELECT name FROM secrets
+WHERE expires >= :now AND name > :after
+ORDER BY name LIMIT :limit
+
+-- name: delete_secret
+-- With expired_before NULL, whatever its expiry; else only if it expired before then.
+DELETE FROM secrets
+WHERE name = :secret_name AND (CAST(:expired_before AS BIGINT) IS NULL OR expires < :expired_before)
+RETURNING name
+
+-- name: expired_secrets
+SELECT name FROM secrets WHERE expires < :now ORDER BY expires, name LIMIT :limit
+
+-- name: purge_cache
+-- A purge again raises the row's purge_before and expires, never lowers them.
+INSERT INTO cache_purges (provisioner_id, worker_type, cache_name, purge_before, expires)
+VALUES (:provisioner_id, :worker_type, :cache_name, :purge_before, :expires)
+ON CONFLICT (provisioner_id, worker_type, cache_name) DO UPDATE
+SET purge_before = CASE WHEN cache_purges.purge_before > excluded.purge_before
+                        THEN cache_purges.purge_before ELSE excluded.purge_before END,
+    expires = CASE WHEN cache_purges.expires > excluded.expires
+                   THEN cache_purges.expires ELSE excluded.expires END
+RETURNING provisioner_id, worker_type, cache_name, purge_before, expires
+
+-- name: purge_requests
+SELECT provisioner_id, worker_type, cache_name, purge_before, expires FROM cache_purges
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND purge_before >= :since
+ORDER BY cache_name
+
+-- name: all_purge_requests
+-- allPurgeRequests' page, after the previous page's last (provisioner, worker type, cache).
+SELECT provisioner_id, worker_type, cache_name, purge_before, expires FROM cache_purges
+WHERE (provisioner_id, worker_type, cache_name) > (:provisioner_id, :worker_type, :cache_name)
+ORDER BY provisioner_id, worker_type, cache_name LIMIT :limit
+
+-- name: expire_purge_requests
+DELETE FROM cache_purges
+WHERE (provisioner_id, worker_type, cache_name) IN (
+    SELECT provisioner_id, worker_type, cache_name FROM cache_purges
+    WHERE expires < :now ORDER BY expires LIMIT :limit)
+RETURNING provisioner_id

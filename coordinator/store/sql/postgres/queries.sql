@@ -384,3 +384,9 @@ WHERE NOT EXISTS (
     SELECT 1 FROM json_array_elements_text(CAST(:role_ids AS JSON)) AS kept (role_id)
     WHERE kept.role_id = auth_roles.role_id
 )
+
+-- name: get_indexed_tasks
+-- findTask's and findTasksAtIndex's entries: :paths is a JSON array of [namespace, name].
+SELECT t.namespace, t.name, t.rank, t.task_id, t.data, t.expires
+FROM jsonb_array_elements(CAST(:paths AS JSONB)) AS p (path)
+JOIN indexed_tasks AS t ON t.namespace = p.path ->> 0 AND t.name = p.path ->> 1

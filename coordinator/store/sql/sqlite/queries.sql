@@ -190,3 +190,10 @@ WHERE auth_clients.client_id = u.key AND auth_clients.last_date_used < u.value
 -- name: delete_roles_except
 -- role_ids is a JSON array of roleIds: every other role goes.
 DELETE FROM auth_roles WHERE role_id NOT IN (SELECT value FROM json_each(:role_ids))
+
+-- name: get_indexed_tasks
+-- findTask's and findTasksAtIndex's entries: :paths is a JSON array of [namespace, name].
+SELECT t.namespace, t.name, t.rank, t.task_id, t.data, t.expires
+FROM json_each(:paths) AS p
+JOIN indexed_tasks AS t
+  ON t.namespace = json_extract(p.value, '$[0]') AND t.name = json_extract(p.value, '$[1]')
