@@ -19,7 +19,6 @@ import asyncio
 import gzip
 import json
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -28,29 +27,28 @@ from typing import Any
 
 import aiohttp
 import pytest
-import slugid
 
 from devharness.azurite import AzuriteProcess
 from devharness.processes import end_processes, log_tail, spawn
-from devharness.tasks import task_definition
 from devharness.waiting import WaitTimeout, wait_until
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.clients import Credentials, Queue, write_clients
 from tests.fixtures.commands import run_to_end, taskcluster_env
 from tests.fixtures.coordinator import CoordinatorProcess
+from tests.fixtures.taskgraph import (
+    PROCESS_TIMEOUT_S,
+    SCHEDULER,
+    TCW_BIN,
+    WORKER_GROUP,
+    decision_task,
+    taskgraph_checkout,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-TCW_BIN = REPO / ".venv-tcw" / "bin"
 TASK_SCRIPT = Path(__file__).with_name("scriptworker_task.py")
 
 PROVISIONER = "local-prov"
 WORKER_TYPE = "script"
-DECISION_WORKER_TYPE = "decision"
-WORKER_GROUP = "local"
 WORKER_ID = "sw-1"
-SCHEDULER = "test-level-1"
-"""``<trust-domain>-level-<level>``: the schedulerId of taskgraph's tasks, which every task of
-the group, the decision task included, must share."""
 
 DECISION_SCOPES = [
     f"queue:create-task:low:{PROVISIONER}/{WORKER_TYPE}",
@@ -69,7 +67,6 @@ SCRIPTED_ARTIFACTS = {
 """What scriptworker uploads for each task: the task script's file, its log and the chain of
 trust document (written even though it is neither signed nor verified here)."""
 
-PROCESS_TIMEOUT_S = 120.0
 HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 pytestmark = pytest.mark.skipif(
@@ -111,90 +108,6 @@ tasks:
 """A repository with a minimal ``taskcluster/`` configuration: two tasks of kind ``hello``
 (labels ``hello-first`` and ``hello-second``, the second depending on the first) for
 scriptworker's task queue; the ``succeed`` payload builder gives them an empty payload."""
-
-
-def git(checkout: Path, *args: str) -> str:
-    """Run ``git args`` in ``checkout``; its stdout."""
-    result = subprocess.run(
-        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
-        cwd=checkout,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    return result.stdout.strip()
-
-
-def taskgraph_checkout(checkout: Path) -> str:
-    """A git checkout of :data:`TASKGRAPH_FILES` in ``checkout``; its head revision."""
-    for name, text in TASKGRAPH_FILES.items():
-        path = checkout / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    git(checkout, "init", "-q", "-b", "main")
-    git(checkout, "add", ".")
-    git(checkout, "commit", "-q", "-m", "taskgraph configuration")
-    return git(checkout, "rev-parse", "HEAD")
-
-
-async def taskgraph_decision(
-    checkout: Path, root_url: str, decision_id: str, credentials: Mapping[str, str]
-) -> dict[str, str]:
-    """``taskgraph decision`` for ``checkout`` as decision task ``decision_id`` signing with
-    ``credentials``; the label-to-taskid map it wrote."""
-    revision = git(checkout, "rev-parse", "HEAD")
-    repository = "https://github.com/example/hello"  # never fetched; only named in metadata
-    command = [
-        str(TCW_BIN / "taskgraph"),
-        "decision",
-        "--root=taskcluster",
-        "--project=test",
-        "--pushlog-id=0",
-        "--pushdate=0",
-        "--owner=test@example.com",
-        "--level=1",
-        "--repository-type=git",
-        f"--base-repository={repository}",
-        f"--head-repository={repository}",
-        "--head-ref=main",
-        f"--head-rev={revision}",
-        f"--base-rev={revision}",
-        "--tasks-for=github-push",
-    ]
-    env = {**taskcluster_env(root_url, credentials), "TASK_ID": decision_id}
-    decision = await run_to_end(command, cwd=checkout, env=env, timeout_s=PROCESS_TIMEOUT_S)
-    assert decision.status == 0, (
-        f"taskgraph decision exited with {decision.status}:\n{decision.output[-5000:]}"
-    )
-    labels: dict[str, str] = json.loads(
-        (checkout / "artifacts" / "label-to-taskid.json").read_text()
-    )
-    return labels
-
-
-async def upload(
-    http: aiohttp.ClientSession,
-    queue: Queue,
-    *,
-    task_id: str,
-    name: str,
-    data: bytes,
-    content_type: str,
-    expires: str,
-) -> None:
-    """What a worker does for one file: createArtifact (s3) on run 0, then PUT the bytes to
-    the putUrl with the declared Content-Type and no Authorization."""
-    answer = await queue.createArtifact(
-        task_id,
-        0,
-        name,
-        {"storageType": "s3", "expires": expires, "contentType": content_type},
-    )
-    assert answer["storageType"] == "s3" and answer["contentType"] == content_type, answer
-    headers = {"Content-Type": content_type}
-    async with http.put(answer["putUrl"], data=data, headers=headers) as response:
-        assert response.status in (200, 204), (response.status, await response.text())
 
 
 @dataclass(kw_only=True)
@@ -258,50 +171,6 @@ class Clients:
     root: Queue
     reader: Queue
     anonymous: Queue
-
-
-async def decision_task(
-    clients: Clients, http: aiohttp.ClientSession, root_url: str, directory: Path
-) -> tuple[str, dict[str, str], bytes]:
-    """What a decision task's worker does: the task is created with :data:`DECISION_SCOPES`
-    and claimed, ``taskgraph decision`` runs with the claim's temporary credentials in a
-    checkout made in ``directory``, its ``task-graph.json`` is uploaded as
-    ``public/task-graph.json`` and the run reported completed. The decision task's id, the
-    graph's label-to-taskid map and the ``task-graph.json`` bytes."""
-    decision_id = slugid.nice()
-    await clients.root.createTask(
-        decision_id,
-        task_definition(
-            provisionerId=PROVISIONER,
-            workerType=DECISION_WORKER_TYPE,
-            schedulerId=SCHEDULER,
-            taskGroupId=decision_id,
-            scopes=DECISION_SCOPES,
-            metadata={"name": "decision task"},
-        ),
-    )
-    claimed = await clients.root.claimWork(
-        f"{PROVISIONER}/{DECISION_WORKER_TYPE}",
-        {"workerGroup": WORKER_GROUP, "workerId": "decision-1", "tasks": 1},
-    )
-    [claim] = claimed["tasks"]
-    assert claim["status"]["taskId"] == decision_id
-
-    taskgraph_checkout(directory)
-    labels = await taskgraph_decision(directory, root_url, decision_id, claim["credentials"])
-    task_graph = (directory / "artifacts" / "task-graph.json").read_bytes()
-    run = Queue("aio", root_url, claim["credentials"])
-    await upload(
-        http,
-        run,
-        task_id=decision_id,
-        name="public/task-graph.json",
-        data=task_graph,
-        content_type="application/json",
-        expires=claim["task"]["expires"],
-    )
-    await run.reportCompleted(decision_id, 0)
-    return decision_id, labels, task_graph
 
 
 async def scripted_artifacts(clients: Clients, http: aiohttp.ClientSession, task_id: str) -> str:
@@ -379,9 +248,17 @@ async def test_taskgraph_decision_and_scriptworker_through_the_artifact_api(
     )
 
     async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as http:
-        decision_id, labels, task_graph = await decision_task(
-            clients, http, root_url, tmp_path / "checkout"
+        checkout = tmp_path / "checkout"
+        taskgraph_checkout(checkout, TASKGRAPH_FILES)
+        decision = await decision_task(
+            clients.root,
+            http,
+            root_url,
+            checkout,
+            provisioner_id=PROVISIONER,
+            scopes=DECISION_SCOPES,
         )
+        decision_id, labels, task_graph = decision.task_id, decision.labels, decision.task_graph
         assert set(labels) == {"hello-first", "hello-second"}, labels
         first_id, second_id = labels["hello-first"], labels["hello-second"]
         first = await clients.root.task(first_id)
