@@ -342,26 +342,19 @@ class ArtifactHandlers(Handlers):
         checked for every name visited."""
         task_id, name = request.match_info["taskId"], request.match_info["name"]
         if latest:
-            return await self._latest(request, task_id, name)
+            return await self.latest(request, task_id, name)
         permit = self._names_permit(request)
         run_id = int(request.match_info["runId"])
         return await self.artifacts.resolve(task_id, run_id, name, permit=permit)
 
-    async def _latest(self, request: web.Request, task_id: str, name: str) -> Artifact:
+    async def latest(self, request: web.Request, task_id: str, name: str) -> Artifact:
         """Artifact ``name`` of the task's latest run, its links followed, with the scopes
-        checked for every name visited (the first before the task is read)."""
+        checked for every name visited (the first before the task is read): the request's
+        endpoint must declare :data:`GET_ARTIFACT` (the index's findArtifactFromTask does)."""
         permit = self._names_permit(request)
         await permit((name,))
         run_id = await self.artifacts.latest_run(task_id)
         return await self.artifacts.resolve(task_id, run_id, name, permit=permit)
-
-    async def latest_redirect(
-        self, request: web.Request, task_id: str, name: str
-    ) -> web.StreamResponse:
-        """getLatestArtifact's answer for ``task_id`` and ``name``, whichever route asked
-        (the index's findArtifactFromTask too): the request's endpoint must declare
-        :data:`GET_ARTIFACT`."""
-        return self._redirect(await self._latest(request, task_id, name))
 
     def _s3_url(self, artifact: Artifact) -> str:
         """Where an uploaded s3 artifact's bytes are downloaded for the next 30 minutes."""
@@ -382,13 +375,19 @@ class ArtifactHandlers(Handlers):
             return {"storageType": "reference", "url": artifact.details["url"]}
         return {"storageType": "s3", "url": self._s3_url(artifact)}
 
-    def _redirect(self, artifact: Artifact) -> web.Response:
-        """getArtifact's answer: 303 to the content, or an error artifact's 424."""
+    def redirect(self, artifact: Artifact, *, plain: bool = False) -> web.Response:
+        """getArtifact's answer: 303 to the content, or an error artifact's 424. ``plain``: the
+        303's body is text, as a web server's redirect has it (what the index's
+        findArtifactFromTask answers, where the official Python client and taskgraph read
+        ``Location``), instead of the content's JSON."""
         content = self._content(artifact)
         if artifact.storage_type == "error":
             response = json_response(
                 {"reason": content["reason"], "message": content["message"]}, status=424
             )
+        elif plain:
+            response = web.Response(status=303, text=f"See Other. Redirecting to {content['url']}")
+            response.headers[hdrs.LOCATION] = content["url"]
         else:
             validation.validate_response("get-artifact-response", content)
             response = json_response(content, status=303)
@@ -428,12 +427,10 @@ class ArtifactHandlers(Handlers):
         await self.artifacts.finish(*_artifact_key(request))
 
     async def getArtifact(self, request: web.Request, body: Any) -> web.StreamResponse:
-        return self._redirect(await self._resolved(request, latest=False))
+        return self.redirect(await self._resolved(request, latest=False))
 
     async def getLatestArtifact(self, request: web.Request, body: Any) -> web.StreamResponse:
-        return await self.latest_redirect(
-            request, request.match_info["taskId"], request.match_info["name"]
-        )
+        return self.redirect(await self._resolved(request, latest=True))
 
     async def artifact(self, request: web.Request, body: Any) -> Body:
         return self._content(await self._resolved(request, latest=False))

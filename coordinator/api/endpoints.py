@@ -119,7 +119,7 @@ class Endpoint:
     :param run_scopes: for the batch calls on runs, the template each run requires; a run
         refused is that run's 403, never the batch's.
     :param success: the status of a successful answer: 200, 303 (a redirect whose JSON body
-        is ``output``) or 204 (no body).
+        is ``output``, or whose body is text without one) or 204 (no body).
     :param statuses: what the endpoint answers besides the success and the errors every
         endpoint may answer (:data:`coordinator.api.openapi.ERROR_STATUSES`), e.g. ``"410"``.
     :param uploads: the request body is an artifact's bytes, streamed, of any Content-Type.

@@ -6,8 +6,10 @@ Listings of a namespace have two routes each, as upstream's ``/namespaces{/:name
 top level (``/namespaces/``, which the official clients send for an empty namespace, and
 ``/namespaces``) and a namespace's (``/namespaces/{namespace}``), each in a GET form and the
 deprecated POST form. findArtifactFromTask answers what getLatestArtifact of the entry's task
-would (:meth:`~coordinator.api.artifacts.ArtifactHandlers.latest_redirect`), the caller's
-``queue:get-artifact:<name>`` scopes checked the same way.
+would (:meth:`~coordinator.api.artifacts.ArtifactHandlers.latest`), the caller's
+``queue:get-artifact:<name>`` scopes checked the same way, with a text body as upstream's
+redirect has: the official Python client then hands taskgraph the response to read
+``Location`` from.
 """
 
 from __future__ import annotations
@@ -164,10 +166,11 @@ INDEX_ENDPOINTS: tuple[Endpoint, ...] = (
         method="GET",
         route="/task/{indexPath}/artifacts/{name}",
         input=None,
-        output="get-artifact-response",
+        output=None,
         title="Get Artifact From Indexed Task",
-        description="getLatestArtifact of the task at the index path: a redirect (303) to the "
-        "artifact of its latest run (404 if the path has no unexpired task). The caller needs "
+        description="getLatestArtifact of the task at the index path: a redirect (303, "
+        "`Location`, a text body) to the artifact of its latest run (404 if the path has no "
+        "unexpired task). The caller needs "
         "`queue:get-artifact:<name>` for every name links lead through (anonymous callers "
         "hold `public/*`).",
         scopes=GET_ARTIFACT,
@@ -249,7 +252,8 @@ class IndexHandlers(Handlers):
         name = request.match_info["name"]
         await self.authorize(request, names=(name,))  # before the index is read
         found = await self.index.find(request.match_info["indexPath"])
-        return await self._artifacts.latest_redirect(request, found.task_id, name)
+        artifact = await self._artifacts.latest(request, found.task_id, name)
+        return self._artifacts.redirect(artifact, plain=True)
 
     async def _namespace(self, request: web.Request) -> str:
         """The listing's namespace, its scope checked (the top level's has no path

@@ -193,9 +193,19 @@ def _operation(endpoint: Endpoint, errors: Mapping[str, str]) -> dict[str, Any]:
 
 def _success(endpoint: Endpoint) -> dict[str, Any]:
     """The documented success: JSON (its output schema, else an object), an artifact's bytes,
-    a 303 redirect whose body is its output, or a 204 without a body."""
+    a 303 redirect whose body is its output (or text, without one), or a 204 without a
+    body."""
     if endpoint.success == 204:
         return {"description": "Success, no content."}
+    if endpoint.success == 303 and endpoint.output is None:
+        return {
+            "description": "See Other: the content is at `Location`.",
+            "headers": {
+                "Location": {"required": True, "schema": {"type": "string", "format": "uri"}},
+                **_STORAGE_TYPE_HEADER,
+            },
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
     if endpoint.downloads:
         return {"description": "The artifact's bytes.", "content": _BYTES}
     output = _ref(endpoint.output) if endpoint.output is not None else {"type": "object"}

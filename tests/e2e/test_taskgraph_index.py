@@ -439,14 +439,6 @@ async def test_taskgraph_optimizes_away_the_tasks_the_index_holds(
     assert "Traceback" not in coordinator_log, coordinator_log[-5000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="findArtifactFromTask's 303 carries a JSON body ({storageType, url}, as "
-    "getLatestArtifact's does), where upstream's index redirects with a text body: the Python "
-    "client then returns the JSON instead of {'response': ...}, and taskgraph's "
-    "get_artifact_from_index fails with KeyError: 'response'",
-)
 async def test_taskgraph_reads_an_artifact_through_the_index(
     coordinator_process: Callable[..., CoordinatorProcess],
     azurite: AzuriteProcess,
