@@ -7,6 +7,7 @@ tests/integration/store/test_index.py's; taskgraph's use, tests/e2e/test_taskgra
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -380,3 +381,36 @@ async def test_bad_input_is_a_400_and_stores_nothing(
     assert (await admin.listNamespaces(""))["namespaces"] == []
     status, _ = await rejected(admin.findTasksAtIndex({"indexes": ["project..x"]}))
     assert status == 400
+
+
+async def test_completions_through_two_replicas_leave_the_highest_rank(
+    start_coordinator: StartCoordinator, postgres_schema_url: str
+) -> None:
+    replicas = [await start_coordinator(store_url=postgres_schema_url) for _ in range(2)]
+    first = replicas[0]
+    ranks = list(range(12))
+    task_ids = [
+        await first.create(routes=["index.rep.latest"], extra={"index": {"rank": rank}})
+        for rank in ranks
+    ]
+    for task_id in task_ids:
+        await first.claim(task_id)
+    # every completion at once, alternating between the replicas: each writes its entry in
+    # its own transaction, and the rank rule leaves the highest
+    await asyncio.gather(
+        *(
+            replicas[i % 2].report(task_id, 0, "completed")
+            for i, task_id in enumerate(reversed(task_ids))
+        )
+    )
+    for replica in replicas:
+        found = await Index("aio", replica.url).findTask("rep.latest")
+        assert (found["taskId"], found["rank"]) == (task_ids[-1], ranks[-1])
+    written = sum(
+        replica.parts.metrics.registry.get_sample_value(
+            "index_completion_entries_total", {"result": "written"}
+        )
+        or 0
+        for replica in replicas
+    )
+    assert written == len(task_ids)  # each completion wrote once, whichever replica
