@@ -74,6 +74,9 @@ PROTOCOL = (
     "parameters allow fits in; a longer one is a 400."
 )
 
+UNAVAILABLE = "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds."
+"""The 503 every service beside the queue answers when its store is down."""
+
 QUEUE = Service(
     title="Queue",
     prefix=API_PREFIX,
@@ -104,7 +107,7 @@ HOOKS = Service(
     errors={
         "404": "ResourceNotFound: no such hook (or hook group, or last fire).",
         "409": "RequestConflict: another hook definition already has this id.",
-        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+        "503": UNAVAILABLE,
     },
 )
 AUTH = Service(
@@ -125,7 +128,7 @@ AUTH = Service(
     errors={
         "404": "ResourceNotFound: no such client or role.",
         "409": "RequestConflict: the client exists, or another role has this id.",
-        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+        "503": UNAVAILABLE,
     },
 )
 INDEX = Service(
@@ -139,7 +142,7 @@ INDEX = Service(
     "Slashes (`/`) are not allowed in index paths. " + PROTOCOL,
     errors={
         "404": "ResourceNotFound: no (unexpired) task at the index path.",
-        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+        "503": UNAVAILABLE,
     },
 )
 SECRETS = Service(
@@ -151,7 +154,7 @@ SECRETS = Service(
     "and readable only with the scope that names it, until it expires. " + PROTOCOL,
     errors={
         "404": "ResourceNotFound: no such secret, or it has expired (`Secret not found`).",
-        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+        "503": UNAVAILABLE,
     },
 )
 PURGE_CACHE = Service(
@@ -162,7 +165,7 @@ PURGE_CACHE = Service(
     "requests to purge the caches of a name on a worker pool's workers, timestamped; workers "
     "ask before starting a task and purge the caches made before. " + PROTOCOL,
     errors={
-        "503": "ServiceUnavailable: the store does not answer; retry after `Retry-After` seconds.",
+        "503": UNAVAILABLE,
     },
 )
 SERVICES = (QUEUE, HOOKS, AUTH, INDEX, SECRETS, PURGE_CACHE)

@@ -8,20 +8,9 @@
 // prints one JSON object of what each call answered (a refusal: its HTTP status).
 'use strict';
 
-// The package is an ES module compiled to CommonJS: its clients are on `default`.
-const taskcluster = require('taskcluster-client').default;
+const { taskcluster, status, run } = require('./node_common.js');
 
-async function status(call) {
-  try {
-    await call();
-    return 200;
-  } catch (error) {
-    return error.statusCode;
-  }
-}
-
-async function main() {
-  const input = JSON.parse(process.argv[2]);
+async function main(input) {
   const { rootUrl, clientId, roleId } = input;
   const root = new taskcluster.Auth({ rootUrl, credentials: input.credentials, retries: 0 });
   const seen = {};
@@ -48,10 +37,7 @@ async function main() {
   await root.deleteClient(clientId);
   await root.deleteRole(roleId);
   seen.afterDelete = await status(() => root.client(clientId));
-  process.stdout.write(JSON.stringify(seen));
+  return seen;
 }
 
-main().catch(error => {
-  process.stderr.write(`${error.stack}\n${JSON.stringify(error.body ?? null)}\n`);
-  process.exit(1);
-});
+run(main);

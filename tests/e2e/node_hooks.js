@@ -8,11 +8,9 @@
 // call answered (the last read: its HTTP status).
 'use strict';
 
-// The package is an ES module compiled to CommonJS: its clients are on `default`.
-const taskcluster = require('taskcluster-client').default;
+const { taskcluster, run } = require('./node_common.js');
 
-async function main() {
-  const input = JSON.parse(process.argv[2]);
+async function main(input) {
   const { hookGroupId, hookId } = input;
   const hooks = new taskcluster.Hooks({
     rootUrl: input.rootUrl,
@@ -37,10 +35,7 @@ async function main() {
   } catch (error) {
     seen.afterRemove = error.statusCode;
   }
-  process.stdout.write(JSON.stringify(seen));
+  return seen;
 }
 
-main().catch(error => {
-  process.stderr.write(`${error.stack}\n${JSON.stringify(error.body ?? null)}\n`);
-  process.exit(1);
-});
+run(main);

@@ -7,20 +7,9 @@
 // prints one JSON object of what each call answered (a refusal: its HTTP status).
 'use strict';
 
-// The package is an ES module compiled to CommonJS: its clients are on `default`.
-const taskcluster = require('taskcluster-client').default;
+const { taskcluster, status, run } = require('./node_common.js');
 
-async function status(call) {
-  try {
-    await call();
-    return 200;
-  } catch (error) {
-    return error.statusCode;
-  }
-}
-
-async function main() {
-  const input = JSON.parse(process.argv[2]);
+async function main(input) {
   const { rootUrl, credentials, taskIds } = input;
   const index = new taskcluster.Index({ rootUrl, credentials, retries: 0 });
   const entry = (taskId, rank) => ({
@@ -42,10 +31,7 @@ async function main() {
   });
   seen.deleted = await index.deleteTask('node.first');
   seen.afterDelete = await status(() => index.findTask('node.first'));
-  process.stdout.write(JSON.stringify(seen));
+  return seen;
 }
 
-main().catch(error => {
-  process.stderr.write(`${error.stack}\n${JSON.stringify(error.body ?? null)}\n`);
-  process.exit(1);
-});
+run(main);

@@ -8,20 +8,9 @@
 // refusal: its HTTP status).
 'use strict';
 
-// The package is an ES module compiled to CommonJS: its clients are on `default`.
-const taskcluster = require('taskcluster-client').default;
+const { taskcluster, status, run } = require('./node_common.js');
 
-async function status(call) {
-  try {
-    await call();
-    return 200;
-  } catch (error) {
-    return error.statusCode;
-  }
-}
-
-async function main() {
-  const input = JSON.parse(process.argv[2]);
+async function main(input) {
   const { rootUrl, credentials, name, value, workerPoolId } = input;
   const secrets = new taskcluster.Secrets({ rootUrl, credentials, retries: 0 });
   const seen = {};
@@ -36,10 +25,7 @@ async function main() {
     since: new Date(0).toJSON(),
   });
   seen.all = await purgeCache.allPurgeRequests({ limit: 10 });
-  process.stdout.write(JSON.stringify(seen));
+  return seen;
 }
 
-main().catch(error => {
-  process.stderr.write(`${error.stack}\n${JSON.stringify(error.body ?? null)}\n`);
-  process.exit(1);
-});
+run(main);
