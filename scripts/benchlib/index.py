@@ -2,8 +2,9 @@
 
 * ``index-find-<store>``: findTask against a coordinator whose index holds
   :data:`ENTRIES` entries (100 namespaces of 1,000, written into the store before it starts):
-  ``producers`` concurrent clients each asking for a random one, back to back; the rate and
-  each request's latency (sent -> answered, p50 and p99). The entries are written with SQL
+  ``producers`` concurrent clients each asking for a random one, back to back, give the rate;
+  then findTask sent open loop at :data:`LOAD` of that rate, each request's latency (sent ->
+  answered, p50 and p99). The entries are written with SQL
   (:data:`_SEED`), not through the API: the row measures reads.
 * ``index-lag``: ``store-sqlite`` (end to end under store dispatch) with each task routed to
   ``index.bench.lag.<taskId>``, so every completion writes an index entry: the rate is the
@@ -18,7 +19,7 @@ import asyncio
 import random
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
 import asyncpg
@@ -47,6 +48,8 @@ SAMPLE_EVERY = 0.2
 POLL_EVERY = 0.01
 """Seconds between one sampled task's findTask calls until it is found."""
 GIVE_UP_AFTER = 30.0
+LOAD = 0.5
+"""The share of findTask's rate at which its latency is measured."""
 
 
 def _path(i: int) -> str:
@@ -122,33 +125,74 @@ async def run_find(settings: Settings, store: StoreKind) -> Row:
         window_start = time.monotonic() + settings.warmup
         stop_at = window_start + settings.duration
         answered: list[tuple[float, float]] = []  # (answered at, seconds it took)
-        base = f"{running.url}{INDEX_API}/task/"
+        find = _finder(session, running)
+        picks = random.Random(0)
 
         async def client() -> None:
-            pick = random.Random(len(answered)).randrange
             while time.monotonic() < stop_at:
-                started = time.time()
-                response = await call(
-                    session, "GET", base + _path(pick(ENTRIES)), credentials=running.credentials
-                )
-                if response.status != 200:
-                    raise RuntimeError(f"findTask -> {response.status}: {response.body}")
-                finished = time.time()
-                answered.append((finished, finished - started))
+                answered.append(await find(picks.randrange(ENTRIES)))
 
         metering = asyncio.create_task(metered_window(meter, window_start, stop_at))
         await asyncio.gather(*(client() for _ in range(settings.producers)))
         wall_start, wall_end = await metering
-    inside = [took for at, took in answered if wall_start <= at < wall_end]
-    row.count, row.window = len(inside), wall_end - wall_start
-    row.rate = row.count / row.window if row.window else None
-    latency_fields(row, inside)
-    meter.fill(row)
+        inside = [took for at, took in answered if wall_start <= at < wall_end]
+        row.count, row.window = len(inside), wall_end - wall_start
+        row.rate = row.count / row.window if row.window else None
+        meter.fill(row)
+        # The latency at half that rate, sent open loop as requests come to a service: at the
+        # full rate it would be the closed loop's queueing (16 clients waiting on each other).
+        rate = (row.rate or 0) * LOAD
+        latencies = await _open_loop(find, picks, rate=rate, duration=settings.duration)
+    latency_fields(row, latencies)
     row.notes.append(
-        f"{settings.producers} concurrent clients, each findTask of a random entry of "
-        f"{ENTRIES:,} ({ENTRIES // PER_NAMESPACE} namespaces); p50/p99: sent -> answered"
+        f"the rate: {settings.producers} concurrent clients, back to back, each findTask of a "
+        f"random entry of {ENTRIES:,} ({ENTRIES // PER_NAMESPACE} namespaces); p50/p99 (sent "
+        f"-> answered): {len(latencies)} requests sent open loop at {LOAD:.0%} of that rate "
+        f"({rate:,.0f}/s)"
     )
     return row
+
+
+Find = Callable[[int], Awaitable[tuple[float, float]]]
+
+
+def _finder(session: aiohttp.ClientSession, running: Coordinator) -> Find:
+    """findTask of the ``i``-th entry: ``(answered at, seconds it took)``."""
+    base = f"{running.url}{INDEX_API}/task/"
+
+    async def find(i: int) -> tuple[float, float]:
+        started = time.time()
+        response = await call(session, "GET", base + _path(i), credentials=running.credentials)
+        if response.status != 200:
+            raise RuntimeError(f"findTask -> {response.status}: {response.body}")
+        finished = time.time()
+        return finished, finished - started
+
+    return find
+
+
+async def _open_loop(
+    find: Find, picks: random.Random, *, rate: float, duration: float
+) -> list[float]:
+    """findTask ``rate`` times a second for ``duration`` seconds, each sent on time whatever
+    the others are doing; the seconds each took."""
+    latencies: list[float] = []
+    sending: set[asyncio.Task[None]] = set()
+
+    async def one(i: int) -> None:
+        latencies.append((await find(i))[1])
+
+    start, sent = time.monotonic(), 0
+    while sent < rate * duration:
+        delay = start + sent / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        request = asyncio.create_task(one(picks.randrange(ENTRIES)))
+        sending.add(request)
+        request.add_done_callback(sending.discard)
+        sent += 1
+    await asyncio.gather(*sending)
+    return latencies
 
 
 class LagSampler:
