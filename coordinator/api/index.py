@@ -80,7 +80,7 @@ INDEX_ENDPOINTS: tuple[Endpoint, ...] = (
         method="POST",
         route="/tasks/indexes",
         input="list-tasks-at-index",
-        output="list-tasks-response",
+        output="list-indexed-tasks-response",
         title="Find tasks at indexes",
         description="The tasks at the index paths of `indexes` (each path once, in their order; "
         "a path without an unexpired task adds nothing). The caller needs "
@@ -119,7 +119,7 @@ INDEX_ENDPOINTS: tuple[Endpoint, ...] = (
         route="/tasks",
         scopes=_LIST_TASKS,
         input=None,
-        output="list-tasks-response",
+        output="list-indexed-tasks-response",
         title="List Tasks",
         description="The unexpired tasks indexed immediately in the namespace, by name.",
     ),
@@ -129,7 +129,7 @@ INDEX_ENDPOINTS: tuple[Endpoint, ...] = (
         route="/tasks",
         scopes=_LIST_TASKS,
         input=None,
-        output="list-tasks-response",
+        output="list-indexed-tasks-response",
         title="List Tasks (POST)",
         description="listTasks in Taskcluster's deprecated POST form.",
         stability="deprecated",
