@@ -728,6 +728,11 @@ class Authorizer:
         )
         return await tester.authenticate(request)
 
+    @property
+    def unrestricted(self) -> bool:
+        """Authentication is off: every request holds every scope."""
+        return self._authenticator is None
+
     async def caller(self, request: web.Request) -> RequestAuth:
         """Who sent ``request``, verified once and remembered on the request.
 

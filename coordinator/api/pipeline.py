@@ -130,7 +130,13 @@ class Handlers:
         :raises InsufficientScopes: 403, naming what the caller lacks.
         """
         check = request[SCOPE_CHECK]
-        auth = await self.auth.require(request, declared(check.endpoint, {**check.url, **params}))
+        if self.auth.unrestricted:
+            # Every scope is held: no expression to build (createTasks' would hold every
+            # task's routes and scopes).
+            auth = await self.auth.caller(request)
+        else:
+            expression = declared(check.endpoint, {**check.url, **params})
+            auth = await self.auth.require(request, expression)
         check.checked = True
         return auth
 

@@ -142,7 +142,7 @@ def entry(path: str, *, task_id: str, rank: object, data: object, expires: int) 
         raise InputError(f"rank {rank!r} is not an integer (a 64-bit one)")
     if not isinstance(data, Mapping):
         raise InputError("data must be a JSON object")
-    size = len(json.dumps(data, separators=(",", ":")).encode())
+    size = len(json.dumps(data, separators=(",", ":")).encode()) if data else 2
     if size > MAX_DATA_BYTES:
         raise InputError(f"data is {size} bytes as JSON; at most {MAX_DATA_BYTES} are allowed")
     namespace, name = split_path(path)
