@@ -28,6 +28,14 @@ CREATED = re.compile(r"created (\S+) priority=\S+ payload=(.*)")
 LOG = "public/logs/live_backing.log"
 
 
+def _as_from_a_terminal() -> None:
+    """Give the script SIGINT as a terminal's shell does: delivered, and at its default. A test
+    process may have it ignored or blocked (by what ran before in it), which the child would
+    inherit, and bash never traps a signal ignored when it started."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_the_demo_leaves_the_coordinator_up_until_ctrl_c(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     port = free_port()
@@ -48,6 +56,7 @@ async def test_the_demo_leaves_the_coordinator_up_until_ctrl_c(tmp_path: Path) -
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
             process_group=0,
+            preexec_fn=_as_from_a_terminal,
         )
     try:
         await wait_until(
