@@ -433,7 +433,11 @@ class SQLStore(Store, abc.ABC):
     async def get_indexed_tasks(self, paths: Sequence[tuple[str, str]]) -> list[IndexedTask]:
         if not paths:
             return []
-        rows = await self._fetch("get_indexed_tasks", paths=compact([list(p) for p in paths]))
+        if len(paths) == 1:
+            [(namespace, name)] = paths
+            rows = await self._fetch("get_indexed_task", namespace=namespace, entry_name=name)
+        else:
+            rows = await self._fetch("get_indexed_tasks", paths=compact([list(p) for p in paths]))
         return [indexed_task_from_row(row) for row in rows]
 
     async def list_indexed_tasks(

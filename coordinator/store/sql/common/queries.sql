@@ -328,6 +328,11 @@ WHERE NOT EXISTS (
 ON CONFLICT (parent, name) DO UPDATE SET expires = excluded.expires
 WHERE index_namespaces.expires < excluded.expires
 
+-- name: get_indexed_task
+-- findTask's entry: one primary-key read (get_indexed_tasks serves several paths at once).
+SELECT namespace, name, rank, task_id, data, expires FROM indexed_tasks
+WHERE namespace = :namespace AND name = :entry_name
+
 -- name: list_indexed_tasks
 -- listTasks' page: the unexpired entries of one namespace after the previous page's last name.
 SELECT namespace, name, rank, task_id, data, expires FROM indexed_tasks
