@@ -704,7 +704,7 @@ class SQLStore(Store, abc.ABC):
 
 def _client_written(audit: AuditEntry) -> list[tuple[str, list[dict[str, Any]]]]:
     """What follows a write of a client in its transaction: the generation and the audit."""
-    return [("bump_auth_generation", [{}]), ("insert_audit_entry", [audit_columns(audit)])]
+    return [("bump_auth_generation", [{}]), *_audited(audit)]
 
 
 def _audited(audit: AuditEntry) -> list[tuple[str, list[dict[str, Any]]]]:

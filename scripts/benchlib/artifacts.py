@@ -348,7 +348,7 @@ async def _compare(
             workdir=workdir,
             azure_connection_string=None if azurite is None else azurite.connection_string,
             profile=_profile(settings, workdir),
-            COORDINATOR_ARTIFACTS=backend,
+            env={"COORDINATOR_ARTIFACTS": backend},
         ) as running,
         aiohttp.ClientSession() as session,
         _direct(backend, azurite, workdir, payload) as direct,

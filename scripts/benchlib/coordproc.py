@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,14 +80,13 @@ async def coordinator(
     azure_connection_string: str | None,
     profile: Path | None = None,
     seed: Callable[[str], Awaitable[None]] | None = None,
-    **extra: str,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Coordinator]:
     """Start ``queue-coordinator serve`` (under pyinstrument when ``profile`` names the report
     file) and wait until it answers; stop it (SIGTERM, then SIGKILL) on exit.
 
     :param seed: fills the store (given its URL) before the coordinator starts.
-
-    :param extra: further ``COORDINATOR_*`` variables (``COORDINATOR_ARTIFACTS=azure``).
+    :param env: further ``COORDINATOR_*`` variables (``{"COORDINATOR_ARTIFACTS": "azure"}``).
     """
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     clients_file = workdir / "clients.json"
@@ -109,7 +108,7 @@ async def coordinator(
             COORDINATOR_QUEUE_PREFIX=prefix,
             COORDINATOR_LOG_LEVEL=settings.coordinator_log_level,
         )
-        serve.env.update(extra)
+        serve.env.update(env or {})
         try:
             await serve.start()
             yield Coordinator(

@@ -205,7 +205,7 @@ async def measure(
         workdir=workdir,
         azure_connection_string=None if azurite is None else azurite.connection_string,
         profile=profile,
-        COORDINATOR_DISPATCH="store" if azurite is None else "azure",
+        env={"COORDINATOR_DISPATCH": "store" if azurite is None else "azure"},
     ) as running:
         await _measure(settings, azurite, running, store, row, options, indexed=indexed)
     if settings.profile:

@@ -27,7 +27,6 @@ import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import aio_pika
 import aiohttp
@@ -210,7 +209,6 @@ async def run(settings: Settings, store: StoreKind) -> list[Row]:
         proxy = TcpProxy.in_front_of(AMQP_URL, default_port=5672)
         await proxy.start()
         pulse = {"COORDINATOR_PULSE_URL": proxy.url_through(AMQP_URL)} if publishing else {}
-        environment: dict[str, Any] = pulse  # to mypy, a dict[str, str] might fill seed too
         group = new_task_id()
         try:
             async with (
@@ -220,7 +218,7 @@ async def run(settings: Settings, store: StoreKind) -> list[Row]:
                     workdir=workdir,
                     azure_connection_string=None,
                     profile=profile,
-                    **environment,
+                    env=pulse,
                 ) as running,
                 MessageCount.bound(group) as queue,
                 aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CLIENTS + 8)) as session,
