@@ -40,17 +40,21 @@ def _optional_seconds(env: Mapping[str, str], name: str) -> int | None:
     return _seconds(env, name, 0) if env.get(name) else None
 
 
-def _byte_count(env: Mapping[str, str], name: str, default: int) -> int:
+def _positive(env: Mapping[str, str], name: str, default: int, *, unit: str) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
-        raise ConfigurationError(f"{name}={raw!r} is not a positive number of bytes")
+        raise ConfigurationError(f"{name}={raw!r} is not a positive number of {unit}")
     return int(raw)
 
 
 ARTIFACT_BACKENDS = ("directory", "azure")
 """The values of ``COORDINATOR_ARTIFACTS``: where artifact bytes are kept."""
+
+NONCE_CACHE_ENTRIES = 500_000
+"""The most Hawk nonces a process remembers by default: the whole 15-minute window at 555
+requests a second, about 35 MB."""
 
 DISPATCHES = ("store", "azure")
 """The values of ``COORDINATOR_DISPATCH``: how pending runs reach workers (docs/dispatch.md):
@@ -146,6 +150,8 @@ class Config:
     :param pulse_url: ``amqp://`` or ``amqps://`` URL of the broker that Taskcluster's Pulse
         messages are published to (docs/events.md); ``None``: nothing is published and no
         outbox is written.
+    :param nonce_cache_entries: the most Hawk nonces the process remembers to refuse replays
+        (about 70 bytes each; the oldest are forgotten first).
     :param deployment: what ``__version__`` answers.
     """
 
@@ -178,6 +184,7 @@ class Config:
     artifacts: str = "directory"
     artifacts_dir: Path = Path(".data/artifacts")
     artifact_max_bytes: int = 5 * 2**30
+    nonce_cache_entries: int = NONCE_CACHE_ENTRIES
     pulse_url: str | None = None
     deployment: Deployment = field(default_factory=Deployment)
 
@@ -254,7 +261,12 @@ class Config:
             failed_ttl_ms=_optional_seconds(env, "COORDINATOR_FAILED_TTL"),
             artifacts=env.get("COORDINATOR_ARTIFACTS") or "directory",
             artifacts_dir=Path(env.get("COORDINATOR_ARTIFACTS_DIR") or data_dir / "artifacts"),
-            artifact_max_bytes=_byte_count(env, "COORDINATOR_ARTIFACT_MAX_BYTES", 5 * 2**30),
+            artifact_max_bytes=_positive(
+                env, "COORDINATOR_ARTIFACT_MAX_BYTES", 5 * 2**30, unit="bytes"
+            ),
+            nonce_cache_entries=_positive(
+                env, "COORDINATOR_NONCE_CACHE_ENTRIES", NONCE_CACHE_ENTRIES, unit="entries"
+            ),
             pulse_url=env.get("COORDINATOR_PULSE_URL") or None,
             deployment=Deployment(
                 source=env.get("COORDINATOR_SOURCE") or "queue-coordinator",

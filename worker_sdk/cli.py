@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import glibc_malloc
 from hawk_signing import Credentials
 from worker_sdk.app import App
 from worker_sdk.errors import RequestFailed
@@ -281,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # so that the collector's pauses do not delay the start of runs.
     gc.freeze()
     gc.set_threshold(GC_YOUNGEST_THRESHOLD, *gc.get_threshold()[1:])
+    glibc_malloc.fix_thresholds()
     try:
         asyncio.run(_work(worker, int(supervisor_pid) if supervisor_pid else None))
     except RequestFailed:

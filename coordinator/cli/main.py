@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+import glibc_malloc
 from coordinator.cli import auth as auth_cli
 from coordinator.cli import index as index_cli
 from coordinator.cli import tasks as tasks_cli
@@ -175,6 +176,7 @@ async def _serve_until_signalled(config: Config) -> None:
 
 def _serve(config: Config) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
+    glibc_malloc.fix_thresholds()
     try:
         asyncio.run(_serve_until_signalled(config))
     except (web.GracefulExit, KeyboardInterrupt):

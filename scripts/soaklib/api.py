@@ -62,6 +62,20 @@ class Api:
         if status != 200:
             raise ApiError(f"createTask {task_id} -> {status}: {str(body)[:300]}")
 
+    async def create_tasks(
+        self, items: Sequence[tuple[str, dict[str, Any]]], *, until: float
+    ) -> dict[str, str]:
+        """createTasks of ``(taskId, definition)`` items; taskId -> error of those refused."""
+        body = {"tasks": [{"taskId": task_id, "task": task} for task_id, task in items]}
+        status, answer = await self.retrying("PUT", "/tasks", body, until=until)
+        if status != 200:
+            raise ApiError(f"createTasks -> {status}: {str(answer)[:300]}")
+        return {
+            task_id: str(result)[:300]
+            for (task_id, _), result in zip(items, answer["tasks"], strict=True)
+            if "status" not in result
+        }
+
     async def status(self, task_id: str, *, until: float) -> dict[str, Any] | None:
         """The task's status, ``None`` if the coordinator does not know it (404)."""
         status, body = await self.retrying("GET", f"/task/{task_id}/status", until=until)

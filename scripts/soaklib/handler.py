@@ -1,7 +1,8 @@
 """The soak workers' handler: ``queue-worker ... soaklib.handler:handle``.
 
 It sleeps for ``payload["sleep"]`` seconds (chosen by the task creator: mostly short, a few
-longer than the claim timeout so the worker must reclaim) and journals the call: a ``start``
+longer than the claim timeout so the worker must reclaim), raises if ``payload["fail"]`` (the
+run fails), and journals the call: a ``start``
 record before anything else and an ``end`` record however the call ends (returned,
 cancelled because the claim was lost or the worker is shutting down, or raised). The
 journal file and the worker's id come from ``SOAK_JOURNAL`` and ``SOAK_WORKER_ID``.
@@ -34,6 +35,8 @@ async def handle(run: TaskRun) -> None:
     try:
         payload = run.payload if isinstance(run.payload, dict) else {}
         await asyncio.sleep(float(payload.get("sleep", 0.0)))
+        if payload.get("fail"):
+            raise RuntimeError("the soak task fails, as asked")
         how = "ok"
     except asyncio.CancelledError:
         how = "cancelled"

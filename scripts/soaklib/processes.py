@@ -62,11 +62,14 @@ class Restart:
     started: Incarnation | None
 
 
-def worker_command(*, root_url: str, capacity: int) -> Callable[[str], list[str]]:
+def worker_command(
+    *, root_url: str, capacity: int, isolation: str = "none"
+) -> Callable[[str], list[str]]:
     """The ``queue-worker`` command line of the incarnation with a given workerId.
 
     :param root_url: the coordinator's.
     :param capacity: runs each worker holds at once.
+    :param isolation: ``--isolation``.
     """
     executable = Path(sys.executable).parent / "queue-worker"
     prefix = [str(executable)] if executable.exists() else [sys.executable, "-m", "worker_sdk.cli"]
@@ -77,7 +80,7 @@ def worker_command(*, root_url: str, capacity: int) -> Callable[[str], list[str]
             *("--root-url", root_url, "--provisioner-id", PROVISIONER_ID),
             *("--worker-type", WORKER_TYPE, "--worker-group", WORKER_GROUP),
             *("--worker-id", worker_id, "--capacity", str(capacity)),
-            *("--grace-period", str(GRACE_PERIOD)),
+            *("--grace-period", str(GRACE_PERIOD), "--isolation", isolation),
             "soaklib.handler:handle",
         ]
 
@@ -175,6 +178,14 @@ class Fleet:
             for slot, (_, process) in self._current.items()
             if process.returncode is None and self._free(slot)
         ]
+
+    def live(self) -> dict[str, int]:
+        """workerId -> pid of every incarnation still running."""
+        return {
+            incarnation.worker_id: process.pid
+            for incarnation, process in self._current.values()
+            if process.returncode is None
+        }
 
     def busy_slots(self) -> list[int]:
         """Alive slots whose journal shows a handler running right now."""

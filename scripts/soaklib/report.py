@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from soaklib.soak import Result
+from devharness.rss import MIB, Curve
+from soaklib.soak import COORDINATOR, WORKER_PREFIX, Result
 
 ROWS: tuple[tuple[str, str], ...] = (
     ("tasks created", "tasks created (createTask answered 200)"),
@@ -50,10 +51,46 @@ def rows(result: Result) -> list[tuple[str, str]]:
     for phase in ("chaos", "drain", "settle"):
         if phase in result.timings:
             table.append((f"{phase} phase (s)", f"{result.timings[phase]:.1f}"))
+    table += _memory_rows(result)
     by_kind = Counter(violation.kind for violation in result.findings.violations)
     table.append(("violations", str(len(result.findings.violations))))
     table += [(f"  {kind}", str(number)) for kind, number in sorted(by_kind.items())]
     return table
+
+
+def _memory_rows(result: Result) -> list[tuple[str, str]]:
+    """The longest-lived coordinator's RSS and the worker that grew most, after warm-up and at
+    the end."""
+    if result.rss is None:
+        return []
+    warm_up = result.settings.warm_up
+    table: list[tuple[str, str]] = []
+    coordinator = result.rss.longest(COORDINATOR)
+    worker = result.rss.largest_growth(WORKER_PREFIX, warm_up)
+    for label, growth in (
+        ("coordinator", coordinator.growth(warm_up) if coordinator else None),
+        ("worker (grew most)", worker[1] if worker else None),
+    ):
+        if growth is None:
+            table.append((f"{label} RSS after warm-up", "-"))
+            continue
+        table += [
+            (f"{label} RSS after warm-up (MiB)", f"{growth.warm / MIB:.1f}"),
+            (f"{label} RSS at the end (MiB)", f"{growth.end / MIB:.1f}"),
+            (f"{label} RSS growth after warm-up (%)", f"{growth.percent:.1f}"),
+        ]
+    return table
+
+
+def _curves(result: Result) -> list[Curve]:
+    """The curves the summary shows: the longest-lived coordinator and each worker slot's
+    longest-lived incarnation."""
+    if result.rss is None:
+        return []
+    shown = [result.rss.longest(COORDINATOR)]
+    slots = {curve.name.rsplit("-", 1)[0] for curve in result.rss.curves}
+    shown += [result.rss.longest(slot + "-") for slot in sorted(slots) if slot != COORDINATOR]
+    return [curve for curve in shown if curve is not None]
 
 
 def text(result: Result) -> str:
@@ -61,6 +98,13 @@ def text(result: Result) -> str:
     width = max(len(label) for label, _ in table)
     lines = [f"soak summary (seed {result.seed}, workdir {result.workdir})"]
     lines += [f"  {label:<{width}}  {value:>8}" for label, value in table]
+    curves = _curves(result)
+    if curves:
+        lines.append("RSS every minute (MiB):")
+        lines += [
+            f"  {curve.name}: " + " ".join(f"{mib:.0f}" for mib in curve.every(60.0))
+            for curve in curves
+        ]
     if result.findings.violations:
         lines.append("violations:")
         shown = result.findings.violations[:50]
@@ -98,4 +142,8 @@ def document(result: Result) -> dict[str, Any]:
             for violation in result.findings.violations
         ],
         "events": result.events,
+        "rss": [
+            {"name": curve.name, "pid": curve.pid, "samples": curve.samples}
+            for curve in (result.rss.curves if result.rss else [])
+        ],
     }

@@ -24,7 +24,7 @@ class Settings:
     :param retries: each task's ``retries``; far more than the kills can use up.
     :param claim_timeout: the coordinator's claim timeout (seconds), short so that claims of
         killed workers expire within the soak.
-    :param kill_interval: mean seconds between two worker kills.
+    :param kill_interval: mean seconds between two worker kills; 0: none.
     :param term_share: share of worker kills that are SIGTERM (graceful, reported
         ``worker-shutdown``) instead of SIGKILL.
     :param coordinator_restarts / azurite_restarts: how often each is restarted (the
@@ -50,6 +50,16 @@ class Settings:
         (claimWork from the store; the workers find that out themselves). Under ``store``
         there are no hints to lose or to fake, so Azurite is neither restarted nor killed and
         no noise is put (Azurite still runs, empty, for the final census of the queues).
+    :param calm: no kills, restarts or noise: the load alone, for the memory figures.
+    :param handler: what each run does: ``sleep`` (mostly under a second, some past the claim
+        timeout), ``noop`` (returns at once) or ``fail`` (raises: every run fails).
+    :param isolation: ``queue-worker --isolation``.
+    :param batch: tasks created per request (createTasks when more than 1).
+    :param warm_up: seconds after a process starts before its RSS counts as warmed up.
+    :param max_rss_growth: a ``memory-growth`` violation when the coordinator's or a worker's
+        RSS grows more than this (percent) from its warm-up to the end; ``None``: reported only.
+    :param memtrace: run the coordinator under ``devharness.memtrace`` (snapshots in the
+        workdir's ``memtrace/`` every this many seconds).
     """
 
     seconds: float = 600.0
@@ -77,6 +87,13 @@ class Settings:
     markdown_path: Path | None = None
     verbose: bool = False
     dispatch: str = "azure"
+    calm: bool = False
+    handler: str = "sleep"
+    isolation: str = "none"
+    batch: int = 1
+    warm_up: float = 60.0
+    max_rss_growth: float | None = None
+    memtrace: float | None = None
 
     @property
     def drain_limit(self) -> float:
@@ -160,6 +177,41 @@ def parse_args(argv: Sequence[str]) -> Settings:
         default=defaults.dispatch,
         help="COORDINATOR_DISPATCH: store turns the Azurite restarts, kills and noise off",
     )
+    parser.add_argument(
+        "--calm", action="store_true", help="no kills, restarts or noise: the load alone"
+    )
+    parser.add_argument(
+        "--handler",
+        choices=("sleep", "noop", "fail"),
+        default=defaults.handler,
+        help="each run sleeps (default), returns at once, or raises",
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=("none", "process"),
+        default=defaults.isolation,
+        help="queue-worker --isolation",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=defaults.batch, help="tasks per createTasks request"
+    )
+    parser.add_argument(
+        "--warm-up",
+        type=float,
+        default=defaults.warm_up,
+        help="seconds before a process's RSS counts as warmed up (default: 60)",
+    )
+    parser.add_argument(
+        "--max-rss-growth",
+        type=float,
+        help="percent of RSS growth after warm-up that is a violation (default: report only)",
+    )
+    parser.add_argument(
+        "--memtrace",
+        type=float,
+        metavar="SECONDS",
+        help="run the coordinator under tracemalloc, a snapshot every SECONDS (slow)",
+    )
     parser.add_argument("--seed", type=int, help="random seed (default: random, printed)")
     parser.add_argument("--no-auth", action="store_true", help="run the coordinator without Hawk")
     parser.add_argument("--store-url", help="coordinator store (default: SQLite in the workdir)")
@@ -183,7 +235,10 @@ def parse_args(argv: Sequence[str]) -> Settings:
         parser.error("--reconcile-interval must be more than 0")
     if not 0 <= args.retries <= 49:
         parser.error("--retries must be 0..49")
+    if args.batch < 1:
+        parser.error("--batch must be at least 1")
     store = args.dispatch == "store"
+    calm = args.calm
     return Settings(
         dispatch=args.dispatch,
         seconds=seconds,
@@ -193,13 +248,20 @@ def parse_args(argv: Sequence[str]) -> Settings:
         retries=args.retries,
         claim_timeout=args.claim_timeout,
         poll_visibility=args.poll_visibility,
-        kill_interval=args.kill_interval,
+        kill_interval=0.0 if calm else args.kill_interval,
         term_share=args.term_share,
-        coordinator_restarts=args.coordinator_restarts,
-        azurite_restarts=0 if store else args.azurite_restarts,
-        azurite_kills=0 if store else args.azurite_kills,
+        coordinator_restarts=0 if calm else args.coordinator_restarts,
+        azurite_restarts=0 if store or calm else args.azurite_restarts,
+        azurite_kills=0 if store or calm else args.azurite_kills,
         reconcile_interval=args.reconcile_interval,
-        noise_interval=0.0 if store else args.noise_interval,
+        noise_interval=0.0 if store or calm else args.noise_interval,
+        calm=calm,
+        handler=args.handler,
+        isolation=args.isolation,
+        batch=args.batch,
+        warm_up=args.warm_up,
+        max_rss_growth=args.max_rss_growth,
+        memtrace=args.memtrace,
         drain=args.drain,
         settle=args.settle,
         seed=args.seed,

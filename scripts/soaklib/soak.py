@@ -49,6 +49,7 @@ import slugid
 from coordinator.service.clients_file import ensure_root_client
 from devharness.azurite import AzuriteProcess
 from devharness.processes import KILL_WAIT, ServeProcess, child_env
+from devharness.rss import Curve, Growth, RssRecorder
 from devharness.tasks import task_definition
 from hawk_signing import Credentials
 from soaklib import checks
@@ -72,6 +73,13 @@ DOWN = (0.3, 2.0)
 """How long a killed worker's slot stays empty (seconds, drawn uniformly)."""
 RESTARTS_WAIT = STOP_WAIT + KILL_WAIT + DOWN[1] + 30.0
 """The longest the worker restarts still going at the end of the chaos may take."""
+COORDINATOR = "coordinator"
+"""The coordinator's name among the processes whose RSS is sampled (the workers go by their
+workerIds, ``soak-w<slot>-<incarnation>``)."""
+WORKER_PREFIX = "soak-w"
+RSS_INTERVAL = 5.0
+"""Seconds between two RSS samples."""
+MIB = 1024 * 1024
 SOAK_METADATA = {
     "name": "soak task",
     "description": "created by scripts/soak",
@@ -90,6 +98,7 @@ class Result:
     timings: dict[str, float]
     events: list[str] = field(default_factory=list)
     census: QueueCensus | None = None
+    rss: RssRecorder | None = None
 
     @property
     def ok(self) -> bool:
@@ -165,6 +174,7 @@ class Soak:
             COORDINATOR_RECONCILE_INTERVAL=str(settings.reconcile_interval),
             COORDINATOR_LOG_LEVEL="INFO",
             COORDINATOR_DISPATCH=settings.dispatch,
+            interpreter_args=self._memtrace(),
         )
         (self.workdir / "coordinator").mkdir(parents=True, exist_ok=True)
         worker_env = child_env()
@@ -172,12 +182,17 @@ class Soak:
             worker_env["TASKCLUSTER_CLIENT_ID"] = credentials.client_id
             worker_env["TASKCLUSTER_ACCESS_TOKEN"] = credentials.access_token
         self.fleet = Fleet(
-            command=worker_command(root_url=self.coordinator.url, capacity=settings.capacity),
+            command=worker_command(
+                root_url=self.coordinator.url,
+                capacity=settings.capacity,
+                isolation=settings.isolation,
+            ),
             workdir=self.workdir,
             env=worker_env,
         )
         self.hints = Hints(azurite.connection_string, prefix)
         self.azurite = azurite
+        self.rss = RssRecorder(self._processes, interval=RSS_INTERVAL)
         try:
             await azurite.start()
             async with aiohttp.ClientSession() as session:
@@ -193,6 +208,7 @@ class Soak:
                     f"seed {self.seed}"
                 )
                 monitor = asyncio.create_task(self._monitor())
+                sampler = asyncio.create_task(self.rss.run())
                 try:
                     await asyncio.gather(
                         self._create(),
@@ -206,13 +222,16 @@ class Soak:
                     phase = time.monotonic()
                     await self._drain()
                     timings["drain"] = time.monotonic() - phase
+                    sampler.cancel()
+                    self._check_rss()
                     phase = time.monotonic()
                     await self._settle()
                     timings["settle"] = time.monotonic() - phase
                 finally:
-                    monitor.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await monitor
+                    for task in (monitor, sampler):
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
                     await self.fleet.stop_all()
                 self.event("workers stopped: checking")
                 statuses = await self._final_statuses()
@@ -253,7 +272,50 @@ class Soak:
             timings=timings,
             events=self.events,
             census=census,
+            rss=self.rss,
         )
+
+    # --- memory --------------------------------------------------------------------------
+
+    def _memtrace(self) -> list[str]:
+        """The coordinator's interpreter arguments under ``--memtrace``."""
+        every = self.settings.memtrace
+        if every is None:
+            return []
+        directory = self.workdir / "memtrace"
+        return ["-m", "devharness.memtrace", "run", str(directory), "--every", str(every)]
+
+    def _processes(self) -> dict[str, int]:
+        """What the RSS recorder samples: the coordinator and every running worker."""
+        running = self.fleet.live()
+        process = self.coordinator.process
+        if process is not None and process.returncode is None:
+            running[COORDINATOR] = process.pid
+        return running
+
+    def _check_rss(self) -> None:
+        """``memory-growth``: the longest-lived coordinator or any worker grew more than
+        ``max_rss_growth`` percent after its warm-up."""
+        limit = self.settings.max_rss_growth
+        if limit is None:
+            return
+        warm_up = self.settings.warm_up
+        grown: list[tuple[Curve, Growth | None]] = []
+        if (coordinator := self.rss.longest(COORDINATOR)) is not None:
+            grown.append((coordinator, coordinator.growth(warm_up)))
+        if (worker := self.rss.largest_growth(WORKER_PREFIX, warm_up)) is not None:
+            grown.append(worker)
+        for curve, growth in grown:
+            if growth is None:
+                self.extra_violations.add(
+                    "memory-growth", f"{curve.name} was not sampled twice after its warm-up"
+                )
+            elif growth.percent > limit:
+                self.extra_violations.add(
+                    "memory-growth",
+                    f"{curve.name} RSS grew {growth.percent:.1f} % after its warm-up "
+                    f"({growth.warm / MIB:.1f} -> {growth.end / MIB:.1f} MiB), over {limit:g} %",
+                )
 
     # --- chaos loops ---------------------------------------------------------------------
 
@@ -267,11 +329,17 @@ class Soak:
             taskGroupId=self.group_id,
             priority=priority,
             retries=settings.retries,
-            payload={"sleep": round(sleep, 3)},
+            payload={"sleep": round(sleep, 3), **({"fail": True} if self._fails else {})},
             metadata=SOAK_METADATA,
         )
 
+    @property
+    def _fails(self) -> bool:
+        return self.settings.handler == "fail"
+
     def _sleep_for(self) -> float:
+        if self.settings.handler != "sleep":
+            return 0.0
         draw = self.rng.random()
         if draw < 0.05:  # outlives several claims: must be reclaimed
             return self.rng.uniform(1.2, 2.0) * self.settings.claim_timeout
@@ -280,27 +348,40 @@ class Soak:
         return self.rng.uniform(0.05, 1.0)
 
     async def _create(self) -> None:
-        """Create tasks at ``rate`` (catching up after a coordinator restart)."""
+        """Create tasks at ``rate``, ``batch`` at a time (catching up after a coordinator
+        restart)."""
         number = 0
+        batch = self.settings.batch
         while self.chaos_left() > 0:
             due = self.started + number / self.settings.rate
             if due > time.monotonic():
                 await self.pause(due - time.monotonic())
                 continue
-            task_id = slugid.nice()
             priority = self.rng.choice(PRIORITIES)
-            definition = self._definition(priority, self._sleep_for())
+            items = [
+                (slugid.nice(), self._definition(priority, self._sleep_for())) for _ in range(batch)
+            ]
+            until = time.monotonic() + 120
             try:
-                await self.api.create_task(task_id, definition, until=time.monotonic() + 120)
+                if batch == 1:
+                    await self.api.create_task(*items[0], until=until)
+                    refused = {}
+                else:
+                    refused = await self.api.create_tasks(items, until=until)
             except (ApiError, aiohttp.ClientError, TimeoutError) as error:
-                self.extra_violations.add("create-refused", f"createTask {task_id}: {error}")
-            else:
-                self.created[task_id] = priority
-            number += 1
+                refused = {task_id: str(error) for task_id, _ in items}
+            for task_id, _ in items:
+                if task_id in refused:
+                    self.extra_violations.add(
+                        "create-refused", f"createTask {task_id}: {refused[task_id]}"
+                    )
+                else:
+                    self.created[task_id] = priority
+            number += batch
 
     async def _kill_workers(self) -> None:
         settings = self.settings
-        while True:
+        while settings.kill_interval > 0:
             await self.pause(self.rng.uniform(0.5, 1.5) * settings.kill_interval)
             if self.chaos_left() <= 0:
                 return

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from devharness.processes import SCRIPTS, processes_mentioning, run_module
+from devharness.rss import MIB, RssRecorder
 
 
 def _soaklib(module: str) -> Any:
@@ -149,9 +150,9 @@ def test_checks_pass_a_clean_history_and_catch_each_violation() -> None:
     ]
 
 
-def _soak(tmp_path: Path, *args: str) -> tuple[dict[str, int], str]:
+def _clean_soak(tmp_path: Path, *args: str) -> tuple[dict[str, Any], str]:
     """Run scripts/soak with ``args``, asserting that it found no violation and left no
-    process behind; its counts, and the end of its output."""
+    process behind; its JSON summary, and the end of its output."""
     summary = tmp_path / "soak.json"
     done = run_module(
         "soaklib", *args, f"--workdir={tmp_path / 'work'}", f"--json={summary}", timeout=700
@@ -161,9 +162,15 @@ def _soak(tmp_path: Path, *args: str) -> tuple[dict[str, int], str]:
     # directory in its command line or environment) is gone.
     assert processes_mentioning(str(tmp_path / "work")) == {}, output
     assert done.returncode in (0, 1), output
-    result = json.loads(summary.read_text())
+    result: dict[str, Any] = json.loads(summary.read_text())
     assert result["violations"] == [], output
     assert done.returncode == 0, output
+    return result, output
+
+
+def _soak(tmp_path: Path, *args: str) -> tuple[dict[str, int], str]:
+    """:func:`_clean_soak`, asserting that the chaos happened; its counts and output."""
+    result, output = _clean_soak(tmp_path, *args)
     counts: dict[str, int] = result["counts"]
     # The chaos really happened.
     assert counts.get("worker sigkill", 0) + counts.get("worker sigterm", 0) >= 2, output
@@ -197,3 +204,58 @@ def test_a_store_dispatch_soak_has_no_violations(tmp_path: Path) -> None:
     counts, output = _soak(tmp_path, "--dispatch=store", "--seconds=25", "--kill-interval=4")
     assert counts["tasks created"] >= 10, output  # createTask fails while it is down
     assert "azurite sigkill" not in counts, output
+
+
+@pytest.mark.slow(seconds=50)
+@pytest.mark.timeout(300)
+def test_a_calm_soak_reports_every_process_s_rss(tmp_path: Path) -> None:
+    """``--calm``: the load alone, no process killed or restarted; failing handlers in process
+    isolation, tasks created in batches. The summary holds the coordinator's and the workers'
+    RSS after warm-up and at the end, and every curve sampled."""
+    result, output = _clean_soak(
+        tmp_path,
+        *("--calm", "--dispatch=store", "--seconds=30", "--warm-up=10", "--workers=2"),
+        *("--handler=fail", "--isolation=process", "--batch=20", "--rate=40", "--retries=0"),
+        "--max-rss-growth=1000",
+    )
+    counts = result["counts"]
+    assert counts["tasks created"] >= 400, output
+    assert counts.get("state failed", 0) == counts["tasks created"], output
+    assert counts.get("worker sigkill", 0) + counts.get("worker sigterm", 0) == 0, output
+    assert counts.get("coordinator sigkill", 0) + counts.get("coordinator sigterm", 0) == 0
+    names = sorted(curve["name"] for curve in result["rss"])
+    assert names == ["coordinator", "soak-w0-0", "soak-w1-0"], output
+    for curve in result["rss"]:
+        assert len(curve["samples"]) >= 6, curve
+        assert all(rss > 10 * 2**20 for _, rss in curve["samples"]), curve
+    for label in ("coordinator RSS after warm-up (MiB)", "coordinator RSS growth after warm-up"):
+        assert label in output, output
+    assert "RSS every minute (MiB):" in output, output
+
+
+def test_the_rss_recorder_keeps_one_curve_per_process_and_measures_after_warm_up() -> None:
+    pids = {"coordinator": 1, "soak-w0-0": 2}
+    readings = {1: 100, 2: 50}
+    clock = [0.0]
+    recorder = RssRecorder(lambda: dict(pids), read=readings.get, clock=lambda: clock[0])
+    for at in range(0, 30, 5):
+        readings[1] += 10  # grows 10 a sample
+        clock[0] = float(at)
+        recorder.sample()
+    pids["soak-w0-1"] = 3  # a new incarnation: a curve of its own, not warmed up
+    readings[3] = 40
+    del readings[2]  # the old one is gone: no further samples
+    clock[0] = 30.0
+    recorder.sample()
+    names = sorted((curve.name, len(curve.samples)) for curve in recorder.curves)
+    assert names == [("coordinator", 7), ("soak-w0-0", 6), ("soak-w0-1", 1)]
+    coordinator = recorder.longest("coordinator")
+    assert coordinator is not None
+    growth = coordinator.growth(10.0)
+    assert growth is not None and (growth.warm, growth.end) == (130, 160)
+    assert round(growth.percent, 1) == 23.1
+    assert coordinator.growth(40.0) is None  # never sampled twice after such a warm-up
+    grown = recorder.largest_growth("soak-w", 10.0)
+    assert grown is not None
+    assert grown[0].name == "soak-w0-0" and grown[1].percent == 0.0
+    assert coordinator.every(10.0) == [v / MIB for v in (110, 130, 150, 160)]

@@ -394,7 +394,14 @@ def test_the_nonce_cache_forgets_timestamps_out_of_the_window_and_stays_bounded(
     assert not cache.seen("c", "n1", "1000", now=1901)  # out of the window: forgotten
     for n in range(10):
         cache.seen("c", f"m{n}", "2000", now=2000)
-    assert len(cache) == 3
+    assert 1 <= len(cache) <= 3
+    # full: the oldest second goes first, a newer one stays
+    assert not cache.seen("c", "x", "2001", now=2001)
+    assert not cache.seen("c", "y", "2002", now=2002)
+    assert not cache.seen("c", "z", "2003", now=2003)
+    assert cache.seen("c", "z", "2003", now=2003)
+    assert not cache.seen("c", "x", "2001", now=2003)  # forgotten to make room
+    assert len(cache) <= 3
 
 
 async def test_timestamp_skew_of_15_minutes(clients_file: Path) -> None:
