@@ -52,9 +52,9 @@ def _positive(env: Mapping[str, str], name: str, default: int, *, unit: str) -> 
 ARTIFACT_BACKENDS = ("directory", "azure")
 """The values of ``COORDINATOR_ARTIFACTS``: where artifact bytes are kept."""
 
-NONCE_CACHE_ENTRIES = 500_000
-"""The most Hawk nonces a process remembers by default: the whole 15-minute window at 555
-requests a second, about 35 MB."""
+NONCE_CACHE_ENTRIES = 2_000_000
+"""The most Hawk nonces a process remembers by default: the whole 15-minute window at 2,222
+requests a second, 16 MB."""
 
 DISPATCHES = ("store", "azure")
 """The values of ``COORDINATOR_DISPATCH``: how pending runs reach workers (docs/dispatch.md):
@@ -151,7 +151,7 @@ class Config:
         messages are published to (docs/events.md); ``None``: nothing is published and no
         outbox is written.
     :param nonce_cache_entries: the most Hawk nonces the process remembers to refuse replays
-        (about 70 bytes each; the oldest are forgotten first).
+        (8 bytes each; the oldest are forgotten first).
     :param deployment: what ``__version__`` answers.
     """
 

@@ -345,6 +345,21 @@ def render(rows: list[Row], settings: Settings, started: float, elapsed: float) 
             "Latency (pending time: the producer's enqueue call -> the handler's start):",
             *loads,
         ]
+    memory = [
+        f"- {row.key}: "
+        + ", ".join(
+            f"{name} {start:,.1f} -> {end:,.1f}" for name, (start, end) in row.rss_mib.items()
+        )
+        for row in rows
+        if row.rss_mib
+    ]
+    if memory:
+        lines += [
+            "",
+            "Memory (RSS in MiB of each process group, summed: after the warm-up -> at the end "
+            "of the window):",
+            *memory,
+        ]
     notes = [f"- {row.key}: {note}" for row in rows for note in row.notes]
     if notes:
         lines += ["", "Notes:", *notes]

@@ -116,6 +116,8 @@ class Row:
     :param figures: what a row measures besides its rate, by name (the ``artifact-1gib``
         row's coordinator RSS in MiB).
     :param latency: pending time at shares of the measured rate (:mod:`benchlib.latency`).
+    :param rss_mib: each process group's resident memory in MiB at the start of the measured
+        window (after the warm-up) and at its end.
     """
 
     key: str
@@ -134,6 +136,7 @@ class Row:
     other_cores: float | None = None
     figures: dict[str, float] = field(default_factory=dict)
     latency: list[LoadLatency] = field(default_factory=list)
+    rss_mib: dict[str, tuple[float, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -190,7 +193,8 @@ def postgres_backends(database: str) -> Callable[[], list[psutil.Process]]:
 
 
 class CpuMeter:
-    """CPU seconds used by named groups of processes between :meth:`start` and :meth:`stop`.
+    """CPU seconds used by named groups of processes between :meth:`start` and :meth:`stop`,
+    and each group's RSS at both ends.
 
     A group is a function returning its processes, called at both ends: processes that appear
     in between count from zero, processes that vanish count until their last reading.
@@ -199,6 +203,9 @@ class CpuMeter:
     def __init__(self, groups: Mapping[str, Callable[[], Iterable[psutil.Process]]]) -> None:
         self._groups = groups
         self._start: dict[str, dict[int, float]] = {}
+        self._rss_start: dict[str, int] = {}
+        self.rss: dict[str, tuple[int, int]] = {}
+        """Group -> its RSS in bytes at :meth:`start` and at :meth:`stop`."""
         self._system_start: tuple[float, float] = (0.0, 0.0)
         self.used: dict[str, float] = {}
         self.processes: dict[str, int] = {}
@@ -215,13 +222,25 @@ class CpuMeter:
         return readings
 
     @staticmethod
+    def _rss(processes: Iterable[psutil.Process]) -> int:
+        total = 0
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                total += process.memory_info().rss
+        return total
+
+    @staticmethod
     def _system() -> tuple[float, float]:
         times = psutil.cpu_times()
         idle = times.idle + getattr(times, "iowait", 0.0)
         return time.monotonic(), sum(times) - idle
 
     def start(self) -> None:
-        self._start = {name: self._read(group()) for name, group in self._groups.items()}
+        self._start = {}
+        for name, group in self._groups.items():
+            processes = group()
+            self._start[name] = self._read(processes)
+            self._rss_start[name] = self._rss(processes)
         self._system_start = self._system()
 
     def stop(self) -> None:
@@ -230,7 +249,9 @@ class CpuMeter:
         self.busy_cores = (busy - self._system_start[1]) / elapsed
         for name, group in self._groups.items():
             before = self._start.get(name, {})
-            after = self._read(group())
+            processes = group()
+            after = self._read(processes)
+            self.rss[name] = (self._rss_start.get(name, 0), self._rss(processes))
             self.processes[name] = len(after)
             self.used[name] = sum(
                 max(0.0, after.get(pid, before.get(pid, 0.0)) - before.get(pid, 0.0))
@@ -265,6 +286,9 @@ class CpuMeter:
         row.ceiling = None if ceiling is None else ceiling * rate_per_item
         row.busy_cores = self.busy_cores
         row.other_cores = self.other_cores
+        row.rss_mib = {
+            name: (start / 2**20, end / 2**20) for name, (start, end) in self.rss.items() if end
+        }
 
 
 def own_process() -> list[psutil.Process]:

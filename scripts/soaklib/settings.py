@@ -58,6 +58,7 @@ class Settings:
     :param warm_up: seconds after a process starts before its RSS counts as warmed up.
     :param max_rss_growth: a ``memory-growth`` violation when the coordinator's or a worker's
         RSS grows more than this (percent) from its warm-up to the end; ``None``: reported only.
+    :param pulse_url: ``COORDINATOR_PULSE_URL``: publish Pulse events to this broker.
     :param memtrace: run the coordinator under ``devharness.memtrace`` (snapshots in the
         workdir's ``memtrace/`` every this many seconds).
     """
@@ -94,6 +95,7 @@ class Settings:
     warm_up: float = 60.0
     max_rss_growth: float | None = None
     memtrace: float | None = None
+    pulse_url: str | None = None
 
     @property
     def drain_limit(self) -> float:
@@ -215,6 +217,7 @@ def parse_args(argv: Sequence[str]) -> Settings:
     parser.add_argument("--seed", type=int, help="random seed (default: random, printed)")
     parser.add_argument("--no-auth", action="store_true", help="run the coordinator without Hawk")
     parser.add_argument("--store-url", help="coordinator store (default: SQLite in the workdir)")
+    parser.add_argument("--pulse-url", help="publish Pulse events to this AMQP broker")
     parser.add_argument("--workdir", type=Path, help="logs, journals, data (default: temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the workdir afterwards")
     parser.add_argument("--json", type=Path, help="also write the summary as JSON here")
@@ -267,6 +270,7 @@ def parse_args(argv: Sequence[str]) -> Settings:
         seed=args.seed,
         auth=not args.no_auth,
         store_url=args.store_url,
+        pulse_url=args.pulse_url,
         workdir=args.workdir,
         keep=args.keep,
         json_path=args.json,

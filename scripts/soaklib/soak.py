@@ -176,6 +176,8 @@ class Soak:
             COORDINATOR_DISPATCH=settings.dispatch,
             interpreter_args=self._memtrace(),
         )
+        if settings.pulse_url:
+            self.coordinator.env["COORDINATOR_PULSE_URL"] = settings.pulse_url
         (self.workdir / "coordinator").mkdir(parents=True, exist_ok=True)
         worker_env = child_env()
         if credentials is not None:

@@ -176,6 +176,12 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
         assert row["rate"] > 0, row
         assert bool(row["cpu_ms"]) != (row["key"] in UNMETERED), row
         assert f"| {row['title']} | " in done.stdout
+        # every metered group's RSS, after the warm-up and at the end of the window
+        if row["cpu_ms"]:
+            assert row["rss_mib"] and all(
+                start > 0 and end > 0 for start, end in row["rss_mib"].values()
+            ), row
+            assert f"- {row['key']}: " in done.stdout.split("Memory (RSS in MiB")[1], row
     for row in rows:
         loads = [load["load"] for load in row["latency"]]
         assert loads == ([50, 80] if row["key"] in LATENCY else []), row
