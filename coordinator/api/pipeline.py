@@ -66,7 +66,6 @@ def declared(endpoint: Endpoint, params: Mapping[str, object], *, run: bool = Fa
 
 
 @functools.lru_cache(maxsize=1024)
-@functools.lru_cache(maxsize=1024)
 def _declared(endpoint: Endpoint, run: bool, params: frozenset[tuple[str, Any]]) -> Expression:
     return expand(declared_template(endpoint, run), dict(params))
 

@@ -386,6 +386,7 @@ async def test_the_configuration_picks_the_backend(tmp_path: Path, azurite: Azur
         ({"COORDINATOR_ARTIFACTS": "azure"}, "needs AZURE_STORAGE_CONNECTION_STRING"),
         ({"COORDINATOR_ARTIFACT_MAX_BYTES": "5GiB"}, "not a positive number of bytes"),
         ({"COORDINATOR_ARTIFACT_MAX_BYTES": "0"}, "not a positive number of bytes"),
+        ({"COORDINATOR_NONCE_CACHE_ENTRIES": "many"}, "not a positive number of entries"),
     ],
 )
 def test_configuration_mistakes_name_the_setting(env: dict[str, str], message: str) -> None:
