@@ -35,17 +35,21 @@ _PROBE = textwrap.dedent(
 )
 
 
-def _mmapped_after_a_large_free(mode: str) -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE, mode],
+def _python(*args: str, env: dict[str, str] | None = None) -> str:
+    """Run ``python args`` in the repository to its end; its output."""
+    return subprocess.run(
+        [sys.executable, *args],
         cwd=REPO,
-        env=child_env(),
+        env=env or child_env(),
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
-    )
-    return int(done.stdout)
+    ).stdout
+
+
+def _mmapped_after_a_large_free(mode: str) -> int:
+    return int(_python("-c", _PROBE, mode))
 
 
 @pytest.mark.skipif(glibc_malloc.heap() is None, reason="glibc 2.33 or later only")
@@ -82,28 +86,15 @@ def test_memtrace_finds_the_line_and_the_type_that_grow(tmp_path: Path) -> None:
     snapshots = tmp_path / "snapshots"
     env = child_env()
     env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "devharness.memtrace", "run", str(snapshots)),
-            *("--every", "0.4", "--frames", "2", "-m", "growing"),
-        ],
-        cwd=REPO,
+    _python(
+        *("-m", "devharness.memtrace", "run", str(snapshots)),
+        *("--every", "0.4", "--frames", "2", "-m", "growing"),
         env=env,
-        timeout=60,
-        check=True,
     )
     taken = sorted(snapshots.glob("*.snapshot"))
     assert len(taken) >= 3, taken
     assert all(snapshot.with_suffix(".types.json").exists() for snapshot in taken)
-    diff = subprocess.run(
-        [sys.executable, "-m", "devharness.memtrace", "diff", str(taken[0]), str(taken[-1])],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    diff = _python("-m", "devharness.memtrace", "diff", str(taken[0]), str(taken[-1]))
     first, _, rest = diff.partition("\n")
     assert "RSS" in first and "malloc in use" in first and "traced +" in first, diff
     # the largest growth by line is the list comprehension that keeps its objects
