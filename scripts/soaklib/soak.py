@@ -220,12 +220,14 @@ class Soak:
                     )
                     await self._restarts_over()
                     timings["chaos"] = time.monotonic() - self.started
+                    # The load ends here; the drain's listings of the whole group are the
+                    # soak's own reading, not what the memory figures are about.
+                    sampler.cancel()
+                    self._check_rss()
                     self.event("chaos over: draining")
                     phase = time.monotonic()
                     await self._drain()
                     timings["drain"] = time.monotonic() - phase
-                    sampler.cancel()
-                    self._check_rss()
                     phase = time.monotonic()
                     await self._settle()
                     timings["settle"] = time.monotonic() - phase
