@@ -50,6 +50,10 @@ Pure functions over plain data, so every rule can be read (and tested) on its ow
 ``process-left``
     a process the soak started was still running when the soak ended (it outlived
     SIGKILL).
+``memory-growth``
+    with ``--max-rss-growth``, the longest-lived coordinator or a worker grew by more than
+    that share of its RSS between its warm-up and the end of the load (checked by the soak
+    itself, from :mod:`devharness.rss`'s samples).
 """
 
 from __future__ import annotations

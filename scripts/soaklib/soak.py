@@ -49,7 +49,7 @@ import slugid
 from coordinator.service.clients_file import ensure_root_client
 from devharness.azurite import AzuriteProcess
 from devharness.processes import KILL_WAIT, ServeProcess, child_env
-from devharness.rss import Curve, Growth, RssRecorder
+from devharness.rss import MIB, Curve, Growth, RssRecorder
 from devharness.tasks import task_definition
 from hawk_signing import Credentials
 from soaklib import checks
@@ -79,7 +79,6 @@ workerIds, ``soak-w<slot>-<incarnation>``)."""
 WORKER_PREFIX = "soak-w"
 RSS_INTERVAL = 5.0
 """Seconds between two RSS samples."""
-MIB = 1024 * 1024
 SOAK_METADATA = {
     "name": "soak task",
     "description": "created by scripts/soak",
