@@ -86,6 +86,14 @@ class Api:
         result: dict[str, Any] = body["status"]
         return result
 
+    async def unresolved_runs(self, task_queue: str, *, until: float) -> int:
+        """Pending, delayed and running runs of ``provisionerId/workerType`` (the management
+        API's exact counts)."""
+        status, body = await self.retrying("GET", f"/task-queues/{task_queue}/counts", until=until)
+        if status != 200:
+            raise ApiError(f"taskQueueCounts -> {status}: {str(body)[:300]}")
+        return int(body["pending"]) + int(body["delayed"]) + int(body["running"])
+
     async def task_group(self, task_group_id: str, *, until: float) -> dict[str, dict[str, Any]]:
         """taskId -> status of every task in the group."""
         found: dict[str, dict[str, Any]] = {}

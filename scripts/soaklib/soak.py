@@ -551,6 +551,7 @@ class Soak:
 
     async def _drain(self) -> None:
         give_up = time.monotonic() + self.settings.drain_limit
+        await self._counts_drained(give_up)
         last_report = 0.0
         while True:
             statuses = await self.api.task_group(self.group_id, until=time.monotonic() + 60)
@@ -576,6 +577,25 @@ class Soak:
                     f"{self.settings.poll_visibility:.0f} s after it was fetched); "
                     f"{reconciled(self.workdir)} hints put again by the reconciler so far"
                 )
+            await asyncio.sleep(1.0)
+
+    async def _counts_drained(self, give_up: float) -> None:
+        """Wait, by the queue's counts (one cheap request a second), until no run is pending,
+        delayed or running, or until ``give_up``: listing a group of hundreds of thousands of
+        tasks every second would take longer than the drain itself."""
+        task_queue = f"{PROVISIONER_ID}/{WORKER_TYPE}"
+        last_report = time.monotonic()
+        while time.monotonic() < give_up:
+            try:
+                left = await self.api.unresolved_runs(task_queue, until=time.monotonic() + 60)
+            except (ApiError, aiohttp.ClientError, TimeoutError) as error:
+                log.warning("counts failed error=%r", error)
+                return  # the listing below decides
+            if left == 0:
+                return
+            if time.monotonic() - last_report >= 30:
+                last_report = time.monotonic()
+                self.event(f"waiting for {left} runs pending or running")
             await asyncio.sleep(1.0)
 
     async def _settle(self) -> None:
