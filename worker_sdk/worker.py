@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import math
 import os
 import random
 import re
@@ -196,6 +197,11 @@ class Worker:
         """Runs of ``_runs`` whose handler has ended and whose report is on its way."""
         self._asking = 0
         """Runs the poll loops have asked their poller for and not yet received."""
+        self._asked: list[float] = []
+        """When each claim request in flight was sent (monotonic)."""
+        self._finished: dict[tuple[str, int], float] = {}
+        """When runs finished (monotonic), oldest first, kept while a claim asked for before
+        may still answer with one of them."""
 
     @property
     def worker_group(self) -> str:
@@ -354,14 +360,20 @@ class Worker:
             # this one's claim is on its way
             count = min(free, MAX_BATCH_RUNS, -(-self._capacity // self._polls_in_flight))
             self._asking += count
+            asked_at = time.monotonic()
+            self._asked.append(asked_at)
             try:
                 claims = await poller.claims(count)
             finally:
                 self._asking -= count
+                self._asked.remove(asked_at)
                 self._wakeup.set()  # what was asked and not claimed is free again
             for claim in claims:
                 key = (claim.task_id, claim.run_id)
-                if key in self._runs:
+                # A duplicate hint's claim may be answered (the same worker's claim of the run
+                # it holds is answered again) while the run goes on, and reach us after the run
+                # finished: it is the same run, not a new one.
+                if key in self._runs or self._finished.get(key, -math.inf) >= asked_at:
                     log.info("duplicate claim ignored taskId=%s runId=%s", *key)
                     continue
                 run = asyncio.create_task(
@@ -373,6 +385,14 @@ class Worker:
 
     def _run_finished(self, key: tuple[str, int], run: asyncio.Task[None]) -> None:
         del self._runs[key]
+        self._finished[key] = time.monotonic()
+        # Only a claim asked for before a run finished can be a late duplicate of it.
+        oldest = min(self._asked, default=math.inf)
+        while self._finished:
+            first = next(iter(self._finished))
+            if self._finished[first] >= oldest:
+                break
+            del self._finished[first]
         self._reporting.discard(key)
         self._wakeup.set()
         if not run.cancelled() and run.exception() is not None:

@@ -678,3 +678,30 @@ async def test_without_credentials_only_single_reclaims_and_reports_are_signed(
     async with running(make_worker(double, lambda run: None, credentials=None, run_log=False)):
         await eventually(lambda: len(double.reports) == 1, what="the report")
     assert [name for name, _ in double.signers] == ([] if batches else ["completed"])
+
+
+async def test_a_duplicate_claim_answered_after_its_run_finished_does_not_run_it_again(
+    double: CoordinatorDouble,
+) -> None:
+    """Two hints of one run: both claims are answered 200 (the same worker's repeat), the
+    second only once the run has finished and been reported, as an answer held up on its
+    way back. The handler runs once."""
+    double.batch_routes = True
+    double.add_task("t0", priority="highest")
+    double.put("highest", hint_text("t0", 0))
+    double.late_claim_answers = asyncio.Event()
+    handled: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        # the second claim is made while the run goes on
+        await eventually(lambda: len(double.routes("claimRuns")) == 2, what="the second claim")
+        handled.append(run.task_id)
+
+    async with running(make_worker(double, handle, capacity=2)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+        gets = double.gets("highest")
+        double.late_claim_answers.set()
+        # both poll loops have asked again since: the late answer was dealt with
+        await eventually(lambda: double.gets("highest") >= gets + 2, what="polling going on")
+    assert handled == ["t0"]
+    assert reports(double) == {"t0": ("completed", None)}
