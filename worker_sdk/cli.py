@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # so that the collector's pauses do not delay the start of runs.
     gc.freeze()
     gc.set_threshold(GC_YOUNGEST_THRESHOLD, *gc.get_threshold()[1:])
-    glibc_malloc.fix_thresholds()
+    glibc_malloc.keep_heap_flat()
     try:
         asyncio.run(_work(worker, int(supervisor_pid) if supervisor_pid else None))
     except RequestFailed:

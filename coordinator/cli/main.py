@@ -176,7 +176,7 @@ async def _serve_until_signalled(config: Config) -> None:
 
 def _serve(config: Config) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    glibc_malloc.fix_thresholds()
+    glibc_malloc.keep_heap_flat()
     try:
         asyncio.run(_serve_until_signalled(config))
     except (web.GracefulExit, KeyboardInterrupt):

@@ -1,6 +1,6 @@
-"""Memory that stays flat: glibc's thresholds fixed by :mod:`glibc_malloc` (what the coordinator
-and ``queue-worker`` do at start-up), and ``devharness.memtrace``, the tool that found why the
-heap grew, each in a process of its own."""
+"""Memory that stays flat: glibc's thresholds fixed and its heap trimmed by :mod:`glibc_malloc`
+(what the coordinator and ``queue-worker`` do at start-up), and ``devharness.memtrace``, the
+tool that found why the heap grew, each in a process of its own."""
 
 from __future__ import annotations
 
@@ -61,9 +61,46 @@ def test_fixed_thresholds_keep_large_blocks_out_of_the_heap_after_a_large_free()
     assert _mmapped_after_a_large_free("fixed") >= 1 << 20
 
 
+# 400 blocks of 64 KiB (under the threshold: in the heap), touched, each followed by a small
+# block that stays; then the large ones are freed. The heap cannot shrink past the small blocks,
+# so the 25 MiB freed stay resident until something trims them. The RSS after half a second.
+_FRAGMENTS = textwrap.dedent(
+    """
+    import ctypes, os, sys, time
+    import glibc_malloc
+    glibc_malloc.TRIM_INTERVAL = 0.05
+    trimmed = sys.argv[1] == "trimmed"
+    env = {} if trimmed else {"GLIBC_TUNABLES": ""}
+    assert glibc_malloc.keep_heap_flat(env=env) == trimmed
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    large, small = [], []
+    for _ in range(400):
+        block = libc.malloc(64 << 10)
+        ctypes.memset(block, 1, 64 << 10)
+        large.append(block)
+        small.append(libc.malloc(64))
+    for block in large:
+        libc.free(block)
+    time.sleep(0.5)
+    print(int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
+    """
+)
+
+
+@pytest.mark.skipif(glibc_malloc.heap() is None, reason="glibc 2.33 or later only")
+def test_the_trimming_thread_returns_the_free_pages_inside_the_heap() -> None:
+    kept = int(_python("-c", _FRAGMENTS, "untrimmed"))
+    trimmed = int(_python("-c", _FRAGMENTS, "trimmed"))
+    assert kept - trimmed >= 20 << 20, (kept >> 20, trimmed >> 20)
+
+
 def test_glibc_s_own_settings_win() -> None:
     for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
         assert not glibc_malloc.fix_thresholds(env={name: "65536"})
+        assert not glibc_malloc.keep_heap_flat(env={name: "65536"})
 
 
 def test_memtrace_finds_the_line_and_the_type_that_grow(tmp_path: Path) -> None:
