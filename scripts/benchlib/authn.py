@@ -72,6 +72,11 @@ async def run(settings: Settings) -> list[Row]:
             for name in phases[0].cpu_ms
         }
         row.busy_cores = max((p.busy_cores or 0.0) for p in phases)
+        # RSS after the first phase's warm-up and at the last phase's end
+        row.rss_mib = {
+            name: (start, phases[-1].rss_mib.get(name, (start, start))[1])
+            for name, (start, _) in phases[0].rss_mib.items()
+        }
         row.notes.append(
             f"{settings.producers} concurrent clients, {PHASES} alternating phases of "
             f"{settings.duration:.0f} s; CPU ms per request"
