@@ -24,7 +24,6 @@ import collections
 import dataclasses
 import gc
 import json
-import os
 import pickle
 import runpy
 import sys
@@ -34,6 +33,8 @@ import tracemalloc
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 import glibc_malloc
 
@@ -52,17 +53,11 @@ def _census() -> dict[str, int]:
     return dict(counts.most_common())
 
 
-def _rss() -> int:
-    """This process's resident set size in bytes (Linux)."""
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE")
-
-
 def _write(directory: Path, number: int) -> None:
     heap = glibc_malloc.heap()
     record: dict[str, object] = {
         "time": time.time(),
-        "rss": _rss(),
+        "rss": psutil.Process().memory_info().rss,
         "malloc": dataclasses.asdict(heap) if heap else None,
     }
     snapshot = None

@@ -23,6 +23,7 @@ macOS) this does nothing.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 import threading
@@ -48,7 +49,9 @@ _OWN_SETTINGS = (
 )
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """glibc, or ``None`` elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -77,16 +80,16 @@ def keep_heap_flat(env: Mapping[str, str] = os.environ) -> bool:
     every :data:`TRIM_INTERVAL` seconds; whether it did."""
     if not fix_thresholds(env):
         return False
-    libc = _libc()
-    assert libc is not None
-
-    def trim() -> None:
-        while True:
-            time.sleep(TRIM_INTERVAL)
-            libc.malloc_trim(0)  # ctypes lets go of the GIL meanwhile
-
-    threading.Thread(target=trim, name="malloc-trim", daemon=True).start()
+    threading.Thread(target=_trim, name="malloc-trim", daemon=True).start()
     return True
+
+
+def _trim() -> None:
+    libc = _libc()
+    assert libc is not None  # only started once the thresholds were fixed
+    while True:
+        time.sleep(TRIM_INTERVAL)
+        libc.malloc_trim(0)  # ctypes lets go of the GIL meanwhile
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +123,9 @@ class _MallInfo2(ctypes.Structure):
 
 def heap() -> Heap | None:
     """glibc's ``mallinfo2()`` (glibc 2.33 and later); ``None`` elsewhere."""
-    try:
-        mallinfo2 = ctypes.CDLL(None).mallinfo2
-    except (OSError, AttributeError):
+    libc = _libc()
+    mallinfo2 = getattr(libc, "mallinfo2", None)
+    if mallinfo2 is None:
         return None
     mallinfo2.restype = _MallInfo2
     info = mallinfo2()

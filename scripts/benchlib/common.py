@@ -214,20 +214,15 @@ class CpuMeter:
         """Machine-wide CPU use by processes outside the groups (other users, the kernel)."""
 
     @staticmethod
-    def _read(processes: Iterable[psutil.Process]) -> dict[int, float]:
+    def _read(processes: Iterable[psutil.Process]) -> tuple[dict[int, float], int]:
+        """Each process's CPU seconds, and their RSS summed."""
         readings = {}
+        rss = 0
         for process in processes:
-            with contextlib.suppress(psutil.Error):
+            with contextlib.suppress(psutil.Error), process.oneshot():
                 readings[process.pid] = _cpu_seconds(process)
-        return readings
-
-    @staticmethod
-    def _rss(processes: Iterable[psutil.Process]) -> int:
-        total = 0
-        for process in processes:
-            with contextlib.suppress(psutil.Error):
-                total += process.memory_info().rss
-        return total
+                rss += process.memory_info().rss
+        return readings, rss
 
     @staticmethod
     def _system() -> tuple[float, float]:
@@ -238,9 +233,7 @@ class CpuMeter:
     def start(self) -> None:
         self._start = {}
         for name, group in self._groups.items():
-            processes = group()
-            self._start[name] = self._read(processes)
-            self._rss_start[name] = self._rss(processes)
+            self._start[name], self._rss_start[name] = self._read(group())
         self._system_start = self._system()
 
     def stop(self) -> None:
@@ -249,9 +242,8 @@ class CpuMeter:
         self.busy_cores = (busy - self._system_start[1]) / elapsed
         for name, group in self._groups.items():
             before = self._start.get(name, {})
-            processes = group()
-            after = self._read(processes)
-            self.rss[name] = (self._rss_start.get(name, 0), self._rss(processes))
+            after, rss = self._read(group())
+            self.rss[name] = (self._rss_start.get(name, 0), rss)
             self.processes[name] = len(after)
             self.used[name] = sum(
                 max(0.0, after.get(pid, before.get(pid, 0.0)) - before.get(pid, 0.0))

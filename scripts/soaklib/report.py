@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from devharness.rss import MIB, Curve
-from soaklib.soak import COORDINATOR, WORKER_PREFIX, Result
+from soaklib.soak import COORDINATOR, Result, watched_growths
 
 ROWS: tuple[tuple[str, str], ...] = (
     ("tasks created", "tasks created (createTask answered 200)"),
@@ -63,14 +63,8 @@ def _memory_rows(result: Result) -> list[tuple[str, str]]:
     the end."""
     if result.rss is None:
         return []
-    warm_up = result.settings.warm_up
     table: list[tuple[str, str]] = []
-    coordinator = result.rss.longest(COORDINATOR)
-    worker = result.rss.largest_growth(WORKER_PREFIX, warm_up)
-    for label, growth in (
-        ("coordinator", coordinator.growth(warm_up) if coordinator else None),
-        ("worker (grew most)", worker[1] if worker else None),
-    ):
+    for label, (_, growth) in watched_growths(result.rss, result.settings.warm_up).items():
         if growth is None:
             table.append((f"{label} RSS after warm-up", "-"))
             continue

@@ -88,6 +88,19 @@ SOAK_METADATA = {
 """The metadata of every soak task."""
 
 
+def watched_growths(
+    rss: RssRecorder, warm_up: float
+) -> dict[str, tuple[Curve | None, Growth | None]]:
+    """What the soak holds to ``--max-rss-growth`` and reports, by label: the longest-lived
+    coordinator's curve and growth after ``warm_up``, and the worker's that grew most."""
+    coordinator = rss.longest(COORDINATOR)
+    worker = rss.largest_growth(WORKER_PREFIX, warm_up)
+    return {
+        "coordinator": (coordinator, coordinator.growth(warm_up) if coordinator else None),
+        "worker (grew most)": worker or (None, None),
+    }
+
+
 @dataclass(kw_only=True)
 class Result:
     settings: Settings
@@ -302,13 +315,9 @@ class Soak:
         limit = self.settings.max_rss_growth
         if limit is None:
             return
-        warm_up = self.settings.warm_up
-        grown: list[tuple[Curve, Growth | None]] = []
-        if (coordinator := self.rss.longest(COORDINATOR)) is not None:
-            grown.append((coordinator, coordinator.growth(warm_up)))
-        if (worker := self.rss.largest_growth(WORKER_PREFIX, warm_up)) is not None:
-            grown.append(worker)
-        for curve, growth in grown:
+        for curve, growth in watched_growths(self.rss, self.settings.warm_up).values():
+            if curve is None:
+                continue
             if growth is None:
                 self.extra_violations.add(
                     "memory-growth", f"{curve.name} was not sampled twice after its warm-up"
@@ -332,13 +341,12 @@ class Soak:
             taskGroupId=self.group_id,
             priority=priority,
             retries=settings.retries,
-            payload={"sleep": round(sleep, 3), **({"fail": True} if self._fails else {})},
+            payload={
+                "sleep": round(sleep, 3),
+                **({"fail": True} if settings.handler == "fail" else {}),
+            },
             metadata=SOAK_METADATA,
         )
-
-    @property
-    def _fails(self) -> bool:
-        return self.settings.handler == "fail"
 
     def _sleep_for(self) -> float:
         if self.settings.handler != "sleep":
