@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.fixtures.azurite",
     "tests.fixtures.stores",
     "tests.fixtures.coordinator",
+    "tests.fixtures.log_scan",
     "tests.fixtures.flow",
     "tests.fixtures.sdk",
     "tests.fixtures.workers",

@@ -1,5 +1,6 @@
 """Nothing lost (docs/events.md): a ``queue-coordinator serve`` process publishing through a
-local TCP proxy to the test broker is SIGKILLed between its transitions and their publishes,
+local TCP proxy to the test broker is SIGKILLed between its transitions (the task groups'
+priority change, seal and resolution among them) and their publishes,
 and its broker connection is cut for 30 s; every transition's message still arrives at least
 once, in order per task, and the outage is one log line, not one per message."""
 
@@ -81,6 +82,44 @@ async def test_a_sigkill_between_transitions_and_publishes_loses_nothing(
     await listener.wait_for(
         lambda ms: all(exchanges_of(ms, t) == LIFE for t in task_ids), within=60
     )
+    for message in listener.messages:
+        check_body(message.name, message.body)
+
+
+GROUP_EVENTS = ["task-group-priority-changed", "task-group-sealed", "task-group-resolved"]
+
+
+async def test_group_events_survive_a_sigkill_between_each_change_and_its_publish(
+    coordinator_process: MakeProcess, proxy: TcpProxy, listener: Listener
+) -> None:
+    """task-group-priority-changed, -sealed and -resolved are written in their change's
+    transaction: a coordinator killed after each change and before anything of it was
+    published still publishes each, once it runs again."""
+    group = slugid.nice()
+    await listener.start(bindings(taskGroupId=group))
+    process = coordinator_process(pulse_url=proxy.url_through(AMQP_URL), resolver_interval_ms=200)
+    c = await process.start()
+    task_ids = [await c.create(taskGroupId=group, priority="low") for _ in range(2)]
+    changes = [
+        ("POST", f"/task-group/{group}/priority", {"newPriority": "high"}),
+        ("POST", f"/task-group/{group}/seal", None),
+    ]
+    for step in range(len(changes) + len(task_ids)):
+        await proxy.sever()  # nothing of the change can be published before the kill
+        if step < len(changes):
+            await c.ok(*changes[step])
+        else:
+            await live(c, task_ids[step - len(changes)])  # the last one resolves the group
+        await process.kill()
+        await proxy.restore()
+        c = await process.start()
+    await listener.wait_for(
+        lambda ms: all(name in {m.name for m in ms} for name in GROUP_EVENTS), within=60
+    )
+    group_events = [m.name for m in listener.messages if m.name.startswith("task-group-")]
+    # in the order of their changes; a message confirmed just before a kill may come twice
+    assert list(dict.fromkeys(group_events)) == GROUP_EVENTS
+    assert group_events.count("task-group-resolved") <= 2
     for message in listener.messages:
         check_body(message.name, message.body)
 
