@@ -103,8 +103,8 @@ def volume_mounts(service: dict[str, Any]) -> dict[str, str]:
 
 def test_the_three_services_and_their_images() -> None:
     found = services()
-    assert {"coordinator", "azurite", "postgres"} <= set(found)
-    assert found["postgres"]["image"] == "postgres:15"
+    assert {"coordinator", "azurite", "postgres", "rabbitmq", "worker"} <= set(found)
+    assert found["postgres"]["image"].startswith("postgres:15.")
     assert found["coordinator"]["build"] == "."
     # The same Azurite as the tests and ./scripts/dev run (package-lock.json); later images
     # replaced Node and the azurite-queue command with a single binary.
@@ -140,7 +140,7 @@ def test_the_coordinator_environment_points_at_the_other_services() -> None:
     env = environment(found["coordinator"])
     config = Config.from_env(env)
     assert config.host == "0.0.0.0"
-    assert f"{config.port}:{config.port}" in [str(p) for p in found["coordinator"]["ports"]]
+    assert f"127.0.0.1:{config.port}:{config.port}" in found["coordinator"]["ports"]
     assert urlsplit(config.public_url).port == config.port
 
     store = urlsplit(config.store_url)
@@ -197,6 +197,40 @@ def test_the_health_checks_probe_the_ports_the_services_listen_on() -> None:
     assert f"-U {postgres['POSTGRES_USER']} -d {postgres['POSTGRES_DB']}" in postgres_probe
 
 
+def test_ports_are_published_on_loopback_only() -> None:
+    published = {name: s.get("ports", []) for name, s in services().items()}
+    assert published["coordinator"] and published["rabbitmq"] and published["azurite"]
+    for name, ports in published.items():
+        for port in ports:
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+
+
+def test_images_are_pinned_and_long_running_services_restart() -> None:
+    for name, service in services().items():
+        if "image" in service and "build" not in service and name != "worker":
+            tag = service["image"].rsplit(":", 1)[1]
+            # a version, not a moving major or `latest`
+            assert re.match(r"\d+\.\d+(\.\d+)?(-[a-z]+)?$", tag), f"{name}: {service['image']}"
+        restart = service.get("restart", "no")
+        assert restart == ("no" if name == "clients" else "unless-stopped"), name
+
+
+def test_the_worker_service_shares_the_coordinators_network_and_data() -> None:
+    found = services()
+    worker = found["worker"]
+    assert worker["image"] == found["coordinator"]["image"]
+    assert worker["network_mode"] == "service:coordinator"
+    assert worker["depends_on"]["coordinator"]["condition"] == "service_healthy"
+    env = environment(worker)
+    public_url = environment(found["coordinator"])["COORDINATOR_PUBLIC_URL"]
+    assert env["TASKCLUSTER_ROOT_URL"] == public_url  # what Hawk signatures must name
+    data_volume = volume_mounts(found["coordinator"])[DATA_DIR]
+    assert f"{data_volume}:{DATA_DIR}:ro" in worker["volumes"]
+    assert (
+        env["COORDINATOR_CLIENTS_FILE"] == environment(found["clients"])["COORDINATOR_CLIENTS_FILE"]
+    )
+
+
 def test_the_coordinator_publishes_to_the_rabbitmq_service() -> None:
     found = services()
     assert found["rabbitmq"]["image"].startswith("rabbitmq:3.")
@@ -207,7 +241,7 @@ def test_the_coordinator_publishes_to_the_rabbitmq_service() -> None:
     assert (broker.scheme, broker.hostname, broker.port) == ("amqp", "rabbitmq", 5672)
     assert broker.username == rabbitmq["RABBITMQ_DEFAULT_USER"]
     assert broker.password == rabbitmq["RABBITMQ_DEFAULT_PASS"]
-    assert "5672:5672" in found["rabbitmq"]["ports"]
+    assert "127.0.0.1:5672:5672" in found["rabbitmq"]["ports"]
     assert "check_port_connectivity" in " ".join(found["rabbitmq"]["healthcheck"]["test"])
 
 
@@ -354,6 +388,25 @@ def run_the_clients_service(clients: dict[str, Any], local: str) -> dict[str, st
     return exports
 
 
+def worker_env(worker: dict[str, Any], local: str, root_url: str) -> dict[str, str]:
+    """The worker service's environment here: /data at ``local``, the repository as /app (its
+    examples mount), the local coordinator's URL, and this venv's commands first on PATH."""
+    env = {k: v.replace(DATA_DIR, local) for k, v in environment(worker).items()}
+    env["TASKCLUSTER_ROOT_URL"] = root_url
+    env["PYTHONPATH"] = str(ROOT)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return {**os.environ, **env, "PATH": path}
+
+
+def worker_command(worker: dict[str, Any]) -> list[str]:
+    """The worker service's ``sh -c`` command as it stands (it reads its credentials from the
+    clients file named in its environment)."""
+    args = command(worker)
+    assert args[:2] == ["sh", "-c"]
+    assert "examples/hello" in args[2] and "examples.hello:handle" in args[2]
+    return args
+
+
 async def exit_code(args: list[str]) -> int:
     process = await asyncio.create_subprocess_exec(
         *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
@@ -431,6 +484,30 @@ async def test_the_compose_commands_start_a_working_coordinator(
         task_id = slugid.nice()
         created = await queue.createTask(task_id, task_definition())
         assert created["status"]["state"] == "pending"
+
+        # the worker service's command, with the worker client the clients service added
+        hello = slugid.nice()
+        await queue.createTask(
+            hello,
+            task_definition(provisionerId="examples", workerType="hello", payload={"seconds": 0}),
+        )
+        worker = await spawn(
+            worker_command(found["worker"]),
+            env=worker_env(found["worker"], local, root_url),
+            log=tmp_path / "worker.log",
+        )
+        try:
+
+            async def completed() -> bool:
+                assert worker.returncode is None, (tmp_path / "worker.log").read_text()[-3000:]
+                status = await queue.status(hello)
+                return bool(status["status"]["state"] == "completed")
+
+            await wait_until(completed, within=60, what="the worker service to complete a task")
+        finally:
+            await end_processes([worker])
+        log = (tmp_path / "worker.log").read_text()
+        assert "clientId" not in log and exports["TASKCLUSTER_ACCESS_TOKEN"] not in log
     finally:
         await end_processes([proc])
     # the probe is not trivially true: with the coordinator gone it fails
