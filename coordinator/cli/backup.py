@@ -53,7 +53,12 @@ are not (back them up with Azure's own means). The encryption key and the client
 not in a backup: keep them apart (docs/operations.md)."""
 
 BACKUP_EPILOG = """\
-Example: queue-coordinator backup /var/backups/qc-$(date -u +%Y%m%dT%H%M%SZ)"""
+Example: queue-coordinator backup /var/backups/qc-$(date -u +%Y%m%dT%H%M%SZ). What a backup
+holds and what it guarantees: docs/operations.md, "Backups and restore"."""
+
+RESTORE_EPILOG = """\
+Example: queue-coordinator restore /var/backups/qc-20270131T020000Z. A refusal or a failure is
+one line on stderr and exit status 1 (docs/operations.md, "Backups and restore")."""
 
 RESTORE_DESCRIPTION = """\
 Replace the store that COORDINATOR_STORE_URL (or --store-url) names with the backup in PATH,
@@ -164,6 +169,7 @@ def configure(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "restore",
         help="replace the store (and put the artifact files back) with a backup",
         description=RESTORE_DESCRIPTION,
+        epilog=RESTORE_EPILOG,
     )
     for command, what in ((backup, "the new directory to write"), (restore, "the backup")):
         command.add_argument("path", metavar="PATH", type=Path, help=what)

@@ -253,7 +253,7 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _libpq(url: str) -> tuple[str, dict[str, str]]:
+def libpq_url(url: str) -> tuple[str, dict[str, str]]:
     """``url`` as libpq takes it, without its password and without what libpq does not know,
     and the environment that gives the password (``PGPASSWORD``) to a child."""
     parts = urlsplit(url)
@@ -305,7 +305,7 @@ async def _dump_postgres(url: str, directory: Path) -> StoreCopy:
     finally:
         await conn.close()
     target = directory / STORE_FILES[POSTGRESQL]
-    dsn, env = _libpq(url)
+    dsn, env = libpq_url(url)
     await _run(
         "pg_dump",
         "--format=custom",
@@ -359,7 +359,7 @@ async def _restore_postgres(url: str, dump: Path, copy: StoreCopy) -> None:
                 f"or into search_path={copy.schema} there"
             )
         await conn.execute(f"DROP SCHEMA IF EXISTS {_ident(schema)} CASCADE")
-        dsn, env = _libpq(url)
+        dsn, env = libpq_url(url)
         await _run(
             "pg_restore",
             "--single-transaction",

@@ -123,7 +123,7 @@ async def read_artifact(c: RunningCoordinator, task_id: str) -> bytes:
         return await response.read()
 
 
-@pytest.mark.slow(seconds=40)
+@pytest.mark.slow(seconds=20)
 async def test_a_backup_under_load_restores_every_task_acknowledged_before_it_began(
     coordinator_process: MakeProcess, source_url: str, fresh_url: str, tmp_path: Path
 ) -> None:
