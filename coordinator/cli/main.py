@@ -1,7 +1,8 @@
 """The ``queue-coordinator`` command: ``serve`` runs the service, ``migrate`` applies store
 migrations, ``clients add`` adds a client to the clients file, the other ``clients``
 commands and ``roles`` manage clients and roles through the auth API
-(:mod:`coordinator.cli.auth`), ``encryption-key`` prints a new key for
+(:mod:`coordinator.cli.auth`), ``backup`` and ``restore`` copy the store and the artifact
+files out and back (:mod:`coordinator.cli.backup`), ``encryption-key`` prints a new key for
 ``COORDINATOR_ENCRYPTION_KEY``, and ``tasks`` lists, counts, cancels and deletes tasks, and
 lists and downloads their artifacts, through the REST API (:mod:`coordinator.cli.tasks`).
 Flags mirror the environment variables of :mod:`coordinator.config`. A configuration mistake
@@ -20,6 +21,7 @@ from aiohttp import web
 
 import glibc_malloc
 from coordinator.cli import auth as auth_cli
+from coordinator.cli import backup as backup_cli
 from coordinator.cli import index as index_cli
 from coordinator.cli import tasks as tasks_cli
 from coordinator.config import Config, ConfigurationError
@@ -59,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default=os.environ.get("COORDINATOR_LOG_LEVEL", "INFO"))
     migrate = commands.add_parser("migrate", help="apply store migrations and exit")
     migrate.add_argument("--store-url", help="store URL (COORDINATOR_STORE_URL)")
+    backup_cli.configure(commands)
     clients = commands.add_parser(
         "clients",
         help="manage clients: add edits the clients file, the others go through the auth API",
@@ -206,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate":
             asyncio.run(_migrate(config))
             print(f"migrations applied: store at {config.store_url.split('@')[-1]} is up to date")
+        elif args.command in ("backup", "restore"):
+            return backup_cli.run(args, config)
         elif args.command == "clients":
             _add_client(config, args)
         else:

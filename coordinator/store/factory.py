@@ -26,14 +26,28 @@ def store_from_url(url: str) -> Store:
     :raises ConfigurationError: for a scheme other than ``sqlite``, ``postgresql`` or
         ``postgres``, or a SQLite URL with a host, query, fragment or no path.
     """
-    parts = urlsplit(url)
-    if parts.scheme in ("postgresql", "postgres"):
+    if store_kind(url) == POSTGRESQL:
         return PostgresStore(url)
-    if parts.scheme == "sqlite":
-        return SQLiteStore(sqlite_path(url))
+    return SQLiteStore(sqlite_path(url))
+
+
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
+
+
+def store_kind(url: str) -> str:
+    """:data:`SQLITE` or :data:`POSTGRESQL`, by the store URL's scheme.
+
+    :raises ConfigurationError: any other scheme.
+    """
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        return SQLITE
+    if scheme in ("postgresql", "postgres"):
+        return POSTGRESQL
     # only the scheme: the rest of a database URL may hold a password
     raise ConfigurationError(
-        f"unsupported store URL scheme {parts.scheme!r}: expected sqlite:///<path>, "
+        f"unsupported store URL scheme {scheme!r}: expected sqlite:///<path>, "
         "postgresql://... or postgres://..."
     )
 
