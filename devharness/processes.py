@@ -176,7 +176,7 @@ def log_tail(path: Path, chars: int = 3000) -> str:
         return ""
 
 
-def trusting_only(certificate: Path) -> ssl.SSLContext:
+def _trusting_only(certificate: Path) -> ssl.SSLContext:
     """A client's TLS context that trusts ``certificate`` itself, whoever issued it: a
     serve process with ``COORDINATOR_TLS_CERT`` is ready once it answers with the certificate
     it was given."""
@@ -253,7 +253,7 @@ class ServeProcess:
                 f"{self.api}/ping",
                 within=within,
                 exit_code=lambda: process.returncode,
-                tls=trusting_only(Path(self._tls_cert)) if self._tls_cert else None,
+                tls=_trusting_only(Path(self._tls_cert)) if self._tls_cert else None,
             )
         except (WaitTimeout, ProcessExited) as error:
             await self.stop(signal.SIGKILL)
