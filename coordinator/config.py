@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +154,9 @@ class Config:
     :param nonce_cache_entries: the most Hawk nonces the process remembers to refuse replays
         (8 bytes each; the oldest are forgotten first).
     :param deployment: what ``__version__`` answers.
+    :param tls_cert: PEM file of the certificate (its chain after it) the API serves HTTPS
+        with; with ``tls_key``, or neither (plain HTTP).
+    :param tls_key: PEM file of that certificate's private key.
     """
 
     host: str = "127.0.0.1"
@@ -187,6 +191,8 @@ class Config:
     nonce_cache_entries: int = NONCE_CACHE_ENTRIES
     pulse_url: str | None = None
     deployment: Deployment = field(default_factory=Deployment)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         if self.artifacts not in ARTIFACT_BACKENDS:
@@ -214,12 +220,61 @@ class Config:
             )
         if self.pulse_url is not None:
             check_pulse_url(self.pulse_url)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            given, missing = (
+                ("COORDINATOR_TLS_CERT", "COORDINATOR_TLS_KEY")
+                if self.tls_key is None
+                else ("COORDINATOR_TLS_KEY", "COORDINATOR_TLS_CERT")
+            )
+            raise ConfigurationError(
+                f"{given} is set but {missing} is not: set both (the PEM files of the "
+                "certificate and of its private key) to serve HTTPS, or neither to serve HTTP"
+            )
 
     @property
     def dispatch_mode(self) -> str:
         """``dispatch``, or where it is empty its default: ``azure`` with a storage account,
         else ``store``."""
         return self.dispatch or ("azure" if self.azure_connection_string else "store")
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The server side of TLS 1.2 and later with ``tls_cert`` and ``tls_key`` loaded;
+        ``None`` without them (plain HTTP). Raises :class:`ConfigurationError` naming the
+        file that cannot be read or the pair that does not load."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        for variable, path in (
+            ("COORDINATOR_TLS_CERT", self.tls_cert),
+            ("COORDINATOR_TLS_KEY", self.tls_key),
+        ):
+            try:
+                path.read_bytes()
+            except OSError as error:
+                raise ConfigurationError(
+                    f"{variable}={str(path)!r} cannot be read: {error.strerror or error}; "
+                    "point it at a readable PEM file, or unset both COORDINATOR_TLS_CERT and "
+                    "COORDINATOR_TLS_KEY to serve HTTP"
+                ) from None
+
+        def encrypted_key() -> bytes:
+            # Without a callback OpenSSL would prompt on the terminal, and a service would hang.
+            raise ConfigurationError(
+                f"COORDINATOR_TLS_KEY={str(self.tls_key)!r} is encrypted; give the key "
+                "unencrypted (openssl pkey -in KEY -out KEY.plain), readable only by the service"
+            )
+
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.tls_cert, self.tls_key, password=encrypted_key)
+        except ssl.SSLError as error:
+            raise ConfigurationError(
+                f"COORDINATOR_TLS_CERT={str(self.tls_cert)!r} and "
+                f"COORDINATOR_TLS_KEY={str(self.tls_key)!r} do not load as a certificate and "
+                f"its private key ({error.reason or error}); give PEM files of a certificate "
+                "and the unencrypted key it was issued for"
+            ) from None
+        return context
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -231,10 +286,15 @@ class Config:
             raise ConfigurationError(f"COORDINATOR_PORT={raw_port!r} is not a port number")
         port = int(raw_port)
         data_dir = Path(env.get("COORDINATOR_DATA_DIR") or ".data")
+        tls_cert = env.get("COORDINATOR_TLS_CERT") or None
+        tls_key = env.get("COORDINATOR_TLS_KEY") or None
+        scheme = "https" if tls_cert or tls_key else "http"
         return cls(
             host=host,
             port=port,
-            public_url=(env.get("COORDINATOR_PUBLIC_URL") or f"http://{host}:{port}").rstrip("/"),
+            public_url=(env.get("COORDINATOR_PUBLIC_URL") or f"{scheme}://{host}:{port}").rstrip(
+                "/"
+            ),
             data_dir=data_dir,
             store_url=env.get("COORDINATOR_STORE_URL")
             or f"sqlite:///{data_dir.resolve() / 'coordinator.db'}",
@@ -273,4 +333,6 @@ class Config:
                 commit=env.get("COORDINATOR_COMMIT") or "unknown",
                 build=env.get("COORDINATOR_BUILD") or "unknown",
             ),
+            tls_cert=Path(tls_cert) if tls_cert else None,
+            tls_key=Path(tls_key) if tls_key else None,
         )

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -175,9 +176,19 @@ def log_tail(path: Path, chars: int = 3000) -> str:
         return ""
 
 
+def _trusting_only(certificate: Path) -> ssl.SSLContext:
+    """A client's TLS context that trusts ``certificate`` itself, whoever issued it: a
+    serve process with ``COORDINATOR_TLS_CERT`` is ready once it answers with the certificate
+    it was given."""
+    context = ssl.create_default_context(cafile=certificate)
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
+
+
 class ServeProcess:
     """``queue-coordinator serve`` as a child on 127.0.0.1, restartable on the same port
-    with the same environment; its output (all starts) goes to ``log``.
+    with the same environment; its output (all starts) goes to ``log``. With
+    ``COORDINATOR_TLS_CERT`` among its settings it serves HTTPS, and ``url`` says so.
 
     :param port: 0 picks a free one now.
     :param azure_connection_string: the storage account for hints; none: no queues.
@@ -199,7 +210,8 @@ class ServeProcess:
         **settings: str,
     ) -> None:
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self._tls_cert = settings.get("COORDINATOR_TLS_CERT")
+        self.url = f"{'https' if self._tls_cert else 'http'}://127.0.0.1:{self.port}"
         self.log = log
         self.command = [sys.executable, *interpreter_args, "-m", "coordinator.cli", "serve"]
         self.env = child_env(
@@ -238,7 +250,10 @@ class ServeProcess:
         process = self.process = await spawn(self.command, env=self.env, log=self.log)
         try:
             await wait_until_answers(
-                f"{self.api}/ping", within=within, exit_code=lambda: process.returncode
+                f"{self.api}/ping",
+                within=within,
+                exit_code=lambda: process.returncode,
+                tls=_trusting_only(Path(self._tls_cert)) if self._tls_cert else None,
             )
         except (WaitTimeout, ProcessExited) as error:
             await self.stop(signal.SIGKILL)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 
@@ -56,11 +57,14 @@ async def wait_until_answers(
     within: float,
     accept: Callable[[aiohttp.ClientResponse], bool] = _is_ok,
     exit_code: Callable[[], int | None] = lambda: None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Poll ``url`` until an answer passes ``accept`` (by default: a 200); raise
     :class:`WaitTimeout` after ``within`` seconds, or :class:`ProcessExited` as soon as
-    ``exit_code`` tells that the process meant to answer has exited."""
-    async with aiohttp.ClientSession(timeout=REQUEST_TIMEOUT) as session:
+    ``exit_code`` tells that the process meant to answer has exited. ``tls`` verifies an
+    ``https`` server's certificate (by default: against the system's CAs)."""
+    connector = aiohttp.TCPConnector(ssl=tls) if tls is not None else None
+    async with aiohttp.ClientSession(timeout=REQUEST_TIMEOUT, connector=connector) as session:
 
         async def answers() -> bool:
             code = exit_code()

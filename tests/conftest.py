@@ -27,6 +27,7 @@ pytest_plugins = [
     "tests.fixtures.workers",
     "tests.fixtures.replicas",
     "tests.fixtures.browser",
+    "tests.fixtures.tls",
     # inline_app, as a project testing its own worker_sdk app would register it
     "worker_sdk.testing",
 ]

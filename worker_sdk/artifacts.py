@@ -29,10 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import aiohttp
-
 from hawk_signing import Credentials
-from worker_sdk.client import CoordinatorClient
+from worker_sdk.client import CoordinatorClient, new_session
 from worker_sdk.errors import RequestFailed
 from worker_sdk.timing import Backoff
 
@@ -317,5 +315,5 @@ class RunArtifacts:
         if self._client is not None and asyncio.get_running_loop() is self._loop:
             yield self._client
             return
-        async with aiohttp.ClientSession() as session:
+        async with new_session() as session:
             yield CoordinatorClient(session=session, root_urls=self.root_urls, credentials=None)

@@ -275,7 +275,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_port=options.worker.metrics_port,
         )
         return asyncio.run(supervisor.run())
-    worker = Worker(handler=handler, options=options.worker, task_queues=task_queues)
+    try:
+        worker = Worker(handler=handler, options=options.worker, task_queues=task_queues)
+    except ValueError as error:  # an SSL_CERT_FILE that cannot be loaded, say
+        print(f"queue-worker: {error}", file=sys.stderr)
+        return 2
     supervisor_pid = os.environ.get(SUPERVISOR_ENV)
     # As the coordinator does once serving: the modules loaded so far (the handler's too) are
     # frozen out of later collections, and the youngest generation is collected less often,

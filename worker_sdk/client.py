@@ -15,6 +15,9 @@ A client may know several root URLs (replicas of one coordinator sharing one sto
 request goes to the one that answered last, and to the next in turn while one does not answer
 (no connection, a timeout, a 5xx or 429), within the same call; the first that answers is the
 one used from then on. With one root URL a failure is raised at once, as it comes.
+
+Every session of the SDK comes from :func:`new_session`, whose HTTPS connections trust the CA
+file ``SSL_CERT_FILE`` names when it is set (a coordinator with a private CA's certificate).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
+import ssl
 import time
 from collections.abc import AsyncIterable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -510,6 +515,33 @@ class CoordinatorClient:
             long_poll=long_poll,
             date=date,
         )
+
+
+def ca_context() -> ssl.SSLContext | bool:
+    """What verifies servers' certificates: the CA file ``SSL_CERT_FILE`` names, loaded now
+    (aiohttp reads the variable once, as it is imported, which a process setting it later
+    would miss, and ignores a file it cannot read); without it ``True``, aiohttp's default
+    (the system's CAs). Raises ``ValueError`` naming the variable when the file cannot be
+    loaded."""
+    cafile = os.environ.get("SSL_CERT_FILE")
+    if not cafile:
+        return True
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as error:
+        raise ValueError(
+            f"SSL_CERT_FILE={cafile!r} cannot be loaded as PEM certificates: {error}; point it "
+            "at the PEM file of the CA that issued the coordinator's certificate, or unset it "
+            "for the system's CAs"
+        ) from None
+
+
+def new_session(tls: ssl.SSLContext | bool | None = None) -> aiohttp.ClientSession:
+    """A session whose HTTPS connections verify with ``tls`` (by default
+    :func:`ca_context`'s)."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=ca_context() if tls is None else tls)
+    )
 
 
 def root_urls_of(root_url: str | None, root_urls: Sequence[str]) -> tuple[str, ...]:

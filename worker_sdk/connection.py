@@ -25,7 +25,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 import aiohttp
 
 from hawk_signing import Credentials
-from worker_sdk.client import CoordinatorClient
+from worker_sdk.client import CoordinatorClient, new_session
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -65,7 +65,7 @@ class Connection:
         loop = asyncio.get_running_loop()
         held = self._clients.get(loop)
         if held is None or held[0].closed:
-            session = aiohttp.ClientSession()
+            session = new_session()
             client = CoordinatorClient(
                 session=session, root_urls=self.root_urls, credentials=self.credentials
             )

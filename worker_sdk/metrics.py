@@ -1,4 +1,5 @@
-"""The worker's Prometheus metrics, served on ``--metrics-port`` (``Worker(metrics_port=...)``).
+"""The worker's Prometheus metrics, served on ``--metrics-port`` (``Worker(metrics_port=...)``)
+at ``--metrics-host`` (127.0.0.1 unless given).
 
 ``worker_tasks_total{outcome}`` (runs reported: completed, failed, exception),
 ``worker_task_duration_seconds`` (handler run time), ``worker_running_tasks``,
@@ -47,7 +48,7 @@ class WorkerMetrics:
             registry=self.registry,
         )
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> Callable[[], None]:
+    def serve(self, port: int, host: str = "127.0.0.1") -> Callable[[], None]:
         """Serve ``/metrics`` on ``host:port`` from a daemon thread; returns what stops it."""
         server, thread = start_http_server(port, addr=host, registry=self.registry)
 

@@ -338,6 +338,17 @@ class WorkerOptions:
             ),
         ),
     )
+    metrics_host: str = field(
+        default="127.0.0.1",
+        metadata=cli(
+            Flag(
+                name="--metrics-host",
+                metavar="ADDRESS",
+                help="with --metrics-port: the address the metrics are served on (default: "
+                "%(default)s, this machine only; 0.0.0.0 for every interface)",
+            ),
+        ),
+    )
     batching: bool = field(
         default=True,
         metadata=cli(

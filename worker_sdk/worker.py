@@ -39,7 +39,15 @@ from worker_sdk.artifacts import RunArtifacts
 from worker_sdk.azure_poller import AzurePoller
 from worker_sdk.batches import RunBatches
 from worker_sdk.claim_work_poller import ClaimWorkPoller
-from worker_sdk.client import MAX_BATCH_RUNS, Claim, CoordinatorClient, Resolution, root_urls_of
+from worker_sdk.client import (
+    MAX_BATCH_RUNS,
+    Claim,
+    CoordinatorClient,
+    Resolution,
+    ca_context,
+    new_session,
+    root_urls_of,
+)
 from worker_sdk.errors import NoAzureQueues, RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import HandlerError, ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
@@ -181,6 +189,9 @@ class Worker:
         self._retry_failures = given.retry_failures
         self._handle_signals = given.handle_signals
         self._metrics_port = given.metrics_port
+        self._metrics_host = given.metrics_host
+        # Loaded here: an SSL_CERT_FILE that cannot be loaded is a ValueError like a bad option.
+        self._tls = ca_context()
         self._run_logs = RunLogs() if given.run_log else None
         self.metrics = WorkerMetrics()
         self._rng = random.Random()
@@ -235,14 +246,14 @@ class Worker:
             loop.add_signal_handler(signum, self._on_signal, signum)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                session = await stack.enter_async_context(aiohttp.ClientSession())
+                session = await stack.enter_async_context(new_session(self._tls))
                 if self._isolation is not None:
                     await stack.enter_async_context(self._isolation.running())
                 if self._run_logs is not None:
                     logging.getLogger().addHandler(self._run_logs)
                     stack.callback(logging.getLogger().removeHandler, self._run_logs)
                 if self._metrics_port is not None:
-                    stack.callback(self.metrics.serve(self._metrics_port))
+                    stack.callback(self.metrics.serve(self._metrics_port, self._metrics_host))
                 client = CoordinatorClient(
                     session=session, root_urls=self._root_urls, credentials=self._credentials
                 )

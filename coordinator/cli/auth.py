@@ -35,6 +35,7 @@ from coordinator.cli.rest import (
     expires_at,
     fetch_object,
     fit,
+    new_session,
     one_line,
     run_command,
     table,
@@ -223,7 +224,7 @@ async def _run(args: argparse.Namespace, target: Target, out: TextIO) -> None:
         ("roles", "expand"): _expand,
     }
     subcommand = args.clients_command if args.command == "clients" else args.roles_command
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+    async with new_session(TIMEOUT) as session:
         await commands[args.command, subcommand](Caller(session, target), args, out)
 
 

@@ -25,6 +25,7 @@ from coordinator.cli.rest import (
     all_pages,
     expires_at,
     fetch_object,
+    new_session,
     run_command,
     table,
     to_second,
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
 
 
 async def _run(args: argparse.Namespace, target: Target, out: TextIO) -> None:
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+    async with new_session(TIMEOUT) as session:
         caller = Caller(session, target)
         if args.index_command == "find":
             text, found = await fetch_object(caller, "GET", _task_path(args.path))

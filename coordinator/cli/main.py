@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import gc
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 
@@ -162,15 +163,16 @@ def _settle_garbage_collector() -> None:
     gc.set_threshold(GC_YOUNGEST_THRESHOLD, *gc.get_threshold()[1:])
 
 
-async def _serve_until_signalled(config: Config) -> None:
-    """Serve until SIGTERM or SIGINT (which the runner turns into ``GracefulExit``)."""
+async def _serve_until_signalled(config: Config, tls: ssl.SSLContext | None) -> None:
+    """Serve (HTTPS with ``tls``) until SIGTERM or SIGINT (which the runner turns into
+    ``GracefulExit``)."""
     from coordinator.api.server import AppRunner
     from coordinator.app import build_app
 
     runner = AppRunner(build_app(config), access_log=None, handle_signals=True, shutdown_timeout=5)
     await runner.setup()
     try:
-        await web.TCPSite(runner, config.host, config.port).start()
+        await web.TCPSite(runner, config.host, config.port, ssl_context=tls).start()
         _settle_garbage_collector()
         await asyncio.Event().wait()
     finally:
@@ -178,10 +180,11 @@ async def _serve_until_signalled(config: Config) -> None:
 
 
 def _serve(config: Config) -> None:
+    tls = config.tls_context()
     config.data_dir.mkdir(parents=True, exist_ok=True)
     glibc_malloc.keep_heap_flat()
     try:
-        asyncio.run(_serve_until_signalled(config))
+        asyncio.run(_serve_until_signalled(config, tls))
     except (web.GracefulExit, KeyboardInterrupt):
         pass  # SIGTERM or SIGINT: the runner has shut down cleanly
     except OSError as error:

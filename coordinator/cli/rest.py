@@ -9,7 +9,8 @@ This module owns reading the address and credentials from the environment as the
 command to its exit status (:func:`run_command`), reading a JSON object or every page of a
 listing (:func:`fetch_object`, :func:`all_pages`), the ``--expires`` notation
 (:func:`expires_at`: Taskcluster's ``1 year``, ``30d``, or an ISO 8601 time), and their tables
-(:func:`table`) and cells (:func:`fit`, :func:`to_second`).
+(:func:`table`) and cells (:func:`fit`, :func:`to_second`), and the session that verifies a
+coordinator's certificate against the CA file ``SSL_CERT_FILE`` names (:func:`new_session`).
 
 Exit statuses: 0 on success; 1 when the coordinator answered with an error or the answer broke
 off; 2 for a mistake in the environment or an unreachable coordinator (one line naming it and
@@ -23,6 +24,7 @@ import asyncio
 import json
 import os
 import re
+import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -181,6 +183,13 @@ class Caller:
                 if response.status >= 400:
                     raise await refusal(response, anonymous=self._target.credentials is None)
                 yield response
+        except aiohttp.ClientConnectorCertificateError as error:
+            raise CommandFailed(
+                f"the certificate of {self._target.api} is not trusted: "
+                f"{describe(error.certificate_error)}; set SSL_CERT_FILE to the PEM file of "
+                "the CA that issued it",
+                exit_status=EXIT_CONFIGURATION,
+            ) from None
         except aiohttp.ClientConnectorError as error:
             raise self._unreachable(describe(error)) from None
         except aiohttp.ConnectionTimeoutError:
@@ -244,6 +253,26 @@ async def json_body(response: aiohttp.ClientResponse, what: str) -> tuple[str, A
             f"the coordinator answered {what} with a body that is not JSON",
             exit_status=EXIT_REFUSED,
         ) from None
+
+
+def new_session(timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
+    """A session whose HTTPS connections trust the CA file ``SSL_CERT_FILE`` names (instead
+    of the system's CAs), read here so that a file that cannot be loaded is one line naming
+    it (OpenSSL would ignore it, and every request fail verification); without it, the
+    system's CAs."""
+    cafile = os.environ.get("SSL_CERT_FILE")
+    if not cafile:
+        return aiohttp.ClientSession(timeout=timeout)
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as error:
+        raise CommandFailed(
+            f"SSL_CERT_FILE={cafile!r} cannot be loaded as PEM certificates: "
+            f"{describe(error)}; point it at the PEM file of the CA that issued the "
+            "coordinator's certificate, or unset it for the system's CAs",
+            exit_status=EXIT_CONFIGURATION,
+        ) from None
+    return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(ssl=context))
 
 
 def run_command(

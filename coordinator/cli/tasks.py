@@ -43,6 +43,7 @@ from coordinator.cli.rest import (
     describe,
     fit,
     json_body,
+    new_session,
     refusal,
     run_command,
     to_second,
@@ -448,7 +449,7 @@ async def fetch_bytes(session: aiohttp.ClientSession, url: str, sink: IO[bytes])
 
 
 async def _run(args: argparse.Namespace, target: Target, out: TextIO) -> None:
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+    async with new_session(TIMEOUT) as session:
         caller = Caller(session, target)
         command: str = args.tasks_command
         if command == "artifacts":

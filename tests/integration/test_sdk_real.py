@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import aiohttp
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -221,6 +222,12 @@ async def test_worker_metrics_on_its_metrics_port(setup: MakeSetup) -> None:
 
     async def done() -> None:
         await wait_until(three_reported, what="three runs in the worker's metrics")
+        listening = {
+            connection.laddr.ip
+            for connection in psutil.Process().net_connections("tcp")
+            if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port
+        }
+        assert listening == {"127.0.0.1"}  # this machine only: no metrics_host was given
 
     await run_until(s.worker(handle, capacity=3, metrics_port=port), done)
     assert samples["worker_tasks_total{outcome=completed}"] == 1
