@@ -80,7 +80,9 @@ async def test_a_past_releases_store_opens_migrated_with_its_data_intact(
         assert await schema_versions(release_url) == [
             migration.version for migration in migrations(driver)
         ]
-        assert await read_back(store) == expected["read_back"]
+        # what the release had; parts added since are empty in its store
+        read = await read_back(store)
+        assert {part: read[part] for part in expected["read_back"]} == expected["read_back"]
 
         # The old tasks take artifacts, and still take transitions.
         running = await store.get(RUNNING)
