@@ -11,7 +11,7 @@ ENV PYTHONUNBUFFERED=1 \
     COORDINATOR_DATA_DIR=/data
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY coordinator/ coordinator/
 COPY worker_sdk/ worker_sdk/
 COPY hawk_signing/ hawk_signing/

@@ -89,15 +89,15 @@ def _end_group(child: subprocess.Popen[str]) -> None:
 
 
 async def spawn(
-    command: Sequence[str], *, env: dict[str, str], log: Path
+    command: Sequence[str], *, env: dict[str, str], log: Path, cwd: Path = REPO
 ) -> asyncio.subprocess.Process:
-    """Start ``command`` in the repository, its output appended to ``log``."""
+    """Start ``command`` in ``cwd`` (the repository), its output appended to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         return await asyncio.create_subprocess_exec(
             *command,
             env=env,
-            cwd=REPO,
+            cwd=cwd,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
@@ -194,6 +194,9 @@ class ServeProcess:
     :param azure_connection_string: the storage account for hints; none: no queues.
     :param interpreter_args: ``python`` arguments before ``-m coordinator.cli serve`` (a
         profiler).
+    :param source: the checkout whose ``coordinator`` runs (its directory and the first
+        entry of its PYTHONPATH): this repository, or a worktree of a past release (which
+        runs with this environment's dependencies).
     :param settings: further ``COORDINATOR_*`` variables.
     """
 
@@ -207,9 +210,11 @@ class ServeProcess:
         port: int = 0,
         azure_connection_string: str | None = None,
         interpreter_args: Sequence[str] = (),
+        source: Path = REPO,
         **settings: str,
     ) -> None:
         self.port = port or free_port()
+        self.source = source
         self._tls_cert = settings.get("COORDINATOR_TLS_CERT")
         self.url = f"{'https' if self._tls_cert else 'http'}://127.0.0.1:{self.port}"
         self.log = log
@@ -222,6 +227,8 @@ class ServeProcess:
             COORDINATOR_CLIENTS_FILE=str(clients_file),
             **settings,
         )
+        if source != REPO:
+            self.env["PYTHONPATH"] = os.pathsep.join([str(source), self.env["PYTHONPATH"]])
         if azure_connection_string:
             self.env["AZURE_STORAGE_CONNECTION_STRING"] = azure_connection_string
         self.process: asyncio.subprocess.Process | None = None
@@ -247,7 +254,9 @@ class ServeProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             out.write(f"==== coordinator start #{self.starts}\n".encode())
-        process = self.process = await spawn(self.command, env=self.env, log=self.log)
+        process = self.process = await spawn(
+            self.command, env=self.env, log=self.log, cwd=self.source
+        )
         try:
             await wait_until_answers(
                 f"{self.api}/ping",
