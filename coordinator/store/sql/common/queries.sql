@@ -31,7 +31,8 @@ WHERE task_group_id = :task_group_id AND task_id > :after
 ORDER BY task_id LIMIT :limit
 
 -- name: dependents
-SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents, t.version
+SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents, t.version,
+       t.traceparent
 FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id
 WHERE d.required_task_id = :task_id AND d.dependent_task_id > :after
 ORDER BY d.dependent_task_id LIMIT :limit
