@@ -13,15 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import slugid
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from coordinator.service.clients_file import ensure_root_client
 from devharness.ports import free_port
+from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from tests.e2e import function_app
 from tests.fixtures.workers import E2E, MakeE2E
 from worker_sdk import App, tracing
+from worker_sdk.calls import encode_call
 
 APP = "tests.e2e.function_app:app"
 
@@ -143,20 +146,22 @@ async def test_one_trace_from_dispatch_to_report(
     reported_under: str,
 ) -> None:
     s, app = await _served(e2e, claim_work=claim_work, flags=flags)
+    add = app.functions[f"{function_app.__name__}:add"]
+    # the same call created through Taskcluster's client, which sends no traceparent
+    untraced_id = slugid.nice()
+    payload = encode_call(add.name, add.signature, (1, 1), {}).payload()
+    await s.queue.createTask(
+        untraced_id,
+        task_definition(provisionerId=s.provisioner_id, workerType=s.worker_type, payload=payload),
+    )
     async with app:
-        handle = await app.functions[f"{function_app.__name__}:add"].dispatch(2, 3)
+        handle = await add.dispatch(2, 3)
         assert await handle.result(timeout=30) == 5
+        assert await app.handle(untraced_id).result(timeout=30) == 2
     app.close()
     task_id = handle.task_id
     names = ("dispatch", "createTask", "claim", "handler", "report", "reportCompleted")
-
-    async def all_received() -> bool:
-        return all(
-            any(sp.name == name and sp.attributes.get("taskId") == task_id for sp in receiver.spans)
-            for name in names
-        )
-
-    await wait_until(all_received, within=20, what=f"the spans {names} of {task_id}")
+    await _received(receiver, task_id, names)
     spans = {name: receiver.named(name, task_id) for name in names}
     assert {sp.trace_id for sp in spans.values()} == {spans["dispatch"].trace_id}
     assert spans["dispatch"].parent_id == ""  # the producer's span is the trace's root
@@ -192,6 +197,27 @@ async def test_one_trace_from_dispatch_to_report(
         "state": "completed",
         "reasonResolved": "completed",
     }
+
+    # createTask without a traceparent begins a trace, which the run's spans continue
+    await _received(receiver, untraced_id, names[1:])
+    untraced = {name: receiver.named(name, untraced_id) for name in names[1:]}
+    assert untraced["createTask"].parent_id == ""
+    assert untraced["createTask"].trace_id != spans["dispatch"].trace_id
+    assert {sp.trace_id for sp in untraced.values()} == {untraced["createTask"].trace_id}
+    assert untraced["claim"].parent_id == untraced["createTask"].span_id
+    assert untraced["handler"].parent_id == untraced["claim"].span_id
+
+
+async def _received(receiver: Receiver, task_id: str, names: tuple[str, ...]) -> None:
+    """Wait for the spans ``names`` of ``task_id``."""
+
+    async def all_received() -> bool:
+        return all(
+            any(sp.name == name and sp.attributes.get("taskId") == task_id for sp in receiver.spans)
+            for name in names
+        )
+
+    await wait_until(all_received, within=20, what=f"the spans {names} of {task_id}")
 
 
 @pytest.mark.slow(seconds=20)
