@@ -30,7 +30,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
@@ -61,6 +61,9 @@ from worker_sdk.run_log import (
     current_run,
 )
 from worker_sdk.runs import Handler, Lease, TaskRun
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = logging.getLogger(__name__)
 
@@ -494,7 +497,10 @@ class Worker:
         with self._run_span("handler", "consumer", run):
             await self._call_handler(run, lease, run_log)
 
-    def _run_span(self, name: str, kind: SpanKindName, run: TaskRun) -> AbstractContextManager[Any]:
+    def _run_span(
+        self, name: str, kind: SpanKindName, run: TaskRun
+    ) -> AbstractContextManager[Span]:
+        """The span ``name`` of ``run``, under the claim's (only with a tracer)."""
         assert self._tracer is not None
         return tracing.run_span(
             self._tracer,
