@@ -11,6 +11,7 @@ everything in reverse order.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -78,6 +79,7 @@ from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
 from coordinator.store.base import Store
 from coordinator.store.factory import open_store
+from otlp_tracing import open_tracer
 
 log = logging.getLogger(__name__)
 
@@ -468,6 +470,7 @@ def _lifespan(
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
         coordinator = await _open(config, clock, metrics, authorizer.directory)
+        tracer = open_tracer("queue-coordinator")
         app[keyset.TOKEN_KEY] = await coordinator.management.token_key()
         app[COORDINATOR] = coordinator
         services = ApiServices(
@@ -491,23 +494,28 @@ def _lifespan(
             purge_cache=coordinator.purge_cache,
             authorizer=authorizer,
             deployment=config.deployment,
+            tracer=tracer,
         )
         app[HANDLERS] = {handlers: handlers(services) for handlers in {p.handlers for p in PARTS}}
         runner = _runner(coordinator, enabled=run_resolvers)
         runner.start()
         log.info(
-            "coordinator started url=%s store=%s dispatch=%s artifacts=%s auth=%s pulse=%s",
+            "coordinator started url=%s store=%s dispatch=%s artifacts=%s auth=%s pulse=%s "
+            "tracing=%s",
             config.public_url,
             config.store_url.split("@")[-1],
             config.dispatch_mode,
             config.artifacts,
             config.auth_enabled,
             coordinator.events.publisher.name if coordinator.events is not None else None,
+            tracer is not None,
         )
         try:
             yield
         finally:
             await _close(coordinator, runner)
+            if tracer is not None:
+                await asyncio.to_thread(tracer.shutdown)  # exports the last spans
 
     return lifespan
 

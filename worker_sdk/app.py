@@ -37,6 +37,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 import slugid
 
 from hawk_signing import Credentials
+from worker_sdk import tracing
 from worker_sdk.artifacts import expires_text
 from worker_sdk.calls import FunctionCall, encode_call, function_name
 from worker_sdk.client import root_urls_of
@@ -313,7 +314,16 @@ class TaskFunction(Generic[_P, _R]):
             dependencies=dependencies,
         )
         definition["payload"] = call.payload()
-        await self.app.connection.client().create_task(task_id, definition)
+        client = self.app.connection.client()
+        tracer = tracing.tracer()
+        if tracer is None:
+            await client.create_task(task_id, definition)
+        else:
+            task_queue_id = definition["taskQueueId"]
+            with tracing.dispatching(
+                tracer, "dispatch", self.name, task_queue_id, taskId=task_id
+            ) as span:
+                await client.create_task(task_id, definition, traceparent=tracer.traceparent(span))
         return self.app.handle(task_id)
 
     async def dispatch_many(
@@ -338,6 +348,47 @@ class TaskFunction(Generic[_P, _R]):
         encoded = [self._encode(index, call) for index, call in enumerate(calls)]
         not_before = _not_before(wait, at)
         dependencies = list(dependencies)
+        tracer = tracing.tracer()
+        if tracer is None:
+            task_ids, refused = await self._create_many(
+                encoded, not_before, priority, dependencies, traceparent=None
+            )
+        else:
+            task_queue_id = str(self.options.task_queue or self.app.task_queue)
+            with tracing.dispatching(
+                tracer, "dispatch_many", self.name, task_queue_id, tasks=len(encoded)
+            ) as span:
+                task_ids, refused = await self._create_many(
+                    encoded,
+                    not_before,
+                    priority,
+                    dependencies,
+                    traceparent=tracer.traceparent(span),
+                )
+        handles = [self.app.handle(task_id) for task_id in task_ids]
+        if refused:
+            raise DispatchRefused(
+                url=self.app.connection.root_urls[0] + "/api/queue/v1/tasks",
+                refusals=refused,
+                created=[h for index, h in enumerate(handles) if index not in refused],
+                total=len(handles),
+            )
+        return handles
+
+    dispatch_sync = blocking_form(dispatch)
+    dispatch_many_sync = blocking_form(dispatch_many)
+
+    async def _create_many(
+        self,
+        encoded: list[FunctionCall],
+        not_before: datetime | None,
+        priority: str | None,
+        dependencies: list[TaskHandle | str],
+        *,
+        traceparent: str | None,
+    ) -> tuple[list[str], dict[int, dict[str, Any]]]:
+        """dispatch_many's createTasks requests: the taskIds made, in order, and the refusals
+        by index."""
         client = self.app.connection.client()
         task_ids: list[str] = []
         refused: dict[int, dict[str, Any]] = {}
@@ -353,25 +404,14 @@ class TaskFunction(Generic[_P, _R]):
                 slugid.nice(): {**shared, "payload": call.payload()}
                 for call in encoded[start : start + CREATE_TASKS_BATCH]
             }
-            results = await client.create_tasks(batch)
+            results = await client.create_tasks(batch, traceparent=traceparent)
             refused.update(
                 (start + index, result["error"])
                 for index, result in enumerate(results)
                 if "error" in result
             )
             task_ids.extend(batch)
-        handles = [self.app.handle(task_id) for task_id in task_ids]
-        if refused:
-            raise DispatchRefused(
-                url=self.app.connection.root_urls[0] + "/api/queue/v1/tasks",
-                refusals=refused,
-                created=[h for index, h in enumerate(handles) if index not in refused],
-                total=len(handles),
-            )
-        return handles
-
-    dispatch_sync = blocking_form(dispatch)
-    dispatch_many_sync = blocking_form(dispatch_many)
+        return task_ids, refused
 
     def _encode(self, index: int, call: Sequence[Any] | Mapping[str, Any]) -> FunctionCall:
         if isinstance(call, Mapping):

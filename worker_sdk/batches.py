@@ -199,19 +199,30 @@ class RunBatches:
         )
 
     async def report(
-        self, task_id: str, run_id: int, resolution: Resolution, *, credentials: Credentials
+        self,
+        task_id: str,
+        run_id: int,
+        resolution: Resolution,
+        *,
+        credentials: Credentials,
+        traceparent: str | None = None,
     ) -> None:
-        """Report the run as ``resolution`` says; ``credentials`` (the run's) sign a single call."""
+        """Report the run as ``resolution`` says; ``credentials`` (the run's) sign a single call,
+        which carries ``traceparent`` (a batch has no place for it)."""
 
         async def single() -> None:
             if resolution.reason is not None:
                 await self._client.report_exception(
-                    task_id, run_id, resolution, credentials=credentials
+                    task_id, run_id, resolution, credentials=credentials, traceparent=traceparent
                 )
             elif resolution.kind == "completed":
-                await self._client.report_completed(task_id, run_id, credentials=credentials)
+                await self._client.report_completed(
+                    task_id, run_id, credentials=credentials, traceparent=traceparent
+                )
             else:
-                await self._client.report_failed(task_id, run_id, credentials=credentials)
+                await self._client.report_failed(
+                    task_id, run_id, credentials=credentials, traceparent=traceparent
+                )
 
         report = RunReport(task_id=task_id, run_id=run_id, resolution=resolution)
         await _batched(self._reports, report, single)

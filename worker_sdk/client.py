@@ -95,6 +95,9 @@ class Claim:
     retries_left: int
     """The task's ``retriesLeft`` when the run was claimed: how many more runs an
     ``intermittent-task`` report would get it."""
+    traceparent: str | None = None
+    """The W3C traceparent of the coordinator's span of this claim; ``None`` when the
+    coordinator does not trace (docs/operations.md#tracing)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,19 +202,26 @@ class CoordinatorClient:
         """Raises :class:`RequestFailed` unless the coordinator answers ``ping`` with a 2xx."""
         await self._call("GET", ("ping",))
 
-    async def create_tasks(self, tasks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    async def create_tasks(
+        self, tasks: Mapping[str, Mapping[str, Any]], *, traceparent: str | None = None
+    ) -> list[dict[str, Any]]:
         """createTasks, which the official clients lack: up to 1,000 task definitions by
         taskId, in one request. Returns the per-task results in order: ``{taskId, status}``,
-        or ``{taskId, error: {code, message}}`` for a task refused as createTask would."""
+        or ``{taskId, error: {code, message}}`` for a task refused as createTask would.
+
+        :param traceparent: the producer's span, sent as the ``traceparent`` header.
+        """
         body = {"tasks": [{"taskId": task_id, "task": task} for task_id, task in tasks.items()]}
-        answer = await self._call("PUT", ("tasks",), body=body)
+        answer = await self._call("PUT", ("tasks",), body=body, traceparent=traceparent)
         with _parsing(answer, "createTasks"):
             results: list[dict[str, Any]] = list(answer.body["tasks"])
         return results
 
-    async def create_task(self, task_id: str, task: Mapping[str, Any]) -> dict[str, Any]:
-        """createTask; returns the task's status."""
-        answer = await self._call("PUT", ("task", task_id), body=task)
+    async def create_task(
+        self, task_id: str, task: Mapping[str, Any], *, traceparent: str | None = None
+    ) -> dict[str, Any]:
+        """createTask; returns the task's status. ``traceparent`` as for :meth:`create_tasks`."""
+        answer = await self._call("PUT", ("task", task_id), body=task, traceparent=traceparent)
         return _status_of(answer, "createTask")
 
     async def task_status(self, task_id: str) -> dict[str, Any]:
@@ -325,19 +335,45 @@ class CoordinatorClient:
         return _run_results(answer, "reclaimRuns", "reclaims", runs, _reclaim_item)
 
     async def report_completed(
-        self, task_id: str, run_id: int, *, credentials: Credentials
+        self,
+        task_id: str,
+        run_id: int,
+        *,
+        credentials: Credentials,
+        traceparent: str | None = None,
     ) -> None:
+        """reportCompleted; ``traceparent``, the worker's span of the report, is sent as the
+        header of that name (so for the other reports)."""
         await self._call(
-            "POST", ("task", task_id, "runs", str(run_id), "completed"), credentials=credentials
+            "POST",
+            ("task", task_id, "runs", str(run_id), "completed"),
+            credentials=credentials,
+            traceparent=traceparent,
         )
 
-    async def report_failed(self, task_id: str, run_id: int, *, credentials: Credentials) -> None:
+    async def report_failed(
+        self,
+        task_id: str,
+        run_id: int,
+        *,
+        credentials: Credentials,
+        traceparent: str | None = None,
+    ) -> None:
         await self._call(
-            "POST", ("task", task_id, "runs", str(run_id), "failed"), credentials=credentials
+            "POST",
+            ("task", task_id, "runs", str(run_id), "failed"),
+            credentials=credentials,
+            traceparent=traceparent,
         )
 
     async def report_exception(
-        self, task_id: str, run_id: int, resolution: Resolution, *, credentials: Credentials
+        self,
+        task_id: str,
+        run_id: int,
+        resolution: Resolution,
+        *,
+        credentials: Credentials,
+        traceparent: str | None = None,
     ) -> None:
         """reportException of ``resolution`` (its reason and any ``retryAfter``)."""
         await self._call(
@@ -345,6 +381,7 @@ class CoordinatorClient:
             ("task", task_id, "runs", str(run_id), "exception"),
             body=resolution.exception_body(),
             credentials=credentials,
+            traceparent=traceparent,
         )
 
     async def resolve_runs(self, reports: Sequence[RunReport]) -> list[RequestFailed | None]:
@@ -422,6 +459,7 @@ class CoordinatorClient:
         body: Mapping[str, Any] | None = None,
         credentials: Credentials | None = None,
         long_poll: bool = False,
+        traceparent: str | None = None,
     ) -> _Answer:
         """The request at the root URL that answered last, then at each other in turn while
         they do not answer; raises the last one's failure when none answers."""
@@ -436,6 +474,7 @@ class CoordinatorClient:
                     body=body,
                     credentials=credentials,
                     long_poll=long_poll,
+                    traceparent=traceparent,
                 )
             except RequestFailed as error:
                 if not error.transient or not others:
@@ -465,11 +504,14 @@ class CoordinatorClient:
         body: Mapping[str, Any] | None,
         credentials: Credentials | None,
         long_poll: bool,
+        traceparent: str | None,
     ) -> _Answer:
         # Routes without an input schema get no body at all, like the official client sends.
         content = json.dumps(body, separators=(",", ":")) if body is not None else ""
         content_type = "application/json" if content else ""
         headers = {"Content-Type": content_type} if content else {}
+        if traceparent is not None:
+            headers["traceparent"] = traceparent
         signer = credentials or self._credentials
         if signer is not None:
             headers["Authorization"] = authorization(
@@ -682,7 +724,14 @@ def _claim(value: Mapping[str, Any], answer: _Answer) -> Claim:
         ),
         credentials=Credentials.from_json(value["credentials"]),
         retries_left=retries_left,
+        traceparent=_traceparent(value.get("traceparent")),
     )
+
+
+def _traceparent(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"traceparent {value!r} is not a string")
+    return value
 
 
 def _reclaim(value: Mapping[str, Any], answer: _Answer) -> Reclaim:

@@ -35,10 +35,12 @@ class Coordinator(Protocol):
     """The coordinator's methods an app and its handles call (a
     :class:`~worker_sdk.client.CoordinatorClient` has them)."""
 
-    async def create_task(self, task_id: str, task: Mapping[str, Any]) -> dict[str, Any]: ...
+    async def create_task(
+        self, task_id: str, task: Mapping[str, Any], *, traceparent: str | None = None
+    ) -> dict[str, Any]: ...
 
     async def create_tasks(
-        self, tasks: Mapping[str, Mapping[str, Any]]
+        self, tasks: Mapping[str, Mapping[str, Any]], *, traceparent: str | None = None
     ) -> list[dict[str, Any]]: ...
 
     async def task_status(self, task_id: str) -> dict[str, Any]: ...

@@ -140,6 +140,12 @@ class TaskRun:
         return self._claim.task.get("payload")
 
     @property
+    def traceparent(self) -> str | None:
+        """The W3C traceparent of the coordinator's span of this claim, under which the
+        worker's spans of the run go; ``None`` when the coordinator does not trace."""
+        return self._claim.traceparent
+
+    @property
     def retries_left(self) -> int:
         """The task's ``retriesLeft`` at the claim: 0 means this is its last run."""
         return self._claim.retries_left

@@ -119,7 +119,10 @@ class InlineCoordinator:
         self._statuses: dict[str, dict[str, Any]] = {}
         self._result_json: dict[tuple[str, int], bytes] = {}
 
-    async def create_task(self, task_id: str, task: Mapping[str, Any]) -> dict[str, Any]:
+    async def create_task(
+        self, task_id: str, task: Mapping[str, Any], *, traceparent: str | None = None
+    ) -> dict[str, Any]:
+        # traceparent: no coordinator in between to continue the trace
         definition = json.loads(json.dumps(task))  # as the worker gets it: tuples are lists
         call = decode_call(definition["payload"])
         self._recorder.record_call(call.function, (call.args, dict(call.kwargs)))
@@ -144,7 +147,9 @@ class InlineCoordinator:
                 break
         return dict(status)
 
-    async def create_tasks(self, tasks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    async def create_tasks(
+        self, tasks: Mapping[str, Mapping[str, Any]], *, traceparent: str | None = None
+    ) -> list[dict[str, Any]]:
         return [
             {"taskId": task_id, "status": await self.create_task(task_id, task)}
             for task_id, task in tasks.items()

@@ -29,12 +29,14 @@ import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
 from hawk_signing import Credentials
-from worker_sdk import timing
+from otlp_tracing import SpanKindName
+from worker_sdk import timing, tracing
 from worker_sdk.artifacts import RunArtifacts
 from worker_sdk.azure_poller import AzurePoller
 from worker_sdk.batches import RunBatches
@@ -67,6 +69,9 @@ from worker_sdk.run_log import (
     current_run,
 )
 from worker_sdk.runs import Handler, Lease, TaskRun
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +183,7 @@ class Worker:
             else None
         )
         self._root_urls = root_urls_of(given.root_url, given.root_urls)
+        self._tracer = tracing.tracer()
         self._handler = handler
         # Also true for objects with an ``async def __call__``.
         self._handler_is_async = inspect.iscoroutinefunction(
@@ -496,6 +502,29 @@ class Worker:
         # This task's context (and the threads and tasks it starts) is the run's: what it
         # logs goes to the run's log.
         current_run.set((run.task_id, run.run_id))
+        if self._tracer is None:
+            await self._call_handler(run, lease, run_log)
+            return
+        with self._run_span("handler", "consumer", run):
+            await self._call_handler(run, lease, run_log)
+
+    def _run_span(
+        self, name: str, kind: SpanKindName, run: TaskRun
+    ) -> AbstractContextManager[Span]:
+        """The span ``name`` of ``run``, under the claim's (only with a tracer)."""
+        assert self._tracer is not None
+        return tracing.run_span(
+            self._tracer,
+            name,
+            kind,
+            task_id=run.task_id,
+            run_id=run.run_id,
+            task=run.task,
+            worker_id=self._identity.worker_id,
+            traceparent=run.traceparent,
+        )
+
+    async def _call_handler(self, run: TaskRun, lease: Lease, run_log: RunLog | None) -> None:
         if self._isolation is not None:
             await self._isolation.run(
                 run, lease, log_line=run_log.write if run_log is not None else None
@@ -631,10 +660,30 @@ class Worker:
         self, batches: RunBatches, run: TaskRun, lease: Lease, resolution: Resolution
     ) -> None:
         """Report, retrying transient errors while the claim lasts (after that it's moot)."""
+        if self._tracer is None:
+            await self._report_run(batches, run, lease, resolution, None)
+            return
+        with self._run_span("report", "client", run) as span:
+            span.set_attribute("resolution", resolution.kind)
+            traceparent = self._tracer.traceparent(span)
+            await self._report_run(batches, run, lease, resolution, traceparent)
+
+    async def _report_run(
+        self,
+        batches: RunBatches,
+        run: TaskRun,
+        lease: Lease,
+        resolution: Resolution,
+        traceparent: str | None,
+    ) -> None:
         try:
             await self._while_claimed(
                 lambda: batches.report(
-                    run.task_id, run.run_id, resolution, credentials=lease.credentials
+                    run.task_id,
+                    run.run_id,
+                    resolution,
+                    credentials=lease.credentials,
+                    traceparent=traceparent,
                 ),
                 run,
                 lease,

@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from coordinator.api import tracing
 from coordinator.api.auth import Authorizer
 from coordinator.api.endpoints import (
     Endpoint,
@@ -36,6 +37,14 @@ _CLAIM_WORK_DESCRIPTION = (
 )
 
 
+REPORTS = {
+    "completed": "reportCompleted",
+    "failed": "reportFailed",
+    "exception": "reportException",
+}
+"""A resolution's report method: the name of its span, whichever call reported it."""
+
+
 def retry_after_ms(report: Body) -> int | None:
     """A report's ``retryAfter`` (seconds; the schema bounds it) in milliseconds."""
     seconds = report.get("retryAfter")
@@ -58,9 +67,12 @@ def held_run(auth: Authorizer, record: TaskRecord, run_id: int, **extra: Any) ->
     }
 
 
-def claim_body(auth: Authorizer, record: TaskRecord) -> Body:
-    """A claim as claimTask, claimWork and claimRuns answer it."""
-    return held_run(auth, record, -1, task=dict(record.definition))
+def claim_body(auth: Authorizer, record: TaskRecord, traceparent: str | None) -> Body:
+    """A claim as claimTask, claimWork and claimRuns answer it; with tracing, the claim's
+    ``traceparent`` (docs/operations.md#tracing), which Taskcluster's answer lacks."""
+    if traceparent is None:
+        return held_run(auth, record, -1, task=dict(record.definition))
+    return held_run(auth, record, -1, task=dict(record.definition), traceparent=traceparent)
 
 
 CLAIM_ENDPOINTS: tuple[Endpoint, ...] = (
@@ -165,6 +177,7 @@ class ClaimHandlers(Handlers):
         self.service = services.tasks
         self.claims = services.claims
         self.dispatch = services.dispatch
+        self.tracer = services.tracer
 
     async def pollTaskUrls(self, request: web.Request, body: Any) -> Body:
         task_queue = task_queue_of(request.match_info)
@@ -182,6 +195,7 @@ class ClaimHandlers(Handlers):
         }
 
     async def claimTask(self, request: web.Request, body: Any) -> Body:
+        started = tracing.started_ns(self.tracer)
         task_id, run_id = task_id_of(request), run_id_of(request)
         record = await self.service.get(task_id)
         await self.authorize(
@@ -198,9 +212,11 @@ class ClaimHandlers(Handlers):
             worker_id=body["workerId"],
             read=record,
         )
-        return claim_body(self.auth, claimed)
+        traceparent = tracing.claim_traceparent(self.tracer, claimed, started)
+        return claim_body(self.auth, claimed, traceparent)
 
     async def claimWork(self, request: web.Request, body: Any) -> Body:
+        started = tracing.started_ns(self.tracer)
         task_queue = task_queue_of(request.match_info)
         await self.authorize(request, workerGroup=body["workerGroup"], workerId=body["workerId"])
         claimed = await self.claims.claim_work(
@@ -210,7 +226,14 @@ class ClaimHandlers(Handlers):
             count=int(body["tasks"]),
             disconnected=lambda: request.transport is None or request.transport.is_closing(),
         )
-        return {"tasks": [claim_body(self.auth, record) for record in claimed]}
+        return {
+            "tasks": [
+                claim_body(
+                    self.auth, record, tracing.claim_traceparent(self.tracer, record, started)
+                )
+                for record in claimed
+            ]
+        }
 
     async def reclaimTask(self, request: web.Request, body: Any) -> Body:
         task_id, run_id = task_id_of(request), run_id_of(request)
@@ -220,6 +243,7 @@ class ClaimHandlers(Handlers):
     async def _report(
         self, request: web.Request, resolution: str, reason: str, body: Body | None = None
     ) -> Body:
+        started = tracing.started_ns(self.tracer)
         task_id, run_id = task_id_of(request), run_id_of(request)
         record = await self.service.report(
             task_id,
@@ -227,6 +251,9 @@ class ClaimHandlers(Handlers):
             resolution=resolution,
             reason=reason,
             retry_after_ms=retry_after_ms(body or {}),
+        )
+        tracing.report_span(
+            self.tracer, REPORTS[resolution], record, run_id, started, request=request
         )
         return status_body(record)
 

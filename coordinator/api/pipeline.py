@@ -40,6 +40,7 @@ from coordinator.service.queue_controls import QueueControlService
 from coordinator.service.secrets import SecretService
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
+from otlp_tracing import Tracer
 
 if TYPE_CHECKING:
     from coordinator.api.artifacts import ArtifactUrls
@@ -111,6 +112,8 @@ class ApiServices:
     purge_cache: PurgeCacheService
     authorizer: Authorizer
     deployment: Deployment
+    tracer: Tracer | None = None
+    """The spans of tasks' ways (:mod:`coordinator.api.tracing`); ``None``: tracing off."""
 
 
 class Handlers:

@@ -14,8 +14,9 @@ from typing import Any
 
 from aiohttp import web
 
+from coordinator.api import tracing
 from coordinator.api.auth import Auth, require
-from coordinator.api.claims import claim_body, held_run, retry_after_ms
+from coordinator.api.claims import REPORTS, claim_body, held_run, retry_after_ms
 from coordinator.api.endpoints import (
     WORKER_ID,
     Endpoint,
@@ -190,8 +191,10 @@ class RunBatchHandlers(Handlers):
         super().__init__(services)
         self.service = services.tasks
         self.claims = services.claims
+        self.tracer = services.tracer
 
     async def claimRuns(self, request: web.Request, body: Any) -> Body:
+        started = tracing.started_ns(self.tracer)
         worker_group, worker_id = body["workerGroup"], body["workerId"]
         auth = await self.auth.authenticated(request)
         await self.authorize(request, workerGroup=worker_group, workerId=worker_id)
@@ -204,7 +207,9 @@ class RunBatchHandlers(Handlers):
         results = await self.claims.claim_runs(
             runs, worker_group=worker_group, worker_id=worker_id, permit=permit
         )
-        return {"claims": self._held_items("claimRuns", runs, results, claimed=True)}
+        return {
+            "claims": self._held_items("claimRuns", runs, results, claimed=True, started=started)
+        }
 
     async def reclaimRuns(self, request: web.Request, body: Any) -> Body:
         auth = await self.auth.authenticated(request)
@@ -221,20 +226,26 @@ class RunBatchHandlers(Handlers):
         results: list[TaskRecord | DomainError],
         *,
         claimed: bool,
+        started: int | None = None,
     ) -> list[Body]:
-        """Per run of a claimRuns (``claimed``) or reclaimRuns: the body its single call
-        answers, or its run error."""
+        """Per run of a claimRuns (``claimed``, the request begun at ``started``) or
+        reclaimRuns: the body its single call answers, or its run error."""
         items: list[Body] = []
         for (task_id, run_id), result in zip(runs, results, strict=True):
             if isinstance(result, DomainError):
                 items.append(_run_error(method, task_id, run_id, result))
                 continue
             items.append(
-                claim_body(self.auth, result) if claimed else held_run(self.auth, result, run_id)
+                claim_body(
+                    self.auth, result, tracing.claim_traceparent(self.tracer, result, started)
+                )
+                if claimed
+                else held_run(self.auth, result, run_id)
             )
         return items
 
     async def resolveRuns(self, request: web.Request, body: Any) -> Body:
+        started = tracing.started_ns(self.tracer)
         auth = await self.auth.authenticated(request)
         items: list[Body] = body["reports"]
         runs = _distinct_runs(items, "reports")
@@ -251,6 +262,13 @@ class RunBatchHandlers(Handlers):
         results = await self.service.resolve_runs(
             reports, permit=_held_or(auth, request[SCOPE_CHECK].endpoint)
         )
+        if self.tracer is not None:
+            for report, result in zip(reports, results, strict=True):
+                if not isinstance(result, DomainError):
+                    name = REPORTS[report.resolution]
+                    tracing.report_span(
+                        self.tracer, name, result, report.run_id, started, request=None
+                    )
         return {
             "reports": [
                 _run_error("resolveRuns", task_id, run_id, result)

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from coordinator.api import keyset, validation
+from coordinator.api import keyset, tracing, validation
 from coordinator.api.endpoints import (
     PAGED,
     Endpoint,
@@ -262,6 +262,7 @@ class TaskHandlers(Handlers):
         super().__init__(services)
         self.service = services.tasks
         self.creates = services.creates
+        self.tracer = services.tracer
 
     async def _stored_task(self, request: web.Request) -> TaskRecord:
         """The task of the path, once the caller holds the scopes to act on it (its own
@@ -278,7 +279,14 @@ class TaskHandlers(Handlers):
     async def createTask(self, request: web.Request, body: Any) -> Body:
         task_id = task_id_of(request)
         await self.authorize(request, **create_task_params(body))
-        return status_body(await self.creates.create_task(task_id, body))
+        if self.tracer is None:
+            return status_body(await self.creates.create_task(task_id, body))
+        with tracing.creating(self.tracer, request, "createTask", {"taskId": task_id}) as span:
+            record = await self.creates.create_task(
+                task_id, body, traceparent=self.tracer.traceparent(span)
+            )
+            span.set_attribute("taskQueueId", record.task_queue_id)
+        return status_body(record)
 
     async def createTasks(self, request: web.Request, body: Any) -> Body:
         items: list[Body] = body["tasks"]
@@ -297,9 +305,15 @@ class TaskHandlers(Handlers):
             requirements.setdefault(frozenset(params.items()), params)  # tasks alike: once
             accepted.append(index)
         await self.authorize(request, tasks=list(requirements.values()))
-        outcomes = await self.creates.create_tasks(
-            [(items[index]["taskId"], items[index]["task"]) for index in accepted]
-        )
+        accepted_items = [(items[index]["taskId"], items[index]["task"]) for index in accepted]
+        if self.tracer is None:
+            outcomes = await self.creates.create_tasks(accepted_items)
+        else:
+            attributes = {"tasks": len(accepted_items)}
+            with tracing.creating(self.tracer, request, "createTasks", attributes) as span:
+                outcomes = await self.creates.create_tasks(
+                    accepted_items, traceparent=self.tracer.traceparent(span)
+                )
         for index, outcome in zip(accepted, outcomes, strict=True):
             if isinstance(outcome, DomainError):
                 results[index]["error"] = _item_error(outcome)

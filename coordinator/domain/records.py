@@ -135,6 +135,9 @@ class TaskRecord:
     :param retry_priority: the priority automatic retries are queued at (``retryPriority``).
     :param claim_timeout_ms: how long this task's claims last (``claimTimeout``, in ms), else the
         coordinator's.
+    :param traceparent: the W3C traceparent of the span that created the task, which its
+        claims' spans continue (docs/operations.md#tracing); ``None`` without tracing. Written
+        once, by the insert.
     :param definition_changed: a transition changed ``definition`` (its priority), so the
         next compare-and-set writes it too; false in every record read from the store.
     :param version: compare-and-set token; 0 for a record not yet stored.
@@ -159,6 +162,7 @@ class TaskRecord:
     runs: tuple[Run, ...] = ()
     hint_needed: bool = False
     notify_dependents: bool = False
+    traceparent: str | None = None
     definition_changed: bool = False
     version: int = 0
 

@@ -148,18 +148,20 @@ class CreatePolicy:
         self._service = service
         self._workers = workers
 
-    async def create_task(self, task_id: str, body: Mapping[str, Any]) -> TaskRecord:
+    async def create_task(
+        self, task_id: str, body: Mapping[str, Any], *, traceparent: str | None = None
+    ) -> TaskRecord:
         """createTask (see :meth:`TaskService.create_task`)."""
-        record = await self._service.create_task(task_id, body)
+        record = await self._service.create_task(task_id, body, traceparent=traceparent)
         self._workers.task_created(record)
         return record
 
     async def create_tasks(
-        self, items: Sequence[tuple[str, Mapping[str, Any]]]
+        self, items: Sequence[tuple[str, Mapping[str, Any]]], *, traceparent: str | None = None
     ) -> list[TaskRecord | DomainError]:
         """createTasks (see :meth:`TaskService.create_tasks`): each item created or refused on
         its own."""
-        outcomes = await self._service.create_tasks(items)
+        outcomes = await self._service.create_tasks(items, traceparent=traceparent)
         for outcome in outcomes:
             if isinstance(outcome, TaskRecord):
                 self._workers.task_created(outcome)

@@ -170,11 +170,16 @@ class TaskService:
 
     # --- producers ------------------------------------------------------------------------
 
-    async def create_task(self, task_id: str, body: Mapping[str, Any]) -> TaskRecord:
+    async def create_task(
+        self, task_id: str, body: Mapping[str, Any], *, traceparent: str | None = None
+    ) -> TaskRecord:
         """createTask: validate, store and (without dependencies) schedule a new task.
 
         Idempotent: the same definition again returns the current record; a different one is
         a conflict.
+
+        :param traceparent: the span that creates the task, stored with it (not part of the
+            definition, so a retried create under another span is still the same task).
 
         :raises InputError: the definition is not acceptable.
         :raises Conflict: the taskId exists with a different definition.
@@ -183,7 +188,7 @@ class TaskService:
         definition = definitions.normalise(
             task_id, body, now=now, max_deadline_ms=self.max_deadline_ms
         )
-        record = record_from_definition(task_id, definition)
+        record = record_from_definition(task_id, definition, traceparent=traceparent)
         if record.dependencies:
             await self.dependencies.check(record)
         created = self.transitions.to_store(lifecycle.create(record, now=now))
@@ -205,12 +210,13 @@ class TaskService:
         return stored
 
     async def create_tasks(
-        self, items: Sequence[tuple[str, Mapping[str, Any]]]
+        self, items: Sequence[tuple[str, Mapping[str, Any]]], *, traceparent: str | None = None
     ) -> list[TaskRecord | DomainError]:
         """createTasks: each item as :meth:`create_task` would, all new records written in one
         store transaction, their hints put concurrently.
 
         :param items: ``(taskId, body)`` pairs; a taskId may repeat with the same definition.
+        :param traceparent: the span that creates them, stored with each.
         :returns: per item, in order, the task's record or why it was refused (an
             :class:`InputError`, or a :class:`Conflict` with an existing different task).
         :raises InputError: the batch repeats a taskId with different definitions; nothing
@@ -236,7 +242,7 @@ class TaskService:
                     )
                 slots[task_id].append(index)
                 continue
-            records[task_id] = record_from_definition(task_id, definition)
+            records[task_id] = record_from_definition(task_id, definition, traceparent=traceparent)
             slots[task_id] = [index]
         answers = await self._insert_batch(records, now=now)
         for task_id, answer in answers.items():

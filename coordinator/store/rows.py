@@ -45,6 +45,7 @@ def insert_columns(record: TaskRecord) -> dict[str, Any]:
         "definition": compact(record.definition),
         "project_id": record.project_id,
         "created": record.created,
+        "traceparent": record.traceparent,
     }
 
 
@@ -65,7 +66,7 @@ class Row(Protocol):
 
 def record_from_row(row: Row) -> TaskRecord:
     """A record from a row with ``task_id, definition, retries_left, runs, hint_due,
-    notify_dependents, version`` (the JSON columns as text)."""
+    notify_dependents, version, traceparent`` (the JSON columns as text)."""
     definition = exact_loads(row["definition"])
     runs = orjson.loads(row["runs"])
     return record_from_definition(
@@ -76,6 +77,7 @@ def record_from_row(row: Row) -> TaskRecord:
         runs=tuple(Run.from_stored(run) for run in runs),
         hint_needed=row["hint_due"] is not None,
         notify_dependents=bool(row["notify_dependents"]),
+        traceparent=row["traceparent"],
     )
 
 

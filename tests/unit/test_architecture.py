@@ -131,7 +131,7 @@ def test_only_the_neutral_packages_are_shared_by_the_coordinator_and_the_sdk() -
         assert "worker_sdk" not in _third_party_roots(path), path
     for path in sorted((ROOT / "worker_sdk").rglob("*.py")):
         assert "coordinator" not in _third_party_roots(path), path
-    for package in ("hawk_signing", "glibc_malloc"):
+    for package in ("hawk_signing", "glibc_malloc", "otlp_tracing"):
         for path in sorted((ROOT / package).rglob("*.py")):
             assert not {"coordinator", "worker_sdk"} & _third_party_roots(path), path
 

@@ -150,6 +150,20 @@ async def test_claim_pending_hands_out_the_highest_priority_then_the_earliest_vi
     assert seen == ["delayed", "low-early"]
 
 
+async def test_claim_pending_hands_over_and_keeps_the_tasks_traceparent(store: Store) -> None:
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert await store.insert(new_record("traced").replace(traceparent=traceparent)) is not None
+    handed: list[str | None] = []
+
+    def claim(records: Sequence[TaskRecord]) -> list[tuple[TaskRecord, Sequence[QueueEvent]]]:
+        handed.extend(record.traceparent for record in records)
+        return [(claimed(record).record, ()) for record in records]
+
+    [running] = await store.claim_pending(QUEUE, now=NOW, limit=1, claim=claim)
+    assert handed == [traceparent]
+    assert running.traceparent == traceparent
+
+
 async def test_claim_pending_writes_only_what_claim_returns_and_up_to_the_limit(
     store: Store,
 ) -> None:

@@ -124,6 +124,29 @@ async def test_insert_many_of_existing_ids_writes_nothing(store: Store) -> None:
     assert (await store.dependents("y", limit=10, after=None)).items == []
 
 
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+async def test_a_tasks_traceparent_is_kept_by_every_read_and_write(store: Store) -> None:
+    one = new_record("one").replace(traceparent=TRACEPARENT)
+    assert await store.insert(one) == one.replace(version=1)
+    many = new_record("many", dependencies=("one",)).replace(traceparent=TRACEPARENT)
+    assert await store.insert_many([many, new_record("untraced")]) == {"many", "untraced"}
+
+    assert (await get(store, "one")).traceparent == TRACEPARENT
+    assert (await get(store, "untraced")).traceparent is None
+    assert {
+        task_id: record.traceparent
+        for task_id, record in (await store.get_many(["one", "many", "untraced"])).items()
+    } == {"one": TRACEPARENT, "many": TRACEPARENT, "untraced": None}
+    dependents = await store.dependents("one", limit=10, after=None)
+    assert [record.traceparent for record in dependents.items] == [TRACEPARENT]
+    # compare-and-set writes the status only: the traceparent stays
+    running = await claim(store, "one")
+    assert running.traceparent == TRACEPARENT
+    assert await get(store, "one") == running
+
+
 # --- reads --------------------------------------------------------------------------------
 
 

@@ -4,7 +4,8 @@
 -- them to asyncpg's $1, $2, ... Keep :word out of string literals and comments.
 
 -- name: get_task
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
 FROM tasks WHERE task_id = :task_id
 
 -- name: expired_claims
@@ -23,13 +24,15 @@ WHERE hint_due IS NOT NULL AND hint_due < :before
 ORDER BY hint_due LIMIT :limit
 
 -- name: task_group
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
 FROM tasks
 WHERE task_group_id = :task_group_id AND task_id > :after
 ORDER BY task_id LIMIT :limit
 
 -- name: dependents
-SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents, t.version
+SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents, t.version,
+       t.traceparent
 FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id
 WHERE d.required_task_id = :task_id AND d.dependent_task_id > :after
 ORDER BY d.dependent_task_id LIMIT :limit
@@ -113,7 +116,8 @@ FROM workers WHERE quarantine_until > :now
 -- page). PostgreSQL sorts each page from the queue's pending rows (a top-N sort: one page in
 -- memory): an index in this order would cost every create and claim one more index write,
 -- measured as a few percent of the claim path, for a monitoring read.
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND state = 'pending'
   AND (visible_at, task_id) > (:after_visible_at, :after_task_id)
@@ -140,7 +144,8 @@ RETURNING worker_type
 -- name: list_tasks
 -- The management API: {filters} is the WHERE clause of a TaskFilter, written with its own
 -- parameters by coordinator/store/task_filters.py.
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
 FROM tasks
 WHERE task_id > :after AND {filters}
 ORDER BY task_id LIMIT :limit

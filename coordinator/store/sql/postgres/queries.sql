@@ -46,11 +46,12 @@ WITH grp AS (
     INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
                        expires, definition, retries_left, runs, state, taken_until,
                        open_deadline, hint_due, visible_at, pending_priority,
-                       notify_dependents, project_id, created, resolved, version)
+                       notify_dependents, project_id, created, resolved, traceparent,
+                       version)
     SELECT :task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
            :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
            :visible_at, CAST(:pending_priority AS SMALLINT), :notify_dependents, :project_id,
-           :created, :resolved, 1
+           :created, :resolved, CAST(:traceparent AS TEXT), 1
     FROM grp
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
@@ -83,10 +84,11 @@ WITH new AS (
         CAST(:visible_at_values AS BIGINT[]), CAST(:pending_priority_values AS SMALLINT[]),
         CAST(:notify_dependents_values AS BOOLEAN[]),
         CAST(:project_id_values AS TEXT[]), CAST(:created_values AS BIGINT[]),
-        CAST(:resolved_values AS BIGINT[])
+        CAST(:resolved_values AS BIGINT[]), CAST(:traceparent_values AS TEXT[])
     ) AS n (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
             definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
-            visible_at, pending_priority, notify_dependents, project_id, created, resolved)
+            visible_at, pending_priority, notify_dependents, project_id, created, resolved,
+            traceparent)
 ), grp AS (
     INSERT INTO task_groups (task_group_id, scheduler_id, expires)
     -- one row per group: a batch naming one group with two schedulerIds gets the first
@@ -100,7 +102,8 @@ WITH new AS (
     INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type,
                        expires, definition, retries_left, runs, state, taken_until,
                        open_deadline, hint_due, visible_at, pending_priority,
-                       notify_dependents, project_id, created, resolved, version)
+                       notify_dependents, project_id, created, resolved, traceparent,
+                       version)
     SELECT new.*, 1 FROM new JOIN grp USING (task_group_id, scheduler_id)
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
@@ -120,7 +123,8 @@ WITH new AS (
 SELECT task_id FROM task
 
 -- name: get_many
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
 FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
 
 -- name: states
@@ -274,9 +278,11 @@ RETURNING provisioner_id, worker_type, worker_group, worker_id, first_claim, las
 -- name: claimed_runs
 -- Running runs are as many as the queue's busy workers: sorting them by the time in the
 -- runs JSON costs less than an index every claim would have to maintain.
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
 FROM (
     SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+           traceparent,
            CAST(CAST(runs AS JSON) -> -1 ->> 'started' AS BIGINT) AS started
     FROM tasks
     WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND state = 'running'
@@ -347,7 +353,8 @@ SELECT queue_task_group_resolved(:group, CAST(:task_ids AS TEXT[]))
 -- the earliest visible, from the partial index tasks_claimable (pending rows only). The rows
 -- stay locked until the caller's compare-and-set commits; concurrent claimers (other
 -- requests, other replicas) skip them and take the next ones instead of queueing behind.
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND pending_priority IS NOT NULL AND visible_at <= :now AND open_deadline > :now

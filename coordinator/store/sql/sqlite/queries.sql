@@ -2,10 +2,11 @@
 INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
                    definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
                    visible_at, pending_priority, notify_dependents, project_id, created,
-                   resolved, version)
+                   resolved, traceparent, version)
 VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
         :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
-        :visible_at, :pending_priority, :notify_dependents, :project_id, :created, :resolved, 1)
+        :visible_at, :pending_priority, :notify_dependents, :project_id, :created, :resolved,
+        :traceparent, 1)
 ON CONFLICT (task_id) DO NOTHING
 
 -- name: upsert_task_group
@@ -26,7 +27,8 @@ VALUES (:required_task_id, :dependent_task_id)
 INSERT INTO task_tags (task_id, tag_key, tag_value) VALUES (:task_id, :tag_key, :tag_value)
 
 -- name: get_many
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
 FROM tasks WHERE task_id IN ({ids})
 
 -- name: states
@@ -127,9 +129,11 @@ RETURNING provisioner_id, worker_type, worker_group, worker_id, first_claim, las
 -- name: claimed_runs
 -- Running runs are as many as the queue's busy workers: sorting them by the time in the
 -- runs JSON costs less than an index every claim would have to maintain.
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
 FROM (
     SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+           traceparent,
            json_extract(runs, '$[#-1].started') AS started
     FROM tasks
     WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type AND state = 'running'
@@ -175,7 +179,7 @@ DELETE FROM queue_event_outbox WHERE id IN (SELECT value FROM json_each(:ids))
 -- runs at a time, so the caller's compare-and-set in the same transaction always wins: it
 -- writes from this status (stored_statuses' columns) without reading the rows again.
 SELECT task_id, definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
-       visible_at, pending_priority, resolved, notify_dependents, version
+       visible_at, pending_priority, resolved, notify_dependents, version, traceparent
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND pending_priority IS NOT NULL AND visible_at <= :now AND open_deadline > :now
