@@ -5,7 +5,10 @@ the logs of a run (tests/fixtures/log_scan.py), and a leak fails the run.
 
 The rules look for the shapes those credentials take in text (a JSON or ``key=value`` field
 named for one, a URL's query parameter or userinfo), with a value long enough to be real: a
-field that is present but masked (``***``, ``<redacted>``) or empty is not a leak."""
+field that is present but masked (``***``, ``<redacted>``) or empty is not a leak. Nor is an
+``export TASKCLUSTER_ACCESS_TOKEN=…`` line: that is what the commands made to hand out
+credentials print for their user to paste (``./scripts/dev``, ``queue-coordinator clients
+add``), which the tests keep with the rest of such a command's output."""
 
 from __future__ import annotations
 
@@ -46,9 +49,15 @@ class Leak:
         return f"{where}: {self.rule}: {self.excerpt}"
 
 
+HANDED_OUT = re.compile(r"^\s*export TASKCLUSTER_ACCESS_TOKEN=\S+$")
+"""A credential printed on purpose, as a shell line for its user to paste."""
+
+
 def scan_text(text: str, path: Path | None = None) -> Iterator[Leak]:
     """Every leak in ``text``, line by line."""
     for number, line in enumerate(text.splitlines(), start=1):
+        if HANDED_OUT.match(line):
+            continue
         for rule, pattern in RULES.items():
             for match in pattern.finditer(line):
                 value = match.group(1)

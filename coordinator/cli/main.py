@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import gc
 import os
+import signal
 import ssl
 import sys
 from collections.abc import Sequence
@@ -164,18 +165,24 @@ def _settle_garbage_collector() -> None:
 
 
 async def _serve_until_signalled(config: Config, tls: ssl.SSLContext | None) -> None:
-    """Serve (HTTPS with ``tls``) until SIGTERM or SIGINT (which the runner turns into
-    ``GracefulExit``)."""
+    """Serve (HTTPS with ``tls``) until SIGTERM or SIGINT, then shut down."""
     from coordinator.api.server import AppRunner
     from coordinator.app import build_app
 
-    runner = AppRunner(build_app(config), access_log=None, handle_signals=True, shutdown_timeout=5)
+    runner = AppRunner(build_app(config), access_log=None, handle_signals=False, shutdown_timeout=5)
     await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     try:
         await web.TCPSite(runner, config.host, config.port, ssl_context=tls).start()
         _settle_garbage_collector()
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
+        # Here, while the background actors still run, rather than in asyncio.run's teardown
+        # (aiohttp's own signal handling), which cancels every task at once and left the
+        # store's pool waiting on a connection a cancelled call never gave back.
         await runner.cleanup()
 
 
@@ -185,8 +192,8 @@ def _serve(config: Config) -> None:
     glibc_malloc.keep_heap_flat()
     try:
         asyncio.run(_serve_until_signalled(config, tls))
-    except (web.GracefulExit, KeyboardInterrupt):
-        pass  # SIGTERM or SIGINT: the runner has shut down cleanly
+    except KeyboardInterrupt:
+        pass  # SIGINT before the loop's handler was in place: nothing to shut down yet
     except OSError as error:
         raise ConfigurationError(
             f"cannot listen on {config.host}:{config.port}: {error.strerror or error}; "

@@ -304,6 +304,10 @@ PENDING_CHANNEL = "queue_coordinator_pending"
 """The channel of store dispatch's announcements (``notify_pending``): every coordinator on
 the database listens to it."""
 
+POOL_CLOSE_SECONDS = 5.0
+"""How long closing the store waits for its connections to be given back before it closes
+them regardless."""
+
 LISTEN_RETRY_SECONDS = 1.0
 """How long the pending listener waits before connecting again after losing its connection."""
 
@@ -411,7 +415,11 @@ class PostgresStore(SQLStore):
             await listener.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
-            await pool.close()
+            # asyncpg's close waits for every connection to come back, without a bound; past
+            # this, cancelling it terminates the rest (a call still holding one has lost it
+            # anyway: the process is stopping)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pool.close(), POOL_CLOSE_SECONDS)
 
     @contextlib.asynccontextmanager
     async def queue_lock(self, task_queue: TaskQueue) -> AsyncIterator[None]:

@@ -13,7 +13,7 @@ LEAKS = {
     "access token": [
         f'{{"clientId": "worker", "accessToken": "{TOKEN}"}}',
         f"credentials clientId=worker accessToken={TOKEN}",
-        f"TASKCLUSTER_ACCESS_TOKEN={TOKEN}",
+        f"starting with TASKCLUSTER_ACCESS_TOKEN={TOKEN}",
     ],
     "secret value": ['PUT secret project/a {"secret": {"password": "hunter22"}, "expires": 1}'],
     "SAS signature": [
@@ -36,6 +36,8 @@ CLEAN = [
     'secret project/a written {"name": "project/a", "expires": "2027-01-01T00:00:00Z"}',
     '{"secret": {}}',
     "claimed taskId=fN1Ro2JSTb2zGNSTHHvS9A runId=0 http://127.0.0.1:8080/api/queue/v1",
+    # what ./scripts/dev and `clients add` print for their user to paste
+    f"  export TASKCLUSTER_ACCESS_TOKEN={TOKEN}",
 ]
 
 
