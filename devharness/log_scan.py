@@ -13,7 +13,7 @@ add``), which the tests keep with the rest of such a command's output."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,11 +66,14 @@ def scan_text(text: str, path: Path | None = None) -> Iterator[Leak]:
                 yield Leak(rule, path, number, _excerpt(line, match.start(1)))
 
 
-def scan_tree(root: Path, pattern: str = "*.log") -> list[Leak]:
-    """Every leak in the files under ``root`` whose names match ``pattern``."""
+def scan_tree(
+    root: Path, pattern: str = "*.log", *, skip_folders: Collection[str] = ()
+) -> list[Leak]:
+    """Every leak in the files under ``root`` whose names match ``pattern``, but for those
+    under a folder named in ``skip_folders``."""
     leaks: list[Leak] = []
     for path in sorted(root.rglob(pattern)):
-        if path.is_file():
+        if path.is_file() and set(skip_folders).isdisjoint(path.relative_to(root).parts[:-1]):
             leaks.extend(scan_text(path.read_text(errors="replace"), path))
     return leaks
 

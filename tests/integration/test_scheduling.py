@@ -321,7 +321,9 @@ async def test_a_delayed_task_stays_invisible_then_is_claimed(flow: Flow) -> Non
     urls = await flow.poll_urls(coord)
     lowest = urls[-1]
     messages = await flow.get(lowest["signedPollUrl"])
-    assert [decode_hint(m["MessageText"]) for m in messages] == [(task_id, 0)]
+    # the hint, perhaps twice: a hint whose put was confirmed late is put again (hints are
+    # at least once), and both come visible at notBefore
+    assert {decode_hint(m["MessageText"]) for m in messages} == {(task_id, 0)}
     await coord.claim(task_id, 0)
 
 

@@ -62,7 +62,9 @@ def test_a_tree_scan_reads_every_matching_file_and_only_those(tmp_path: Path) ->
     (tmp_path / "a" / "b" / "worker-1.planted").write_text(f"ok\naccessToken={TOKEN}\n")
     (tmp_path / "coordinator.planted").write_text("nothing here\n")
     (tmp_path / "clients.json").write_text(f'{{"accessToken": "{TOKEN}"}}')
-    leaks = scan_tree(tmp_path, "*.planted")
+    (tmp_path / "a" / "theirs").mkdir()
+    (tmp_path / "a" / "theirs" / "tool.planted").write_text(f"accessToken={TOKEN}\n")
+    leaks = scan_tree(tmp_path, "*.planted", skip_folders={"theirs"})
     assert [(leak.path, leak.line_number) for leak in leaks] == [
         (tmp_path / "a" / "b" / "worker-1.planted", 2)
     ]
