@@ -327,8 +327,6 @@ class Soak:
                     await coordinator.start()
                 for slot in range(settings.workers):
                     await self.fleet.start(slot)
-                if settings.hook_interval > 0:
-                    await self._create_hook()
                 self.started = time.monotonic()
                 self.chaos_end = self.started + settings.seconds
                 ports = ", ".join(f":{coordinator.port}" for coordinator in self.coordinators)
@@ -342,6 +340,8 @@ class Soak:
                         else ""
                     )
                 )
+                if settings.hook_interval > 0:
+                    await self._create_hook()
                 monitor = asyncio.create_task(self._monitor())
                 sampler = asyncio.create_task(self.rss.run())
                 try:
