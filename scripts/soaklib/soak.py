@@ -112,10 +112,10 @@ ARTIFACTS_READ = 300
 random choice: reading every one of a long soak's would take minutes)."""
 EVENTS_WAIT = 120.0
 """How long the check waits for the last Pulse messages (published from the outbox)."""
-
-
 HOOKS_API = "/api/hooks/v1"
+"""The hooks service's path (the soak's client calls the queue's unless told)."""
 RUN_LOG = "public/logs/live_backing.log"
+"""The run log's artifact name (Taskcluster's), which the workers upload."""
 
 
 class SetupError(Exception):
@@ -299,7 +299,6 @@ class Soak:
             )
             for replica in range(settings.replicas)
         ]
-        self.coordinator = self.coordinators[0]
         (self.workdir / "coordinator").mkdir(parents=True, exist_ok=True)
         worker_env = child_env()
         if credentials is not None:
