@@ -65,7 +65,8 @@ Pure functions over plain data, so every rule can be read (and tested) on its ow
     ``gives-up`` failed on its last allowed run, ``retries`` + 1.
 ``artifact-unreadable``
     (``--everything``) a completed run's artifact or run log could not be read back, or
-    did not say what the run wrote.
+    did not say what the run wrote (a run log its worker logged it gave up uploading is
+    counted, not a violation: the worker reports the run all the same).
 ``memory-growth``
     with ``--max-rss-growth``, the longest-lived coordinator or a worker grew by more than
     that share of its RSS between its warm-up and the end of the load (checked by the soak

@@ -57,6 +57,7 @@ EVERYTHING_ROWS: tuple[tuple[str, str], ...] = (
     ("function gives-up", "function tasks gives-up (always fail, retries 1)"),
     ("function gives-up failed on its last run", "  failed on run 2 of 2"),
     ("artifacts and run logs read back", "artifacts and run logs read back (a sample)"),
+    ("run logs the worker gave up on", "  of which run logs the worker did not upload in time"),
 )
 """The rows of ``--everything`` alone."""
 
