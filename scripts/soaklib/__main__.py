@@ -10,7 +10,7 @@ import sys
 
 from soaklib import report
 from soaklib.settings import parse_args
-from soaklib.soak import run_soak
+from soaklib.soak import SetupError, run_soak
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("soak").setLevel(logging.INFO)
     try:
         result = asyncio.run(run_soak(settings))
+    except SetupError as error:
+        logging.getLogger("soak").error("%s", error)
+        return 2
     except Exception:
         logging.getLogger("soak").exception("the soak itself failed")
         return 2

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from devharness.api import API, call
-from hawk_signing import Credentials
+from hawk_signing import Credentials, authorization
 
 TRANSIENT = (aiohttp.ClientError, TimeoutError, ConnectionError)
 
@@ -21,19 +22,43 @@ class ApiError(Exception):
 
 
 class Api:
+    """The coordinator at ``root_urls``: replicas of one deployment, tried in turn as a load
+    balancer would when one does not answer or answers 5xx."""
+
     def __init__(
-        self, session: aiohttp.ClientSession, root_url: str, credentials: Credentials | None
+        self,
+        session: aiohttp.ClientSession,
+        root_urls: Sequence[str],
+        credentials: Credentials | None,
     ) -> None:
         self._session = session
-        self.base = root_url + API
+        self._roots = list(root_urls)
+        self._current = 0
         self._credentials = credentials
 
-    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """One attempt; ``(status, parsed body)``. Network errors propagate."""
+    @property
+    def root_url(self) -> str:
+        """The replica requests go to now."""
+        return self._roots[self._current]
+
+    @property
+    def base(self) -> str:
+        return self.root_url + API
+
+    def _next_replica(self) -> None:
+        self._current = (self._current + 1) % len(self._roots)
+
+    async def request(
+        self, method: str, path: str, body: Any = None, *, service: str = API
+    ) -> tuple[int, Any]:
+        """One attempt; ``(status, parsed body)``. Network errors propagate.
+
+        :param service: the API's path (the queue's unless given).
+        """
         response = await call(
             self._session,
             method,
-            self.base + path,
+            self.root_url + service + path,
             body,
             credentials=None if method == "GET" else self._credentials,
             request_timeout=aiohttp.ClientTimeout(total=15),
@@ -41,16 +66,44 @@ class Api:
         return response.status, response.body
 
     async def retrying(
-        self, method: str, path: str, body: Any = None, *, until: float
+        self, method: str, path: str, body: Any = None, *, until: float, service: str = API
     ) -> tuple[int, Any]:
-        """Retry network errors and 5xx (the coordinator restarting) until monotonic
-        ``until``; the last answer or error then stands."""
+        """Retry network errors and 5xx (a coordinator restarting, the store down) on the
+        next replica until monotonic ``until``; the last answer or error then stands."""
         delay = 0.1
         while True:
             try:
-                status, parsed = await self.request(method, path, body)
+                status, parsed = await self.request(method, path, body, service=service)
                 if status < 500 or time.monotonic() >= until:
                     return status, parsed
+            except TRANSIENT:
+                if time.monotonic() >= until:
+                    raise
+            self._next_replica()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def read(self, url: str, *, until: float) -> bytes:
+        """The bytes at ``url`` (an artifact's: the redirect to its signed URL is followed),
+        read with the credentials; retried like :meth:`retrying`; ``ApiError`` unless 200."""
+        delay = 0.1
+        while True:
+            try:
+                headers = {}
+                if self._credentials is not None:
+                    headers["Authorization"] = authorization(
+                        self._credentials, method="GET", url=url, content="", content_type=""
+                    )
+                async with self._session.get(
+                    URL(url, encoded=True),
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=15),
+                ) as response:
+                    data = await response.read()
+                    if response.status == 200:
+                        return data
+                    if response.status < 500 or time.monotonic() >= until:
+                        raise ApiError(f"GET {url} -> {response.status}: {data[:300]!r}")
             except TRANSIENT:
                 if time.monotonic() >= until:
                     raise
@@ -96,6 +149,13 @@ class Api:
 
     async def task_group(self, task_group_id: str, *, until: float) -> dict[str, dict[str, Any]]:
         """taskId -> status of every task in the group."""
+        entries = await self.task_group_entries(task_group_id, until=until)
+        return {task_id: entry["status"] for task_id, entry in entries.items()}
+
+    async def task_group_entries(
+        self, task_group_id: str, *, until: float
+    ) -> dict[str, dict[str, Any]]:
+        """taskId -> ``{status, task}`` of every task in the group."""
         found: dict[str, dict[str, Any]] = {}
         token: str | None = None
         while True:
@@ -109,7 +169,7 @@ class Api:
                 raise ApiError(f"listTaskGroup -> {status}: {str(page)[:300]}")
             entries: Sequence[dict[str, Any]] = page["tasks"]
             for entry in entries:
-                found[entry["status"]["taskId"]] = entry["status"]
+                found[entry["status"]["taskId"]] = entry
             token = page.get("continuationToken")
             if not token:
                 return found

@@ -50,6 +50,23 @@ Pure functions over plain data, so every rule can be read (and tested) on its ow
 ``process-left``
     a process the soak started was still running when the soak ended (it outlived
     SIGKILL).
+``event-missing``
+    (``--everything``) a task's Pulse messages, received through the real broker, lack one of
+    ``task-defined``, ``task-pending``, ``task-running`` (when a run started) and the
+    exchange of the state it ended in.
+``hook-missed`` / ``hook-fired-twice``
+    (``--everything``) a due time of the hook in the chaos phase has no task, or several.
+    A due time while the store was down (a PostgreSQL restart, and a few seconds after) is
+    excused and counted: a hook due several times while nobody could fire it fires the
+    earliest of them once and schedules from then on.
+``retries-not-honoured``
+    (``--everything``) a function task did not end as its ``retries`` and failures say:
+    ``recovers`` completed after its failing attempts, every run before that one retried;
+    ``gives-up`` failed on its last allowed run, ``retries`` + 1.
+``artifact-unreadable``
+    (``--everything``) a completed run's artifact or run log could not be read back, or
+    did not say what the run wrote (a run log its worker logged it gave up uploading is
+    counted, not a violation: the worker reports the run all the same).
 ``memory-growth``
     with ``--max-rss-growth``, the longest-lived coordinator or a worker grew by more than
     that share of its RSS between its warm-up and the end of the load (checked by the soak
@@ -95,11 +112,16 @@ class Findings:
 
 
 def check_tasks(
-    created: Iterable[str], statuses: Mapping[str, dict[str, Any] | None], *, retries: int
+    created: Iterable[str],
+    statuses: Mapping[str, dict[str, Any] | None],
+    *,
+    retries: int,
+    retries_of: Mapping[str, int] | None = None,
 ) -> Findings:
     """``lost``, ``unresolved``, ``completed-twice`` and ``no-retry``; counts runs, states
-    and reasons."""
+    and reasons. ``retries_of`` holds the tasks whose ``retries`` is not ``retries``."""
     found = Findings()
+    retries_of = retries_of or {}
     for task_id in created:
         status = statuses.get(task_id)
         if status is None:
@@ -114,7 +136,8 @@ def check_tasks(
         completed = [index for index, run in enumerate(runs) if run.get("state") == "completed"]
         if len(completed) > 1:
             found.add("completed-twice", f"task {task_id} runs {completed} are all completed")
-        _check_retries(found, task_id, runs, status.get("retriesLeft"), retries)
+        budget = retries_of.get(task_id, retries)
+        _check_retries(found, task_id, runs, status.get("retriesLeft"), budget)
     return found
 
 
@@ -295,6 +318,147 @@ def check_workers(incarnations: Iterable[Incarnation]) -> Findings:
                     f"({earlier.end or 'never signalled'}) was still alive",
                 )
     return found
+
+
+RESOLVED_EXCHANGE = {
+    "completed": "task-completed",
+    "failed": "task-failed",
+    "exception": "task-exception",
+}
+
+
+def check_events(
+    statuses: Mapping[str, dict[str, Any] | None], seen: Mapping[str, set[str]]
+) -> Findings:
+    """``event-missing``: each task's messages came through ``task-defined`` and
+    ``task-pending``, ``task-running`` if one of its runs started, and the exchange of its
+    final state."""
+    found = Findings()
+    for task_id, status in statuses.items():
+        if status is None:
+            continue
+        wanted = expected_events(status)
+        missing = sorted(wanted - seen.get(task_id, set()))
+        found.count("tasks with events", 1 if task_id in seen else 0)
+        if missing:
+            found.add(
+                "event-missing",
+                f"task {task_id} ({status['state']}): no message on {', '.join(missing)}",
+            )
+    return found
+
+
+def expected_events(status: Mapping[str, Any]) -> set[str]:
+    """The exchanges a task with this status must have published on."""
+    wanted = {"task-defined", "task-pending"}
+    if any(run.get("started") for run in status["runs"]):
+        wanted.add("task-running")
+    if status["state"] in RESOLVED_EXCHANGE:
+        wanted.add(RESOLVED_EXCHANGE[status["state"]])
+    return wanted
+
+
+def check_hook_fires(
+    fired: Mapping[str, float],
+    due: Iterable[float],
+    outages: Iterable[tuple[float, float]],
+) -> Findings:
+    """``hook-missed`` and ``hook-fired-twice``.
+
+    :param fired: taskId -> ``created`` (epoch seconds) of every task the hook created: the
+        due time it was fired for.
+    :param due: the due times to check (epoch seconds).
+    :param outages: ``(from, to)`` epoch times when the store could not be reached; a due time
+        within one may be skipped.
+    """
+    found = Findings()
+    by_due: defaultdict[float, list[str]] = defaultdict(list)
+    for task_id, created in fired.items():
+        by_due[round(created, 3)].append(task_id)
+    windows = list(outages)
+    for moment in due:
+        tasks = by_due.get(round(moment, 3), [])
+        found.count("hook due times")
+        if len(tasks) > 1:
+            found.add(
+                "hook-fired-twice",
+                f"due time {moment:.0f} fired {len(tasks)} tasks: {', '.join(sorted(tasks))}",
+            )
+        elif tasks:
+            found.count("hook fires")
+        elif any(start <= moment <= end for start, end in windows):
+            found.count("hook due times skipped (store down)")
+        else:
+            found.add("hook-missed", f"due time {moment:.0f} fired no task")
+    return found
+
+
+def check_functions(
+    kinds: Mapping[str, str],
+    statuses: Mapping[str, dict[str, Any] | None],
+    *,
+    failures: int,
+    retries: Mapping[str, int],
+) -> Findings:
+    """``retries-not-honoured`` for the function tasks.
+
+    :param kinds: taskId -> ``recovers`` (fails its first ``failures`` attempts, then
+        succeeds) or ``gives-up`` (fails every attempt).
+    :param retries: each kind's ``retries``.
+    """
+    found = Findings()
+    for task_id, kind in kinds.items():
+        status = statuses.get(task_id)
+        if status is None:
+            continue  # lost: check_tasks says so
+        runs: list[dict[str, Any]] = status["runs"]
+        found.count(f"function {kind}")
+        problem = (
+            _recovers_problem(runs, failures, retries[kind])
+            if kind == "recovers"
+            else _gives_up_problem(runs, retries[kind])
+        )
+        if problem:
+            found.add("retries-not-honoured", f"{kind} task {task_id}: {problem}")
+        elif kind == "recovers" and len(runs) == failures + 1:
+            found.count("function recovers in failures + 1 runs")
+        elif kind == "gives-up" and runs[-1].get("state") == "failed":
+            found.count("function gives-up failed on its last run")
+    return found
+
+
+def _retried(run: Mapping[str, Any]) -> bool:
+    return run.get("state") == "exception" and run.get("reasonResolved") in RETRIED_REASONS
+
+
+def _recovers_problem(runs: list[dict[str, Any]], failures: int, retries: int) -> str:
+    """Why a ``recovers`` task's runs are wrong, or ``""``."""
+    shape = [f"{run.get('state')}/{run.get('reasonResolved')}" for run in runs]
+    if not runs or runs[-1].get("state") != "completed":
+        return f"did not complete: {shape}"
+    if len(runs) <= failures:
+        return f"completed before its {failures} failing attempts: {shape}"
+    if len(runs) > retries + 1:
+        return f"{len(runs)} runs for {retries} retries: {shape}"
+    if not all(_retried(run) for run in runs[:-1]):
+        return f"a run before the completed one was not retried: {shape}"
+    if any(run.get("reasonResolved") == "intermittent-task" for run in runs[failures:]):
+        return f"an attempt after the first {failures} failed: {shape}"
+    return ""
+
+
+def _gives_up_problem(runs: list[dict[str, Any]], retries: int) -> str:
+    """Why a ``gives-up`` task's runs are wrong, or ``""``."""
+    shape = [f"{run.get('state')}/{run.get('reasonResolved')}" for run in runs]
+    if len(runs) != retries + 1:
+        return f"{len(runs)} runs, not retries + 1 = {retries + 1}: {shape}"
+    if not all(_retried(run) for run in runs[:-1]):
+        return f"a run before the last was not retried: {shape}"
+    if runs[-1].get("state") == "completed":
+        return f"completed although every attempt fails: {shape}"
+    if runs[-1].get("state") == "exception" and not _retried(runs[-1]):
+        return f"its last run ended {shape[-1]}: {shape}"
+    return ""
 
 
 def merge(*parts: Findings) -> Findings:

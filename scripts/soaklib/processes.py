@@ -63,11 +63,11 @@ class Restart:
 
 
 def worker_command(
-    *, root_url: str, capacity: int, isolation: str = "none"
+    *, root_urls: Sequence[str], capacity: int, isolation: str = "none"
 ) -> Callable[[str], list[str]]:
     """The ``queue-worker`` command line of the incarnation with a given workerId.
 
-    :param root_url: the coordinator's.
+    :param root_urls: the coordinator's (its replicas').
     :param capacity: runs each worker holds at once.
     :param isolation: ``--isolation``.
     """
@@ -77,7 +77,8 @@ def worker_command(
     def command(worker_id: str) -> list[str]:
         return [
             *prefix,
-            *("--root-url", root_url, "--provisioner-id", PROVISIONER_ID),
+            *(part for root_url in root_urls for part in ("--root-url", root_url)),
+            *("--provisioner-id", PROVISIONER_ID),
             *("--worker-type", WORKER_TYPE, "--worker-group", WORKER_GROUP),
             *("--worker-id", worker_id, "--capacity", str(capacity)),
             *("--grace-period", str(GRACE_PERIOD), "--isolation", isolation),

@@ -43,11 +43,29 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("log reconciler hints missing", "log: hints missing in Azure (reconciler)"),
     ("log 500 incidents", "log: coordinator 500 incidents"),
 )
+EVERYTHING_ROWS: tuple[tuple[str, str], ...] = (
+    ("broker cuts", "broker connections cut (proxy)"),
+    ("postgres restarts", "PostgreSQL restarts (-m fast)"),
+    ("postgres crashes", "PostgreSQL crashes (-m immediate) + starts"),
+    ("pulse messages received", "Pulse messages received (soak route)"),
+    ("tasks with events", "tasks with Pulse messages"),
+    ("hook due times", "hook due times in the chaos phase"),
+    ("hook fires", "  fired exactly once"),
+    ("hook due times skipped (store down)", "  skipped while PostgreSQL was down"),
+    ("function recovers", "function tasks recovers (fail 2, then succeed)"),
+    ("function recovers in failures + 1 runs", "  completed in 3 runs"),
+    ("function gives-up", "function tasks gives-up (always fail, retries 1)"),
+    ("function gives-up failed on its last run", "  failed on run 2 of 2"),
+    ("artifacts and run logs read back", "artifacts and run logs read back (a sample)"),
+    ("run logs the worker gave up on", "  of which run logs the worker did not upload in time"),
+)
+"""The rows of ``--everything`` alone."""
 
 
 def rows(result: Result) -> list[tuple[str, str]]:
     counts = result.findings.counts
-    table = [(label, str(counts.get(key, 0))) for key, label in ROWS]
+    shown = ROWS + EVERYTHING_ROWS if result.settings.everything else ROWS
+    table = [(label, str(counts.get(key, 0))) for key, label in shown]
     for phase in ("chaos", "drain", "settle"):
         if phase in result.timings:
             table.append((f"{phase} phase (s)", f"{result.timings[phase]:.1f}"))

@@ -6,11 +6,14 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 POLL_VISIBILITY = 300.0
 """The coordinator's default poll visibility timeout (docs/protocol.md, Defaults): a hint a
 worker fetched but neither claimed nor deleted (it was killed in between) stays invisible this
 long."""
+EVERYTHING_AMQP = "amqp://guest:guest@127.0.0.1:5672/"
+"""The broker ``--everything`` publishes to when ``--pulse-url`` names none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +64,21 @@ class Settings:
     :param pulse_url: ``COORDINATOR_PULSE_URL``: publish Pulse events to this broker.
     :param memtrace: run the coordinator under ``devharness.memtrace`` (snapshots in the
         workdir's ``memtrace/`` every this many seconds).
+    :param everything: the whole product at once (``--everything``): a private PostgreSQL
+        cluster under ``replicas`` coordinators (store dispatch), Pulse events through a
+        severable proxy in front of ``pulse_url``, a hook every ``hook_interval`` seconds,
+        function tasks with retries (``function_share`` of the tasks), artifacts and run
+        logs; the chaos adds ``broker_cuts`` broker cuts and ``postgres_restarts`` PostgreSQL
+        restarts (a fast restart and a crash in turn), and the coordinator restarts are
+        SIGKILLs of one replica at a time.
+    :param replicas: coordinator processes on the one store (PostgreSQL when more than 1).
+    :param broker_cuts: how often the coordinators' connections to the broker are cut (the
+        proxy stops listening for a few seconds).
+    :param postgres_restarts: how often the private PostgreSQL cluster is restarted.
+    :param hook_interval: seconds between two fires of the soak's hook; 0: no hook.
+    :param function_share: share of the created tasks that are calls of the soak's
+        :mod:`soaklib.functions` (retried by their ``retries``).
+    :param artifacts: every run uploads an artifact (and its run log), checked at the end.
     """
 
     seconds: float = 600.0
@@ -96,6 +114,13 @@ class Settings:
     max_rss_growth: float | None = None
     memtrace: float | None = None
     pulse_url: str | None = None
+    everything: bool = False
+    replicas: int = 1
+    broker_cuts: int = 0
+    postgres_restarts: int = 0
+    hook_interval: float = 0.0
+    function_share: float = 0.0
+    artifacts: bool = False
 
     @property
     def drain_limit(self) -> float:
@@ -136,7 +161,11 @@ def parse_args(argv: Sequence[str]) -> Settings:
         default=defaults.poll_visibility,
         help="seconds a fetched hint stays hidden (COORDINATOR_POLL_VISIBILITY)",
     )
-    parser.add_argument("--coordinator-restarts", type=int, default=defaults.coordinator_restarts)
+    parser.add_argument(
+        "--coordinator-restarts",
+        type=int,
+        help=f"default: {defaults.coordinator_restarts}; under --everything one every 3 minutes",
+    )
     parser.add_argument(
         "--azurite-restarts",
         type=int,
@@ -176,8 +205,8 @@ def parse_args(argv: Sequence[str]) -> Settings:
     parser.add_argument(
         "--dispatch",
         choices=("azure", "store"),
-        default=defaults.dispatch,
-        help="COORDINATOR_DISPATCH: store turns the Azurite restarts, kills and noise off",
+        help=f"COORDINATOR_DISPATCH (default: {defaults.dispatch}; store under --everything): "
+        "store turns the Azurite restarts, kills and noise off",
     )
     parser.add_argument(
         "--calm", action="store_true", help="no kills, restarts or noise: the load alone"
@@ -218,6 +247,28 @@ def parse_args(argv: Sequence[str]) -> Settings:
     parser.add_argument("--no-auth", action="store_true", help="run the coordinator without Hawk")
     parser.add_argument("--store-url", help="coordinator store (default: SQLite in the workdir)")
     parser.add_argument("--pulse-url", help="publish Pulse events to this AMQP broker")
+    parser.add_argument(
+        "--everything",
+        action="store_true",
+        help="the whole product at once: a private PostgreSQL under 2 coordinators, Pulse "
+        f"(--pulse-url, default {EVERYTHING_AMQP}) through a proxy that is cut, a hook, "
+        "function tasks with retries, artifacts; PostgreSQL is restarted too",
+    )
+    parser.add_argument(
+        "--broker-cuts", type=int, help="under --everything (default: one every 2 minutes)"
+    )
+    parser.add_argument(
+        "--postgres-restarts",
+        type=int,
+        help="under --everything (default: one every 5 minutes, at least 2)",
+    )
+    parser.add_argument(
+        "--hook-interval",
+        type=int,
+        default=5,
+        choices=(1, 2, 3, 4, 5, 6, 10, 15, 20, 30),
+        help="under --everything: seconds between the hook's fires (default: 5)",
+    )
     parser.add_argument("--workdir", type=Path, help="logs, journals, data (default: temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the workdir afterwards")
     parser.add_argument("--json", type=Path, help="also write the summary as JSON here")
@@ -240,10 +291,39 @@ def parse_args(argv: Sequence[str]) -> Settings:
         parser.error("--retries must be 0..49")
     if args.batch < 1:
         parser.error("--batch must be at least 1")
-    store = args.dispatch == "store"
+    everything = args.everything
+    if everything and (args.no_auth or args.store_url or args.calm):
+        parser.error(
+            "--everything runs its own PostgreSQL with Hawk auth and chaos: leave out "
+            "--no-auth, --store-url and --calm"
+        )
+    if everything and args.dispatch == "azure":
+        parser.error("--everything runs store dispatch: leave out --dispatch azure")
+    dispatch = "store" if everything else args.dispatch or defaults.dispatch
+    store = dispatch == "store"
     calm = args.calm
+    coordinator_restarts = args.coordinator_restarts
+    if coordinator_restarts is None:
+        coordinator_restarts = (
+            max(2, round(seconds / 180)) if everything else defaults.coordinator_restarts
+        )
+    extra: dict[str, Any] = {}
+    if everything:
+        extra = {
+            "everything": True,
+            "replicas": 2,
+            "broker_cuts": max(2, round(seconds / 120))
+            if args.broker_cuts is None
+            else args.broker_cuts,
+            "postgres_restarts": max(2, round(seconds / 300))
+            if args.postgres_restarts is None
+            else args.postgres_restarts,
+            "hook_interval": float(args.hook_interval),
+            "function_share": 0.1,
+            "artifacts": True,
+        }
     return Settings(
-        dispatch=args.dispatch,
+        dispatch=dispatch,
         seconds=seconds,
         workers=args.workers,
         capacity=args.capacity,
@@ -253,7 +333,7 @@ def parse_args(argv: Sequence[str]) -> Settings:
         poll_visibility=args.poll_visibility,
         kill_interval=0.0 if calm else args.kill_interval,
         term_share=args.term_share,
-        coordinator_restarts=0 if calm else args.coordinator_restarts,
+        coordinator_restarts=0 if calm else coordinator_restarts,
         azurite_restarts=0 if store or calm else args.azurite_restarts,
         azurite_kills=0 if store or calm else args.azurite_kills,
         reconcile_interval=args.reconcile_interval,
@@ -270,10 +350,11 @@ def parse_args(argv: Sequence[str]) -> Settings:
         seed=args.seed,
         auth=not args.no_auth,
         store_url=args.store_url,
-        pulse_url=args.pulse_url,
+        pulse_url=args.pulse_url or (EVERYTHING_AMQP if everything else None),
         workdir=args.workdir,
         keep=args.keep,
         json_path=args.json,
         markdown_path=args.markdown,
         verbose=args.verbose,
+        **extra,
     )

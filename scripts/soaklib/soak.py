@@ -19,6 +19,18 @@ Phases, each bounded:
 4. **check**: workers are stopped, the final statuses, the journals and every message left
    in the queues are read, and :mod:`soaklib.checks` applies the invariants.
 
+Under ``--everything`` (:attr:`Settings.everything`) the store is a private PostgreSQL
+cluster (:func:`devharness.postgres.throwaway_cluster`) under two coordinator replicas (store
+dispatch; the soak's client and the workers use both), the coordinators publish Pulse events
+through a :class:`devharness.tcp_proxy.TcpProxy` in front of the broker, a hook fires every
+few seconds, a share of the tasks are function calls (:mod:`soaklib.functions`) and every run
+uploads an artifact and its run log. The chaos adds broker cuts (the proxy stops listening
+and drops its connections for a few seconds) and PostgreSQL restarts (``pg_ctl restart -m
+fast`` and a crash, ``stop -m immediate`` then start, in turn); the coordinator restarts are
+SIGKILLs of one replica at a time. The checks add the events (:mod:`soaklib.events` listens
+to the broker directly), the hook's due times, the function tasks' retries and the
+artifacts.
+
 Every wait is bounded. A child that has to be SIGKILLed after not exiting on SIGTERM is a
 ``stuck-process`` violation, one still running when the soak ends a ``process-left``; a worker
 slot's restarts are exclusive (:class:`soaklib.processes.Fleet`), and two incarnations of a
@@ -48,12 +60,16 @@ import slugid
 
 from coordinator.service.clients_file import ensure_root_client
 from devharness.azurite import AzuriteProcess
-from devharness.processes import KILL_WAIT, ServeProcess, child_env
+from devharness.postgres import Cluster, postgres_bindir, throwaway_cluster
+from devharness.processes import KILL_WAIT, ServeProcess, child_env, processes_mentioning
 from devharness.rss import MIB, Curve, Growth, RssRecorder
 from devharness.tasks import task_definition
+from devharness.tcp_proxy import TcpProxy
 from hawk_signing import Credentials
-from soaklib import checks
+from soaklib import checks, functions
 from soaklib.api import Api, ApiError
+from soaklib.events import EventLog
+from soaklib.handler import ARTIFACT, LOG_LINE, artifact_text
 from soaklib.hints import Hints, QueueCensus
 from soaklib.journal import read_journals
 from soaklib.processes import (
@@ -86,6 +102,24 @@ SOAK_METADATA = {
     "source": "https://example.com/soak",
 }
 """The metadata of every soak task."""
+HOOK_GROUP = "soak"
+"""The hookGroupId of the ``--everything`` hook."""
+STORE_SLACK = (1.0, 10.0)
+"""Seconds before a PostgreSQL restart began and after it ended during which a hook due time
+may be skipped (the coordinators' connections are re-made on their next use)."""
+ARTIFACTS_READ = 300
+"""How many completed runs' artifacts and run logs ``--everything`` reads back at most (a
+random choice: reading every one of a long soak's would take minutes)."""
+EVENTS_WAIT = 120.0
+"""How long the check waits for the last Pulse messages (published from the outbox)."""
+HOOKS_API = "/api/hooks/v1"
+"""The hooks service's path (the soak's client calls the queue's unless told)."""
+RUN_LOG = "public/logs/live_backing.log"
+"""The run log's artifact name (Taskcluster's), which the workers upload."""
+
+
+class SetupError(Exception):
+    """The soak cannot run here; the message says why and what to do."""
 
 
 def watched_growths(
@@ -134,8 +168,22 @@ class Soak:
         self.background: set[asyncio.Task[None]] = set()
         self.azurite_killed: list[float] = []
         """Epoch times of the Azurite SIGKILLs."""
-        self.coordinator_lock = asyncio.Lock()
-        """Held by whoever stops or starts the coordinator (the service loop, the monitor)."""
+        self.coordinator_locks = [asyncio.Lock() for _ in range(settings.replicas)]
+        """Held by whoever stops or starts a coordinator (the service loop, the monitor)."""
+        self.function_kinds: dict[str, str] = {}
+        """taskId -> kind (:data:`soaklib.functions.FUNCTIONS`) of the function tasks."""
+        self.store_outages: list[tuple[float, float]] = []
+        """Epoch times (from, to) when PostgreSQL was being restarted."""
+        self.route = f"soak.{uuid.uuid4().hex[:12]}"
+        """The route every ``--everything`` task carries (the Pulse listener binds it)."""
+        self.hook_group_id = slugid.nice()
+        """The taskGroupId of the hook's tasks."""
+        self.hook_id = f"h{uuid.uuid4().hex[:8]}"
+        self.hook_window: tuple[float, float] | None = None
+        """Epoch times between which the hook's due times are checked."""
+        self.cluster: Cluster | None = None
+        self.proxy: TcpProxy | None = None
+        self.event_log: EventLog | None = None
 
     # --- bookkeeping ---------------------------------------------------------------------
 
@@ -162,6 +210,67 @@ class Soak:
     # --- the run -------------------------------------------------------------------------
 
     async def run(self) -> Result:
+        async with contextlib.AsyncExitStack() as stack:
+            store_url = self.settings.store_url
+            pulse_url = self.settings.pulse_url
+            if self.settings.everything:
+                bindir = postgres_bindir()
+                if bindir is None:
+                    raise SetupError(
+                        "--everything needs PostgreSQL's server programs (initdb, pg_ctl) on "
+                        "PATH or in /usr/lib/postgresql/<version>/bin: install the server "
+                        "package (postgresql)"
+                    )
+                self.cluster = await stack.enter_async_context(throwaway_cluster(bindir))
+                stack.push_async_callback(self._keep_postgres_log, self.cluster)
+                store_url = self.cluster.dsn
+                assert pulse_url is not None  # parse_args sets it under --everything
+                self.proxy = TcpProxy.in_front_of(pulse_url, default_port=5672)
+                await self.proxy.start()
+                stack.push_async_callback(self.proxy.close)
+                self.event_log = EventLog(pulse_url, self.route)
+                await self.event_log.start()
+                stack.push_async_callback(self.event_log.close)
+                pulse_url = self.proxy.url_through(pulse_url)
+            result = await self._run(store_url, pulse_url)
+        if self.cluster is not None:
+            left = processes_mentioning(str(self.cluster.data))
+            if left:
+                result.findings.add(
+                    "process-left", f"PostgreSQL processes still running: {sorted(left)}"
+                )
+        return result
+
+    async def _keep_postgres_log(self, cluster: Cluster) -> None:
+        """Copy the private cluster's log into the workdir (the cluster's directory goes)."""
+        with contextlib.suppress(OSError):
+            shutil.copyfile(cluster.log, self.workdir / "postgres.log")
+
+    def _serve_process(
+        self,
+        replica: int,
+        store_url: str,
+        pulse_url: str | None,
+        azure_connection_string: str,
+        shared: dict[str, str],
+    ) -> ServeProcess:
+        """Replica ``replica``'s coordinator; the replicas share the data directory (its
+        encryption key and artifacts), the store and everything in ``shared``."""
+        name = "coordinator.log" if replica == 0 else f"coordinator-{replica}.log"
+        process = ServeProcess(
+            data_dir=self.workdir / "coordinator",
+            store_url=store_url,
+            clients_file=self.workdir / "clients.json",
+            log=self.workdir / name,
+            azure_connection_string=azure_connection_string,
+            interpreter_args=self._memtrace() if replica == 0 else (),
+        )
+        process.env.update(shared)
+        if pulse_url:
+            process.env["COORDINATOR_PULSE_URL"] = pulse_url
+        return process
+
+    async def _run(self, store_url: str | None, pulse_url: str | None) -> Result:
         settings = self.settings
         timings: dict[str, float] = {}
         azurite = AzuriteProcess(location=self.workdir / "azurite")
@@ -170,26 +279,26 @@ class Soak:
         clients_file = self.workdir / "clients.json"
         if settings.auth:
             credentials = ensure_root_client(clients_file)
-        self.coordinator = ServeProcess(
-            data_dir=self.workdir / "coordinator",
-            store_url=settings.store_url
-            or f"sqlite:///{self.workdir / 'coordinator' / 'coordinator.db'}",
-            clients_file=clients_file,
-            log=self.workdir / "coordinator.log",
-            azure_connection_string=azurite.connection_string,
-            COORDINATOR_AUTH="true" if settings.auth else "false",
-            COORDINATOR_QUEUE_PREFIX=prefix,
-            COORDINATOR_CLAIM_TIMEOUT=str(settings.claim_timeout),
-            COORDINATOR_POLL_VISIBILITY=str(settings.poll_visibility),
-            COORDINATOR_HINT_GRACE="5",
-            COORDINATOR_RESOLVER_INTERVAL="0.5",
-            COORDINATOR_RECONCILE_INTERVAL=str(settings.reconcile_interval),
-            COORDINATOR_LOG_LEVEL="INFO",
-            COORDINATOR_DISPATCH=settings.dispatch,
-            interpreter_args=self._memtrace(),
-        )
-        if settings.pulse_url:
-            self.coordinator.env["COORDINATOR_PULSE_URL"] = settings.pulse_url
+        self.coordinators = [
+            self._serve_process(
+                replica,
+                store_url or f"sqlite:///{self.workdir / 'coordinator' / 'coordinator.db'}",
+                pulse_url,
+                azurite.connection_string,
+                dict(
+                    COORDINATOR_AUTH="true" if settings.auth else "false",
+                    COORDINATOR_QUEUE_PREFIX=prefix,
+                    COORDINATOR_CLAIM_TIMEOUT=str(settings.claim_timeout),
+                    COORDINATOR_POLL_VISIBILITY=str(settings.poll_visibility),
+                    COORDINATOR_HINT_GRACE="5",
+                    COORDINATOR_RESOLVER_INTERVAL="0.5",
+                    COORDINATOR_RECONCILE_INTERVAL=str(settings.reconcile_interval),
+                    COORDINATOR_LOG_LEVEL="INFO",
+                    COORDINATOR_DISPATCH=settings.dispatch,
+                ),
+            )
+            for replica in range(settings.replicas)
+        ]
         (self.workdir / "coordinator").mkdir(parents=True, exist_ok=True)
         worker_env = child_env()
         if credentials is not None:
@@ -197,7 +306,7 @@ class Soak:
             worker_env["TASKCLUSTER_ACCESS_TOKEN"] = credentials.access_token
         self.fleet = Fleet(
             command=worker_command(
-                root_url=self.coordinator.url,
+                root_urls=[coordinator.url for coordinator in self.coordinators],
                 capacity=settings.capacity,
                 isolation=settings.isolation,
             ),
@@ -210,17 +319,28 @@ class Soak:
         try:
             await azurite.start()
             async with aiohttp.ClientSession() as session:
-                self.api = Api(session, self.coordinator.url, credentials)
-                await self.coordinator.start()
+                self.api = Api(
+                    session, [coordinator.url for coordinator in self.coordinators], credentials
+                )
+                for coordinator in self.coordinators:
+                    await coordinator.start()
                 for slot in range(settings.workers):
                     await self.fleet.start(slot)
                 self.started = time.monotonic()
                 self.chaos_end = self.started + settings.seconds
+                ports = ", ".join(f":{coordinator.port}" for coordinator in self.coordinators)
                 self.event(
-                    f"started: coordinator :{self.coordinator.port} ({settings.dispatch} "
+                    f"started: coordinator {ports} ({settings.dispatch} "
                     f"dispatch), azurite :{azurite.port}, {settings.workers} workers, "
                     f"seed {self.seed}"
+                    + (
+                        f", postgres :{self.cluster.port}, broker proxy :{self.proxy.port}"
+                        if self.cluster is not None and self.proxy is not None
+                        else ""
+                    )
                 )
+                if settings.hook_interval > 0:
+                    await self._create_hook()
                 monitor = asyncio.create_task(self._monitor())
                 sampler = asyncio.create_task(self.rss.run())
                 try:
@@ -231,6 +351,8 @@ class Soak:
                         self._noise(),
                     )
                     await self._restarts_over()
+                    if settings.hook_interval > 0:
+                        await self._remove_hook()
                     timings["chaos"] = time.monotonic() - self.started
                     # The load ends here; the drain's listings of the whole group are the
                     # soak's own reading, not what the memory figures are about.
@@ -251,16 +373,27 @@ class Soak:
                     await self.fleet.stop_all()
                 self.event("workers stopped: checking")
                 statuses = await self._final_statuses()
+                hook_fires = await self._hook_fires(statuses)
                 census = await self.hints.census()
+                everything = await self._check_everything(statuses, hook_fires)
         finally:
             await self.hints.close()
             await self.fleet.stop_all()
-            await self._stop_coordinator(signal.SIGTERM)
+            for replica in range(len(self.coordinators)):
+                await self._stop_coordinator(replica, signal.SIGTERM)
             await azurite.stop()
             self._check_gone()
         timings["total"] = time.monotonic() - self.started
         findings = checks.merge(
-            checks.check_tasks(self.created, statuses, retries=settings.retries),
+            checks.check_tasks(
+                [*self.created, *hook_fires],
+                statuses,
+                retries=settings.retries,
+                retries_of={
+                    task_id: functions.FUNCTIONS[kind].options.retries or 0
+                    for task_id, kind in self.function_kinds.items()
+                },
+            ),
             checks.check_executions(
                 read_journals(self.workdir / "journals"),
                 statuses,
@@ -269,6 +402,7 @@ class Soak:
             ),
             checks.check_hints(census.visible, statuses),
             checks.check_workers(self.fleet.incarnations),
+            everything,
             self.extra_violations,
         )
         for name, value in self.counts.items():
@@ -304,9 +438,10 @@ class Soak:
     def _processes(self) -> dict[str, int]:
         """What the RSS recorder samples: the coordinator and every running worker."""
         running = self.fleet.live()
-        process = self.coordinator.process
-        if process is not None and process.returncode is None:
-            running[COORDINATOR] = process.pid
+        for replica, coordinator in enumerate(self.coordinators):
+            process = coordinator.process
+            if process is not None and process.returncode is None:
+                running[COORDINATOR if replica == 0 else f"{COORDINATOR}-{replica}"] = process.pid
         return running
 
     def _check_rss(self) -> None:
@@ -334,19 +469,39 @@ class Soak:
     def _definition(self, priority: str, sleep: float) -> dict[str, Any]:
         settings = self.settings
         lifetime = settings.seconds + settings.drain_limit + settings.settle + 1800
+        fields: dict[str, Any] = {
+            "retries": settings.retries,
+            "payload": {
+                "sleep": round(sleep, 3),
+                **({"fail": True} if settings.handler == "fail" else {}),
+            },
+        }
+        if settings.everything:
+            fields["routes"] = [self.route]
+            fields["payload"]["artifact"] = True
         return task_definition(
             lifetime_ms=int(lifetime * 1000),
             provisionerId=PROVISIONER_ID,
             workerType=WORKER_TYPE,
             taskGroupId=self.group_id,
             priority=priority,
-            retries=settings.retries,
-            payload={
-                "sleep": round(sleep, 3),
-                **({"fail": True} if settings.handler == "fail" else {}),
-            },
             metadata=SOAK_METADATA,
+            **fields,
         )
+
+    def _item(self, priority: str) -> tuple[str, dict[str, Any], str | None]:
+        """A task to create: its taskId, its definition and, for a function call, the
+        function's kind (``function_share`` of the tasks: a quarter of them give up). A
+        function call uploads no artifact of the soak's: its payload is the call alone."""
+        task_id = slugid.nice()
+        definition = self._definition(priority, self._sleep_for())
+        if self.rng.random() >= self.settings.function_share:
+            return task_id, definition, None
+        kind = "gives-up" if self.rng.random() < 0.25 else "recovers"
+        payload, fields = functions.call(kind)
+        definition.update(fields)
+        definition["payload"] = payload  # a function call's payload holds the call alone
+        return task_id, definition, kind
 
     def _sleep_for(self) -> float:
         if self.settings.handler != "sleep":
@@ -369,9 +524,8 @@ class Soak:
                 await self.pause(due - time.monotonic())
                 continue
             priority = self.rng.choice(PRIORITIES)
-            items = [
-                (slugid.nice(), self._definition(priority, self._sleep_for())) for _ in range(batch)
-            ]
+            made = [self._item(priority) for _ in range(batch)]
+            items = [(task_id, definition) for task_id, definition, _ in made]
             until = time.monotonic() + 120
             try:
                 if batch == 1:
@@ -381,13 +535,15 @@ class Soak:
                     refused = await self.api.create_tasks(items, until=until)
             except (ApiError, aiohttp.ClientError, TimeoutError) as error:
                 refused = {task_id: str(error) for task_id, _ in items}
-            for task_id, _ in items:
+            for task_id, _, kind in made:
                 if task_id in refused:
                     self.extra_violations.add(
                         "create-refused", f"createTask {task_id}: {refused[task_id]}"
                     )
                 else:
                     self.created[task_id] = priority
+                    if kind is not None:
+                        self.function_kinds[task_id] = kind
             number += batch
 
     async def _kill_workers(self) -> None:
@@ -426,21 +582,24 @@ class Soak:
                 "stuck-process", f"a worker restart still going after {RESTARTS_WAIT:.0f} s"
             )
 
-    async def _stop_coordinator(self, signum: int) -> None:
-        """Stop the coordinator (SIGKILL after ``STOP_WAIT``); a SIGTERM it outlived is a
-        ``stuck-process``."""
-        if await self.coordinator.stop(signum, wait=STOP_WAIT):
+    async def _stop_coordinator(self, replica: int, signum: int) -> None:
+        """Stop coordinator ``replica`` (SIGKILL after ``STOP_WAIT``); a SIGTERM it outlived
+        is a ``stuck-process``."""
+        if await self.coordinators[replica].stop(signum, wait=STOP_WAIT):
             self.extra_violations.add(
                 "stuck-process",
-                f"coordinator outlived {signal.Signals(signum).name} for {STOP_WAIT:.0f} s "
-                "and was SIGKILLed",
+                f"coordinator {replica} outlived {signal.Signals(signum).name} for "
+                f"{STOP_WAIT:.0f} s and was SIGKILLed",
             )
 
     def _check_gone(self) -> None:
         """Every process the soak started is gone (the workers are checked from their
-        incarnations by :func:`checks.check_workers`)."""
-        if self.coordinator.running:
-            self.extra_violations.add("process-left", "the coordinator was still running")
+        incarnations by :func:`checks.check_workers`, PostgreSQL's by :meth:`run`)."""
+        for replica, coordinator in enumerate(self.coordinators):
+            if coordinator.running:
+                self.extra_violations.add(
+                    "process-left", f"coordinator {replica} was still running"
+                )
         if self.azurite.running:
             self.extra_violations.add("process-left", "Azurite was still running")
 
@@ -459,6 +618,14 @@ class Soak:
             ((index + 0.6) / settings.azurite_kills, "azurite-kill")
             for index in range(settings.azurite_kills)
         ]
+        kinds += [
+            ((index + 0.3) / settings.broker_cuts, "broker")
+            for index in range(settings.broker_cuts)
+        ]
+        kinds += [
+            ((index + 0.7) / settings.postgres_restarts, "postgres")
+            for index in range(settings.postgres_restarts)
+        ]
         kinds.sort()
         # Spread over the middle 80 % of the chaos phase, each jittered a little.
         total = len(kinds)
@@ -473,20 +640,50 @@ class Soak:
 
     async def _restart_services(self) -> None:
         coordinator_restarts = 0
+        postgres_restarts = 0
         for at, kind in self._service_schedule():
             await asyncio.sleep(max(0.0, self.started + at - time.monotonic()))
             if kind == "coordinator":
-                kill = coordinator_restarts % 2 == 0
+                # One replica at a time, in turn; SIGKILL and SIGTERM in turn with one.
+                replica = coordinator_restarts % len(self.coordinators)
+                kill = self.settings.replicas > 1 or coordinator_restarts % 2 == 0
                 coordinator_restarts += 1
-                async with self.coordinator_lock:
-                    await self._stop_coordinator(signal.SIGKILL if kill else signal.SIGTERM)
+                async with self.coordinator_locks[replica]:
+                    await self._stop_coordinator(
+                        replica, signal.SIGKILL if kill else signal.SIGTERM
+                    )
                     down = self.rng.uniform(0.5, self.settings.claim_timeout + 1.0)
                     how = "sigkill" if kill else "sigterm"
-                    self.event(f"coordinator {how}, down {down:.1f} s")
+                    self.event(f"coordinator {replica} {how}, down {down:.1f} s")
                     self.count(f"coordinator {how}")
                     await asyncio.sleep(down)
-                    await self.coordinator.start()
-                self.event("coordinator started")
+                    await self.coordinators[replica].start()
+                self.event(f"coordinator {replica} started")
+            elif kind == "broker" and self.proxy is not None:
+                down = self.rng.uniform(2.0, 8.0)
+                await self.proxy.sever()
+                self.event(f"broker connections cut, down {down:.1f} s")
+                self.count("broker cuts")
+                await asyncio.sleep(down)
+                await self.proxy.restore()
+                self.event("broker reachable again")
+            elif kind == "postgres" and self.cluster is not None:
+                crash = postgres_restarts % 2 == 1
+                postgres_restarts += 1
+                began = time.time()
+                if crash:
+                    await self.cluster.stop("immediate")
+                    down = self.rng.uniform(1.0, 3.0)
+                    self.event(f"postgres crash (stop -m immediate), down {down:.1f} s")
+                    self.count("postgres crashes")
+                    await asyncio.sleep(down)
+                    await self.cluster.start()
+                else:
+                    self.event("postgres restart (-m fast)")
+                    self.count("postgres restarts")
+                    await self.cluster.restart("fast")
+                self.store_outages.append((began - STORE_SLACK[0], time.time() + STORE_SLACK[1]))
+                self.event("postgres started")
             else:
                 kill = kind == "azurite-kill"
                 how = "sigkill" if kill else "sigterm"
@@ -537,16 +734,19 @@ class Soak:
                 started = await self.fleet.restart_dead(slot)
                 if started is not None:
                     self.event(f"worker slot {slot} exited unasked: {started.worker_id} started")
-            if self.coordinator_lock.locked():
-                continue  # stopped on purpose, or being started
-            async with self.coordinator_lock:
-                process = self.coordinator.process
-                if process is not None and process.returncode is not None:
-                    self.extra_violations.add(
-                        "coordinator-crash", f"coordinator exited {process.returncode} unasked"
-                    )
-                    self.event("coordinator exited unasked: restarting")
-                    await self.coordinator.start()
+            for replica, coordinator in enumerate(self.coordinators):
+                lock = self.coordinator_locks[replica]
+                if lock.locked():
+                    continue  # stopped on purpose, or being started
+                async with lock:
+                    process = coordinator.process
+                    if process is not None and process.returncode is not None:
+                        self.extra_violations.add(
+                            "coordinator-crash",
+                            f"coordinator {replica} exited {process.returncode} unasked",
+                        )
+                        self.event(f"coordinator {replica} exited unasked: restarting")
+                        await coordinator.start()
 
     # --- after the chaos -----------------------------------------------------------------
 
@@ -630,6 +830,153 @@ class Soak:
                 statuses[task_id] = await self.api.status(task_id, until=time.monotonic() + 60)
         return statuses
 
+    # --- everything ----------------------------------------------------------------------
+
+    async def _create_hook(self) -> None:
+        """The hook firing every ``hook_interval`` seconds, its tasks in their own group."""
+        settings = self.settings
+        body = {
+            "metadata": {
+                "name": "soak hook",
+                "description": "fired by scripts/soak --everything",
+                "owner": SOAK_METADATA["owner"],
+            },
+            "schedule": [f"*/{settings.hook_interval:g} * * * * *"],
+            "task": {
+                "provisionerId": PROVISIONER_ID,
+                "workerType": WORKER_TYPE,
+                "taskGroupId": self.hook_group_id,
+                "routes": [self.route],
+                "retries": settings.retries,
+                "payload": {"sleep": 0.1, "artifact": True},
+                "metadata": SOAK_METADATA,
+            },
+        }
+        status, answer = await self.api.retrying(
+            "PUT",
+            f"/hooks/{HOOK_GROUP}/{self.hook_id}",
+            body,
+            until=time.monotonic() + 60,
+            service=HOOKS_API,
+        )
+        if status != 200:
+            raise RuntimeError(f"createHook -> {status}: {str(answer)[:300]}")
+        # Due times from the next whole interval on; each is checked.
+        self.hook_window = (time.time() + settings.hook_interval, float("inf"))
+        self.event(f"hook {HOOK_GROUP}/{self.hook_id} every {settings.hook_interval:g} s")
+
+    async def _remove_hook(self) -> None:
+        """Remove the hook once the chaos is over; due times up to two intervals before then
+        are checked (a fire takes up to a scheduler pass)."""
+        assert self.hook_window is not None
+        status, answer = await self.api.retrying(
+            "DELETE",
+            f"/hooks/{HOOK_GROUP}/{self.hook_id}",
+            until=time.monotonic() + 120,
+            service=HOOKS_API,
+        )
+        if status != 200:
+            self.extra_violations.add("hook-missed", f"removeHook -> {status}: {answer}")
+        chaos_end = time.time() - (time.monotonic() - self.chaos_end)
+        self.hook_window = (self.hook_window[0], chaos_end - 2 * self.settings.hook_interval)
+        self.event("hook removed")
+
+    async def _hook_fires(self, statuses: dict[str, dict[str, Any] | None]) -> dict[str, float]:
+        """taskId -> ``created`` (epoch) of every task the hook created; their statuses are
+        added to ``statuses``."""
+        if self.hook_window is None:
+            return {}
+        entries = await self.api.task_group_entries(self.hook_group_id, until=time.monotonic() + 60)
+        fired: dict[str, float] = {}
+        for task_id, entry in entries.items():
+            statuses[task_id] = entry["status"]
+            created = datetime.datetime.fromisoformat(entry["task"]["created"])
+            fired[task_id] = created.timestamp()
+        return fired
+
+    async def _check_everything(
+        self, statuses: dict[str, dict[str, Any] | None], hook_fires: dict[str, float]
+    ) -> checks.Findings:
+        """The ``--everything`` checks: hook due times, function retries, Pulse events,
+        artifacts and run logs."""
+        found = checks.Findings()
+        if not self.settings.everything:
+            return found
+        if self.hook_window is not None:
+            start, end = self.hook_window
+            interval = self.settings.hook_interval
+            first = int(start // interval + 1) * interval
+            due = [float(moment) for moment in range(int(first), int(end) + 1, int(interval))]
+            found = checks.merge(
+                found, checks.check_hook_fires(hook_fires, due, self.store_outages)
+            )
+        found = checks.merge(
+            found,
+            checks.check_functions(
+                self.function_kinds,
+                statuses,
+                failures=functions.RECOVERS_FAILURES,
+                retries={
+                    kind: function.options.retries or 0
+                    for kind, function in functions.FUNCTIONS.items()
+                },
+            ),
+        )
+        if self.event_log is not None:
+            wanted = {
+                task_id: checks.expected_events(status)
+                for task_id, status in statuses.items()
+                if status is not None
+            }
+            await self.event_log.wait_for(wanted, within=EVENTS_WAIT)
+            found = checks.merge(found, checks.check_events(statuses, self.event_log.seen))
+            found.count("pulse messages received", self.event_log.received)
+        return checks.merge(found, await self._read_artifacts(statuses))
+
+    async def _read_artifacts(self, statuses: dict[str, dict[str, Any] | None]) -> checks.Findings:
+        """``artifact-unreadable``: a random choice of completed runs' artifact and run log,
+        read back through the coordinators."""
+        found = checks.Findings()
+        completed = sorted(
+            (task_id, len(status["runs"]) - 1)
+            for task_id, status in statuses.items()
+            if status is not None
+            and status["state"] == "completed"
+            and task_id not in self.function_kinds  # its artifact is result.json
+        )
+        chosen = self.rng.sample(completed, min(ARTIFACTS_READ, len(completed)))
+        given_up = logs_not_uploaded(self.workdir)
+        for task_id, run_id in chosen:
+            base = f"{self.api.base}/task/{task_id}/runs/{run_id}/artifacts/"
+            until = time.monotonic() + 60
+            try:
+                artifact = await self.api.read(base + ARTIFACT, until=until)
+                # A worker reports a run whose log it could not upload in time (the store
+                # down: docs/worker-sdk.md, The run log), and says so in its log.
+                run_log = (
+                    None
+                    if (task_id, run_id) in given_up
+                    else await self.api.read(base + RUN_LOG, until=until)
+                )
+            except (ApiError, aiohttp.ClientError, TimeoutError) as error:
+                found.add("artifact-unreadable", f"task {task_id} run {run_id}: {error}")
+                continue
+            if artifact.decode(errors="replace") != artifact_text(task_id, run_id):
+                found.add(
+                    "artifact-unreadable",
+                    f"task {task_id} run {run_id}: {ARTIFACT} says {artifact[:100]!r}",
+                )
+            elif run_log is None:
+                found.count("run logs the worker gave up on")
+            elif f"{LOG_LINE} {task_id} {run_id}" not in run_log.decode(errors="replace"):
+                found.add(
+                    "artifact-unreadable",
+                    f"task {task_id} run {run_id}: its run log lacks the handler's line",
+                )
+            else:
+                found.count("artifacts and run logs read back")
+        return found
+
 
 _KEPT = re.compile(r"claim failed, hint kept taskId=(\S+) runId=(\d+)")
 
@@ -644,6 +991,20 @@ def kept_hints(workdir: Path) -> set[tuple[str, int]]:
             for match in _KEPT.finditer(path.read_text(errors="replace")):
                 kept.add((match[1], int(match[2])))
     return kept
+
+
+_NOT_UPLOADED = re.compile(r"run log not uploaded taskId=(\S+) runId=(\d+)")
+
+
+def logs_not_uploaded(workdir: Path) -> set[tuple[str, int]]:
+    """(taskId, runId) of every run whose log the worker did not upload in time and reported
+    all the same (it logs a warning saying so)."""
+    given_up: set[tuple[str, int]] = set()
+    for path in sorted((workdir / "workers").glob("*.log")):
+        with contextlib.suppress(OSError):
+            for match in _NOT_UPLOADED.finditer(path.read_text(errors="replace")):
+                given_up.add((match[1], int(match[2])))
+    return given_up
 
 
 _RECONCILED = re.compile(r"hints missing, putting them again .*?pending=(\d+) inAzure=(\d+)")

@@ -21,8 +21,10 @@ from typing import Any
 
 import pytest
 
+from devharness.postgres import postgres_bindir
 from devharness.processes import SCRIPTS, processes_mentioning, run_module
 from devharness.rss import MIB, RssRecorder
+from tests.fixtures.pulse import AMQP_URL
 
 
 def _soaklib(module: str) -> Any:
@@ -260,3 +262,125 @@ def test_the_rss_recorder_keeps_one_curve_per_process_and_measures_after_warm_up
     assert grown is not None
     assert grown[0].name == "soak-w0-0" and grown[1].percent == 0.0
     assert coordinator.every(10.0) == [v / MIB for v in (110, 130, 150, 160)]
+
+
+def test_the_everything_checks_pass_a_clean_history_and_catch_each_violation() -> None:
+    """``--everything``'s checks: Pulse messages per task, the hook's due times, the function
+    tasks' retries, each on crafted statuses."""
+    checks = _soaklib("checks")
+    started = {"started": "2026-11-29T09:00:00.000Z"}
+    done = _status(
+        "E1",
+        [_run(0, "completed", reasonCreated="scheduled", reasonResolved="completed", **started)],
+        5,
+    )
+    never_ran = _status(
+        "E2",
+        [_run(0, "exception", reasonCreated="scheduled", reasonResolved="deadline-exceeded")],
+        5,
+    )
+    statuses = {"E1": done, "E2": never_ran}
+    seen = {
+        "E1": {"task-defined", "task-pending", "task-running", "task-completed"},
+        "E2": {"task-defined", "task-pending", "task-exception"},
+    }
+    assert checks.check_events(statuses, seen).violations == []
+    # A task-running lost while the broker was cut; a task nobody heard of.
+    lossy = {"E1": seen["E1"] - {"task-running"}}
+    found = checks.check_events(statuses, lossy)
+    assert sorted(v.detail.split(":")[0] for v in found.violations) == [
+        "task E1 (completed)",
+        "task E2 (exception)",
+    ]
+    assert all(v.kind == "event-missing" for v in found.violations)
+
+    # Due every 5 s from 100 to 130; PostgreSQL was down from 111 to 121.
+    due = [float(t) for t in range(100, 131, 5)]
+    outages = [(111.0, 121.0)]
+    fired = {f"H{t}": float(t) for t in (100, 105, 110, 115, 125, 130)}  # 120 skipped
+    found = checks.check_hook_fires(fired, due, outages)
+    assert found.violations == []
+    assert found.counts["hook fires"] == 6
+    assert found.counts["hook due times skipped (store down)"] == 1
+    twice = {**fired, "H105b": 105.0}
+    missed = {k: v for k, v in fired.items() if v != 105.0}
+    assert [v.kind for v in checks.check_hook_fires(twice, due, outages).violations] == [
+        "hook-fired-twice"
+    ]
+    assert [v.kind for v in checks.check_hook_fires(missed, due, outages).violations] == [
+        "hook-missed"
+    ]
+
+    def runs(*shapes: str) -> dict[str, Any]:
+        made = []
+        for index, shape in enumerate(shapes):
+            state, reason = shape.split("/")
+            made.append(_run(index, state, reasonResolved=reason))
+        return _status("F", made, 0)
+
+    retried = "exception/intermittent-task"
+    expired = "exception/claim-expired"
+    good = {
+        "R1": runs(retried, retried, "completed/completed"),
+        "R2": runs(expired, retried, expired, "completed/completed"),  # a kill costs a run
+        "G1": runs(retried, "failed/failed"),
+        "G2": runs(retried, expired),  # killed on its last run
+    }
+    kinds = {"R1": "recovers", "R2": "recovers", "G1": "gives-up", "G2": "gives-up"}
+    limits = {"recovers": 6, "gives-up": 1}
+    found = checks.check_functions(kinds, good, failures=2, retries=limits)
+    assert found.violations == []
+    assert found.counts["function recovers in failures + 1 runs"] == 1
+    assert found.counts["function gives-up failed on its last run"] == 1
+    bad = {
+        "R1": runs(retried, "completed/completed"),  # succeeded on its second attempt
+        "R2": runs(retried, retried, retried, "completed/completed"),  # a third failure
+        "R3": runs(retried, "failed/failed"),  # not retried although retries remained
+        "G1": runs(retried, retried, "failed/failed"),  # more runs than its retries allow
+        "G2": runs(retried, "completed/completed"),
+    }
+    kinds = {**kinds, "R3": "recovers"}
+    found = checks.check_functions(kinds, bad, failures=2, retries=limits)
+    assert sorted(v.detail.split(":")[0] for v in found.violations) == [
+        "gives-up task G1",
+        "gives-up task G2",
+        "recovers task R1",
+        "recovers task R2",
+        "recovers task R3",
+    ]
+    assert {v.kind for v in found.violations} == {"retries-not-honoured"}
+
+
+@pytest.mark.skipif(
+    postgres_bindir() is None,
+    reason="PostgreSQL's server programs (initdb, pg_ctl) are not installed: --everything "
+    "runs a cluster of its own",
+)
+@pytest.mark.slow(seconds=80)
+@pytest.mark.timeout(720)
+def test_an_everything_soak_has_no_violations(tmp_path: Path) -> None:
+    """``--everything``: two coordinators on a private PostgreSQL that is restarted and
+    crashed, Pulse through a proxy that is cut, a hook every 2 s, function tasks, artifacts;
+    worker and coordinator SIGKILLs. Nothing lost or run twice, every message delivered,
+    every due time fired once, every retry as the functions' ``retries`` say."""
+    result, output = _clean_soak(
+        tmp_path,
+        *("--everything", "--seconds=50", "--rate=2", "--kill-interval=6"),
+        *("--hook-interval=2", f"--pulse-url={AMQP_URL}", f"--markdown={tmp_path / 'soak.md'}"),
+    )
+    counts = result["counts"]
+    assert counts.get("coordinator sigkill", 0) == 2, output
+    assert counts.get("broker cuts", 0) == 2, output
+    assert counts.get("postgres restarts", 0) == 1, output
+    assert counts.get("postgres crashes", 0) == 1, output
+    assert counts.get("worker sigkill", 0) + counts.get("worker sigterm", 0) >= 2, output
+    assert counts["tasks created"] >= 50, output
+    assert counts.get("hook fires", 0) >= 10, output
+    assert counts.get("function recovers", 0) >= 1, output
+    assert counts.get("artifacts and run logs read back", 0) >= 20, output
+    # every task, the hook's included, was heard of on the broker
+    tasks = sum(counts.get(f"state {state}", 0) for state in ("completed", "failed", "exception"))
+    assert counts.get("tasks with events", 0) == tasks > counts["tasks created"], output
+    markdown = (tmp_path / "soak.md").read_text()
+    for row in ("broker connections cut (proxy)", "fired exactly once", "completed in 3 runs"):
+        assert row in markdown, markdown
