@@ -26,6 +26,7 @@ from coordinator.api.pipeline import (
     status_body,
     task_id_of,
 )
+from coordinator.domain.claim_weights import ClaimWeights
 from coordinator.domain.records import TaskRecord, to_iso
 
 log = logging.getLogger(__name__)
@@ -224,6 +225,7 @@ class ClaimHandlers(Handlers):
             worker_group=body["workerGroup"],
             worker_id=body["workerId"],
             count=int(body["tasks"]),
+            weights=None if "weights" not in body else ClaimWeights.parse(body["weights"]),
             disconnected=lambda: request.transport is None or request.transport.is_closing(),
         )
         return {

@@ -12,6 +12,7 @@ import contextlib
 import logging
 
 from coordinator.azure.queues import QueueService, ReceivedHint
+from coordinator.domain.claim_weights import ClaimWeights
 from coordinator.domain.errors import DomainError
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
@@ -35,8 +36,17 @@ class AzureWork:
         self.visibility_timeout_s = visibility_timeout_s
 
     async def take(
-        self, task_queue: TaskQueue, *, worker_group: str, worker_id: str, count: int
+        self,
+        task_queue: TaskQueue,
+        *,
+        worker_group: str,
+        worker_id: str,
+        count: int,
+        weights: ClaimWeights | None,
     ) -> list[TaskRecord]:
+        # Azure hands out its hints as it holds them: weights are for store dispatch (a
+        # worker polling the Azure queues itself orders them by its weights)
+        del weights
         hints = await self.azure_queues.receive(
             task_queue.provisioner_id,
             task_queue.worker_type,

@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Protocol
 
+from coordinator.domain.claim_weights import ClaimWeights
 from coordinator.domain.errors import Throttled
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
@@ -31,9 +32,16 @@ class WorkSource(Protocol):
     """Where a claimWork call's runs come from."""
 
     async def take(
-        self, task_queue: TaskQueue, *, worker_group: str, worker_id: str, count: int
+        self,
+        task_queue: TaskQueue,
+        *,
+        worker_group: str,
+        worker_id: str,
+        count: int,
+        weights: ClaimWeights | None,
     ) -> list[TaskRecord]:
-        """Claim up to ``count`` runs of the queue for the worker now; ``[]`` when none."""
+        """Claim up to ``count`` runs of the queue for the worker now; ``[]`` when none.
+        ``weights``: the worker's weights per priority, where the source honours them."""
         ...
 
 
@@ -101,10 +109,13 @@ class ClaimWork:
         worker_group: str,
         worker_id: str,
         count: int,
+        weights: ClaimWeights | None = None,
         disconnected: Callable[[], bool],
         quarantined: Callable[[], bool],
     ) -> list[TaskRecord]:
         """Claim up to ``count`` runs; an empty list after ``timeout_s`` without work.
+
+        :param weights: the worker's weights per priority (:class:`WorkSource`).
 
         :param disconnected: true once the client went away; the poll then stops.
         :param quarantined: true while the worker is quarantined: it then gets nothing, at the
@@ -116,7 +127,11 @@ class ClaimWork:
 
         async def take(allowed: int) -> list[TaskRecord]:
             return await self.source.take(
-                task_queue, worker_group=worker_group, worker_id=worker_id, count=allowed
+                task_queue,
+                worker_group=worker_group,
+                worker_id=worker_id,
+                count=allowed,
+                weights=weights,
             )
 
         while True:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from coordinator.domain.claim_weights import ClaimWeights
 from coordinator.domain.errors import DomainError
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
@@ -93,10 +94,13 @@ class ClaimPolicy:
         worker_group: str,
         worker_id: str,
         count: int,
+        weights: ClaimWeights | None = None,
         disconnected: Callable[[], bool],
     ) -> list[TaskRecord]:
         """claimWork's long poll for up to ``count`` runs. A quarantined worker gets nothing,
         at the end of the poll, as Taskcluster answers it; the worker is seen either way.
+        ``weights``: the worker's, which store dispatch claims by (strictly by priority
+        without).
 
         :param disconnected: true once the client went away; the poll then stops.
         """
@@ -107,6 +111,7 @@ class ClaimPolicy:
             worker_group=worker_group,
             worker_id=worker_id,
             count=count,
+            weights=weights,
             disconnected=disconnected,
             quarantined=lambda: self._workers.quarantined_until(worker) is not None,
         )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from coordinator.azure.errors import QueueUnavailable
 from coordinator.azure.queues import PollUrls, QueueService
+from coordinator.domain.claim_weights import ClaimWeights
 from coordinator.domain.errors import NotFound
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
@@ -106,6 +107,7 @@ class WorkDispatch:
         worker_group: str,
         worker_id: str,
         count: int,
+        weights: ClaimWeights | None = None,
         disconnected: Callable[[], bool],
         quarantined: Callable[[], bool],
     ) -> list[TaskRecord]:
@@ -117,6 +119,7 @@ class WorkDispatch:
             worker_group=worker_group,
             worker_id=worker_id,
             count=count,
+            weights=weights,
             disconnected=disconnected,
             quarantined=quarantined,
         )

@@ -3,22 +3,26 @@ straight from the store, and no hint is put anywhere.
 
 :class:`StoreWork` claims the task queue's claimable runs in one store transaction, highest
 priority first, then the earliest visible (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the
-single writer on SQLite). :class:`PendingAnnouncer` rings claimWork's wake-up when a run
-becomes pending: at once in this process, and through the store (PostgreSQL
-``LISTEN``/``NOTIFY``) in the other replicas, whose listeners ring theirs.
+single writer on SQLite), or by the worker's weights per priority when it sends them.
+:class:`PendingAnnouncer` rings claimWork's wake-up when a run becomes pending: at once in
+this process, and through the store (PostgreSQL ``LISTEN``/``NOTIFY``) in the other replicas,
+whose listeners ring theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import random
 
+from coordinator.domain.claim_weights import ClaimWeights
 from coordinator.domain.lifecycle import Hint
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.background import Background
 from coordinator.service.claim_work import ClaimWork
 from coordinator.service.tasks import TaskService
-from coordinator.store.contract.dispatch import PendingAnnouncement
+from coordinator.store.contract.dispatch import PendingAnnouncement, PickLevels
 
 IDLE_POLL_S = 5.0
 """The longest a store-dispatch long poll waits between two asks while its queue has nothing:
@@ -27,16 +31,30 @@ a listener reconnecting."""
 
 
 class StoreWork:
-    """A :class:`~coordinator.service.claim_work.WorkSource` over the store's pending runs."""
+    """A :class:`~coordinator.service.claim_work.WorkSource` over the store's pending runs.
 
-    def __init__(self, service: TaskService) -> None:
+    A worker's weights draw each run's priority at random, from ``rng``
+    (:mod:`coordinator.domain.claim_weights`); without them, strictly by priority.
+    """
+
+    def __init__(self, service: TaskService, *, rng: random.Random | None = None) -> None:
         self.service = service
+        self.rng = rng or random.Random()
 
     async def take(
-        self, task_queue: TaskQueue, *, worker_group: str, worker_id: str, count: int
+        self,
+        task_queue: TaskQueue,
+        *,
+        worker_group: str,
+        worker_id: str,
+        count: int,
+        weights: ClaimWeights | None,
     ) -> list[TaskRecord]:
+        pick: PickLevels | None = None
+        if weights is not None:
+            pick = functools.partial(weights.quotas, limit=count, rng=self.rng)
         return await self.service.claim_pending(
-            task_queue, worker_group=worker_group, worker_id=worker_id, limit=count
+            task_queue, worker_group=worker_group, worker_id=worker_id, limit=count, pick=pick
         )
 
 

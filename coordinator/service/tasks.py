@@ -29,7 +29,7 @@ from coordinator.service.hints import HintPublisher, HintSink
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.transitions import Change, Transition, Transitions, log_changes
 from coordinator.store.base import Store
-from coordinator.store.contract.dispatch import PendingAnnouncement
+from coordinator.store.contract.dispatch import PendingAnnouncement, PickLevels
 
 Permit = Callable[[TaskRecord, int], None]
 """A batch caller's right to act on run ``runId`` of a task as stored: raises
@@ -489,10 +489,17 @@ class TaskService:
         return result.record
 
     async def claim_pending(
-        self, task_queue: TaskQueue, *, worker_group: str, worker_id: str, limit: int
+        self,
+        task_queue: TaskQueue,
+        *,
+        worker_group: str,
+        worker_id: str,
+        limit: int,
+        pick: PickLevels | None = None,
     ) -> list[TaskRecord]:
         """Store dispatch's claim: up to ``limit`` of the queue's claimable runs for the
-        worker, the highest priority and then the earliest visible first; ``[]`` when none."""
+        worker, the highest priority and then the earliest visible first, or as many of each
+        priority as ``pick`` draws; ``[]`` when none."""
 
         def claiming(record: TaskRecord, now: int) -> TransitionResult:
             run_id = len(record.runs) - 1
@@ -501,7 +508,7 @@ class TaskService:
             )
 
         return await self.transitions.take_pending(
-            task_queue, claiming, limit=limit, action="claimed"
+            task_queue, claiming, limit=limit, action="claimed", pick=pick
         )
 
     async def announce_pending(self, announcements: Sequence[PendingAnnouncement]) -> None:

@@ -30,6 +30,7 @@ from coordinator.service.clock import Clock
 from coordinator.service.hints import HintPublisher
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.store.base import Store
+from coordinator.store.contract.dispatch import PickLevels
 
 log = logging.getLogger(__name__)
 
@@ -282,10 +283,17 @@ class Transitions:
         return changed - changed_before
 
     async def take_pending(
-        self, task_queue: TaskQueue, transition: Transition, *, limit: int, action: str
+        self,
+        task_queue: TaskQueue,
+        transition: Transition,
+        *,
+        limit: int,
+        action: str,
+        pick: PickLevels | None = None,
     ) -> list[TaskRecord]:
         """Store dispatch: apply ``transition`` (a claim) to up to ``limit`` of the queue's
-        claimable runs, the highest priority and then the earliest visible first, in one store
+        claimable runs, the highest priority and then the earliest visible first (or as
+        ``pick`` draws the priorities), in one store
         transaction that other claimers skip (:meth:`Store.claim_pending
         <coordinator.store.base.Store.claim_pending>`); a run the transition refuses is left.
 
@@ -308,7 +316,7 @@ class Transitions:
             return writes
 
         stored = await self._store.claim_pending(
-            task_queue, now=self._clock(), limit=limit, claim=claim
+            task_queue, now=self._clock(), limit=limit, claim=claim, pick=pick
         )
         won = {after.task_id: self._written(*results[after.task_id], after) for after in stored}
         log_changes(action, ((task_id, runs) for task_id, (_, runs) in won.items()))

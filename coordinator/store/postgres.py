@@ -71,12 +71,12 @@ from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_groups import TaskGroup
-from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.task_queues import PRIORITIES, TaskQueue, priority_level
 from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns
 from coordinator.store.base import ProcessLocks
-from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement
+from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement, PickLevels
 from coordinator.store.index_rows import indexed_task_columns, namespace_columns
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
@@ -320,6 +320,29 @@ def _announcement(payload: str) -> PendingAnnouncement | None:
     if not (provisioner_id and worker_type and visible_at.isdigit()):
         return None
     return TaskQueue(provisioner_id, worker_type), int(visible_at)
+
+
+_LEVELS = [priority_level(priority) for priority in PRIORITIES]
+
+
+async def _claimable_runs(
+    conn: asyncpg.Connection, params: Mapping[str, Any], pick: PickLevels | None
+) -> list[asyncpg.Record]:
+    """claim_pending's runs, locked: in priority order, or as ``pick`` draws them (one more
+    round trip, to count each level's runs first)."""
+    if pick is not None:
+        counted = _Q["claimable_levels"]
+        levels = await conn.fetch(counted.sql, *counted.args({**params, "levels": _LEVELS}))
+        quotas = pick({row["level"]: row["runs"] for row in levels if row["runs"]})
+        if not quotas:
+            return []
+        weighted = _Q["claimable_runs_weighted"]
+        picked = {**params, "levels": list(quotas), "quotas": list(quotas.values())}
+        rows: list[asyncpg.Record] = await conn.fetch(weighted.sql, *weighted.args(picked))
+        if rows:
+            return rows
+    select = _Q["claimable_runs"]
+    return cast(list[asyncpg.Record], await conn.fetch(select.sql, *select.args(params)))
 
 
 class _PendingListener:
@@ -701,14 +724,19 @@ class PostgresStore(SQLStore):
         ]
 
     async def claim_pending(
-        self, task_queue: TaskQueue, *, now: int, limit: int, claim: ClaimPending
+        self,
+        task_queue: TaskQueue,
+        *,
+        now: int,
+        limit: int,
+        claim: ClaimPending,
+        pick: PickLevels | None = None,
     ) -> list[TaskRecord]:
         params = {**task_queue_columns(task_queue), "now": now, "limit": limit}
 
         async def take() -> list[TaskRecord]:
             async with self._connections.acquire() as conn, conn.transaction():
-                select = _Q["claimable_runs"]
-                rows = await conn.fetch(select.sql, *select.args(params))
+                rows = await _claimable_runs(conn, params, pick)
                 writes = claim([record_from_row(row) for row in rows]) if rows else ()
                 if not writes:
                     return []

@@ -41,11 +41,11 @@ from coordinator.domain.listings import RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_groups import TaskGroup
-from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.task_queues import PRIORITIES, TaskQueue, priority_level
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
 from coordinator.store.base import ProcessLocks
-from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement
+from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement, PickLevels
 from coordinator.store.index_rows import indexed_task_columns, namespace_columns
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
@@ -233,6 +233,21 @@ def _compare_and_set_statement(changed: tuple[str, ...], *, definition: bool) ->
     if definition:
         assignments += "definition = :definition, "
     return _Q["compare_and_set"].format(assignments=assignments)
+
+
+def _picked_runs(
+    conn: sqlite3.Connection, query: Mapping[str, Any], pick: PickLevels
+) -> list[sqlite3.Row]:
+    """claim_pending's runs as ``pick`` draws them: each level's earliest visible, read one
+    level at a time (in process, from the index: no round trip to save)."""
+    by_level: dict[int, list[sqlite3.Row]] = {}
+    for priority in PRIORITIES:
+        level = priority_level(priority)
+        rows = conn.execute(_Q["claimable_runs_at_level"], {**query, "level": level}).fetchall()
+        if rows:
+            by_level[level] = rows
+    quotas = pick({level: len(rows) for level, rows in by_level.items()})
+    return [row for level, rows in by_level.items() for row in rows[: quotas.get(level, 0)]]
 
 
 def _write_outbox(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
@@ -470,12 +485,22 @@ class SQLiteStore(SQLStore):
         ]
 
     async def claim_pending(
-        self, task_queue: TaskQueue, *, now: int, limit: int, claim: ClaimPending
+        self,
+        task_queue: TaskQueue,
+        *,
+        now: int,
+        limit: int,
+        claim: ClaimPending,
+        pick: PickLevels | None = None,
     ) -> list[TaskRecord]:
         query = {**task_queue_columns(task_queue), "now": now, "limit": limit}
 
         def take(conn: sqlite3.Connection) -> list[TaskRecord]:
-            rows = conn.execute(_Q["claimable_runs"], query).fetchall()
+            rows = (
+                conn.execute(_Q["claimable_runs"], query).fetchall()
+                if pick is None
+                else _picked_runs(conn, query, pick)
+            )
             if not rows:
                 return []
             read = {row["task_id"]: row for row in rows}

@@ -7,7 +7,7 @@ unconfirmed, and counted per task queue for the reconciler.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.domain.events import QueueEvent
 from coordinator.domain.listings import PendingCount
@@ -18,6 +18,12 @@ ClaimPending = Callable[[Sequence[TaskRecord]], Sequence[tuple[TaskRecord, Seque
 """Store dispatch's claim of the records :meth:`DispatchStore.claim_pending` hands over: each
 one to write (a record of those, changed) with its outbox events. Pure and synchronous: it runs
 inside the store's transaction."""
+
+PickLevels = Callable[[Mapping[int, int]], Mapping[int, int]]
+"""A weighted claim's draw (:meth:`DispatchStore.claim_pending`): given how many runs each
+priority level (7 highest … 1 lowest) has claimable, up to the limit (levels without any left
+out), how many runs of each level to claim, up to the limit in all. It runs inside the store's
+transaction."""
 
 PendingAnnouncement = tuple[TaskQueue, int]
 """A task queue that has a run made pending, and when that run becomes visible (epoch ms)."""
@@ -30,12 +36,24 @@ class DispatchStore(abc.ABC):
 
     @abc.abstractmethod
     async def claim_pending(
-        self, task_queue: TaskQueue, *, now: int, limit: int, claim: ClaimPending
+        self,
+        task_queue: TaskQueue,
+        *,
+        now: int,
+        limit: int,
+        claim: ClaimPending,
+        pick: PickLevels | None = None,
     ) -> list[TaskRecord]:
         """Hand up to ``limit`` of the queue's claimable runs (the last run pending and
         visible at ``now``, the deadline after it), the highest ``pending_priority`` first,
         then the earliest visible, to ``claim``, and compare-and-set the records it returns,
         with their outbox events, in the same transaction.
+
+        With ``pick`` (a worker's weights), the runs handed over are instead the earliest
+        visible of each level, as many as ``pick`` draws for it from the levels' claimable
+        runs. Should the runs drawn all be gone meanwhile (taken by concurrent claimers), the
+        call hands over the runs in priority order as without ``pick``, rather than nothing
+        while other runs wait. Without ``pick`` the call costs what it always did.
 
         Concurrent callers never get the same run: PostgreSQL locks the rows it hands over
         until the write commits and other callers, on any replica, skip them (``FOR UPDATE

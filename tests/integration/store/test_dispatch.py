@@ -6,14 +6,18 @@ PostgreSQL alike: store dispatch's claims of claimable runs, and the hints of pe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from coordinator.domain import lifecycle
+from coordinator.domain.claim_weights import ClaimWeights
 from coordinator.domain.events import QueueEvent
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
-from coordinator.domain.task_queues import TaskQueue
+from coordinator.domain.task_queues import PRIORITIES, TaskQueue
 from coordinator.store.base import Store
+from coordinator.store.contract.dispatch import PickLevels
 from tests.fixtures.records import (
     CLAIM,
     HOUR,
@@ -226,3 +230,126 @@ async def test_fifty_concurrent_claim_pending_calls_each_get_their_own_run(store
     assert [len(answer) for answer in answers] == [1] * 50
     assert sorted(answer[0].task_id for answer in answers) == sorted(r.task_id for r in records)
     assert {(await get(store, r.task_id)).state for r in records} == {"running"}
+
+
+# --- store dispatch by a worker's weights -------------------------------------------------
+
+LEVEL_OF = {priority: 7 - index for index, priority in enumerate(PRIORITIES)}
+
+
+def drawing(
+    weights: dict[str, float], *, limit: int, seed: int, offered: list[dict[int, int]] | None = None
+) -> PickLevels:
+    """A ``pick`` for :meth:`Store.claim_pending` drawing by ``weights`` from a seeded random
+    source, noting in ``offered`` the claimable runs of each level it was offered."""
+    rng = random.Random(seed)
+    parsed = ClaimWeights.parse(weights)
+
+    def pick(claimable: Mapping[int, int]) -> Mapping[int, int]:
+        if offered is not None:
+            offered.append(dict(claimable))
+        return parsed.quotas(claimable, limit, rng)
+
+    return pick
+
+
+async def every_priority(store: Store, per_priority: int) -> None:
+    """``per_priority`` pending runs at each priority, ``<priority>-<nn>``, the lower ``nn``
+    the earlier visible."""
+    records = [
+        prioritised(f"{priority}-{index:02d}", priority, now=NOW - 1000 + index)
+        for priority in PRIORITIES
+        for index in range(per_priority)
+    ]
+    assert len(await store.insert_many(records)) == len(records)
+
+
+def priority_of(task_id: str) -> str:
+    return task_id.rsplit("-", 1)[0]
+
+
+async def test_without_weights_a_busy_high_priority_starves_the_lowest(store: Store) -> None:
+    await every_priority(store, 60)
+    claimed_ids: list[str] = []
+    for _ in range(150):
+        taken = await store.claim_pending(QUEUE, now=NOW, limit=1, claim=claiming([]))
+        claimed_ids.extend(record.task_id for record in taken)
+
+    counts = Counter(priority_of(task_id) for task_id in claimed_ids)
+    assert counts == {"highest": 60, "very-high": 60, "high": 30}
+
+
+async def test_weighted_claims_share_the_runs_out_by_weight_and_the_lowest_gets_its_share(
+    store: Store,
+) -> None:
+    await every_priority(store, 60)
+    pick = drawing({"lowest": 20}, limit=1, seed=1)
+    claimed_ids: list[str] = []
+    for _ in range(150):
+        taken = await store.claim_pending(QUEUE, now=NOW, limit=1, claim=claiming([]), pick=pick)
+        claimed_ids.extend(record.task_id for record in taken)
+
+    assert len(claimed_ids) == len(set(claimed_ids)) == 150
+    counts = Counter(priority_of(task_id) for task_id in claimed_ids)
+    # lowest 20 of the weights 64+32+16+8+4+2+20: about 150 * 20/146 = 20.5 of the runs
+    assert 12 <= counts["lowest"] <= 30, counts
+    assert 50 <= counts["highest"] <= 60, counts
+    assert counts["very-high"] > counts["high"] > counts["medium"], counts
+    # each priority's earliest visible first
+    for priority, count in counts.items():
+        assert sorted(t for t in claimed_ids if priority_of(t) == priority) == [
+            f"{priority}-{index:02d}" for index in range(count)
+        ]
+
+
+async def test_a_weighted_claim_draws_only_among_the_levels_with_claimable_runs(
+    store: Store,
+) -> None:
+    await store.insert(prioritised("low-1", "low", now=NOW - 3))
+    await store.insert(prioritised("low-2", "low", now=NOW - 2))
+    await store.insert(prioritised("high", "high", now=NOW - 1))
+    await store.insert(prioritised("delayed", "highest", notBefore=to_iso(NOW + MINUTE)))
+    offered: list[dict[int, int]] = []
+    seen: list[str] = []
+    # "low" outweighs everything: the batch of three takes both its runs and then "high"
+    pick = drawing({"low": 1e9}, limit=3, seed=0, offered=offered)
+
+    claimed = await store.claim_pending(QUEUE, now=NOW, limit=3, claim=claiming(seen), pick=pick)
+
+    assert offered == [{LEVEL_OF["low"]: 2, LEVEL_OF["high"]: 1}]
+    assert sorted(record.task_id for record in claimed) == ["high", "low-1", "low-2"]
+    assert await store.claim_pending(QUEUE, now=NOW, limit=3, claim=claiming([]), pick=pick) == []
+    assert offered[1:] == [{}]
+
+
+async def test_a_weighted_claim_offers_each_level_at_most_the_limit(store: Store) -> None:
+    await every_priority(store, 3)
+    offered: list[dict[int, int]] = []
+    pick = drawing({}, limit=2, seed=0, offered=offered)
+
+    claimed = await store.claim_pending(QUEUE, now=NOW, limit=2, claim=claiming([]), pick=pick)
+
+    assert offered == [{level: 2 for level in LEVEL_OF.values()}]
+    assert len(claimed) == 2
+
+
+async def test_fifty_concurrent_weighted_claims_each_get_their_own_run(store: Store) -> None:
+    # Two levels: a caller whose drawn level's runs are all held by the others takes the
+    # runs in priority order instead of coming back empty-handed.
+    records = [
+        prioritised(f"t{index:02d}", "highest" if index % 2 else "lowest", now=NOW - 100 + index)
+        for index in range(50)
+    ]
+    assert len(await store.insert_many(records)) == 50
+
+    answers = await asyncio.gather(
+        *(
+            store.claim_pending(
+                QUEUE, now=NOW, limit=1, claim=claiming([]), pick=drawing({}, limit=1, seed=seed)
+            )
+            for seed in range(50)
+        )
+    )
+
+    assert [len(answer) for answer in answers] == [1] * 50
+    assert sorted(answer[0].task_id for answer in answers) == sorted(r.task_id for r in records)

@@ -361,6 +361,37 @@ WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
 ORDER BY pending_priority DESC, visible_at LIMIT :limit
 FOR UPDATE SKIP LOCKED
 
+-- name: claimable_levels
+-- Store dispatch's weighted claim, first step: how many runs (up to :limit) each priority
+-- level has claimable now, from the partial index tasks_claimable, without locking any: the
+-- caller draws from these how many of each level to claim (claimable_runs_weighted).
+SELECT level, (
+    SELECT count(*) FROM (
+        SELECT 1 FROM tasks
+        WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+          AND pending_priority = level AND visible_at <= :now AND open_deadline > :now
+        LIMIT :limit
+    ) AS claimable
+) AS runs
+FROM unnest(CAST(:levels AS INT[])) AS level
+
+-- name: claimable_runs_weighted
+-- Store dispatch's weighted claim, second step: the oldest :quotas[i] claimable runs of each
+-- priority level :levels[i], locked as claimable_runs locks them, skipping the locked ones.
+SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents,
+       t.version, t.traceparent
+FROM unnest(CAST(:levels AS INT[]), CAST(:quotas AS INT[])) AS pick(level, quota)
+CROSS JOIN LATERAL (
+    SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+           traceparent, visible_at
+    FROM tasks
+    WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+      AND pending_priority = pick.level AND visible_at <= :now AND open_deadline > :now
+    ORDER BY visible_at LIMIT pick.quota
+    FOR UPDATE SKIP LOCKED
+) AS t
+ORDER BY pick.level DESC, t.visible_at
+
 -- name: notify_pending
 -- Store dispatch's wake-up across replicas: one notification per task queue that has a run
 -- just made pending (the payload: provisionerId/workerType visibleAt), delivered to every

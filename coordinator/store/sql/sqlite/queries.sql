@@ -185,6 +185,16 @@ WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND pending_priority IS NOT NULL AND visible_at <= :now AND open_deadline > :now
 ORDER BY pending_priority DESC, visible_at LIMIT :limit
 
+-- name: claimable_runs_at_level
+-- Store dispatch's weighted claim: the oldest :limit claimable runs of one priority level, as
+-- claimable_runs reads them; the caller reads each level and draws how many of each to claim.
+SELECT task_id, definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
+       visible_at, pending_priority, resolved, notify_dependents, version, traceparent
+FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND pending_priority = :level AND visible_at <= :now AND open_deadline > :now
+ORDER BY visible_at LIMIT :limit
+
 -- name: mark_clients_used
 -- used is a JSON object, clientId to time: each raises its client's last_date_used.
 UPDATE auth_clients SET last_date_used = u.value
