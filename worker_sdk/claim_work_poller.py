@@ -29,7 +29,10 @@ class _ClaimWorkCall:
 class ClaimWorkPoller(BasePoller):
     """Asks the coordinator to claim work for the worker (``claimWork``); no Azure access.
 
-    The coordinator claims each task queue's runs highest priority first. A worker with
+    The coordinator claims each task queue's runs highest priority first, or, with
+    ``--polling weighted``, by the worker's weights, which every poll sends (under store
+    dispatch the coordinator draws each run's priority by them; Azure dispatch hands out its
+    hints as they come). A worker with
     several task queues keeps a long poll in flight for as many of them as its free capacity
     covers, sharing the capacity out among them (the task queue that waited longest first),
     and never hangs one up while it runs: a poll's claims cannot be taken back, so hanging up
@@ -43,6 +46,8 @@ class ClaimWorkPoller(BasePoller):
         self._turns = collections.deque(self._identity.task_queues)
         """Task queues by how long they have waited for a poll, longest first."""
         self._calls: dict[asyncio.Task[list[Claim]], _ClaimWorkCall] = {}
+        order = self._settings.order
+        self._weights = dict(order.weights) if order.polling == "weighted" else None
 
     async def _attempt(self, count: int) -> list[Claim]:
         self._call(count)
@@ -87,6 +92,7 @@ class ClaimWorkPoller(BasePoller):
                     worker_group=self._identity.worker_group,
                     worker_id=self._identity.worker_id,
                     tasks=tasks,
+                    weights=self._weights,
                 )
             )
             self._calls[poll] = _ClaimWorkCall(task_queue=task_queue, tasks=tasks)

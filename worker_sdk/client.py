@@ -293,12 +293,15 @@ class CoordinatorClient:
         worker_group: str,
         worker_id: str,
         tasks: int,
+        weights: Mapping[str, float] | None = None,
     ) -> list[Claim]:
+        """claimWork; ``weights`` per priority (this coordinator's extension: under store
+        dispatch it draws each run's priority by them) are sent only when given."""
+        body: dict[str, Any] = {"workerGroup": worker_group, "workerId": worker_id, "tasks": tasks}
+        if weights is not None:
+            body["weights"] = dict(weights)
         answer = await self._call(
-            "POST",
-            ("claim-work", provisioner_id, worker_type),
-            body={"workerGroup": worker_group, "workerId": worker_id, "tasks": tasks},
-            long_poll=True,
+            "POST", ("claim-work", provisioner_id, worker_type), body=body, long_poll=True
         )
         with _parsing(answer, "claimWork"):
             return [_claim(claim, answer) for claim in answer.body["tasks"]]

@@ -415,8 +415,6 @@ class WorkerOptions:
             )
         if self.polling not in POLLINGS:
             raise ValueError(f"polling must be strict or weighted, not {self.polling!r}")
-        if self.polling == "weighted" and self.claim_work:
-            raise ValueError("weighted polling needs Azure: claimWork picks by priority itself")
         if self.isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be none or process, not {self.isolation!r}")
         if self.max_runs_per_child is not None and self.isolation != "process":

@@ -117,6 +117,42 @@ async def test_a_worker_left_to_choose_claims_through_claim_work_under_store_dis
     assert [last_run(await s.status(t)) for t in (low, high)] == [("completed", "completed")] * 2
 
 
+async def test_weighted_polling_reaches_the_store_dispatch_claims(setup: MakeSetup) -> None:
+    """``--polling weighted`` sends its weights with each claimWork: a lowest priority weighted
+    far above the rest comes first, where strict priority would run it last."""
+    s = await setup(dispatch="store")
+    high = [await s.create(priority="highest") for _ in range(3)]
+    low = [await s.create(priority="lowest") for _ in range(3)]
+    order: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        order.append(run.task_id)
+
+    # 1e9 against 64: another priority first once in about 15 million draws
+    worker = s.worker(handle, capacity=1, polling="weighted", weights={"lowest": 1e9})
+    await run_until(worker, lambda: s.resolved(*high, *low))
+    assert order == [*low, *high]
+
+
+async def test_one_worker_shares_its_capacity_between_two_busy_task_queues_under_store_dispatch(
+    setup: MakeSetup,
+) -> None:
+    s = await setup(dispatch="store")
+    other = "sdk-wt-other"
+    mine = [await s.create(priority="medium") for _ in range(6)]
+    others = [await s.create(priority="medium", worker_type=other) for _ in range(6)]
+    order: list[str] = []
+
+    async def handle(run: TaskRun) -> None:
+        order.append(run.task_id)
+
+    worker = s.worker(handle, capacity=1, task_queues=[f"{s.provisioner_id}/{other}"])
+    await run_until(worker, lambda: s.resolved(*mine, *others))
+    # one long poll at a time, taking turns: neither task queue waits for the other to empty
+    assert [t in others for t in order[:6]] == [False, True] * 3
+    assert sorted(order) == sorted([*mine, *others])
+
+
 async def test_reclaims_keep_a_run_alive_with_fresh_temporary_credentials(
     setup: MakeSetup,
 ) -> None:

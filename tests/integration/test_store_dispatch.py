@@ -24,10 +24,16 @@ WORKER = {"workerGroup": "wg", "workerId": "w1"}
 
 
 async def claim_work(
-    coordinator: RunningCoordinator, *, tasks: int = 32, worker_id: str = "w1"
+    coordinator: RunningCoordinator,
+    *,
+    tasks: int = 32,
+    worker_id: str = "w1",
+    weights: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """One claimWork call of ``wg/<worker_id>``; its claims."""
-    body = {"workerGroup": "wg", "workerId": worker_id, "tasks": tasks}
+    """One claimWork call of ``wg/<worker_id>`` (with ``weights`` when given); its claims."""
+    body: dict[str, Any] = {"workerGroup": "wg", "workerId": worker_id, "tasks": tasks}
+    if weights is not None:
+        body["weights"] = weights
     claims: list[dict[str, Any]] = (await coordinator.ok("POST", f"/claim-work/{PROV}/{WT}", body))[
         "tasks"
     ]
@@ -115,6 +121,52 @@ async def test_claim_work_hands_out_by_priority_then_age_in_batches_of_up_to_32(
     assert first == high + low[:27]  # createTasks makes its batch visible at one time
     assert set(second) == set(low[27:])
     assert (await c.call("GET", f"/poll-task-url/{PROV}/{WT}")).status == 404
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def on_store(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The settings of store dispatch from SQLite, or from PostgreSQL."""
+    if request.param == "sqlite":
+        return {}
+    return {"store_url": request.getfixturevalue("postgres_schema_url")}
+
+
+async def test_claim_work_draws_each_priority_by_the_workers_weights(
+    start_coordinator: StartCoordinator, on_store: dict[str, Any]
+) -> None:
+    """The counts of a sustained load are tested on the store (tests/integration/store); here
+    the weights go from claimWork's body to the store's draw."""
+    c = await start_coordinator(**on_store)
+    high = [await c.create(priority="highest") for _ in range(3)]
+    low = [await c.create(priority="lowest") for _ in range(3)]
+
+    assert claimed_ids(await claim_work(c, tasks=1)) == high[:1]
+    # 1e9 against the others' default weights: another priority about once in 1e7 draws
+    assert sorted(claimed_ids(await claim_work(c, tasks=3, weights={"lowest": 1e9}))) == sorted(low)
+    # only one priority left with work: it gets every draw
+    assert claimed_ids(await claim_work(c, tasks=5, weights={"lowest": 1e9})) == high[1:]
+
+
+async def test_claim_work_refuses_weights_naming_each_bad_one(
+    start_coordinator: StartCoordinator,
+) -> None:
+    c = await start_coordinator()
+    await c.create(priority="lowest")
+    weights = {"normal": 1, "bogus": 2, "lowest": 0, "high": "x", "low": -2, "medium": 1}
+    response = await c.call(
+        "POST", f"/claim-work/{PROV}/{WT}", {**WORKER, "tasks": 1, "weights": weights}
+    )
+
+    assert response.status == 400, response.body
+    message = response.body["message"]
+    for named in ("'normal'", "'bogus'", "weights.lowest", "weights.high", "weights.low:"):
+        assert named in message, message
+    assert "weights.medium" not in message
+    for bad in ([1], {"lowest": None}, {"lowest": True}):
+        body = {**WORKER, "tasks": 1, "weights": bad}
+        assert (await c.call("POST", f"/claim-work/{PROV}/{WT}", body)).status == 400
+    # refused before any claim: the run is still there for a good request
+    assert len(await claim_work(c, tasks=1, weights={"medium": 3})) == 1
 
 
 async def test_a_waiting_claim_work_is_answered_as_soon_as_a_run_becomes_pending(
