@@ -294,6 +294,8 @@ class TaskFunction(Generic[_P, _R]):
         at: datetime | None = None,
         priority: str | None = None,
         dependencies: Iterable[TaskHandle | str] = (),
+        key: str | None = None,
+        deduplication_ttl: Wait | None = None,
         **kwargs: Any,
     ) -> TaskHandle:
         """Create one task calling the function with ``args`` and ``kwargs``.
@@ -302,6 +304,11 @@ class TaskFunction(Generic[_P, _R]):
         :param at: not claimable before then (an aware datetime); not with ``wait``.
         :param priority: instead of the function's (or the coordinator's default).
         :param dependencies: tasks (handles or taskIds) that must complete first.
+        :param key: the task's ``deduplicationKey``: while a task of the task queue with this
+            key is unresolved (or resolved less than its ``deduplication_ttl`` ago), nothing
+            is created and the handle returned is that task's.
+        :param deduplication_ttl: how long (seconds, or a timedelta; whole seconds, rounded
+            up) the task keeps ``key`` once resolved; only with ``key``.
         :raises TypeError: the arguments do not bind to the function, or are not JSON.
         :raises RequestFailed: the coordinator refused the task, or did not answer.
         """
@@ -313,18 +320,22 @@ class TaskFunction(Generic[_P, _R]):
             priority=priority,
             dependencies=dependencies,
         )
+        definition.update(_deduplication(key, deduplication_ttl))
         definition["payload"] = call.payload()
         client = self.app.connection.client()
         tracer = tracing.tracer()
         if tracer is None:
-            await client.create_task(task_id, definition)
+            status = await client.create_task(task_id, definition)
         else:
             task_queue_id = definition["taskQueueId"]
             with tracing.dispatching(
                 tracer, "dispatch", self.name, task_queue_id, taskId=task_id
             ) as span:
-                await client.create_task(task_id, definition, traceparent=tracer.traceparent(span))
-        return self.app.handle(task_id)
+                status = await client.create_task(
+                    task_id, definition, traceparent=tracer.traceparent(span)
+                )
+        # a deduplicated dispatch is answered with the status of the task holding the key
+        return self.app.handle(status.get("taskId", task_id))
 
     async def dispatch_many(
         self,
@@ -463,6 +474,22 @@ class TaskFunction(Generic[_P, _R]):
 
 def _task_queue(value: str | TaskQueue) -> TaskQueue:
     return value if isinstance(value, TaskQueue) else TaskQueue.parse(value)
+
+
+def _deduplication(key: str | None, ttl: Wait | None) -> dict[str, Any]:
+    """The ``deduplicationKey`` and ``deduplicationTtl`` that ``key`` and ``ttl`` ask for
+    (the coordinator checks the key's characters and length)."""
+    if key is None:
+        if ttl is not None:
+            raise ValueError("deduplication_ttl needs a key: give key= too, or drop it")
+        return {}
+    fields: dict[str, Any] = {"deduplicationKey": key}
+    if ttl is not None:
+        seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+        if not 0 <= seconds < math.inf:
+            raise ValueError(f"deduplication_ttl must be a time from 0 on, not {ttl}")
+        fields["deduplicationTtl"] = math.ceil(seconds)
+    return fields
 
 
 def _not_before(wait: Wait | None, at: datetime | None) -> datetime | None:

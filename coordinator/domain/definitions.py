@@ -197,7 +197,8 @@ def _check_times(*, created: int, deadline: int, now: int, limit: int) -> None:
 
 def _scheduling(body: Mapping[str, Any], *, deadline: int) -> dict[str, Any]:
     """The optional scheduling fields, normalised: ``notBefore``, ``retryDelay`` (with its
-    default factor), ``retryPriority`` and ``claimTimeout``; absent ones stay absent."""
+    default factor), ``retryPriority``, ``claimTimeout`` and ``deduplicationKey`` (with its
+    ``deduplicationTtl``, default 0); absent ones stay absent."""
     fields: dict[str, Any] = {}
     if "notBefore" in body:
         not_before = _time(body, "notBefore")
@@ -216,7 +217,31 @@ def _scheduling(body: Mapping[str, Any], *, deadline: int) -> dict[str, Any]:
         fields["retryPriority"] = canonical_priority(body["retryPriority"])
     if "claimTimeout" in body:
         fields["claimTimeout"] = int(body["claimTimeout"])
+    if "deduplicationKey" in body:
+        fields["deduplicationKey"] = body["deduplicationKey"]
+        fields["deduplicationTtl"] = int(body.get("deduplicationTtl", 0))
+    elif "deduplicationTtl" in body:
+        raise InputError(
+            "deduplicationTtl is given without deduplicationKey: it says how long a resolved "
+            "task keeps its key, so add the key or drop the TTL"
+        )
     return fields
+
+
+def deduplication_key(definition: Mapping[str, Any]) -> str | None:
+    """The normalised definition's ``deduplicationKey``, if it has one."""
+    key: str | None = definition.get("deduplicationKey")
+    return key
+
+
+def holds_key(holder: TaskRecord, *, now: int) -> bool:
+    """Whether ``holder`` still holds its deduplication key at ``now``: it is unresolved, or
+    resolved less than its ``deduplicationTtl`` ago (a rerun makes it unresolved again)."""
+    resolved = holder.resolved
+    if resolved is None:
+        return True
+    ttl: int = holder.definition.get("deduplicationTtl", 0)
+    return now - resolved < ttl * 1000
 
 
 def _check_unique(field: str, values: Sequence[str]) -> None:

@@ -10,6 +10,7 @@ and the resolvers' scans included. Failures are domain errors
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,8 @@ from coordinator.service.metrics import ServiceMetrics
 from coordinator.service.transitions import Change, Transition, Transitions, log_changes
 from coordinator.store.base import Store
 from coordinator.store.contract.dispatch import PendingAnnouncement, PickLevels
+
+log = logging.getLogger(__name__)
 
 Permit = Callable[[TaskRecord, int], None]
 """A batch caller's right to act on run ``runId`` of a task as stored: raises
@@ -58,6 +61,10 @@ GROUP_PAGE = 200
 
 BATCH_EFFECTS_AT_ONCE = 64
 """How many of a createTasks batch's hint puts are in flight at once."""
+
+KEY_CLAIM_ATTEMPTS = 8
+"""How often a create retries claiming a deduplication key that moved under it (each retry
+means another create or the expiry sweep won a race on that key)."""
 
 
 class TaskService:
@@ -176,7 +183,9 @@ class TaskService:
         """createTask: validate, store and (without dependencies) schedule a new task.
 
         Idempotent: the same definition again returns the current record; a different one is
-        a conflict.
+        a conflict. With a deduplicationKey held by another task (unresolved, or resolved
+        less than its deduplicationTtl ago), nothing is created and that task's record is
+        returned.
 
         :param traceparent: the span that creates the task, stored with it (not part of the
             definition, so a retried create under another span is still the same task).
@@ -189,13 +198,23 @@ class TaskService:
             task_id, body, now=now, max_deadline_ms=self.max_deadline_ms
         )
         record = record_from_definition(task_id, definition, traceparent=traceparent)
+        return await self._create(record, now=now)
+
+    async def _create(self, record: TaskRecord, *, now: int) -> TaskRecord:
+        """Check, store and schedule one new task: :meth:`create_task` after normalising."""
         if record.dependencies:
             await self.dependencies.check(record)
         created = self.transitions.to_store(lifecycle.create(record, now=now))
         events = task_events(None, created.record) if self.transitions.publish_events else ()
-        stored = await self._store.insert(created.record, events=events)
+        key = definitions.deduplication_key(record.definition)
+        if key is None:
+            stored = await self._store.insert(created.record, events=events)
+        else:
+            stored, answer = await self._insert_keyed(created.record, key, events=events)
+            if answer is not None:
+                return answer
         if stored is None:
-            result = await self._not_inserted(record, await self._store.get(task_id))
+            result = await self._not_inserted(record, await self._store.get(record.task_id))
             if isinstance(result, Conflict):
                 raise result
             return result
@@ -213,7 +232,8 @@ class TaskService:
         self, items: Sequence[tuple[str, Mapping[str, Any]]], *, traceparent: str | None = None
     ) -> list[TaskRecord | DomainError]:
         """createTasks: each item as :meth:`create_task` would, all new records written in one
-        store transaction, their hints put concurrently.
+        store transaction, their hints put concurrently; but those with a deduplicationKey
+        each in its own, after the others.
 
         :param items: ``(taskId, body)`` pairs; a taskId may repeat with the same definition.
         :param traceparent: the span that creates them, stored with each.
@@ -244,11 +264,60 @@ class TaskService:
                 continue
             records[task_id] = record_from_definition(task_id, definition, traceparent=traceparent)
             slots[task_id] = [index]
-        answers = await self._insert_batch(records, now=now)
+        keyed = {t: r for t, r in records.items() if definitions.deduplication_key(r.definition)}
+        answers = await self._insert_batch(
+            {t: r for t, r in records.items() if t not in keyed}, now=now
+        )
+        # after the batch, so a keyed task may depend on the batch's other tasks; one at a
+        # time, so two of them with one key deduplicate to the first
+        for task_id, record in keyed.items():
+            try:
+                answers[task_id] = await self._create(record, now=now)
+            except (InputError, Conflict) as error:
+                answers[task_id] = error
         for task_id, answer in answers.items():
             for index in slots[task_id]:
                 results[index] = answer
         return [result for result in results if result is not None]
+
+    async def _insert_keyed(
+        self, record: TaskRecord, key: str, *, events: Sequence[QueueEvent]
+    ) -> tuple[TaskRecord | None, TaskRecord | None]:
+        """Insert ``record`` claiming its deduplication key: ``(stored, None)`` as
+        :meth:`Store.insert <coordinator.store.contract.tasks.TaskStore.insert>` answers, or
+        ``(None, holder)`` when another task still holds the key (createTask's answer).
+
+        The key is taken over from a holder that no longer holds it by compare-and-set on that
+        holder, so of concurrent creates exactly one takes it and the others read the winner.
+        """
+        holder: str | None = None
+        for _ in range(KEY_CLAIM_ATTEMPTS):
+            outcome = await self._store.insert_keyed(record, key, holder=holder, events=events)
+            if outcome.claimed:
+                return outcome.stored, None
+            if outcome.holder is None or outcome.holder == record.task_id:
+                # a free key, or this very task's: createTask's idempotency decides
+                holder = None
+                if outcome.holder == record.task_id:
+                    return None, None
+                continue
+            found = await self._store.get_many([outcome.holder, record.task_id])
+            if record.task_id in found:
+                return None, None
+            existing = found.get(outcome.holder)
+            if existing is not None and definitions.holds_key(existing, now=self.clock()):
+                log.info(
+                    "task deduplicated taskId=%s existingTaskId=%s taskQueueId=%s",
+                    record.task_id,
+                    existing.task_id,
+                    record.task_queue_id,
+                )
+                return None, existing
+            holder = outcome.holder
+        raise Conflict(
+            f"deduplicationKey {key!r} changed hands {KEY_CLAIM_ATTEMPTS} times while task "
+            f"{record.task_id} was being created; try again"
+        )
 
     async def _not_inserted(
         self, record: TaskRecord, existing: TaskRecord | None

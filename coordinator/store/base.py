@@ -22,6 +22,7 @@ from coordinator.domain.task_queues import TaskQueue
 from coordinator.store.contract.artifacts import ArtifactStore
 from coordinator.store.contract.auth import AuthStore
 from coordinator.store.contract.controls import QueueControlStore
+from coordinator.store.contract.deduplication import DeduplicationStore
 from coordinator.store.contract.dispatch import DispatchStore
 from coordinator.store.contract.hooks import HookStore
 from coordinator.store.contract.index import IndexStore
@@ -46,6 +47,7 @@ class Store(
     IndexStore,
     SecretStore,
     PurgeCacheStore,
+    DeduplicationStore,
     abc.ABC,
 ):
     """The whole store: every part of the contract, and the database it is kept in."""

@@ -76,6 +76,7 @@ from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns
 from coordinator.store.base import ProcessLocks
+from coordinator.store.contract.deduplication import KeyedInsert
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement, PickLevels
 from coordinator.store.index_rows import indexed_task_columns, namespace_columns
 from coordinator.store.outages import OutageWatch
@@ -92,7 +93,7 @@ from coordinator.store.rows import (
     stored_after_cas,
     tag_rows,
 )
-from coordinator.store.sql_store import SQLStore, task_group_from_row
+from coordinator.store.sql_store import SQLStore, deduplication_key_columns, task_group_from_row
 from coordinator.store.sqlfiles import migrations, queries
 from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
@@ -345,6 +346,10 @@ async def _claimable_runs(
     return cast(list[asyncpg.Record], await conn.fetch(select.sql, *select.args(params)))
 
 
+class _KeyReleased(Exception):
+    """Rolls back a key claimed for a task that was then not inserted."""
+
+
 class _PendingListener:
     """A connection of its own that ``LISTEN``s for store dispatch's announcements and hands
     each to ``on_pending``; it connects again while the server is away (the long polls fall
@@ -582,22 +587,61 @@ class PostgresStore(SQLStore):
 
         return await self._outages.watch(run())
 
-    async def insert(
-        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
-    ) -> TaskRecord | None:
+    @staticmethod
+    def _insert_params(record: TaskRecord) -> dict[str, Any]:
+        """insert_task's parameters: the record's columns, its edges and tags as arrays."""
         tags = record.tags
-        params = {
+        return {
             **insert_columns(record),
             "dependencies": list(record.dependencies),
             "tag_keys": [key for key, _ in tags],
             "tag_values": [value for _, value in tags],
         }
+
+    async def insert(
+        self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
+    ) -> TaskRecord | None:
+        params = self._insert_params(record)
         if events:
             statement, args = _with_outbox_args("insert_task", params, events)
             inserted = await self._outages.watch(self._connections.fetchval(statement.sql, *args))
         else:
             inserted = await self._fetchval("insert_task", **params)
         return record.replace(version=1) if inserted else None
+
+    async def insert_keyed(
+        self,
+        record: TaskRecord,
+        key: str,
+        *,
+        holder: str | None,
+        events: Sequence[QueueEvent] = (),
+    ) -> KeyedInsert:
+        columns = deduplication_key_columns(record, key, holder)
+        claim = _Q["insert_deduplication_key" if holder is None else "take_over_deduplication_key"]
+        read = _Q["deduplication_key_holder"]
+        params = self._insert_params(record)
+        if events:
+            statement, args = _with_outbox_args("insert_task", params, events)
+        else:
+            statement, args = _Q["insert_task"], _Q["insert_task"].args(params)
+
+        async def run() -> KeyedInsert:
+            async with self._connections.acquire() as conn:
+                try:
+                    async with conn.transaction():
+                        # a concurrent claim of the key waits here on the row until ours
+                        # commits or rolls back, then finds it held, or moved
+                        if await conn.fetchval(claim.sql, *claim.args(columns)) is None:
+                            held = await conn.fetchval(read.sql, *read.args(columns))
+                            return KeyedInsert(claimed=False, holder=held)
+                        if not await conn.fetchval(statement.sql, *args):
+                            raise _KeyReleased
+                except _KeyReleased:
+                    return KeyedInsert(claimed=True)
+                return KeyedInsert(claimed=True, stored=record.replace(version=1))
+
+        return await self._outages.watch(run())
 
     async def insert_many(
         self,
@@ -845,6 +889,7 @@ class PostgresStore(SQLStore):
     async def delete_expired(self, now: int, limit: int) -> int:
         deleted = cast(int, await self._fetchval("delete_expired", now=now, limit=limit))
         await self._fetch("delete_expired_groups", now=now, limit=limit)
+        await self._fetch("delete_expired_deduplication_keys", now=now, limit=limit)
         return deleted
 
     # --- task queues and workers ----------------------------------------------------------

@@ -763,3 +763,15 @@ def _claimed_key(record: TaskRecord) -> Key:
     run = record.last_run
     assert run is not None and run.started is not None  # claimed_runs: running last runs only
     return (run.started, record.task_id)
+
+
+def deduplication_key_columns(record: TaskRecord, key: str, holder: str | None) -> dict[str, Any]:
+    """The key statements' parameters: the key's row as ``record`` would hold it, and the
+    holder it moves from (``None``: a free key)."""
+    return {
+        "task_queue_id": record.task_queue_id,
+        "deduplication_key": key,
+        "task_id": record.task_id,
+        "expires": record.expires,
+        "holder": holder,
+    }

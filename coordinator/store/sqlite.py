@@ -45,6 +45,7 @@ from coordinator.domain.task_queues import PRIORITIES, TaskQueue, priority_level
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
 from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
 from coordinator.store.base import ProcessLocks
+from coordinator.store.contract.deduplication import KeyedInsert
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement, PickLevels
 from coordinator.store.index_rows import indexed_task_columns, namespace_columns
 from coordinator.store.outages import OutageWatch
@@ -62,7 +63,7 @@ from coordinator.store.rows import (
     stored_after_cas,
     tag_rows,
 )
-from coordinator.store.sql_store import SQLStore, task_group_from_row
+from coordinator.store.sql_store import SQLStore, deduplication_key_columns, task_group_from_row
 from coordinator.store.sqlfiles import migrations, queries
 from coordinator.store.sqlite_group_commit import GroupCommit, Where
 from coordinator.store.task_filters import filter_clause
@@ -120,6 +121,10 @@ SCANS = frozenset(
 sorted by a time inside their JSON), the artifacts of a batch of tasks being deleted, and
 every client or every role (the auth reload after a write), which may be many: run on the
 store thread."""
+
+
+class _KeyReleased(Exception):
+    """Rolls back a key claimed for a task that was then not inserted."""
 
 
 def _insert_all(
@@ -406,6 +411,34 @@ class SQLiteStore(SQLStore):
             return None
         return record.replace(version=1)
 
+    async def insert_keyed(
+        self,
+        record: TaskRecord,
+        key: str,
+        *,
+        holder: str | None,
+        events: Sequence[QueueEvent] = (),
+    ) -> KeyedInsert:
+        columns = deduplication_key_columns(record, key, holder)
+        claim = _Q["insert_deduplication_key" if holder is None else "take_over_deduplication_key"]
+        task_columns = insert_columns(record)
+        outbox = outbox_rows(events)
+
+        def insert(conn: sqlite3.Connection) -> KeyedInsert:
+            if conn.execute(claim, columns).fetchone() is None:
+                held = conn.execute(_Q["deduplication_key_holder"], columns).fetchone()
+                return KeyedInsert(claimed=False, holder=None if held is None else held[0])
+            if not _insert_all(conn, [record], [task_columns]):
+                # the call's savepoint undoes the key's claim
+                raise _KeyReleased
+            _write_outbox(conn, outbox)
+            return KeyedInsert(claimed=True, stored=record.replace(version=1))
+
+        try:
+            return await self._run(insert)
+        except _KeyReleased:
+            return KeyedInsert(claimed=True)
+
     async def insert_many(
         self,
         records: Sequence[TaskRecord],
@@ -638,6 +671,7 @@ class SQLiteStore(SQLStore):
             ids = [row[0] for row in conn.execute(_Q["expired_task_ids"], params)]
             _delete_ids(conn, ids)
             conn.execute(_Q["delete_expired_groups"], params)
+            conn.execute(_Q["delete_expired_deduplication_keys"], params)
             return len(ids)
 
         return await self._run_scan(delete)

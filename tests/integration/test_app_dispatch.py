@@ -228,3 +228,35 @@ async def test_tasks_the_coordinator_refuses_raise_request_failed_saying_why(app
     assert "2 of 2 tasks refused; call 0" in many.value.message and missing in many.value.message
     assert (sorted(many.value.refusals), many.value.created) == ([0, 1], [])
     assert missing in many.value.refusals[1]["message"]
+
+
+async def test_dispatch_with_a_key_returns_the_handle_of_the_task_holding_it(
+    app: App, coordinator: RunningCoordinator
+) -> None:
+    add = app.functions[f"{__name__}:add"]
+    first = await add.dispatch(1, key="sum:1", deduplication_ttl=timedelta(seconds=90.5))
+    task = await definition(coordinator, first)
+    assert (task["deduplicationKey"], task["deduplicationTtl"]) == ("sum:1", 91)
+    again = await add.dispatch(2, key="sum:1")
+    assert again.task_id == first.task_id
+    assert (await definition(coordinator, again))["payload"]["args"] == [1]
+    other = await add.dispatch(1, key="sum:2")
+    assert other.task_id != first.task_id
+    seen: dict[str, str] = {}
+
+    def view() -> None:  # the sync form, from a thread without an event loop
+        seen["task_id"] = add.dispatch_sync(3, key="sum:1").task_id
+
+    await asyncio.wait_for(asyncio.to_thread(view), timeout=30)
+    assert seen["task_id"] == first.task_id
+
+
+async def test_bad_keys_are_refused_before_or_by_the_coordinator(app: App) -> None:
+    add = app.functions[f"{__name__}:add"]
+    with pytest.raises(ValueError, match="deduplication_ttl needs a key"):
+        await add.dispatch(1, deduplication_ttl=60)
+    with pytest.raises(ValueError, match="deduplication_ttl must be a time from 0 on"):
+        await add.dispatch(1, key="k", deduplication_ttl=-1)
+    with pytest.raises(RequestFailed) as refused:
+        await add.dispatch(1, key="k" * 256)
+    assert refused.value.status == 400 and "deduplicationKey" in refused.value.message

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
 import pytest
 
-from coordinator.domain.definitions import definitions_match, normalise
+from coordinator.domain import lifecycle
+from coordinator.domain.definitions import definitions_match, holds_key, normalise
 from coordinator.domain.errors import InputError
 from coordinator.domain.json_text import compact, exact_loads
-from coordinator.domain.records import from_iso, to_iso
+from coordinator.domain.records import from_iso, record_from_definition, to_iso
 from devharness.tasks import task_definition
 
 TASK_ID = "Jgj3vp06TJCopdyHUgtfww"
@@ -381,3 +383,28 @@ def test_stored_json_reads_back_as_the_standard_library_reads_it(value: object) 
     read = exact_loads(text)
     assert read == json.loads(text) == value
     assert repr(read) == repr(json.loads(text))  # same types too: no int read as a float
+
+
+def test_a_deduplication_key_is_kept_with_its_ttl_defaulting_to_zero() -> None:
+    assert norm(minimal(deduplicationKey="k"))["deduplicationTtl"] == 0
+    out = norm(minimal(deduplicationKey=" spaces ~ ok ", deduplicationTtl=60.0))
+    assert out["deduplicationKey"] == " spaces ~ ok "
+    assert out["deduplicationTtl"] == 60 and isinstance(out["deduplicationTtl"], int)
+    assert not {"deduplicationKey", "deduplicationTtl"} & norm(minimal()).keys()
+    body = minimal(deduplicationKey="k")
+    assert not definitions_match(norm(body), norm({**body, "deduplicationKey": "K"}))
+
+
+def test_a_ttl_without_a_key_is_refused() -> None:
+    message = rejects(minimal(deduplicationTtl=60))
+    assert "deduplicationTtl is given without deduplicationKey" in message
+
+
+def test_a_holder_keeps_its_key_until_resolved_plus_its_ttl() -> None:
+    definition = norm(minimal(deduplicationKey="k", deduplicationTtl=60))
+    pending = lifecycle.create(record_from_definition(TASK_ID, definition), now=NOW).record
+    assert holds_key(pending, now=NOW + 10**12)
+    run = dataclasses.replace(pending.runs[0], state="completed", resolved=NOW)
+    resolved = pending.replace(runs=(run,))
+    assert holds_key(resolved, now=NOW + 59_999)
+    assert not holds_key(resolved, now=NOW + 60_000)

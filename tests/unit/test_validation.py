@@ -260,6 +260,13 @@ def test_priorities_are_valid(priority: str) -> None:
         ({"extra": "x"}, "body.extra: 'x' is not of type 'object'"),
         ({"tags": {"a": 1}}, "body.tags.a: 1 is not of type 'string'"),
         ({"tags": {"a-b": "x" * 4097}}, "body.tags['a-b']: "),
+        ({"deduplicationKey": ""}, "body.deduplicationKey: '' should be non-empty"),
+        ({"deduplicationKey": "k" * 256}, "body.deduplicationKey: 'kkk"),
+        ({"deduplicationKey": "caf\u00e9"}, "body.deduplicationKey: 'café' does not match"),
+        ({"deduplicationKey": "a\nb"}, "body.deduplicationKey: 'a\\nb' does not match"),
+        ({"deduplicationTtl": -1}, "body.deduplicationTtl: -1 is less than the minimum of 0"),
+        ({"deduplicationTtl": 1.5}, "body.deduplicationTtl: 1.5 is not of type 'integer'"),
+        ({"deduplicationTtl": True}, "body.deduplicationTtl: True is not of type 'integer'"),
     ],
 )
 def test_create_task_rejections(changes: dict[str, Any], expected: str) -> None:

@@ -596,3 +596,27 @@ WHERE (provisioner_id, worker_type, cache_name) IN (
     SELECT provisioner_id, worker_type, cache_name FROM cache_purges
     WHERE expires < :now ORDER BY expires LIMIT :limit)
 RETURNING provisioner_id
+
+-- name: insert_deduplication_key
+-- Claims a free key; no row when another task holds it.
+INSERT INTO deduplication_keys (task_queue_id, deduplication_key, task_id, expires)
+VALUES (:task_queue_id, :deduplication_key, :task_id, :expires)
+ON CONFLICT (task_queue_id, deduplication_key) DO NOTHING
+RETURNING task_id
+
+-- name: take_over_deduplication_key
+-- Moves a key from the holder the creator read (compare-and-set); no row when it moved since.
+UPDATE deduplication_keys SET task_id = :task_id, expires = :expires
+WHERE task_queue_id = :task_queue_id AND deduplication_key = :deduplication_key
+  AND task_id = :holder
+RETURNING task_id
+
+-- name: deduplication_key_holder
+SELECT task_id FROM deduplication_keys
+WHERE task_queue_id = :task_queue_id AND deduplication_key = :deduplication_key
+
+-- name: delete_expired_deduplication_keys
+DELETE FROM deduplication_keys WHERE (task_queue_id, deduplication_key) IN (
+    SELECT task_queue_id, deduplication_key FROM deduplication_keys
+    WHERE expires <= :now ORDER BY expires LIMIT :limit
+)
