@@ -50,9 +50,10 @@ async def _secured(
 async def _rows(dsn: str, schema: str) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(dsn)
     try:
-        return await conn.fetch(
-            f"SELECT task_id, client_id, state, reason FROM {schema}.task_inbox"
+        rows: list[asyncpg.Record] = await conn.fetch(
+            f"SELECT task_id, state, reason FROM {schema}.task_inbox"
         )
+        return rows
     finally:
         await conn.close()
 
