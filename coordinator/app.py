@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from aiohttp import hdrs, web
@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from coordinator.api import keyset, openapi, validation
 from coordinator.api.artifacts import ArtifactUrls
-from coordinator.api.auth import Authorizer
+from coordinator.api.auth import UNRESTRICTED, Authorizer
 from coordinator.api.endpoints import API_PREFIX, MAX_REQUEST_LINE
 from coordinator.api.hooks import HookTasks
 from coordinator.api.http import Handler, error_middleware, json_response
@@ -45,6 +45,7 @@ from coordinator.resolvers import (
     expiry_sweeper,
     hint_keeper,
     hook_scheduler,
+    inbox_ingester,
     index_sweeper,
     last_fire_sweeper,
     purge_request_sweeper,
@@ -67,6 +68,8 @@ from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.encryption import Cipher, load_key
 from coordinator.service.event_outbox import EventOutbox
 from coordinator.service.hooks import DUE_BATCH, HookService
+from coordinator.service.inbox import BATCH as INBOX_BATCH
+from coordinator.service.inbox import InboxService, ScopesOf
 from coordinator.service.index import IndexService
 from coordinator.service.management import ResolvedTTLs, TaskManagement
 from coordinator.service.metrics import ServiceMetrics
@@ -104,6 +107,7 @@ class Coordinator:
     controls: QueueControlService
     claims: ClaimPolicy
     creates: CreatePolicy
+    inbox: InboxService
     metrics: ServiceMetrics
     events: EventOutbox | None = None
 
@@ -261,6 +265,12 @@ ACTORS: tuple[ActorSpec, ...] = (
         busy_at=SECRET_EXPIRY_BATCH,
     ),
     ActorSpec(
+        name="inbox-ingester",
+        run_once=lambda c: inbox_ingester.run_once(c.inbox),
+        interval=lambda config: 0.0,  # the pass itself waits for a commit, or a second
+        busy_at=INBOX_BATCH,
+    ),
+    ActorSpec(
         name="purge-request-sweeper",
         run_once=lambda c: purge_request_sweeper.run_once(c.purge_cache),
         interval=lambda config: purge_request_sweeper.INTERVAL,
@@ -326,6 +336,8 @@ async def _open(
     clock: Callable[[], int],
     metrics: ServiceMetrics,
     directory: ClientDirectory,
+    *,
+    unrestricted: bool,
 ) -> Coordinator:
     """The store (migrated), the queue layer, the blob store and the services over them,
     ready to serve.
@@ -333,6 +345,8 @@ async def _open(
     :param clock: epoch-milliseconds clock for every transition.
     :param metrics: what the service layer counts into.
     :param directory: the authorizer's clients, to which the store's are added.
+    :param unrestricted: authentication is off: every client holds ``*`` (the task inbox's
+        rows too).
     """
     async with contextlib.AsyncExitStack() as opened:  # closes what opened if a later step fails
         azure_queues = _queue_service(config)
@@ -343,7 +357,7 @@ async def _open(
         store = await open_store(config.store_url)
         opened.push_async_callback(store.close)
         coordinator = await _serve_over(
-            config, clock, metrics, azure_queues, blobs, store, directory
+            config, clock, metrics, azure_queues, blobs, store, directory, unrestricted
         )
         opened.pop_all()  # open until _close
         return coordinator
@@ -357,6 +371,7 @@ async def _serve_over(
     blobs: BlobStore,
     store: Store,
     directory: ClientDirectory,
+    unrestricted: bool,
 ) -> Coordinator:
     """The services over the open queue layer, blob store and store (see :func:`_open`)."""
     cipher = Cipher(load_key(value=config.encryption_key, path=config.encryption_key_file))
@@ -401,6 +416,13 @@ async def _serve_over(
     )
     await dispatch.start()
     creates = CreatePolicy(service=service, workers=workers)
+    inbox = InboxService(
+        store=store,
+        create_task=HookTasks(creates, whose="The scopes of the client the inbox row names"),
+        scopes_of=_inbox_scopes(directory, clock, unrestricted=unrestricted),
+        metrics=metrics,
+    )
+    await inbox.listen()
     return Coordinator(
         config=config,
         store=store,
@@ -435,9 +457,28 @@ async def _serve_over(
         controls=controls,
         claims=ClaimPolicy(service=service, dispatch=dispatch, controls=controls, workers=workers),
         creates=creates,
+        inbox=inbox,
         metrics=metrics,
         events=events,
     )
+
+
+def _inbox_scopes(
+    directory: ClientDirectory, clock: Callable[[], int], *, unrestricted: bool
+) -> ScopesOf:
+    """What the client an inbox row names holds, as its createTask request would."""
+
+    def scopes_of(client_id: str) -> Sequence[str] | None:
+        if unrestricted:
+            return UNRESTRICTED.scopes
+        client = directory.lookup(client_id)
+        if client is None or client.disabled:
+            return None
+        if client.expires is not None and client.expires < clock():
+            return None
+        return client.scopes
+
+    return scopes_of
 
 
 async def _close(coordinator: Coordinator, runner: Runner) -> None:
@@ -469,7 +510,9 @@ def _lifespan(
     """The app's start-up and clean-up (see :func:`build_app` for the parameters)."""
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        coordinator = await _open(config, clock, metrics, authorizer.directory)
+        coordinator = await _open(
+            config, clock, metrics, authorizer.directory, unrestricted=authorizer.unrestricted
+        )
         tracer = open_tracer("queue-coordinator")
         app[keyset.TOKEN_KEY] = await coordinator.management.token_key()
         app[COORDINATOR] = coordinator

@@ -83,6 +83,7 @@ from worker_sdk.errors import (
     TaskException,
 )
 from worker_sdk.handles import TaskHandle
+from worker_sdk.inbox import InboxUnavailable, enqueue_in, enqueue_in_sync
 from worker_sdk.options import WorkerOptions
 from worker_sdk.priorities import TaskQueue
 from worker_sdk.results import TaskFailed
@@ -96,6 +97,7 @@ __all__ = [
     "Credentials",
     "DispatchRefused",
     "Handler",
+    "InboxUnavailable",
     "InternalError",
     "MalformedPayload",
     "RequestFailed",
@@ -109,4 +111,6 @@ __all__ = [
     "TaskRun",
     "Worker",
     "WorkerOptions",
+    "enqueue_in",
+    "enqueue_in_sync",
 ]

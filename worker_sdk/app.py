@@ -44,6 +44,7 @@ from worker_sdk.client import root_urls_of
 from worker_sdk.connection import Connection, blocking_form
 from worker_sdk.errors import RequestFailed
 from worker_sdk.handles import TaskHandle
+from worker_sdk.inbox import enqueue_in, enqueue_in_sync
 from worker_sdk.priorities import PRIORITIES, TaskQueue
 from worker_sdk.runs import TaskRun
 from worker_sdk.serving import serve
@@ -312,16 +313,8 @@ class TaskFunction(Generic[_P, _R]):
         :raises TypeError: the arguments do not bind to the function, or are not JSON.
         :raises RequestFailed: the coordinator refused the task, or did not answer.
         """
-        call = encode_call(self.name, self.signature, args, kwargs)
-        task_id = slugid.nice()
-        definition = self._definition(
-            now=datetime.now(UTC),
-            not_before=_not_before(wait, at),
-            priority=priority,
-            dependencies=dependencies,
-        )
+        task_id, definition = self._call(args, kwargs, wait, at, priority, dependencies)
         definition.update(_deduplication(key, deduplication_ttl))
-        definition["payload"] = call.payload()
         client = self.app.connection.client()
         tracer = tracing.tracer()
         if tracer is None:
@@ -336,6 +329,68 @@ class TaskFunction(Generic[_P, _R]):
                 )
         # a deduplicated dispatch is answered with the status of the task holding the key
         return self.app.handle(status.get("taskId", task_id))
+
+    async def dispatch_in(
+        self,
+        connection: Any,
+        /,
+        *args: Any,
+        client_id: str,
+        schema: str | None = None,
+        wait: Wait | None = None,
+        at: datetime | None = None,
+        priority: str | None = None,
+        dependencies: Iterable[TaskHandle | str] = (),
+        **kwargs: Any,
+    ) -> TaskHandle:
+        """:meth:`dispatch`, but as a row of the coordinator's task inbox written in
+        ``connection``'s open transaction (:func:`worker_sdk.inbox.enqueue_in`): the task
+        exists once, and only if, that transaction commits. ``client_id`` and ``schema`` are
+        enqueue_in's; a function argument cannot be named either.
+
+        :raises InboxUnavailable: not an asyncpg or async psycopg connection.
+        """
+        task_id, definition = self._call(args, kwargs, wait, at, priority, dependencies)
+        await enqueue_in(connection, task_id, definition, client_id=client_id, schema=schema)
+        return self.app.handle(task_id)
+
+    def dispatch_in_sync(
+        self,
+        connection: Any,
+        /,
+        *args: Any,
+        client_id: str,
+        schema: str | None = None,
+        wait: Wait | None = None,
+        at: datetime | None = None,
+        priority: str | None = None,
+        dependencies: Iterable[TaskHandle | str] = (),
+        **kwargs: Any,
+    ) -> TaskHandle:
+        """:meth:`dispatch_in` on a synchronous psycopg ``Connection``."""
+        task_id, definition = self._call(args, kwargs, wait, at, priority, dependencies)
+        enqueue_in_sync(connection, task_id, definition, client_id=client_id, schema=schema)
+        return self.app.handle(task_id)
+
+    def _call(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        wait: Wait | None,
+        at: datetime | None,
+        priority: str | None,
+        dependencies: Iterable[TaskHandle | str],
+    ) -> tuple[str, dict[str, Any]]:
+        """A new taskId and the createTask body of one call (dispatch's and dispatch_in's)."""
+        call = encode_call(self.name, self.signature, args, kwargs)
+        definition = self._definition(
+            now=datetime.now(UTC),
+            not_before=_not_before(wait, at),
+            priority=priority,
+            dependencies=dependencies,
+        )
+        definition["payload"] = call.payload()
+        return slugid.nice(), definition
 
     async def dispatch_many(
         self,

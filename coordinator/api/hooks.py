@@ -40,12 +40,22 @@ Body = dict[str, Any]
 
 
 class HookTasks:
-    """createTask for a hook's fire: what the createTask endpoint checks of a request, with
-    the hook's scopes (those of the client that last created or updated it) in the caller's
-    place, then :meth:`CreatePolicy.create_task`, as every create."""
+    """createTask for a hook's fire (or a task inbox row): what the createTask endpoint checks
+    of a request, with the hook's scopes (those of the client that last created or updated it;
+    for the inbox, those of the client the row names) in the caller's place, then
+    :meth:`CreatePolicy.create_task`, as every create.
 
-    def __init__(self, creates: CreatePolicy) -> None:
+    :param whose: says whose scopes fell short, in the refusal.
+    """
+
+    def __init__(
+        self,
+        creates: CreatePolicy,
+        *,
+        whose: str = "The hook's scopes (those of the client that last created or updated it)",
+    ) -> None:
         self._creates = creates
+        self._whose = whose
 
     async def __call__(self, task_id: str, task: dict[str, Any], *, scopes: Sequence[str]) -> None:
         try:
@@ -56,8 +66,8 @@ class HookTasks:
         missing = unsatisfied_scopes(scopes, expression)
         if missing is not None:
             raise Forbidden(
-                "The hook's scopes (those of the client that last created or updated it) do "
-                f"not satisfy createTask's; missing:\n\n```\n{render(missing)}\n```"
+                f"{self._whose} do not satisfy createTask's; missing:\n\n```\n"
+                f"{render(missing)}\n```"
             )
         await self._creates.create_task(task_id, task)
 

@@ -85,6 +85,17 @@ class ServiceMetrics:
             "Pulse messages waiting in the outbox.",
             registry=reg,
         )
+        self._inbox_rows = Counter(
+            "queue_inbox_rows",
+            "Task inbox rows ingested, by result (created, rejected).",
+            ["result"],
+            registry=reg,
+        )
+        self._inbox_rejected = Gauge(
+            "queue_inbox_rejected_rows",
+            "Task inbox rows refused and kept for an operator (docs/operations.md).",
+            registry=reg,
+        )
         self._resolver_actions = Counter(
             "queue_resolver_actions",
             "Tasks a background actor acted on, by actor.",
@@ -202,6 +213,13 @@ class ServiceMetrics:
 
     def set_outbox_depth(self, depth: int) -> None:
         self._outbox_depth.set(depth)
+
+    def inbox_ingested(self, *, created: int, rejected: int) -> None:
+        self._inbox_rows.labels(result="created").inc(created)
+        self._inbox_rows.labels(result="rejected").inc(rejected)
+
+    def set_inbox_rejected(self, rows: int) -> None:
+        self._inbox_rejected.set(rows)
 
     def hook_fired(self, hook_group_id: str, result: str) -> None:
         self._hook_fires.labels(hookGroupId=hook_group_id, result=result).inc()

@@ -25,6 +25,7 @@ from coordinator.store.contract.controls import QueueControlStore
 from coordinator.store.contract.deduplication import DeduplicationStore
 from coordinator.store.contract.dispatch import DispatchStore
 from coordinator.store.contract.hooks import HookStore
+from coordinator.store.contract.inbox import InboxStore
 from coordinator.store.contract.index import IndexStore
 from coordinator.store.contract.management import ManagementStore
 from coordinator.store.contract.outbox import OutboxStore
@@ -48,6 +49,7 @@ class Store(
     SecretStore,
     PurgeCacheStore,
     DeduplicationStore,
+    InboxStore,
     abc.ABC,
 ):
     """The whole store: every part of the contract, and the database it is kept in."""

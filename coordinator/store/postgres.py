@@ -78,6 +78,7 @@ from coordinator.store.artifact_rows import artifact_columns
 from coordinator.store.base import ProcessLocks
 from coordinator.store.contract.deduplication import KeyedInsert
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement, PickLevels
+from coordinator.store.contract.inbox import InboxRow, IngestRows
 from coordinator.store.index_rows import indexed_task_columns, namespace_columns
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
@@ -295,7 +296,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """The pool's reset of a released connection, in place of asyncpg's default (release
     advisory locks, close cursors, UNLISTEN, RESET ALL): that is a round trip and four
     statements after every call, in both processes. The store's calls leave none of it
-    behind: no settings, cursors or LISTEN on pooled connections (the pending listener has
+    behind: no settings, cursors or LISTEN on pooled connections (each listener has
     its own connection), transaction-scoped advisory locks but for :meth:`PostgresStore.
     queue_lock`, which closes a connection that may still hold its lock. asyncpg still rolls
     back a transaction left open before calling this."""
@@ -305,12 +306,15 @@ PENDING_CHANNEL = "queue_coordinator_pending"
 """The channel of store dispatch's announcements (``notify_pending``): every coordinator on
 the database listens to it."""
 
+INBOX_CHANNEL = "queue_coordinator_inbox"
+"""The channel the task inbox's trigger notifies on each committed insert (migration 0021)."""
+
 POOL_CLOSE_SECONDS = 5.0
 """How long closing the store waits for its connections to be given back before it closes
 them regardless."""
 
 LISTEN_RETRY_SECONDS = 1.0
-"""How long the pending listener waits before connecting again after losing its connection."""
+"""How long a listener waits before connecting again after losing its connection."""
 
 
 def _announcement(payload: str) -> PendingAnnouncement | None:
@@ -350,21 +354,33 @@ class _KeyReleased(Exception):
     """Rolls back a key claimed for a task that was then not inserted."""
 
 
-class _PendingListener:
-    """A connection of its own that ``LISTEN``s for store dispatch's announcements and hands
-    each to ``on_pending``; it connects again while the server is away (the long polls fall
-    back to polling meanwhile)."""
+def _inbox_row(row: asyncpg.Record) -> InboxRow:
+    return InboxRow(
+        id=row["id"],
+        task_id=row["task_id"],
+        client_id=row["client_id"],
+        definition=row["definition"],
+        created=row["created"],
+        reason=row["reason"],
+    )
 
-    def __init__(self, dsn: str, on_pending: Callable[[PendingAnnouncement], None]) -> None:
+
+class _Listener:
+    """A connection of its own that ``LISTEN``s on ``channel`` and hands each payload to
+    ``on_payload``; it connects again while the server is away (whoever waits on it falls back
+    to polling meanwhile)."""
+
+    def __init__(self, dsn: str, channel: str, on_payload: Callable[[str], None]) -> None:
         self._dsn = dsn
-        self._on_pending = on_pending
+        self._channel = channel
+        self._on_payload = on_payload
         self._task: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
 
     async def start(self) -> None:
         """Listen before returning (a first failure raises), then keep listening."""
         conn = await self._connect()
-        self._task = asyncio.create_task(self._keep(conn), name="pending-listener")
+        self._task = asyncio.create_task(self._keep(conn), name=f"listener-{self._channel}")
 
     async def close(self) -> None:
         if self._task is not None:
@@ -376,13 +392,11 @@ class _PendingListener:
         conn = await asyncpg.connect(self._dsn)
         self._lost.clear()
         conn.add_termination_listener(lambda _: self._lost.set())
-        await conn.add_listener(PENDING_CHANNEL, self._notified)
+        await conn.add_listener(self._channel, self._notified)
         return conn
 
     def _notified(self, conn: object, pid: int, channel: str, payload: str) -> None:
-        announcement = _announcement(payload)
-        if announcement is not None:
-            self._on_pending(announcement)
+        self._on_payload(payload)
 
     async def _keep(self, conn: asyncpg.Connection) -> None:
         try:
@@ -396,7 +410,9 @@ class _PendingListener:
                         break
                     except Exception as error:
                         if not _is_outage(error):
-                            log.warning("pending listener not connected error=%r", error)
+                            log.warning(
+                                "listener not connected channel=%s error=%r", self._channel, error
+                            )
         finally:
             conn.terminate()
 
@@ -417,7 +433,7 @@ class PostgresStore(SQLStore):
         self._min_size = min_size
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
-        self._listener: _PendingListener | None = None
+        self._listeners: list[_Listener] = []
         self._outages = OutageWatch(store=without_credentials(dsn), is_outage=_is_outage)
         self._queue_locks = ProcessLocks()
 
@@ -438,8 +454,8 @@ class PostgresStore(SQLStore):
             raise
 
     async def close(self) -> None:
-        if self._listener is not None:
-            listener, self._listener = self._listener, None
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
             await listener.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
@@ -809,9 +825,57 @@ class PostgresStore(SQLStore):
             await self._fetch("notify_pending", channel=PENDING_CHANNEL, payloads=payloads)
 
     async def listen_pending(self, on_pending: Callable[[PendingAnnouncement], None]) -> None:
-        if self._listener is None:
-            self._listener = _PendingListener(self._dsn, on_pending)
-            await self._listener.start()
+        def on_payload(payload: str) -> None:
+            announcement = _announcement(payload)
+            if announcement is not None:
+                on_pending(announcement)
+
+        await self._listen(PENDING_CHANNEL, on_payload)
+
+    async def _listen(self, channel: str, on_payload: Callable[[str], None]) -> None:
+        listener = _Listener(self._dsn, channel, on_payload)
+        await listener.start()
+        self._listeners.append(listener)
+
+    async def listen_inbox(self, on_insert: Callable[[], None]) -> None:
+        await self._listen(INBOX_CHANNEL, lambda _: on_insert())
+
+    async def ingest_inbox(self, limit: int, ingest: IngestRows) -> int:
+        async def run() -> int:
+            async with self._connections.acquire() as conn, conn.transaction():
+                lock = _Q["lock_pending_inbox_rows"]
+                rows = [
+                    _inbox_row(row)
+                    for row in await conn.fetch(lock.sql, *lock.args({"limit": limit}))
+                ]
+                if not rows:
+                    return 0
+                outcomes = await ingest(rows)
+                taken = [
+                    row.id for row, reason in zip(rows, outcomes, strict=True) if reason is None
+                ]
+                refused = [
+                    (row.id, r) for row, r in zip(rows, outcomes, strict=True) if r is not None
+                ]
+                if taken:
+                    await conn.execute(_Q["delete_inbox_rows"].sql, taken)
+                if refused:
+                    reject = _Q["reject_inbox_rows"]
+                    params = {"ids": [i for i, _ in refused], "reasons": [r for _, r in refused]}
+                    await conn.execute(reject.sql, *reject.args(params))
+                return len(rows)
+
+        return await self._outages.watch(run())
+
+    async def rejected_inbox_rows(self, *, limit: int, after: int | None) -> list[InboxRow]:
+        rows = await self._fetch("rejected_inbox_rows", limit=limit, after=after or 0)
+        return [_inbox_row(row) for row in rows]
+
+    async def delete_inbox_row(self, row_id: int) -> bool:
+        return bool(await self._fetch("delete_rejected_inbox_row", id=row_id))
+
+    async def count_rejected_inbox_rows(self) -> int:
+        return int((await self._fetch("count_rejected_inbox_rows"))[0][0])
 
     async def publish_outbox(
         self,

@@ -47,6 +47,7 @@ from coordinator.store.artifact_rows import artifact_columns, artifact_from_row,
 from coordinator.store.base import ProcessLocks
 from coordinator.store.contract.deduplication import KeyedInsert
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement, PickLevels
+from coordinator.store.contract.inbox import InboxRow, IngestRows
 from coordinator.store.index_rows import indexed_task_columns, namespace_columns
 from coordinator.store.outages import OutageWatch
 from coordinator.store.outbox_rows import (
@@ -558,6 +559,23 @@ class SQLiteStore(SQLStore):
 
     async def listen_pending(self, on_pending: Callable[[PendingAnnouncement], None]) -> None:
         pass  # nobody else announces on this file
+
+    # No task inbox: a producer cannot share a transaction with the one process on the file.
+
+    async def ingest_inbox(self, limit: int, ingest: IngestRows) -> int:
+        return 0
+
+    async def rejected_inbox_rows(self, *, limit: int, after: int | None) -> list[InboxRow]:
+        return []
+
+    async def delete_inbox_row(self, row_id: int) -> bool:
+        return False
+
+    async def count_rejected_inbox_rows(self) -> int:
+        return 0
+
+    async def listen_inbox(self, on_insert: Callable[[], None]) -> None:
+        pass
 
     async def publish_outbox(
         self,

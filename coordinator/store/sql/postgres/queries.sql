@@ -428,3 +428,35 @@ WHERE NOT EXISTS (
 SELECT t.namespace, t.name, t.rank, t.task_id, t.data, t.expires
 FROM jsonb_array_elements(CAST(:paths AS JSONB)) AS p (path)
 JOIN indexed_tasks AS t ON t.namespace = p.path ->> 0 AND t.name = p.path ->> 1
+
+-- name: lock_pending_inbox_rows
+-- The ingester's rows, held until its transaction ends; another ingester skips them.
+SELECT id, task_id, client_id, definition,
+       CAST(EXTRACT(EPOCH FROM created) * 1000 AS BIGINT) AS created, reason
+FROM task_inbox
+WHERE state = 'pending'
+ORDER BY id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED
+
+-- name: delete_inbox_rows
+DELETE FROM task_inbox WHERE id = ANY(CAST(:ids AS BIGINT[]))
+
+-- name: reject_inbox_rows
+UPDATE task_inbox AS t SET state = 'rejected', reason = r.reason
+FROM unnest(CAST(:ids AS BIGINT[]), CAST(:reasons AS TEXT[])) AS r (id, reason)
+WHERE t.id = r.id
+
+-- name: rejected_inbox_rows
+SELECT id, task_id, client_id, definition,
+       CAST(EXTRACT(EPOCH FROM created) * 1000 AS BIGINT) AS created, reason
+FROM task_inbox
+WHERE state = 'rejected' AND id > :after
+ORDER BY id
+LIMIT :limit
+
+-- name: delete_rejected_inbox_row
+DELETE FROM task_inbox WHERE id = :id AND state = 'rejected' RETURNING id
+
+-- name: count_rejected_inbox_rows
+SELECT count(*) FROM task_inbox WHERE state = 'rejected'
