@@ -199,8 +199,10 @@ class TaskService:
             updated=self.clock(),
         )
         state = record.runs[run_id].state
-        if state != "running" or not await self._store.set_run_progress(progress):
+        if state != "running":
             raise Conflict(f"run {run_id} of task {task_id} is not running (it is {state})")
+        if not await self._store.set_run_progress(progress):
+            raise Conflict(f"run {run_id} of task {task_id} is not running (it just ended)")
         return progress
 
     # --- producers ------------------------------------------------------------------------
