@@ -42,6 +42,7 @@ from yarl import URL
 from hawk_signing import Credentials, authorization
 from worker_sdk import timing
 from worker_sdk.errors import RequestFailed, check_status, no_answer_fails
+from worker_sdk.progress import RunProgress
 
 _T = TypeVar("_T")
 
@@ -229,6 +230,12 @@ class CoordinatorClient:
         answer = await self._call("GET", ("task", task_id, "status"))
         return _status_of(answer, "status")
 
+    async def task_progress(self, task_id: str) -> list[RunProgress]:
+        """taskProgress: each run's last progress report, by runId."""
+        answer = await self._call("GET", ("task", task_id, "progress"))
+        with _parsing(answer, "taskProgress"):
+            return [RunProgress.from_json(run) for run in answer.body["runs"]]
+
     async def cancel_task(self, task_id: str) -> dict[str, Any]:
         """cancelTask; returns the task's status."""
         answer = await self._call("POST", ("task", task_id, "cancel"))
@@ -352,6 +359,23 @@ class CoordinatorClient:
             ("task", task_id, "runs", str(run_id), "completed"),
             credentials=credentials,
             traceparent=traceparent,
+        )
+
+    async def report_progress(
+        self,
+        task_id: str,
+        run_id: int,
+        fraction: float,
+        message: str | None,
+        *,
+        credentials: Credentials,
+    ) -> None:
+        """reportProgress: how far the running run is."""
+        await self._call(
+            "POST",
+            ("task", task_id, "runs", str(run_id), "progress"),
+            body={"fraction": fraction, "message": message},
+            credentials=credentials,
         )
 
     async def report_failed(

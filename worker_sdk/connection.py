@@ -26,6 +26,7 @@ import aiohttp
 
 from hawk_signing import Credentials
 from worker_sdk.client import CoordinatorClient, new_session
+from worker_sdk.progress import RunProgress
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -44,6 +45,8 @@ class Coordinator(Protocol):
     ) -> list[dict[str, Any]]: ...
 
     async def task_status(self, task_id: str) -> dict[str, Any]: ...
+
+    async def task_progress(self, task_id: str) -> list[RunProgress]: ...
 
     async def cancel_task(self, task_id: str) -> dict[str, Any]: ...
 

@@ -35,7 +35,7 @@ from hawk_signing import Credentials
 from worker_sdk.client import Reclaim
 from worker_sdk.errors import RetryTask, TaskException
 from worker_sdk.run_log import RunLogFormatter
-from worker_sdk.runs import Handler, Lease, run_from_json
+from worker_sdk.runs import Handler, Lease, close_progress, run_from_json
 
 PARENT_CHECK_INTERVAL = 1.0
 """How often a child looks whether its parent is still there."""
@@ -161,6 +161,7 @@ def serve_runs(
                 "retryAfter": raised.retry_after if isinstance(raised, RetryTask) else None,
                 "traceback": traceback.format_exc(),
             }
+        close_progress(run)
         current.key = current.lease = None
         to_worker.finish({"error": error})
 

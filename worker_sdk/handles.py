@@ -15,6 +15,7 @@ from typing import Any
 
 from worker_sdk.connection import Connection, blocking_form
 from worker_sdk.errors import RequestFailed
+from worker_sdk.progress import RunProgress
 from worker_sdk.results import RESULT_ARTIFACT, outcome, task_failed
 
 RESOLVED = frozenset({"completed", "failed", "exception"})
@@ -37,6 +38,11 @@ class TaskHandle:
         ``failed`` or ``exception``."""
         status = await self.connection.client().task_status(self.task_id)
         return str(status["state"])
+
+    async def progress(self) -> list[RunProgress]:
+        """The last progress report of each of the task's runs that sent one (a handler's
+        ``run.progress``), by run; empty before any."""
+        return await self.connection.client().task_progress(self.task_id)
 
     async def cancel(self) -> None:
         """Cancel the task (``exception/canceled``); nothing for a task already resolved.
@@ -83,4 +89,5 @@ class TaskHandle:
 
     status_sync = blocking_form(status)
     cancel_sync = blocking_form(cancel)
+    progress_sync = blocking_form(progress)
     result_sync = blocking_form(result)

@@ -6,7 +6,8 @@ JSON (:meth:`TaskRun.to_json`) and arrives as a snapshot (:func:`run_from_json`)
 the worker's process keeps renewing (:mod:`worker_sdk.isolation`).
 
 A run creates its artifacts (:mod:`worker_sdk.artifacts`): ``await run.upload_artifact(...)``
-and its siblings in an async handler, ``run.blocking.upload_artifact(...)`` in a sync one.
+and its siblings in an async handler, ``run.blocking.upload_artifact(...)`` in a sync one; it
+reports its progress with ``run.progress(...)`` in either (:mod:`worker_sdk.progress`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any, Concatenate, Literal, ParamSpec
 
 from hawk_signing import Credentials
 from worker_sdk.artifacts import RunArtifacts
-from worker_sdk.client import Claim, Reclaim
+from worker_sdk.client import Claim, CoordinatorClient, Reclaim, new_session
+from worker_sdk.progress import RunProgressReporter
 from worker_sdk.timing import Backoff
 
 Handler = Callable[["TaskRun"], Awaitable[None] | None]
@@ -117,10 +119,17 @@ class TaskRun:
     (which the handler may catch: the run is still reported as the handler ends).
     """
 
-    def __init__(self, claim: Claim, lease: Lease, artifacts: RunArtifacts) -> None:
+    def __init__(
+        self,
+        claim: Claim,
+        lease: Lease,
+        artifacts: RunArtifacts,
+        progress: RunProgressReporter | None = None,
+    ) -> None:
         self._claim = claim
         self._lease = lease
         self._artifacts = artifacts
+        self._progress = progress or RunProgressReporter(self._send_progress)
 
     @property
     def task_id(self) -> str:
@@ -174,6 +183,29 @@ class TaskRun:
     create_reference_artifact = _artifacts_method(RunArtifacts.reference)
     create_error_artifact = _artifacts_method(RunArtifacts.error)
 
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Say how far the run is: ``fraction`` of its work done (0 to 1) and, optionally,
+        what it is doing (at most 1,000 characters). Returns at once, in async and sync
+        handlers alike: at most one report a second reaches the coordinator, the last value
+        given, and the last before the run ends is sent before it is reported. Callers of the
+        task read it (``TaskHandle.progress()``, ``GET /task/<taskId>/progress``, the
+        dashboard).
+
+        :raises ValueError: ``fraction`` is not a number from 0 to 1, or ``message`` is not a
+            string of at most 1,000 characters.
+        """
+        self._progress.record(fraction, message)
+
+    async def _send_progress(self, fraction: float, message: str | None) -> None:
+        """One report, through a client of its own (a handler's child process)."""
+        async with new_session() as session:
+            client = CoordinatorClient(
+                session=session, root_urls=self._artifacts.root_urls, credentials=None
+            )
+            await client.report_progress(
+                self.task_id, self.run_id, fraction, message, credentials=self.credentials
+            )
+
     def __repr__(self) -> str:
         return f"TaskRun(task_id={self.task_id!r}, run_id={self.run_id})"
 
@@ -208,6 +240,12 @@ class BlockingArtifacts:
     create_link_artifact = _blocking_method(RunArtifacts.link)
     create_reference_artifact = _blocking_method(RunArtifacts.reference)
     create_error_artifact = _blocking_method(RunArtifacts.error)
+
+
+def close_progress(run: TaskRun) -> None:
+    """Send the run's last progress, if it is not sent yet, once its handler returned in a
+    child process; blocks until it is."""
+    run._progress.close_sync()
 
 
 def run_from_json(text: str) -> tuple[TaskRun, Lease]:

@@ -37,6 +37,7 @@ from worker_sdk.calls import decode_call
 from worker_sdk.client import Resolution
 from worker_sdk.connection import Connection, Coordinator
 from worker_sdk.errors import RequestFailed, RetryTask
+from worker_sdk.progress import RunProgress
 from worker_sdk.results import RESULT_ARTIFACT, outcome
 from worker_sdk.serving import serve
 from worker_sdk.worker import resolution_for
@@ -159,6 +160,11 @@ class InlineCoordinator:
         if task_id not in self._statuses:
             raise _not_found("GET", f"task {task_id}")
         return dict(self._statuses[task_id])
+
+    async def task_progress(self, task_id: str) -> list[RunProgress]:
+        # a function is not handed its run, so no run of one reports progress
+        await self.task_status(task_id)
+        return []
 
     async def cancel_task(self, task_id: str) -> dict[str, Any]:
         # every task is resolved by the time its dispatch returns: cancelling changes nothing

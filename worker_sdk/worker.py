@@ -60,6 +60,7 @@ from worker_sdk.priorities import (
     task_queues_of,
     weights_with,
 )
+from worker_sdk.progress import RunProgressReporter
 from worker_sdk.run_log import (
     RUN_LOG_CONTENT_TYPE,
     RUN_LOG_NAME,
@@ -450,7 +451,13 @@ class Worker:
             loop=asyncio.get_running_loop(),
             backoff=self._settings.backoff,
         )
-        run = TaskRun(claim, lease, artifacts)
+        progress = RunProgressReporter(
+            lambda fraction, message: client.report_progress(
+                claim.task_id, claim.run_id, fraction, message, credentials=lease.credentials
+            ),
+            loop=asyncio.get_running_loop(),
+        )
+        run = TaskRun(claim, lease, artifacts, progress)
         if self._stopping.is_set():
             # Claimed while the worker was stopping: hand it straight back for a retry.
             log.info("run returned, worker stopping taskId=%s runId=%s", run.task_id, run.run_id)
@@ -461,7 +468,7 @@ class Worker:
         key = (run.task_id, run.run_id)
         run_log = self._run_logs.collect(key) if self._run_logs is not None else None
         try:
-            await self._supervise(run, lease, run_log, artifacts, batches)
+            await self._supervise(run, lease, run_log, artifacts, batches, progress)
         finally:
             if self._run_logs is not None:
                 self._run_logs.forget(key)
@@ -473,8 +480,10 @@ class Worker:
         run_log: RunLog | None,
         artifacts: RunArtifacts,
         batches: RunBatches,
+        progress: RunProgressReporter,
     ) -> None:
-        """Run the handler while keeping the claim, then upload the run log and report."""
+        """Run the handler while keeping the claim, then send its last progress, upload the
+        run log and report."""
         lease.handler = asyncio.create_task(self._call(run, lease, run_log))
         self._leases.add(lease)
         keeper = asyncio.create_task(self._keep_claimed(batches, run, lease))
@@ -494,6 +503,7 @@ class Worker:
         if resolution is not None:
             self._reporting.add((run.task_id, run.run_id))
             self._wakeup.set()
+            await progress.flush()
             if run_log is not None:
                 await self._upload_run_log(run, lease, run_log, artifacts, resolution)
             await self._report(batches, run, lease, resolution)

@@ -1,6 +1,6 @@
-"""A worker's calls on one run: pollTaskUrls, claimTask and claimWork, reclaimTask, and the
-three reports; and the body a claim answers, which the batch calls share
-(:mod:`coordinator.api.run_batches`).
+"""A worker's calls on one run: pollTaskUrls, claimTask and claimWork, reclaimTask, the three
+reports and reportProgress; and the body a claim answers, which the batch calls share
+(:mod:`coordinator.api.run_batches`), and the body of a run's progress.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from coordinator.api.pipeline import (
     task_id_of,
 )
 from coordinator.domain.claim_weights import ClaimWeights
+from coordinator.domain.progress import RunProgress
 from coordinator.domain.records import TaskRecord, to_iso
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,16 @@ def held_run(auth: Authorizer, record: TaskRecord, run_id: int, **extra: Any) ->
         "takenUntil": to_iso(run.taken_until),
         **extra,
         "credentials": auth.run_credentials(record, run),
+    }
+
+
+def progress_body(progress: RunProgress) -> Body:
+    """A run's progress as reportProgress and the task's progress answer it."""
+    return {
+        "runId": progress.run_id,
+        "fraction": progress.fraction,
+        "message": progress.message,
+        "updated": to_iso(progress.updated),
     }
 
 
@@ -164,6 +175,18 @@ CLAIM_ENDPOINTS: tuple[Endpoint, ...] = (
         title="Report Task Exception",
         description="Resolve the running run as `exception` with the given reason; "
         "`worker-shutdown` and `intermittent-task` retry the task while retries remain.",
+        scopes="queue:resolve-task:<taskId>/<runId>",
+    ),
+    Endpoint(
+        name="reportProgress",
+        method="POST",
+        route="/task/{taskId}/runs/{runId}/progress",
+        input="report-progress-request",
+        output="run-progress-response",
+        title="Report Run Progress",
+        description="Keep how far the running run is (`fraction`, 0 to 1) and what it is "
+        "doing (`message`), replacing its last report; `task/<taskId>/progress` reads them. "
+        "A conflict means the run is not running.",
         scopes="queue:resolve-task:<taskId>/<runId>",
     ),
 )
@@ -267,6 +290,15 @@ class ClaimHandlers(Handlers):
 
     async def reportException(self, request: web.Request, body: Any) -> Body:
         return await self._report(request, "exception", body["reason"], body)
+
+    async def reportProgress(self, request: web.Request, body: Any) -> Body:
+        progress = await self.service.report_progress(
+            task_id_of(request),
+            run_id_of(request),
+            fraction=body["fraction"],
+            message=body.get("message"),
+        )
+        return progress_body(progress)
 
     # One request and one store round trip for what one Azure get hinted at, and for the
     # reclaims and reports a worker coalesced. Scopes that depend on a stored task (its

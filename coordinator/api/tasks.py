@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from coordinator.api import keyset, tracing, validation
+from coordinator.api.claims import progress_body
 from coordinator.api.endpoints import (
     PAGED,
     Endpoint,
@@ -113,6 +114,16 @@ TASK_ENDPOINTS: tuple[Endpoint, ...] = (
         output="task-status-response",
         title="Get Task Status",
         description="The status of the task and its runs.",
+    ),
+    Endpoint(
+        name="taskProgress",
+        method="GET",
+        route="/task/{taskId}/progress",
+        input=None,
+        output="task-progress-response",
+        title="Get Task Progress",
+        description="The last progress report (reportProgress) of each of the task's runs "
+        "that sent one.",
     ),
     Endpoint(
         name="scheduleTask",
@@ -326,6 +337,10 @@ class TaskHandlers(Handlers):
 
     async def status(self, request: web.Request, body: Any) -> Body:
         return status_body(await self.service.get(task_id_of(request)))
+
+    async def taskProgress(self, request: web.Request, body: Any) -> Body:
+        found = await self.service.progress(task_id_of(request))
+        return {"runs": [progress_body(progress) for progress in found]}
 
     async def scheduleTask(self, request: web.Request, body: Any) -> Body:
         record = await self._stored_task(request)

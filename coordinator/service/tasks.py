@@ -19,6 +19,7 @@ from coordinator.domain.errors import Conflict, DomainError, InputError, NotFoun
 from coordinator.domain.events import QueueEvent, group_event, running_event, task_events
 from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, PendingCount, RunCounts
+from coordinator.domain.progress import RunProgress, checked_progress
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
@@ -174,6 +175,42 @@ class TaskService:
 
     async def run_counts(self, provisioner_id: str, worker_type: str) -> RunCounts:
         return await self._store.run_counts(provisioner_id, worker_type, now=self.clock())
+
+    async def progress(self, task_id: str) -> list[RunProgress]:
+        """The last progress report of each of the task's runs that sent one.
+
+        :raises NotFound: no such task."""
+        await self.get(task_id)
+        return await self._store.run_progress(task_id)
+
+    # --- workers --------------------------------------------------------------------------
+
+    async def report_progress(
+        self, task_id: str, run_id: int, *, fraction: object, message: object
+    ) -> RunProgress:
+        """reportProgress: keep how far the running run ``run_id`` is.
+
+        :raises InputError: a fraction outside 0 to 1, or a message too long.
+        :raises NotFound: no such task or run.
+        :raises Conflict: the run is not running.
+        """
+        fraction, message = checked_progress(fraction, message)
+        record = await self.get(task_id)
+        if not 0 <= run_id < len(record.runs):
+            raise NotFound(f"task {task_id} has no run {run_id}")
+        progress = RunProgress(
+            task_id=task_id,
+            run_id=run_id,
+            fraction=fraction,
+            message=message,
+            updated=self.clock(),
+        )
+        state = record.runs[run_id].state
+        if state != "running":
+            raise Conflict(f"run {run_id} of task {task_id} is not running (it is {state})")
+        if not await self._store.set_run_progress(progress):
+            raise Conflict(f"run {run_id} of task {task_id} is not running (it just ended)")
+        return progress
 
     # --- producers ------------------------------------------------------------------------
 

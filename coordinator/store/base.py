@@ -29,6 +29,7 @@ from coordinator.store.contract.inbox import InboxStore
 from coordinator.store.contract.index import IndexStore
 from coordinator.store.contract.management import ManagementStore
 from coordinator.store.contract.outbox import OutboxStore
+from coordinator.store.contract.progress import ProgressStore
 from coordinator.store.contract.purge_cache import PurgeCacheStore
 from coordinator.store.contract.secrets import SecretStore
 from coordinator.store.contract.tasks import TaskStore
@@ -50,6 +51,7 @@ class Store(
     PurgeCacheStore,
     DeduplicationStore,
     InboxStore,
+    ProgressStore,
     abc.ABC,
 ):
     """The whole store: every part of the contract, and the database it is kept in."""

@@ -19,6 +19,7 @@ from coordinator.domain.hooks import Hook, LastFire
 from coordinator.domain.index import IndexedTask, Namespace
 from coordinator.domain.json_text import compact
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
+from coordinator.domain.progress import RunProgress
 from coordinator.domain.purge_cache import PurgeRequest
 from coordinator.domain.queue_controls import Limits, Pause, QueueControls
 from coordinator.domain.records import TaskRecord, TaskState
@@ -700,6 +701,32 @@ class SQLStore(Store, abc.ABC):
 
     async def expire_purge_requests(self, now: int, limit: int) -> int:
         return len(await self._fetch("expire_purge_requests", now=now, limit=limit))
+
+    # --- run progress -----------------------------------------------------------------------
+
+    async def set_run_progress(self, progress: RunProgress) -> bool:
+        rows = await self._fetch(
+            "set_run_progress",
+            task_id=progress.task_id,
+            run_id=progress.run_id,
+            fraction=progress.fraction,
+            message=progress.message,
+            updated=progress.updated,
+        )
+        return bool(rows)
+
+    async def run_progress(self, task_id: str) -> list[RunProgress]:
+        rows = await self._fetch("run_progress", task_id=task_id)
+        return [
+            RunProgress(
+                task_id=row["task_id"],
+                run_id=row["run_id"],
+                fraction=row["fraction"],
+                message=row["message"],
+                updated=row["updated"],
+            )
+            for row in rows
+        ]
 
 
 def _client_written(audit: AuditEntry) -> list[tuple[str, list[dict[str, Any]]]]:

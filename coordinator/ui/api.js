@@ -72,8 +72,8 @@ export async function countsOf(taskQueueIds) {
 }
 
 // The methods of ours (not Taskcluster's) the dashboard calls, as entries for the client's
-// generic request: the management API's filtered listing, counts and bulk actions, and a task
-// queue's pause and limits. Query filters repeat as `state=a&state=b`.
+// generic request: the management API's filtered listing, counts and bulk actions, a task
+// queue's pause and limits, and a task's runs' progress. Query filters repeat as `state=a&state=b`.
 const FILTERS = ['taskQueueId', 'state'];
 const OURS = {
   listTasks: { method: 'get', route: '/tasks', args: [], query: [...FILTERS, 'limit',
@@ -87,6 +87,7 @@ const OURS = {
     args: ['taskQueueId'], query: [] },
   setTaskQueueLimits: { method: 'put', route: '/task-queues/<taskQueueId>/limits',
     args: ['taskQueueId'], query: [], input: true },
+  taskProgress: { method: 'get', route: '/task/<taskId>/progress', args: ['taskId'], query: [] },
 };
 
 export function ours(name, ...args) {

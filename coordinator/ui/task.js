@@ -1,7 +1,7 @@
-// One task: its status, its runs drawn as a timeline, each run's artifacts and log, its
-// definition, and the actions that change it (they need credentials; without them the buttons
-// are disabled and say why).
-import { credentials, queue } from './api.js';
+// One task: its status, its runs drawn as a timeline, the running run's progress, each run's
+// artifacts and log, its definition, and the actions that change it (they need credentials;
+// without them the buttons are disabled and say why).
+import { credentials, ours, queue } from './api.js';
 import { artifactsSection } from './artifacts.js';
 import { badge, failure, h, link, when } from './util.js';
 
@@ -26,6 +26,22 @@ function timeline(runs) {
       h('span', { class: 'run-detail muted' },
         [run.reasonCreated, run.reasonResolved, run.workerId].filter(Boolean).join(' · ')));
   }));
+}
+
+// Each running run's last progress report (reportProgress): a bar, its percentage and message;
+// nothing when no run is running.
+function progressSection(taskId, runs) {
+  const running = new Set(runs.filter(r => r.state === 'running').map(r => r.runId));
+  if (!running.size) return [];
+  const section = h('div', { id: 'progress' });
+  ours('taskProgress', taskId).then(({ runs: reports }) => section.replaceChildren(
+    ...reports.filter(p => running.has(p.runId)).map(p => h('p', { 'data-run': p.runId },
+      `run ${p.runId} `,
+      h('progress', { max: '1', value: String(p.fraction) }),
+      ` ${Math.round(100 * p.fraction)}%`,
+      p.message ? h('span', { class: 'muted' }, ` ${p.message}`) : null))),
+  error => section.replaceChildren(failure(error)));
+  return [section];
 }
 
 export async function taskPage(main, taskId, rerender) {
@@ -68,6 +84,7 @@ export async function taskPage(main, taskId, rerender) {
     message,
     h('h2', {}, 'Runs'),
     timeline(status.runs),
+    ...progressSection(taskId, status.runs),
     h('dl', { class: 'facts' },
       h('dt', {}, 'created'), h('dd', {}, when(task.created)),
       h('dt', {}, 'deadline'), h('dd', {}, when(task.deadline)),

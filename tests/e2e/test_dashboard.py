@@ -24,7 +24,9 @@ from playwright.async_api import Browser, Locator, expect
 from yarl import URL
 
 from coordinator.service.clients_file import DEV_ANONYMOUS_SCOPES, ensure_root_client
+from devharness.api import call
 from devharness.tasks import task_definition
+from hawk_signing import Credentials
 from tests.fixtures.browser import WAIT_MS, needs_chromium, open_page, sign_in
 from tests.fixtures.clients import start_secured, write_clients
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
@@ -280,6 +282,36 @@ async def test_task_page_shows_each_runs_artifacts_and_its_log(
     await expect(rows).to_have_count(1, timeout=WAIT_MS)
     await expect(log).to_have_text("run 0 started\nrun 0 shut down\n", timeout=WAIT_MS)
     await expect(page.locator("#log-note")).not_to_contain_text("The last", timeout=WAIT_MS)
+    assert not errors, errors
+
+
+async def test_task_page_shows_the_running_runs_progress(
+    start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
+) -> None:
+    creds = write_clients(tmp_path / "clients.json", {})
+    coordinator = await start_coordinator(auth_enabled=True, clients_file=tmp_path / "clients.json")
+    seed = Seed(coordinator, creds["root"])
+    task_id = await seed.create("build-with-progress")
+    await seed.claim(task_id)
+    reported = await call(
+        coordinator.session,
+        "POST",
+        f"{coordinator.api}/task/{task_id}/runs/0/progress",
+        {"fraction": 0.4, "message": "linking"},
+        credentials=Credentials.from_json(creds["root"]),
+    )
+    assert reported.status == 200, reported.body
+
+    page, errors = await open_page(browser)
+    await page.goto(f"{coordinator.url}/ui/#/task/{task_id}", timeout=WAIT_MS)
+    run = page.locator('#progress [data-run="0"]')
+    await expect(run).to_contain_text("40% linking", timeout=WAIT_MS)
+    await expect(run.locator("progress")).to_have_attribute("value", "0.4", timeout=WAIT_MS)
+    # Resolved, the run shows no progress.
+    await seed.queue.reportCompleted(task_id, "0")
+    await page.reload(timeout=WAIT_MS)
+    await expect(page.locator("#runs li[data-state=completed]")).to_have_count(1, timeout=WAIT_MS)
+    await expect(page.locator("#progress")).to_have_count(0, timeout=WAIT_MS)
     assert not errors, errors
 
 

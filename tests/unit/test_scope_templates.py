@@ -275,6 +275,7 @@ def test_the_dispatch_checks_before_the_handler_only_what_the_path_supplies() ->
         "reportCompleted",
         "reportFailed",
         "reportException",
+        "reportProgress",
         "cancelTasks",
         "rerunTasks",
         "deleteTasks",

@@ -620,3 +620,16 @@ DELETE FROM deduplication_keys WHERE (task_queue_id, deduplication_key) IN (
     SELECT task_queue_id, deduplication_key FROM deduplication_keys
     WHERE expires <= :now ORDER BY expires LIMIT :limit
 )
+
+-- name: set_run_progress
+-- Only while the task is running: a report racing the run's resolution writes nothing.
+INSERT INTO run_progress (task_id, run_id, fraction, message, updated)
+SELECT task_id, CAST(:run_id AS INTEGER), :fraction, :message, :updated
+FROM tasks WHERE task_id = :task_id AND state = 'running'
+ON CONFLICT (task_id, run_id) DO UPDATE
+SET fraction = excluded.fraction, message = excluded.message, updated = excluded.updated
+RETURNING run_id
+
+-- name: run_progress
+SELECT task_id, run_id, fraction, message, updated FROM run_progress
+WHERE task_id = :task_id ORDER BY run_id
