@@ -6,6 +6,7 @@ held across replicas and released however its holder ends.
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import asyncpg
 import pytest
@@ -15,10 +16,18 @@ from coordinator.store import postgres
 from coordinator.store.postgres import PostgresStore
 
 
-async def _advisory_locks(url: str) -> int:
+async def _advisory_locks(url: str, queue: TaskQueue) -> int:
+    """Sessions holding ``queue``'s claim lock (its two keys: other tests on the server take
+    advisory locks of their own meanwhile)."""
     conn = await asyncpg.connect(url)
     try:
-        return int(await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))
+        held = await conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2"
+            " AND classid::bigint = $1 AND objid::bigint = $2",
+            postgres._QUEUE_LOCK_SPACE,
+            postgres._queue_lock_key(queue) & 0xFFFFFFFF,
+        )
+        return int(held)
     finally:
         await conn.close()
 
@@ -28,7 +37,7 @@ async def test_a_queue_lock_is_released_however_its_holder_ends(
 ) -> None:
     # The pool does not reset released connections (no pg_advisory_unlock_all): a lock whose
     # holder failed, or was cancelled while waiting for it, must not stay with a pooled session.
-    queue = TaskQueue("prov", "wt")
+    queue = TaskQueue("prov", f"lock-{uuid.uuid4().hex[:8]}")
     one, two = (PostgresStore(postgres_schema_url, max_size=1) for _ in range(2))
     await one.open()
     await two.open()
@@ -36,13 +45,14 @@ async def test_a_queue_lock_is_released_however_its_holder_ends(
         with pytest.raises(RuntimeError):
             async with one.queue_lock(queue):
                 raise RuntimeError("the body failed")
-        assert await _advisory_locks(postgres_schema_url) == 0
+        assert await _advisory_locks(postgres_schema_url, queue) == 0
 
         async def take(store: PostgresStore) -> None:
             async with store.queue_lock(queue):
                 pass
 
         async with one.queue_lock(queue):
+            assert await _advisory_locks(postgres_schema_url, queue) == 1  # the count sees it
             waiting = asyncio.create_task(take(two))
             await asyncio.sleep(0.2)
             assert not waiting.done()  # held across replicas
@@ -52,7 +62,7 @@ async def test_a_queue_lock_is_released_however_its_holder_ends(
         async with asyncio.timeout(5):
             await take(two)
             await take(one)
-        assert await _advisory_locks(postgres_schema_url) == 0
+        assert await _advisory_locks(postgres_schema_url, queue) == 0
 
         # an unlock that fails leaves the lock with its session, which is then closed
         failing = postgres._positional("SELECT CAST(:space AS INTEGER) / 0 + CAST(:key AS INTEGER)")
@@ -60,7 +70,7 @@ async def test_a_queue_lock_is_released_however_its_holder_ends(
             patch.setitem(postgres._Q, "unlock_task_queue", failing)
             with pytest.raises(asyncpg.DivisionByZeroError):
                 await take(one)
-        assert await _advisory_locks(postgres_schema_url) == 0
+        assert await _advisory_locks(postgres_schema_url, queue) == 0
         async with asyncio.timeout(5):
             await take(two)
     finally:
