@@ -4,13 +4,16 @@ combined with AND) and the per-state :class:`TaskCounts` it counts.
 The states a filter and a count know are the task states plus ``delayed``: a pending task whose
 run may not be claimed yet (``notBefore``, a retry delay). They are disjoint, so the counts add
 up to the total: ``pending`` means claimable now, and a task's status calls both ``pending``.
+A filter may also name ``unresolved``, which stands for every state that is not resolved
+(:func:`filter_states`), as Taskcluster calls a task not yet completed, failed or exception.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from coordinator.domain.task_queues import TaskQueue
 
@@ -20,6 +23,17 @@ FilterState = Literal[
 FILTER_STATES: tuple[FilterState, ...] = get_args(FilterState)
 UNRESOLVED_FILTER_STATES: tuple[FilterState, ...] = ("unscheduled", "pending", "delayed", "running")
 RERUNNABLE_STATES: tuple[FilterState, ...] = ("failed", "exception")
+UNRESOLVED = "unresolved"
+"""The name a filter may give for all of :data:`UNRESOLVED_FILTER_STATES` at once."""
+
+
+def filter_states(names: Iterable[str]) -> tuple[FilterState, ...]:
+    """The states a filter's (known) state names select, each once, ``unresolved`` expanded."""
+    states: dict[FilterState, None] = {}
+    for name in names:
+        expanded = UNRESOLVED_FILTER_STATES if name == UNRESOLVED else (cast(FilterState, name),)
+        states.update(dict.fromkeys(expanded))
+    return tuple(states)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

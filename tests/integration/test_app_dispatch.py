@@ -67,6 +67,17 @@ async def test_dispatch_writes_the_call_and_the_apps_defaults(
     assert await handle.status() == "pending"
 
 
+async def test_task_queue_overrides_the_functions_for_one_call(
+    app: App, coordinator: RunningCoordinator
+) -> None:
+    add_fn = app.functions[f"{__name__}:add"]
+    moved = await add_fn.dispatch(1, task_queue="prov/wt")
+    assert (await definition(coordinator, moved))["taskQueueId"] == "prov/wt"
+    assert (await definition(coordinator, await add_fn.dispatch(1)))["taskQueueId"] == QUEUE
+    with pytest.raises(ValueError, match="no-slash"):
+        await add_fn.dispatch(1, task_queue="no-slash")
+
+
 async def test_per_function_defaults_reach_the_definition(
     app: App, coordinator: RunningCoordinator
 ) -> None:
