@@ -148,7 +148,7 @@ def _add_filters(command: argparse.ArgumentParser) -> None:
         "--state",
         action="append",
         choices=(*FILTER_STATES, UNRESOLVED),
-        help="any of these states (repeatable; unresolved: the first four)",
+        help="any of these states (repeatable; unresolved: unscheduled, pending, delayed, running)",
     )
     filters.add_argument("--scheduler-id")
     filters.add_argument("--task-group-id")
