@@ -41,6 +41,8 @@ class TaskFilter:
     """Which tasks a management call acts on: those matching every field that is set.
 
     :param task_queue: the task's queue.
+    :param other_than_task_queues: the task's queue is none of these (what the resolved-task
+        TTLs sweep with: queues with TTLs of their own are swept by them).
     :param states: any of these states (empty: any state).
     :param tags: ``(key, value)`` pairs the task's ``tags`` must all hold.
     :param created_after: ``created`` at or after (epoch ms); ``created_before`` strictly
@@ -49,6 +51,7 @@ class TaskFilter:
     """
 
     task_queue: TaskQueue | None = None
+    other_than_task_queues: tuple[TaskQueue, ...] = ()
     states: tuple[FilterState, ...] = ()
     scheduler_id: str | None = None
     task_group_id: str | None = None

@@ -113,6 +113,7 @@ OUR_METHODS = {
     "pauseTaskQueue",
     "resumeTaskQueue",
     "setTaskQueueLimits",
+    "setTaskQueueDefaults",
     "claimRuns",
     "reclaimRuns",
     "resolveRuns",
@@ -691,7 +692,7 @@ def test_openapi_shows_each_operations_scopes() -> None:
             if template is not None:
                 declared += 1
                 assert json.dumps(template, indent=2) in operation["description"]
-    assert declared == 39  # 36 operations declare scopes, 3 batch calls on runs run_scopes
+    assert declared == 40  # 37 operations declare scopes, 3 batch calls on runs run_scopes
     claim = document["paths"]["/task/{taskId}/runs/{runId}/claim"]["post"]
     assert claim["x-scopes"] == {
         "AllOf": [
