@@ -18,6 +18,7 @@ import pytest
 from coordinator.domain.records import from_iso
 from coordinator.resolvers import expiry_sweeper
 from coordinator.service import management
+from coordinator.service.clock import wall_clock
 from devharness.api import call
 from devharness.waiting import wait_until
 from hawk_signing import Credentials
@@ -171,6 +172,26 @@ async def test_a_second_replica_applies_a_pause_within_a_second(
         return (await claim_answer(b, task_id))[0] == 200
 
     await wait_until(claimed_through_b, within=5, what="replica b claims again after resume")
+
+
+async def test_a_second_replica_applies_a_default_claim_timeout_within_a_second(
+    start_coordinator: StartCoordinator, postgres_schema_url: str
+) -> None:
+    a = await start_coordinator(store_url=postgres_schema_url)
+    b = await start_coordinator(store_url=postgres_schema_url)
+    await a.ok("PUT", QUEUE_PATH + "/defaults", {"claimTimeout": 30})
+
+    async def claimed_for_30_s_by_b() -> bool:
+        claim = await b.claim(await a.create(provisionerId="proj", workerType="wt"))
+        return from_iso(claim["takenUntil"]) - wall_clock() <= 30_000
+
+    await wait_until(claimed_for_30_s_by_b, within=5, what="replica b's claims last 30 s")
+    await a.ok("PUT", QUEUE_PATH + "/defaults", {"claimTimeout": None})
+
+    async def claimed_for_longer_by_b() -> bool:
+        return not await claimed_for_30_s_by_b()
+
+    await wait_until(claimed_for_longer_by_b, within=5, what="replica b's own default again")
 
 
 async def test_rerun_tasks_reruns_the_failed_and_exception_matches(
