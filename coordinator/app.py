@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from email.utils import formatdate
 
 from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
@@ -617,6 +618,17 @@ def _add_method_not_allowed(app: web.Application) -> None:
         app.router.add_route(hdrs.METH_ANY, path, refuse)
 
 
+def _dated_by(
+    clock: Callable[[], int],
+) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    """A response hook that sets the ``Date`` header from ``clock``."""
+
+    async def date(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[hdrs.DATE] = formatdate(clock() / 1000, usegmt=True)
+
+    return date
+
+
 def build_app(
     config: Config,
     *,
@@ -647,6 +659,10 @@ def build_app(
             run_resolvers=run_resolvers,
         )
     )
+    if clock is not wall_clock:
+        # Workers and producers time takenUntil and wait= by the answers' Date: it must be
+        # the clock the lifecycle runs on (with the wall clock, aiohttp's own Date is).
+        app.on_response_prepare.append(_dated_by(clock))
     bind(PARTS)
     _add_routes(app, config, registry)
     validation.preload(endpoint for part in PARTS for endpoint in part.endpoints)

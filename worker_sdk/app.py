@@ -262,8 +262,9 @@ class TaskFunction(Generic[_P, _R]):
     """A function registered with ``@app.task``: call it to run it here and now, or
     dispatch it as a task.
 
-    ``wait``, ``at``, ``priority`` and ``dependencies`` are options of ``dispatch``, so a
-    function's own parameters of those names can only be passed positionally.
+    ``wait``, ``at``, ``priority``, ``dependencies`` and ``task_queue`` are options of
+    ``dispatch``, so a function's own parameters of those names can only be passed
+    positionally.
     """
 
     def __init__(
@@ -297,6 +298,7 @@ class TaskFunction(Generic[_P, _R]):
         dependencies: Iterable[TaskHandle | str] = (),
         key: str | None = None,
         deduplication_ttl: Wait | None = None,
+        task_queue: str | TaskQueue | None = None,
         **kwargs: Any,
     ) -> TaskHandle:
         """Create one task calling the function with ``args`` and ``kwargs``.
@@ -310,10 +312,15 @@ class TaskFunction(Generic[_P, _R]):
             is created and the handle returned is that task's.
         :param deduplication_ttl: how long (seconds, or a timedelta; whole seconds, rounded
             up) the task keeps ``key`` once resolved; only with ``key``.
+        :param task_queue: instead of the function's (or the app's) task queue, for this call.
         :raises TypeError: the arguments do not bind to the function, or are not JSON.
+        :raises ValueError: ``task_queue`` is not ``provisionerId/workerType``.
         :raises RequestFailed: the coordinator refused the task, or did not answer.
         """
-        task_id, definition = self._call(args, kwargs, wait, at, priority, dependencies)
+        now = datetime.now(UTC) + await self._skew(wait, at)
+        task_id, definition = self._call(
+            args, kwargs, wait, at, priority, dependencies, now=now, task_queue=task_queue
+        )
         definition.update(_deduplication(key, deduplication_ttl))
         client = self.app.connection.client()
         tracer = tracing.tracer()
@@ -350,7 +357,8 @@ class TaskFunction(Generic[_P, _R]):
 
         :raises InboxUnavailable: not an asyncpg or async psycopg connection.
         """
-        task_id, definition = self._call(args, kwargs, wait, at, priority, dependencies)
+        now = datetime.now(UTC)  # no request to the coordinator: the producer's clock
+        task_id, definition = self._call(args, kwargs, wait, at, priority, dependencies, now=now)
         await enqueue_in(connection, task_id, definition, client_id=client_id, schema=schema)
         return self.app.handle(task_id)
 
@@ -368,7 +376,8 @@ class TaskFunction(Generic[_P, _R]):
         **kwargs: Any,
     ) -> TaskHandle:
         """:meth:`dispatch_in` on a synchronous psycopg ``Connection``."""
-        task_id, definition = self._call(args, kwargs, wait, at, priority, dependencies)
+        now = datetime.now(UTC)  # no request to the coordinator: the producer's clock
+        task_id, definition = self._call(args, kwargs, wait, at, priority, dependencies, now=now)
         enqueue_in_sync(connection, task_id, definition, client_id=client_id, schema=schema)
         return self.app.handle(task_id)
 
@@ -380,14 +389,19 @@ class TaskFunction(Generic[_P, _R]):
         at: datetime | None,
         priority: str | None,
         dependencies: Iterable[TaskHandle | str],
+        *,
+        now: datetime,
+        task_queue: str | TaskQueue | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """A new taskId and the createTask body of one call (dispatch's and dispatch_in's)."""
+        """A new taskId and the createTask body of one call (dispatch's and dispatch_in's),
+        ``wait`` counted from ``now``."""
         call = encode_call(self.name, self.signature, args, kwargs)
         definition = self._definition(
-            now=datetime.now(UTC),
-            not_before=_not_before(wait, at),
+            now=now,
+            not_before=_not_before(wait, at, now),
             priority=priority,
             dependencies=dependencies,
+            task_queue=None if task_queue is None else _task_queue(task_queue),
         )
         definition["payload"] = call.payload()
         return slugid.nice(), definition
@@ -412,12 +426,13 @@ class TaskFunction(Generic[_P, _R]):
         :raises RequestFailed: a request got no answer (the tasks of earlier requests exist).
         """
         encoded = [self._encode(index, call) for index, call in enumerate(calls)]
-        not_before = _not_before(wait, at)
+        skew = await self._skew(wait, at)
+        not_before = _not_before(wait, at, datetime.now(UTC) + skew)
         dependencies = list(dependencies)
         tracer = tracing.tracer()
         if tracer is None:
             task_ids, refused = await self._create_many(
-                encoded, not_before, priority, dependencies, traceparent=None
+                encoded, not_before, skew, priority, dependencies, traceparent=None
             )
         else:
             task_queue_id = str(self.options.task_queue or self.app.task_queue)
@@ -427,6 +442,7 @@ class TaskFunction(Generic[_P, _R]):
                 task_ids, refused = await self._create_many(
                     encoded,
                     not_before,
+                    skew,
                     priority,
                     dependencies,
                     traceparent=tracer.traceparent(span),
@@ -448,6 +464,7 @@ class TaskFunction(Generic[_P, _R]):
         self,
         encoded: list[FunctionCall],
         not_before: datetime | None,
+        skew: timedelta,
         priority: str | None,
         dependencies: list[TaskHandle | str],
         *,
@@ -461,7 +478,7 @@ class TaskFunction(Generic[_P, _R]):
         for start in range(0, len(encoded), CREATE_TASKS_BATCH):
             # one definition per request, each task with its own payload
             shared = self._definition(
-                now=datetime.now(UTC),
+                now=datetime.now(UTC) + skew,
                 not_before=not_before,
                 priority=priority,
                 dependencies=dependencies,
@@ -478,6 +495,17 @@ class TaskFunction(Generic[_P, _R]):
             )
             task_ids.extend(batch)
         return task_ids, refused
+
+    async def _skew(self, wait: Wait | None, at: datetime | None) -> timedelta:
+        """How far the coordinator's clock is ahead of ours, when ``wait`` is given (else 0).
+
+        ``wait`` counts on the coordinator's clock, as a worker counts ``takenUntil`` from
+        the coordinator's ``Date``: a producer whose clock is off still gets the wait it
+        asked for. It costs one ``ping``, only for calls with a ``wait``."""
+        _not_before(wait, at, datetime.now(UTC))  # refuse bad values before any request
+        if wait is None:
+            return timedelta()
+        return await self.app.connection.client().server_time() - datetime.now(UTC)
 
     def _encode(self, index: int, call: Sequence[Any] | Mapping[str, Any]) -> FunctionCall:
         if isinstance(call, Mapping):
@@ -496,6 +524,7 @@ class TaskFunction(Generic[_P, _R]):
         not_before: datetime | None,
         priority: str | None,
         dependencies: Iterable[TaskHandle | str],
+        task_queue: TaskQueue | None = None,
     ) -> dict[str, Any]:
         """The createTask body of a call created ``now``, but for its ``payload``."""
         if priority is not None and priority not in PRIORITIES:
@@ -504,7 +533,7 @@ class TaskFunction(Generic[_P, _R]):
             not_before = None  # a time in the past means now
         deadline = (not_before or now) + self.app.deadline
         definition: dict[str, Any] = {
-            "taskQueueId": str(self.options.task_queue or self.app.task_queue),
+            "taskQueueId": str(task_queue or self.options.task_queue or self.app.task_queue),
             "created": expires_text(now),
             "deadline": expires_text(deadline),
             "metadata": {
@@ -547,8 +576,8 @@ def _deduplication(key: str | None, ttl: Wait | None) -> dict[str, Any]:
     return fields
 
 
-def _not_before(wait: Wait | None, at: datetime | None) -> datetime | None:
-    """The ``notBefore`` that ``wait`` or ``at`` asks for."""
+def _not_before(wait: Wait | None, at: datetime | None, now: datetime) -> datetime | None:
+    """The ``notBefore`` that ``wait`` (from ``now``) or ``at`` asks for."""
     if wait is not None and at is not None:
         raise ValueError("give wait or at, not both")
     if at is not None:
@@ -560,4 +589,4 @@ def _not_before(wait: Wait | None, at: datetime | None) -> datetime | None:
     seconds = wait.total_seconds() if isinstance(wait, timedelta) else wait
     if not 0 <= seconds < math.inf:
         raise ValueError(f"wait must be a time from now on, not {wait}")
-    return datetime.now(UTC) + timedelta(seconds=seconds)
+    return now + timedelta(seconds=seconds)

@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
@@ -202,6 +202,12 @@ class CoordinatorClient:
     async def ping(self) -> None:
         """Raises :class:`RequestFailed` unless the coordinator answers ``ping`` with a 2xx."""
         await self._call("GET", ("ping",))
+
+    async def server_time(self) -> datetime:
+        """The coordinator's clock now, from ``ping``'s ``Date`` (erring early by at most its
+        one-second resolution)."""
+        answer = await self._call("GET", ("ping",))
+        return answer.server_time + timedelta(seconds=time.monotonic() - answer.answered_at)
 
     async def create_tasks(
         self, tasks: Mapping[str, Mapping[str, Any]], *, traceparent: str | None = None

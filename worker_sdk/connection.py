@@ -20,6 +20,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import aiohttp
@@ -47,6 +48,8 @@ class Coordinator(Protocol):
     async def task_status(self, task_id: str) -> dict[str, Any]: ...
 
     async def task_progress(self, task_id: str) -> list[RunProgress]: ...
+
+    async def server_time(self) -> datetime: ...
 
     async def cancel_task(self, task_id: str) -> dict[str, Any]: ...
 

@@ -100,6 +100,13 @@ def _skip(text: str) -> float:
     return value
 
 
+def _run_time(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
 def _rate(text: str) -> float:
     value = float(text)
     if not 0 < value < math.inf:
@@ -313,6 +320,18 @@ class WorkerOptions:
             ),
         ),
     )
+    max_run_time: float | None = field(
+        default=None,
+        metadata=cli(
+            Flag(
+                name="--max-run-time",
+                parse=_run_time,
+                metavar="SECONDS",
+                help="stop a handler that runs longer (cancelled; with --isolation process its "
+                "process is ended) and report its run failed, not retried (default: no limit)",
+            ),
+        ),
+    )
     max_runs_per_child: int | None = field(
         default=None,
         metadata=cli(
@@ -417,5 +436,9 @@ class WorkerOptions:
             raise ValueError(f"polling must be strict or weighted, not {self.polling!r}")
         if self.isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be none or process, not {self.isolation!r}")
+        if self.max_run_time is not None and not 0 < self.max_run_time < math.inf:
+            raise ValueError(
+                f"max_run_time must be a positive number of seconds, not {self.max_run_time}"
+            )
         if self.max_runs_per_child is not None and self.isolation != "process":
             raise ValueError("max_runs_per_child needs isolation='process'")

@@ -19,23 +19,44 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from worker_sdk.calls import FunctionCall, bind, decode_call
+from worker_sdk.daemon_threads import in_daemon_thread
 from worker_sdk.errors import MalformedPayload, RequestFailed, TaskException
 from worker_sdk.results import RESULT_ARTIFACT, RESULT_CONTENT_TYPE, error_body, value_body
 from worker_sdk.task_options import TaskOptions
-from worker_sdk.worker import in_daemon_thread
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class RunTimeExceeded(Exception):
     """The function ran longer than its ``max_run_time``: it was cancelled (an ``async def``)
     or abandoned in its thread (a plain function, whose thread cannot be stopped), and the
-    run is reported ``failed``."""
+    run is reported ``failed``, never retried. A worker's ``max_run_time`` stops a plain
+    handler so too (:func:`within_max_run_time`)."""
+
+
+async def within_max_run_time(
+    limit: float | None, call: Callable[[], Awaitable[_T]], *, what: str, task_id: str, run_id: int
+) -> _T:
+    """What ``call()`` returns, unless it runs longer than ``limit`` seconds (``None``: no
+    limit): then it is cancelled and :class:`RunTimeExceeded` raised, saying (and logging, in
+    the run's log) that ``what`` was stopped so."""
+    deadline = asyncio.timeout(limit)
+    try:
+        async with deadline:
+            return await call()
+    except TimeoutError:
+        if not deadline.expired():
+            raise  # the call's own TimeoutError
+        message = f"max_run_time of {limit:g} s exceeded: {what}"
+        log.error("%s taskId=%s runId=%d", message, task_id, run_id)
+        raise RunTimeExceeded(message) from None
 
 
 class ServedRun(Protocol):
@@ -105,26 +126,25 @@ async def _call(
     """The function's return value, within its ``max_run_time``."""
     function = served.function
     invoke = functools.partial(function, *arguments.args, **arguments.kwargs)
-    limit = served.options.max_run_time
     log.info("calling function=%s taskId=%s runId=%d", call.function, run.task_id, run.run_id)
-    deadline = asyncio.timeout(limit)
-    try:
-        async with deadline:
-            if inspect.iscoroutinefunction(function):
-                return await invoke()
-            result = await in_daemon_thread(
-                invoke, name=f"function {call.function} taskId={run.task_id} runId={run.run_id}"
-            )
-            # a plain function that returned an awaitable (a decorated coroutine function)
-            return await result if inspect.isawaitable(result) else result
-    except TimeoutError:
-        if not deadline.expired():
-            raise  # the function's own TimeoutError
-        message = f"max_run_time of {limit:g} s exceeded: {call.function} was " + (
-            "cancelled" if inspect.iscoroutinefunction(function) else "abandoned in its thread"
+
+    async def called() -> Any:
+        if inspect.iscoroutinefunction(function):
+            return await invoke()
+        result = await in_daemon_thread(
+            invoke, name=f"function {call.function} taskId={run.task_id} runId={run.run_id}"
         )
-        log.error("%s taskId=%s runId=%d", message, run.task_id, run.run_id)
-        raise RunTimeExceeded(message) from None
+        # a plain function that returned an awaitable (a decorated coroutine function)
+        return await result if inspect.isawaitable(result) else result
+
+    stopped = "cancelled" if inspect.iscoroutinefunction(function) else "abandoned in its thread"
+    return await within_max_run_time(
+        served.options.max_run_time,
+        called,
+        what=f"{call.function} was {stopped}",
+        task_id=run.task_id,
+        run_id=run.run_id,
+    )
 
 
 def _report_for(

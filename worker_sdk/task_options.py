@@ -90,9 +90,10 @@ class TaskOptions:
         :class:`RetryTask` to raise, with ``retry_after`` when ``retry_with`` named the
         delay), or ``None``: the run fails.
 
-        Without ``retry_on`` and ``retry_with`` nothing is retried; with ``retry_on`` only
-        those exceptions are; ``retry_with`` is asked about every exception ``retry_on``
-        lets through (all of them when there is no ``retry_on``).
+        With ``retries`` given, any exception asks for a retry unless ``retry_on`` narrows
+        them to its classes; without ``retries``, ``retry_on`` and ``retry_with`` nothing is
+        retried. ``retry_with`` is asked about every exception ``retry_on`` lets through (all
+        of them when there is no ``retry_on``).
 
         :raises TypeError: ``retry_with`` answered something else than seconds, ``None`` or
             ``False``.
@@ -100,7 +101,8 @@ class TaskOptions:
         if self.retry_on and not isinstance(error, self.retry_on):
             return None
         if self.retry_with is None:
-            return RetryTask(_described(error)) if self.retry_on else None
+            wanted = bool(self.retry_on) or self.retries is not None
+            return RetryTask(_described(error)) if wanted else None
         decision = self.retry_with(error, retry_count)
         if decision is False:
             return None

@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -119,6 +120,9 @@ class InlineCoordinator:
         self._recorder = recorder
         self._statuses: dict[str, dict[str, Any]] = {}
         self._result_json: dict[tuple[str, int], bytes] = {}
+
+    async def server_time(self) -> datetime:
+        return datetime.now(UTC)  # the process is the coordinator here
 
     async def create_task(
         self, task_id: str, task: Mapping[str, Any], *, traceparent: str | None = None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import inspect
@@ -25,7 +24,6 @@ import random
 import re
 import signal
 import socket
-import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -50,6 +48,7 @@ from worker_sdk.client import (
     new_session,
     root_urls_of,
 )
+from worker_sdk.daemon_threads import in_daemon_thread
 from worker_sdk.errors import NoAzureQueues, RequestFailed, RetryTask, TaskException
 from worker_sdk.isolation import HandlerError, ProcessIsolation
 from worker_sdk.metrics import WorkerMetrics
@@ -70,6 +69,7 @@ from worker_sdk.run_log import (
     current_run,
 )
 from worker_sdk.runs import Handler, Lease, TaskRun
+from worker_sdk.serving import RunTimeExceeded, within_max_run_time
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -91,13 +91,13 @@ def resolution_for(
     """The report for a handler that returned (``None``) or raised ``error``.
 
     :class:`RetryTask`, and with ``retry_failures`` any exception that is no
-    :class:`TaskException`, asks for a retry: ``intermittent-task`` while the task has
-    ``retries_left``, ``failed`` on its last run.
+    :class:`TaskException` nor :class:`RunTimeExceeded`, asks for a retry:
+    ``intermittent-task`` while the task has ``retries_left``, ``failed`` on its last run.
     """
     if error is None:
         return Resolution(kind="completed")
     retry = isinstance(error, RetryTask) or (
-        retry_failures and not isinstance(error, TaskException)
+        retry_failures and not isinstance(error, TaskException | RunTimeExceeded)
     )
     if retry:
         if retries_left > 0:
@@ -193,6 +193,7 @@ class Worker:
         self._capacity = given.capacity
         self._claim_work = given.claim_work
         self._grace_period = given.grace_period
+        self._max_run_time = given.max_run_time
         self._retry_failures = given.retry_failures
         self._handle_signals = given.handle_signals
         self._metrics_port = given.metrics_port
@@ -513,10 +514,33 @@ class Worker:
         # logs goes to the run's log.
         current_run.set((run.task_id, run.run_id))
         if self._tracer is None:
-            await self._call_handler(run, lease, run_log)
+            await self._call_handler_within(run, lease, run_log)
             return
         with self._run_span("handler", "consumer", run):
+            await self._call_handler_within(run, lease, run_log)
+
+    async def _call_handler_within(
+        self, run: TaskRun, lease: Lease, run_log: RunLog | None
+    ) -> None:
+        """The handler, stopped as a function past its ``max_run_time`` is when it runs longer
+        than the worker's."""
+        if self._max_run_time is None:
             await self._call_handler(run, lease, run_log)
+            return
+        stopped = (
+            "its process was ended"
+            if self._isolation is not None
+            else "cancelled"
+            if self._handler_is_async
+            else "abandoned in its thread"
+        )
+        await within_max_run_time(
+            self._max_run_time,
+            functools.partial(self._call_handler, run, lease, run_log),
+            what=f"the handler was {stopped}",
+            task_id=run.task_id,
+            run_id=run.run_id,
+        )
 
     def _run_span(
         self, name: str, kind: SpanKindName, run: TaskRun
@@ -761,41 +785,3 @@ def _run_log_line(message: str) -> str:
     """``message`` as the worker's own line of a run log."""
     record = logging.LogRecord(__name__, logging.INFO, __file__, 0, message, None, None)
     return RunLogFormatter().format(record)
-
-
-async def in_daemon_thread(function: Callable[[], _T], *, name: str) -> _T:
-    """Call ``function`` in a thread of its own, in the caller's context (the run's, for the
-    run log), and await what it returns.
-
-    A daemon thread, unlike an executor's, doesn't hold up the process's exit: a handler
-    that ignores ``run.cancelled`` is abandoned at shutdown rather than waited for forever;
-    so is one the awaiting task stopped waiting for (cancelled, or timed out).
-    """
-    loop = asyncio.get_running_loop()
-    context = contextvars.copy_context()
-    done: asyncio.Future[_T] = loop.create_future()
-
-    def succeed(result: _T) -> None:
-        if not done.done():  # not cancelled while the thread ran
-            done.set_result(result)
-
-    def fail(error: BaseException) -> None:
-        if not done.done():
-            done.set_exception(error)
-
-    def target() -> None:
-        try:
-            result = context.run(function)
-        except StopIteration as caught:
-            # A future refuses StopIteration: it would silently end the awaiting coroutine.
-            outcome = functools.partial(fail, RuntimeError(f"handler raised {caught!r}"))
-        except BaseException as caught:  # whatever it is, the event loop decides
-            outcome = functools.partial(fail, caught)
-        else:
-            outcome = functools.partial(succeed, result)
-        # RuntimeError: the event loop is gone, so nobody is waiting any more.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(outcome)
-
-    threading.Thread(target=target, name=name, daemon=True).start()
-    return await done

@@ -269,7 +269,7 @@ PARAMETERS: Mapping[str, Parameter] = {
             schema="task-filter-state",
             description="A state (repeatable: any of them): `unscheduled`, `pending` (claimable "
             "now), `delayed` (pending, not claimable yet), `running`, `completed`, `failed`, "
-            "`exception`.",
+            "`exception`, or `unresolved` (the first four).",
             repeat=7,
         ),
         Parameter(

@@ -8,13 +8,11 @@ cannot say: a parameter that only one value makes sense for, given twice.
 
 from __future__ import annotations
 
-from typing import cast
-
 from multidict import MultiMapping
 
 from coordinator.api.errors import InputValidationError
 from coordinator.domain.records import from_iso
-from coordinator.domain.task_filters import FilterState, TaskFilter
+from coordinator.domain.task_filters import TaskFilter, filter_states
 from coordinator.domain.task_queues import TaskQueue
 
 _REPEATABLE = frozenset({"state", "tag"})
@@ -46,7 +44,7 @@ def task_filter(query: MultiMapping[str]) -> TaskFilter:
     task_queue = query.get("taskQueueId")
     return TaskFilter(
         task_queue=None if task_queue is None else TaskQueue.parse(task_queue),
-        states=tuple(cast(FilterState, state) for state in query.getall("state", [])),
+        states=filter_states(query.getall("state", [])),
         scheduler_id=query.get("schedulerId"),
         task_group_id=query.get("taskGroupId"),
         project_id=query.get("projectId"),

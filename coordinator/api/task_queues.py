@@ -27,7 +27,7 @@ from coordinator.api.pipeline import (
     Routes,
 )
 from coordinator.domain.listings import RunCounts
-from coordinator.domain.queue_controls import Limits
+from coordinator.domain.queue_controls import Limits, QueueDefaults
 from coordinator.domain.records import TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey, task_queue_fields
@@ -161,6 +161,21 @@ TASK_QUEUE_ENDPOINTS: tuple[Endpoint, ...] = (
         "the limits in the body change; `null` lifts one. Not a Taskcluster method.",
         stability="experimental",
         scopes="queue:manage:limits:<taskQueueId>",
+    ),
+    Endpoint(
+        name="setTaskQueueDefaults",
+        method="PUT",
+        route="/task-queues/{taskQueueId}/defaults",
+        input="task-queue-defaults-request",
+        output="task-queue-controls-response",
+        title="Set a Task Queue's Defaults",
+        description="`claimTimeout`: how long a claim of the queue's tasks lasts when the task "
+        "sets none; `completedTTL` and `failedTTL`: how long the queue's completed, and "
+        "failed or exception, tasks are kept after they resolve, instead of the coordinator's "
+        "resolved-task TTLs. Only the defaults in the body change; `null` goes back to the "
+        "coordinator's. Not a Taskcluster method.",
+        stability="experimental",
+        scopes="queue:manage:defaults:<taskQueueId>",
     ),
     Endpoint(
         name="listPendingTasks",
@@ -376,6 +391,16 @@ class TaskQueueHandlers(Handlers):
         )
         task_queue = task_queue_of(request.match_info)
         controls = await self.controls.set_limits(task_queue, limits, named=frozenset(body))
+        return controls.to_api()
+
+    async def setTaskQueueDefaults(self, request: web.Request, body: Any) -> Body:
+        defaults = QueueDefaults(
+            claim_timeout_s=body.get("claimTimeout"),
+            completed_ttl_s=body.get("completedTTL"),
+            failed_ttl_s=body.get("failedTTL"),
+        )
+        task_queue = task_queue_of(request.match_info)
+        controls = await self.controls.set_defaults(task_queue, defaults, named=frozenset(body))
         return controls.to_api()
 
     async def listPendingTasks(self, request: web.Request, body: Any) -> Body:

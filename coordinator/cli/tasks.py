@@ -48,7 +48,7 @@ from coordinator.cli.rest import (
     run_command,
     to_second,
 )
-from coordinator.domain.task_filters import FILTER_STATES
+from coordinator.domain.task_filters import FILTER_STATES, UNRESOLVED
 
 API_PATH = "/api/queue/v1"
 NDJSON = "application/x-ndjson"
@@ -147,8 +147,8 @@ def _add_filters(command: argparse.ArgumentParser) -> None:
     filters.add_argument(
         "--state",
         action="append",
-        choices=FILTER_STATES,
-        help="any of these states (repeatable)",
+        choices=(*FILTER_STATES, UNRESOLVED),
+        help="any of these states (repeatable; unresolved: unscheduled, pending, delayed, running)",
     )
     filters.add_argument("--scheduler-id")
     filters.add_argument("--task-group-id")

@@ -1,6 +1,6 @@
-"""An operator's controls of a task queue: a pause and limits (``maxRunning``,
-``maxClaimsPerSecond``), and the one rule that decides how many of the runs a claim asks for
-it may have now (:func:`admit`).
+"""An operator's controls of a task queue: a pause, limits (``maxRunning``,
+``maxClaimsPerSecond``), the defaults its tasks get (:class:`QueueDefaults`), and the one rule
+that decides how many of the runs a claim asks for it may have now (:func:`admit`).
 
 The rate is a generic cell rate algorithm (GCRA): one number, :attr:`QueueControls.claims_tat_us`,
 the theoretical arrival time of the next claim, which each admitted claim pushes one interval
@@ -61,12 +61,44 @@ class Limits:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class QueueDefaults:
+    """What the queue's tasks get when they say nothing else; ``None`` is the coordinator's.
+
+    :param claim_timeout_s: how long a claim lasts, for tasks without a ``claimTimeout``.
+    :param completed_ttl_s: how long a completed task is kept after it resolved, instead of
+        ``COORDINATOR_COMPLETED_TTL``.
+    :param failed_ttl_s: the same for failed and exception tasks (``COORDINATOR_FAILED_TTL``).
+    """
+
+    claim_timeout_s: int | None = None
+    completed_ttl_s: int | None = None
+    failed_ttl_s: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(value is not None for value in (*self.ttls_s, self.claim_timeout_s))
+
+    @property
+    def ttls_s(self) -> tuple[int | None, int | None]:
+        """The completed and the failed TTL."""
+        return self.completed_ttl_s, self.failed_ttl_s
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "claimTimeout": self.claim_timeout_s,
+            "completedTTL": self.completed_ttl_s,
+            "failedTTL": self.failed_ttl_s,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class QueueControls:
     """What an operator set on one task queue; the default is none of it."""
 
     task_queue: TaskQueue
     pause: Pause | None = None
     limits: Limits = field(default_factory=Limits)
+    defaults: QueueDefaults = field(default_factory=QueueDefaults)
     claims_tat_us: int = 0
     """The rate's theoretical arrival time of the next claim (epoch microseconds)."""
 
@@ -76,22 +108,25 @@ class QueueControls:
         return self.pause is not None or self.limits.any
 
     def to_api(self) -> dict[str, Any]:
-        """As pauseTaskQueue, resumeTaskQueue and setTaskQueueLimits answer: ``paused`` only
-        while paused."""
+        """As pauseTaskQueue, resumeTaskQueue, setTaskQueueLimits and setTaskQueueDefaults
+        answer: ``paused`` only while paused."""
         body: dict[str, Any] = {"taskQueueId": str(self.task_queue)}
         if self.pause is not None:
             body["paused"] = self.pause.to_api()
         body["limits"] = self.limits.to_api()
+        body["defaults"] = self.defaults.to_api()
         return body
 
     def task_queue_fields(self) -> dict[str, Any]:
         """What getTaskQueue and listTaskQueues add to a task queue: ``paused`` while paused,
-        ``limits`` while it has one."""
+        ``limits`` while it has one, ``defaults`` while it has one."""
         body: dict[str, Any] = {}
         if self.pause is not None:
             body["paused"] = self.pause.to_api()
         if self.limits.any:
             body["limits"] = self.limits.to_api()
+        if self.defaults.any:
+            body["defaults"] = self.defaults.to_api()
         return body
 
 

@@ -4,13 +4,16 @@ combined with AND) and the per-state :class:`TaskCounts` it counts.
 The states a filter and a count know are the task states plus ``delayed``: a pending task whose
 run may not be claimed yet (``notBefore``, a retry delay). They are disjoint, so the counts add
 up to the total: ``pending`` means claimable now, and a task's status calls both ``pending``.
+A filter may also name ``unresolved``, which stands for every state that is not resolved
+(:func:`filter_states`), as Taskcluster calls a task not yet completed, failed or exception.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from coordinator.domain.task_queues import TaskQueue
 
@@ -20,6 +23,17 @@ FilterState = Literal[
 FILTER_STATES: tuple[FilterState, ...] = get_args(FilterState)
 UNRESOLVED_FILTER_STATES: tuple[FilterState, ...] = ("unscheduled", "pending", "delayed", "running")
 RERUNNABLE_STATES: tuple[FilterState, ...] = ("failed", "exception")
+UNRESOLVED = "unresolved"
+"""The name a filter may give for all of :data:`UNRESOLVED_FILTER_STATES` at once."""
+
+
+def filter_states(names: Iterable[str]) -> tuple[FilterState, ...]:
+    """The states a filter's (known) state names select, each once, ``unresolved`` expanded."""
+    states: dict[FilterState, None] = {}
+    for name in names:
+        expanded = UNRESOLVED_FILTER_STATES if name == UNRESOLVED else (cast(FilterState, name),)
+        states.update(dict.fromkeys(expanded))
+    return tuple(states)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -27,6 +41,8 @@ class TaskFilter:
     """Which tasks a management call acts on: those matching every field that is set.
 
     :param task_queue: the task's queue.
+    :param other_than_task_queues: the task's queue is none of these (what the resolved-task
+        TTLs sweep with: queues with TTLs of their own are swept by them).
     :param states: any of these states (empty: any state).
     :param tags: ``(key, value)`` pairs the task's ``tags`` must all hold.
     :param created_after: ``created`` at or after (epoch ms); ``created_before`` strictly
@@ -35,6 +51,7 @@ class TaskFilter:
     """
 
     task_queue: TaskQueue | None = None
+    other_than_task_queues: tuple[TaskQueue, ...] = ()
     states: tuple[FilterState, ...] = ()
     scheduler_id: str | None = None
     task_group_id: str | None = None

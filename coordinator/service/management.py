@@ -25,7 +25,7 @@ from coordinator.domain.errors import InputError
 from coordinator.domain.lifecycle import TransitionResult
 from coordinator.domain.listings import Page
 from coordinator.domain.records import TaskRecord
-from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
+from coordinator.domain.task_filters import RERUNNABLE_STATES, TaskCounts, TaskFilter
 from coordinator.service.artifacts import ArtifactService
 from coordinator.service.tasks import TaskService
 from coordinator.service.transitions import Transition
@@ -205,21 +205,37 @@ class TaskManagement:
 
     async def expire_resolved(self, limit: int) -> int:
         """Delete resolved tasks past their resolved-task TTL (about ``limit`` of each state at
-        most), their artifacts' bytes first; how many. A blob store outage stops the pass
-        (the backend logged it); the next one retries."""
+        most, for the coordinator's TTLs and for each task queue's own), their artifacts'
+        bytes first; how many. A task queue with a TTL of its own for a state is swept by it
+        alone. A blob store outage stops the pass (the backend logged it); the next one
+        retries."""
         now = self._service.clock()
-        deleted = 0
-        rules: tuple[tuple[int | None, tuple[FilterState, ...]], ...] = (
-            (self.ttls.completed_ms, ("completed",)),
-            (self.ttls.failed_ms, ("failed", "exception")),
-        )
-        for ttl_ms, states in rules:
+        own = [c for c in await self._store.queue_controls() if any(c.defaults.ttls_s)]
+        rules: list[TaskFilter] = []
+        for index, (ttl_ms, states) in enumerate(
+            ((self.ttls.completed_ms, ("completed",)), (self.ttls.failed_ms, RERUNNABLE_STATES))
+        ):
+            by_queue = {
+                c.task_queue: ttl_s for c in own if (ttl_s := c.defaults.ttls_s[index]) is not None
+            }
+            rules += [
+                TaskFilter(task_queue=queue, states=states, resolved_before=now - ttl_s * 1000 + 1)
+                for queue, ttl_s in by_queue.items()
+            ]
             if ttl_ms is not None:
-                matching = TaskFilter(states=states, resolved_before=now - ttl_ms + 1)
-                try:
-                    deleted += await self._delete(matching, limit=limit)
-                except BlobUnavailable:
-                    break
+                rules.append(
+                    TaskFilter(
+                        states=states,
+                        resolved_before=now - ttl_ms + 1,
+                        other_than_task_queues=tuple(by_queue),
+                    )
+                )
+        deleted = 0
+        for matching in rules:
+            try:
+                deleted += await self._delete(matching, limit=limit)
+            except BlobUnavailable:
+                break
         return deleted
 
 

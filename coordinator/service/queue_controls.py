@@ -21,6 +21,7 @@ claim that gets nothing raises :class:`~coordinator.domain.errors.Throttled` (42
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from coordinator.domain.queue_controls import (
     Limits,
     Pause,
     QueueControls,
+    QueueDefaults,
     admit,
     room_of,
 )
@@ -103,13 +105,29 @@ class QueueControlService:
         )
         return controls
 
+    async def set_defaults(
+        self, task_queue: TaskQueue, defaults: QueueDefaults, *, named: frozenset[str]
+    ) -> QueueControls:
+        """Set the defaults named (``claimTimeout``, ``completedTTL``, ``failedTTL``; ``None``
+        goes back to the coordinator's); the others stay."""
+        controls = await self._store.default_task_queue(task_queue, defaults, named=named)
+        self._known(controls)
+        log.info(
+            "task queue defaults set taskQueueId=%s claimTimeout=%s completedTTL=%s failedTTL=%s",
+            task_queue,
+            controls.defaults.claim_timeout_s,
+            controls.defaults.completed_ttl_s,
+            controls.defaults.failed_ttl_s,
+        )
+        return controls
+
     async def controls_of(self, task_queue: TaskQueue) -> QueueControls:
         """The queue's controls as stored."""
         return await self._store.queue_controls_of(task_queue)
 
     async def restricted(self) -> dict[TaskQueue, QueueControls]:
         """The controls of every paused or limited queue, as stored."""
-        return {controls.task_queue: controls for controls in await self._store.queue_controls()}
+        return {c.task_queue: c for c in await self._store.queue_controls() if c.restricted}
 
     def _known(self, controls: QueueControls) -> None:
         self._rate_refusals.pop(controls.task_queue, None)
@@ -117,11 +135,27 @@ class QueueControlService:
             self._controls[controls.task_queue] = controls
         else:
             self._controls.pop(controls.task_queue, None)
+        self._default_claim_timeout(controls)
         self._metrics.set_paused_queues(c.task_queue for c in self._controls.values() if c.pause)
+
+    def _default_claim_timeout(self, controls: QueueControls) -> None:
+        """Keep the task service's claim timing of the queue in step with its default."""
+        timeout_s = controls.defaults.claim_timeout_s
+        timeouts = self._service.claim_timeouts
+        if timeout_s is None:
+            timeouts.pop(str(controls.task_queue), None)
+        else:
+            timing = dataclasses.replace(self._service.timing, claim_timeout_ms=timeout_s * 1000)
+            timeouts[str(controls.task_queue)] = timing
 
     async def refresh(self) -> int:
         """Reload this process's copy from the store; how many queues' controls changed."""
-        found = await self.restricted()
+        stored = await self._store.queue_controls()
+        found = {c.task_queue: c for c in stored if c.restricted}
+        for gone in self._service.claim_timeouts.keys() - {str(c.task_queue) for c in stored}:
+            del self._service.claim_timeouts[gone]
+        for controls in stored:
+            self._default_claim_timeout(controls)
         before, self._controls = self._controls, found
         changed = {
             queue

@@ -95,6 +95,10 @@ class TaskService:
         self._store = store
         self.metrics = metrics if metrics is not None else ServiceMetrics()
         self.timing = timing
+        self.claim_timeouts: dict[str, Timing] = {}
+        """The timing of the task queues (by taskQueueId) whose default claim timeout differs
+        from the coordinator's: :class:`~coordinator.service.queue_controls.QueueControlService`
+        keeps it, from the same copy of the controls its claim gate reads."""
         self.max_deadline_ms = max_deadline_ms
         self.clock = clock
         self._background = Background()
@@ -561,11 +565,19 @@ class TaskService:
             worker_group=worker_group,
             worker_id=worker_id,
             now=now,
-            timing=self.timing,
+            timing=self._timing_of(r),
         )
 
     def _reclaiming(self, run_id: int) -> Transition:
-        return lambda r, now: lifecycle.reclaim(r, run_id=run_id, now=now, timing=self.timing)
+        return lambda r, now: lifecycle.reclaim(
+            r, run_id=run_id, now=now, timing=self._timing_of(r)
+        )
+
+    def _timing_of(self, record: TaskRecord) -> Timing:
+        """The timing of a claim of the task: its queue's default claim timeout, if any."""
+        if not self.claim_timeouts:  # no queue has one: no lookup
+            return self.timing
+        return self.claim_timeouts.get(record.task_queue_id, self.timing)
 
     def _reporting(self, report: RunReport) -> Transition:
         return lambda r, now: lifecycle.report(

@@ -21,7 +21,7 @@ from coordinator.domain.json_text import compact
 from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keyed_page
 from coordinator.domain.progress import RunProgress
 from coordinator.domain.purge_cache import PurgeRequest
-from coordinator.domain.queue_controls import Limits, Pause, QueueControls
+from coordinator.domain.queue_controls import Limits, Pause, QueueControls, QueueDefaults
 from coordinator.domain.records import TaskRecord, TaskState
 from coordinator.domain.secrets import StoredSecret
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
@@ -496,6 +496,21 @@ class SQLStore(Store, abc.ABC):
             max_claims_per_second=limits.max_claims_per_second,
             set_max_running="maxRunning" in named,
             set_max_claims_per_second="maxClaimsPerSecond" in named,
+        )
+        return controls_from_row(rows[0])
+
+    async def default_task_queue(
+        self, task_queue: TaskQueue, defaults: QueueDefaults, *, named: frozenset[str]
+    ) -> QueueControls:
+        rows = await self._fetch(
+            "default_task_queue",
+            **task_queue_columns(task_queue),
+            claim_timeout_s=defaults.claim_timeout_s,
+            completed_ttl_s=defaults.completed_ttl_s,
+            failed_ttl_s=defaults.failed_ttl_s,
+            set_claim_timeout="claimTimeout" in named,
+            set_completed_ttl="completedTTL" in named,
+            set_failed_ttl="failedTTL" in named,
         )
         return controls_from_row(rows[0])
 

@@ -42,6 +42,10 @@ def filter_clause(task_filter: TaskFilter) -> FilterClause:
     if task_filter.task_queue is not None:
         equal("provisioner_id", task_filter.task_queue.provisioner_id)
         equal("worker_type", task_filter.task_queue.worker_type)
+    for other in task_filter.other_than_task_queues:
+        provisioner, worker_type = f"f_{len(params)}", f"f_{len(params) + 1}"
+        params |= {provisioner: other.provisioner_id, worker_type: other.worker_type}
+        conditions.append(f"NOT (provisioner_id = :{provisioner} AND worker_type = :{worker_type})")
     conditions += _state_conditions(task_filter)
     equal("scheduler_id", task_filter.scheduler_id)
     equal("task_group_id", task_filter.task_group_id)

@@ -11,7 +11,7 @@ from typing import Any
 
 from coordinator.domain.json_text import compact
 from coordinator.domain.listings import Key, RunCounts
-from coordinator.domain.queue_controls import Limits, Pause, QueueControls
+from coordinator.domain.queue_controls import Limits, Pause, QueueControls, QueueDefaults
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
     NEVER_QUARANTINED,
@@ -157,6 +157,11 @@ def controls_from_row(row: Row) -> QueueControls:
         limits=Limits(
             max_running=row["max_running"],
             max_claims_per_second=None if rate is None else float(rate),
+        ),
+        defaults=QueueDefaults(
+            claim_timeout_s=row["claim_timeout_s"],
+            completed_ttl_s=row["completed_ttl_s"],
+            failed_ttl_s=row["failed_ttl_s"],
         ),
         claims_tat_us=row["claims_tat_us"],
     )

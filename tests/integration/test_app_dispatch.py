@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from coordinator.domain.records import from_iso
-from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
+from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoordinator
 from worker_sdk import App, DispatchRefused, RequestFailed, TaskHandle
 
 QUEUE = "fn-prov/fn-wt"
@@ -65,6 +65,17 @@ async def test_dispatch_writes_the_call_and_the_apps_defaults(
     assert deadline - created == 24 * 3600 * 1000
     assert "notBefore" not in task and "retryDelay" not in task
     assert await handle.status() == "pending"
+
+
+async def test_task_queue_overrides_the_functions_for_one_call(
+    app: App, coordinator: RunningCoordinator
+) -> None:
+    add_fn = app.functions[f"{__name__}:add"]
+    moved = await add_fn.dispatch(1, task_queue="prov/wt")
+    assert (await definition(coordinator, moved))["taskQueueId"] == "prov/wt"
+    assert (await definition(coordinator, await add_fn.dispatch(1)))["taskQueueId"] == QUEUE
+    with pytest.raises(ValueError, match="no-slash"):
+        await add_fn.dispatch(1, task_queue="no-slash")
 
 
 async def test_per_function_defaults_reach_the_definition(
@@ -126,6 +137,24 @@ async def test_wait_and_at_make_the_task_unclaimable_until_then(
         assert "can't be claimed before" in refused.body["message"]
     now = await app.functions[f"{__name__}:add"].dispatch(1, wait=0)
     assert (await coordinator.try_claim(now.task_id, 0)).status == 200
+
+
+async def test_wait_counts_on_the_coordinators_clock_not_the_producers(
+    start_coordinator: StartCoordinator,
+) -> None:
+    clock = FakeClock()
+    clock.advance(3 * 3600)  # the coordinator is three hours ahead of this producer
+    c = await start_coordinator(clock=clock, run_resolvers=False)
+    async with App(root_url=c.url, credentials=None, task_queue=QUEUE) as app:
+        fn = app.task(add)
+        waiting = await fn.dispatch(1, wait=60)
+        with pytest.raises(ValueError, match="wait must be a time from now on"):
+            await fn.dispatch(1, wait=-1)
+    task = await definition(c, waiting)
+    # the Date header has one-second resolution, and the calls take a moment
+    assert clock.now + 58_000 <= from_iso(task["notBefore"]) <= clock.now + 61_000
+    assert from_iso(task["deadline"]) - from_iso(task["notBefore"]) == 24 * 3600 * 1000
+    assert (await c.ok("GET", f"/task/{waiting.task_id}/status"))["status"]["state"] == "pending"
 
 
 async def test_dispatch_many_sends_2500_calls_in_three_requests(

@@ -221,6 +221,16 @@ FILTERS: list[tuple[str, dict[str, Any], Callable[[Made, dict[str, Made]], bool]
         lambda t, _: t.queue == "mgmt/b" and t.state in ("completed", "failed"),
     ),
     (
+        "unresolved",
+        {"state": "unresolved"},
+        lambda t, _: t.state in ("unscheduled", "pending", "delayed", "running"),
+    ),
+    (
+        "unresolved or failed",
+        {"state": ["unresolved", "failed", "running"]},
+        lambda t, _: t.state in ("unscheduled", "pending", "delayed", "running", "failed"),
+    ),
+    (
         "group and state",
         {"taskGroupId": G1, "state": "running"},
         lambda t, _: t.group == G1 and t.state == "running",
@@ -365,6 +375,7 @@ async def test_replicas_on_one_database_continue_each_other_s_listings(
         ("createdAfter=yesterday", "createdAfter"),
         ("resolvedBefore=2026-13-01T00:00:00Z", "resolvedBefore"),
         ("state=lost", "state"),
+        ("state=lost", "lost"),
         ("tag=nocolon", "tag"),
         ("tag=:value", "tag"),
         ("limit=0", "limit"),

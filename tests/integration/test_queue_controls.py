@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
+from coordinator.domain.records import from_iso
+from coordinator.resolvers import expiry_sweeper
 from coordinator.service import management
+from coordinator.service.clock import wall_clock
 from devharness.api import call
 from devharness.waiting import wait_until
 from hawk_signing import Credentials
@@ -171,6 +174,26 @@ async def test_a_second_replica_applies_a_pause_within_a_second(
     await wait_until(claimed_through_b, within=5, what="replica b claims again after resume")
 
 
+async def test_a_second_replica_applies_a_default_claim_timeout_within_a_second(
+    start_coordinator: StartCoordinator, postgres_schema_url: str
+) -> None:
+    a = await start_coordinator(store_url=postgres_schema_url)
+    b = await start_coordinator(store_url=postgres_schema_url)
+    await a.ok("PUT", QUEUE_PATH + "/defaults", {"claimTimeout": 30})
+
+    async def claimed_for_30_s_by_b() -> bool:
+        claim = await b.claim(await a.create(provisionerId="proj", workerType="wt"))
+        return from_iso(claim["takenUntil"]) - wall_clock() <= 30_000
+
+    await wait_until(claimed_for_30_s_by_b, within=5, what="replica b's claims last 30 s")
+    await a.ok("PUT", QUEUE_PATH + "/defaults", {"claimTimeout": None})
+
+    async def claimed_for_longer_by_b() -> bool:
+        return not await claimed_for_30_s_by_b()
+
+    await wait_until(claimed_for_longer_by_b, within=5, what="replica b's own default again")
+
+
 async def test_rerun_tasks_reruns_the_failed_and_exception_matches(
     start_coordinator: StartCoordinator, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,6 +219,63 @@ async def test_rerun_tasks_reruns_the_failed_and_exception_matches(
     assert await c.ok("POST", "/tasks/rerun?state=completed") == {"rerun": 0, "matched": 0}
 
 
+async def test_a_queues_default_claim_timeout_holds_for_tasks_without_their_own(
+    start_coordinator: StartCoordinator, store_url: str
+) -> None:
+    clock = FakeClock()
+    c = await start_coordinator(store_url=store_url, run_resolvers=False, clock=clock)
+    answer = await c.ok("PUT", QUEUE_PATH + "/defaults", {"claimTimeout": 60})
+    assert answer["defaults"] == {"claimTimeout": 60, "completedTTL": None, "failedTTL": None}
+    assert "paused" not in answer and answer["limits"]["maxRunning"] is None
+    plain = await c.create(provisionerId="proj", workerType="wt")
+    assert (await c.ok("GET", QUEUE_PATH))["defaults"]["claimTimeout"] == 60
+    own = await c.create(provisionerId="proj", workerType="wt", claimTimeout=120)
+    elsewhere = await c.create(provisionerId="proj", workerType="other")
+
+    def lasts(claim: dict[str, Any]) -> int:
+        return from_iso(claim["takenUntil"]) - clock.now
+
+    assert lasts(await c.claim(plain)) == 60_000
+    assert lasts(await c.claim(own)) == 120_000
+    assert lasts(await c.claim(elsewhere)) == 1_200_000  # the coordinator's
+    reclaimed = await c.ok("POST", f"/task/{plain}/runs/0/reclaim")
+    assert lasts(reclaimed) == 60_000
+    # a body naming one default leaves the others; null goes back to the coordinator's
+    await c.ok("PUT", QUEUE_PATH + "/defaults", {"failedTTL": 600})
+    back = await c.ok("PUT", QUEUE_PATH + "/defaults", {"claimTimeout": None})
+    assert back["defaults"] == {"claimTimeout": None, "completedTTL": None, "failedTTL": 600}
+    assert lasts(await c.ok("POST", f"/task/{plain}/runs/0/reclaim")) == 1_200_000
+
+
+async def test_a_queues_ttls_replace_the_coordinators_for_its_tasks(
+    start_coordinator: StartCoordinator, store_url: str
+) -> None:
+    clock = FakeClock()
+    c = await start_coordinator(
+        store_url=store_url, run_resolvers=False, clock=clock, completed_ttl_ms=60_000
+    )
+    await c.ok("PUT", QUEUE_PATH + "/defaults", {"completedTTL": 3600, "failedTTL": 0})
+    kept, failed = await c.create_many(2, provisionerId="proj", workerType="wt")
+    elsewhere = await c.create(provisionerId="proj", workerType="other")
+    for task_id, outcome in ((kept, "completed"), (failed, "failed"), (elsewhere, "completed")):
+        await c.claim(task_id)
+        await c.report(task_id, 0, outcome)
+
+    async def present() -> set[str]:
+        found = await c.ok("GET", "/tasks?state=completed&state=failed")
+        return {item["status"]["taskId"] for item in found["tasks"]}
+
+    management = c.parts.management
+    assert await expiry_sweeper.run_once(management) == 1  # failedTTL 0: at once
+    assert await present() == {kept, elsewhere}
+    clock.advance(60)  # the coordinator's completed TTL: the other queue's task only
+    assert await expiry_sweeper.run_once(management) == 1
+    assert await present() == {kept}
+    clock.advance(3600 - 60)
+    assert await expiry_sweeper.run_once(management) == 1
+    assert await present() == set()
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "field"),
     [
@@ -207,6 +287,11 @@ async def test_rerun_tasks_reruns_the_failed_and_exception_matches(
         ("POST", QUEUE_PATH + "/pause", {}, "reason"),
         ("POST", "/task-queues/not-a-queue/pause", {"reason": "x"}, "taskQueueId"),
         ("POST", "/tasks/rerun", None, "filter"),
+        ("PUT", QUEUE_PATH + "/defaults", {"claimTimeout": -1}, "claimTimeout"),
+        ("PUT", QUEUE_PATH + "/defaults", {"claimTimeout": 29}, "claimTimeout"),
+        ("PUT", QUEUE_PATH + "/defaults", {"completedTTL": -60}, "completedTTL"),
+        ("PUT", QUEUE_PATH + "/defaults", {"failedTTL": 1.5}, "failedTTL"),
+        ("PUT", QUEUE_PATH + "/defaults", {"runningTTL": 60}, "runningTTL"),
     ],
 )
 async def test_bad_input_is_a_400_naming_the_field(
@@ -233,6 +318,7 @@ async def test_each_control_needs_its_scope(
             "operator": [
                 "queue:manage:pause:proj/*",
                 "queue:manage:limits:proj/*",
+                "queue:manage:defaults:proj/*",
                 "queue:manage:rerun-tasks",
             ],
         },
@@ -243,6 +329,7 @@ async def test_each_control_needs_its_scope(
         ("POST", QUEUE_PATH + "/pause", {"reason": "x"}, "queue:manage:pause:proj/wt"),
         ("POST", QUEUE_PATH + "/resume", None, "queue:manage:pause:proj/wt"),
         ("PUT", QUEUE_PATH + "/limits", {"maxRunning": 1}, "queue:manage:limits:proj/wt"),
+        ("PUT", QUEUE_PATH + "/defaults", {"failedTTL": 9}, "queue:manage:defaults:proj/wt"),
         ("POST", "/tasks/rerun?state=failed", None, "queue:manage:rerun-tasks"),
     ]
     for method, route, body, scope in calls:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 import time
 from typing import Any
 
@@ -312,3 +313,39 @@ async def test_an_idle_worker_backs_off_to_its_idle_rate_and_work_ends_the_backo
         # A pass that began before the hint arrived may still log the old count first; after
         # the work, the count starts again at 1 (it would go on growing were the backoff kept).
         await wait_until(lambda: 1 in empty_passes(), what="the work ending the backoff")
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_handler_past_the_workers_max_run_time_is_stopped_and_its_run_fails(
+    setup: MakeSetup, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    """An async handler is cancelled, a sync one abandoned in its thread; either run is
+    failed and not retried, even with --retry-failures."""
+    s = await setup()
+    task_id = await s.create()
+    stopped = asyncio.Event()
+    release = threading.Event()
+
+    async def async_handler(run: TaskRun) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    def sync_handler(run: TaskRun) -> None:
+        release.wait(30)
+
+    handler = async_handler if kind == "async" else sync_handler
+    worker = s.worker(handler, max_run_time=0.5, retry_failures=True)
+    try:
+        with caplog.at_level(logging.ERROR, logger="worker_sdk.serving"):
+            await run_until(worker, lambda: s.resolved(task_id))
+    finally:
+        release.set()
+    status = await s.status(task_id)
+    assert (status["state"], len(status["runs"])) == ("failed", 1), status
+    assert last_run(status) == ("failed", "failed")
+    assert stopped.is_set() is (kind == "async")
+    how = "cancelled" if kind == "async" else "abandoned in its thread"
+    assert f"max_run_time of 0.5 s exceeded: the handler was {how}" in caplog.text

@@ -283,6 +283,7 @@ def test_the_dispatch_checks_before_the_handler_only_what_the_path_supplies() ->
         "pauseTaskQueue",
         "resumeTaskQueue",
         "setTaskQueueLimits",
+        "setTaskQueueDefaults",
         "createArtifact",
         "finishArtifact",
         "listArtifacts",

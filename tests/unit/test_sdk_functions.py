@@ -137,6 +137,13 @@ def test_without_a_policy_nothing_is_retried() -> None:
     assert TaskOptions().retry_for(ValueError("x"), retry_count=0) is None
 
 
+def test_retries_alone_retry_any_exception() -> None:
+    retry = TaskOptions(retries=2).retry_for(ValueError("x"), retry_count=0)
+    assert isinstance(retry, RetryTask) and str(retry) == "ValueError: x"
+    narrowed = TaskOptions(retries=2, retry_on=(ConnectionError,))
+    assert narrowed.retry_for(ValueError("x"), retry_count=0) is None
+
+
 def test_retry_on_retries_only_its_exceptions_with_the_tasks_own_delay() -> None:
     options = TaskOptions(retry_on=(ConnectionError,))
     retry = options.retry_for(ConnectionResetError("reset"), retry_count=0)

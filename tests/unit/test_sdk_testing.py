@@ -72,10 +72,10 @@ async def test_bad_calls_are_refused_as_production_refuses_them() -> None:
     assert recorder.calls(add) == []
 
 
-async def test_an_exception_fails_the_run_without_retry_on() -> None:
+async def test_an_exception_fails_the_run_without_retries_or_retry_on() -> None:
     app = new_app()
 
-    @app.task(retries=3)
+    @app.task
     def divide(x: int) -> float:
         return 1 / x
 
@@ -89,6 +89,35 @@ async def test_an_exception_fails_the_run_without_retry_on() -> None:
         "division by zero",
     )
     assert "ZeroDivisionError" in (failed.value.traceback or "")
+    assert [r.resolution for r in recorder.results(divide)] == [Resolution(kind="failed")]
+
+
+async def test_retries_alone_retry_any_exception_and_the_last_run_fails() -> None:
+    app = new_app()
+
+    @app.task(retries=2)
+    def divide(x: int) -> float:
+        return 1 / x
+
+    with inline(app) as recorder, pytest.raises(TaskFailed) as failed:
+        await (await divide.dispatch(0)).result()
+    assert (failed.value.state, failed.value.type) == ("failed", "builtins.ZeroDivisionError")
+    assert [r.resolution for r in recorder.results(divide)] == [
+        RETRY,
+        RETRY,
+        Resolution(kind="failed"),
+    ]
+
+
+async def test_retry_on_narrows_the_exceptions_retries_retry() -> None:
+    app = new_app()
+
+    @app.task(retries=2, retry_on=(ConnectionError,))
+    def divide(x: int) -> float:
+        return 1 / x
+
+    with inline(app) as recorder, pytest.raises(TaskFailed):
+        await (await divide.dispatch(0)).result()
     assert [r.resolution for r in recorder.results(divide)] == [Resolution(kind="failed")]
 
 

@@ -565,6 +565,9 @@ def test_isolation_and_processes_from_the_command_line() -> None:
     assert options.worker.max_runs_per_child is None
     argv = ["--root-url", "http://c", "--isolation", "process", "--max-runs-per-child", "50"]
     assert cli.parse_options([*argv, *REQUIRED], {}).worker.max_runs_per_child == 50
+    assert options.worker.max_run_time is None
+    argv = ["--root-url", "http://c", "--max-run-time", "90.5", *REQUIRED]
+    assert cli.parse_options(argv, {}).worker.max_run_time == 90.5
 
 
 def test_each_supervised_worker_gets_a_legal_worker_id_of_its_own() -> None:
@@ -583,6 +586,9 @@ def test_each_supervised_worker_gets_a_legal_worker_id_of_its_own() -> None:
         {"task_queues": ["p/w"], "polling": "weighted", "weights": {"lowest": 0}},
         {"task_queues": ["p/w"], "isolation": "thread"},
         {"task_queues": ["p/w"], "max_runs_per_child": 10},
+        {"task_queues": ["p/w"], "max_run_time": 0},
+        {"task_queues": ["p/w"], "max_run_time": -5},
+        {"task_queues": ["p/w"], "max_run_time": math.inf},
     ],
 )
 def test_a_worker_refuses_options_that_cannot_work(options: dict[str, Any]) -> None:
@@ -648,6 +654,8 @@ def test_without_credentials_in_the_environment_requests_go_unsigned() -> None:
         (["--root-url", "http://c", "--isolation", "thread", *REQUIRED], {}),
         (["--root-url", "http://c", "--processes", "0", *REQUIRED], {}),
         (["--root-url", "http://c", "--max-runs-per-child", "5", *REQUIRED], {}),
+        (["--root-url", "http://c", "--max-run-time", "-1", *REQUIRED], {}),
+        (["--root-url", "http://c", "--max-run-time", "inf", *REQUIRED], {}),
         (
             [
                 "--root-url",

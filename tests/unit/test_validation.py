@@ -113,6 +113,7 @@ OUR_METHODS = {
     "pauseTaskQueue",
     "resumeTaskQueue",
     "setTaskQueueLimits",
+    "setTaskQueueDefaults",
     "claimRuns",
     "reclaimRuns",
     "resolveRuns",

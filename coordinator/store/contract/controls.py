@@ -1,5 +1,5 @@
-"""The task-queue controls part of the store contract: pause and limits, the rate limit's
-state, and the claim lock that makes counting a queue's running runs and claiming one step.
+"""The task-queue controls part of the store contract: pause, limits and defaults, the rate
+limit's state, and the claim lock that makes counting a queue's running runs and claiming one step.
 """
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ from __future__ import annotations
 import abc
 import contextlib
 
-from coordinator.domain.queue_controls import Limits, Pause, QueueControls
+from coordinator.domain.queue_controls import Limits, Pause, QueueControls, QueueDefaults
 from coordinator.domain.task_queues import TaskQueue
 
 
 class QueueControlStore(abc.ABC):
-    """Task queues' pause, limits and claim lock."""
+    """Task queues' pause, limits, defaults and claim lock."""
 
     @abc.abstractmethod
     async def queue_controls(self) -> list[QueueControls]:
-        """Every task queue paused or limited."""
+        """Every task queue paused, limited or with a default."""
 
     @abc.abstractmethod
     async def queue_controls_of(self, task_queue: TaskQueue) -> QueueControls:
@@ -34,6 +34,14 @@ class QueueControlStore(abc.ABC):
         """Set those of the queue's limits whose wire names (``maxRunning``,
         ``maxClaimsPerSecond``) are in ``named`` to their value in ``limits``; its controls as
         now stored."""
+
+    @abc.abstractmethod
+    async def default_task_queue(
+        self, task_queue: TaskQueue, defaults: QueueDefaults, *, named: frozenset[str]
+    ) -> QueueControls:
+        """Set those of the queue's defaults whose wire names (``claimTimeout``,
+        ``completedTTL``, ``failedTTL``) are in ``named`` to their value in ``defaults``; its
+        controls as now stored."""
 
     @abc.abstractmethod
     async def set_claims_tat(self, task_queue: TaskQueue, claims_tat_us: int) -> None:

@@ -1,6 +1,7 @@
 """The task-queue controls part of the store contract
-(:class:`~coordinator.store.contract.controls.QueueControlStore`): PostgreSQL's claim lock,
-held across replicas and released however its holder ends.
+(:class:`~coordinator.store.contract.controls.QueueControlStore`): a queue's defaults on both
+drivers, and PostgreSQL's claim lock, held across replicas and released however its holder
+ends.
 """
 
 from __future__ import annotations
@@ -11,9 +12,41 @@ import uuid
 import asyncpg
 import pytest
 
+from coordinator.domain.queue_controls import Limits, Pause, QueueDefaults
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.store import postgres
+from coordinator.store.base import Store
 from coordinator.store.postgres import PostgresStore
+
+
+async def test_defaults_set_only_what_they_name_beside_pause_and_limits(store: Store) -> None:
+    queue, other = TaskQueue("prov", "defaults"), TaskQueue("prov", "untouched")
+    set_all = frozenset({"claimTimeout", "completedTTL", "failedTTL"})
+    made = await store.default_task_queue(
+        queue,
+        QueueDefaults(claim_timeout_s=60, completed_ttl_s=3600, failed_ttl_s=86_400),
+        named=set_all,
+    )
+    assert made.defaults == QueueDefaults(
+        claim_timeout_s=60, completed_ttl_s=3600, failed_ttl_s=86_400
+    )
+    assert not made.restricted  # defaults neither pause nor limit claims
+    await store.limit_task_queue(queue, Limits(max_running=3), named=frozenset({"maxRunning"}))
+    paused = await store.pause_task_queue(queue, Pause(since=1, reason="r"))
+    assert paused.defaults.completed_ttl_s == 3600 and paused.limits.max_running == 3
+    # a default not named keeps its value; one named as None goes back to the coordinator's
+    changed = await store.default_task_queue(
+        queue, QueueDefaults(completed_ttl_s=None), named=frozenset({"completedTTL"})
+    )
+    assert changed.defaults == QueueDefaults(claim_timeout_s=60, failed_ttl_s=86_400)
+    assert (await store.queue_controls_of(queue)).defaults == changed.defaults
+    assert (await store.queue_controls_of(other)).defaults == QueueDefaults()
+    # the reload lists a queue with defaults only, and forgets it once it has none
+    await store.pause_task_queue(queue, None)
+    await store.limit_task_queue(queue, Limits(), named=frozenset({"maxRunning"}))
+    assert [c.task_queue for c in await store.queue_controls()] == [queue]
+    await store.default_task_queue(queue, QueueDefaults(), named=set_all)
+    assert await store.queue_controls() == []
 
 
 async def _advisory_locks(url: str, queue: TaskQueue) -> int:

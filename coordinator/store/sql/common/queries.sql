@@ -367,15 +367,17 @@ WHERE (parent, name) IN (
 RETURNING name
 
 -- name: queue_controls
--- The task queues an operator paused or limited (the per-second reload of every replica).
+-- The task queues an operator paused, limited or gave defaults (the per-second reload of
+-- every replica).
 SELECT provisioner_id, worker_type, paused_since, paused_reason, max_running,
-       max_claims_per_second, claims_tat_us
+       max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
 FROM task_queue_controls
 WHERE paused_since IS NOT NULL OR max_running IS NOT NULL OR max_claims_per_second IS NOT NULL
+   OR claim_timeout_s IS NOT NULL OR completed_ttl_s IS NOT NULL OR failed_ttl_s IS NOT NULL
 
 -- name: queue_controls_of
 SELECT provisioner_id, worker_type, paused_since, paused_reason, max_running,
-       max_claims_per_second, claims_tat_us
+       max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
 FROM task_queue_controls
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
 
@@ -387,13 +389,13 @@ ON CONFLICT (provisioner_id, worker_type) DO UPDATE
 SET paused_since = coalesce(task_queue_controls.paused_since, excluded.paused_since),
     paused_reason = excluded.paused_reason
 RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
-          max_claims_per_second, claims_tat_us
+          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
 
 -- name: resume_task_queue
 UPDATE task_queue_controls SET paused_since = NULL, paused_reason = NULL
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
 RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
-          max_claims_per_second, claims_tat_us
+          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
 
 -- name: limit_task_queue
 -- Only the limits the request names change (set_*); the others keep their value.
@@ -406,7 +408,22 @@ SET max_running = CASE WHEN :set_max_running THEN excluded.max_running
                                  THEN excluded.max_claims_per_second
                                  ELSE task_queue_controls.max_claims_per_second END
 RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
-          max_claims_per_second, claims_tat_us
+          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
+
+-- name: default_task_queue
+-- Only the defaults the request names change (set_*); the others keep their value.
+INSERT INTO task_queue_controls (provisioner_id, worker_type, claim_timeout_s, completed_ttl_s,
+                                 failed_ttl_s)
+VALUES (:provisioner_id, :worker_type, :claim_timeout_s, :completed_ttl_s, :failed_ttl_s)
+ON CONFLICT (provisioner_id, worker_type) DO UPDATE
+SET claim_timeout_s = CASE WHEN :set_claim_timeout THEN excluded.claim_timeout_s
+                           ELSE task_queue_controls.claim_timeout_s END,
+    completed_ttl_s = CASE WHEN :set_completed_ttl THEN excluded.completed_ttl_s
+                           ELSE task_queue_controls.completed_ttl_s END,
+    failed_ttl_s = CASE WHEN :set_failed_ttl THEN excluded.failed_ttl_s
+                        ELSE task_queue_controls.failed_ttl_s END
+RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
+          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
 
 -- name: set_claims_tat
 UPDATE task_queue_controls SET claims_tat_us = :claims_tat_us
