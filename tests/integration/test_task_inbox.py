@@ -22,7 +22,8 @@ from devharness.tasks import task_definition
 from devharness.waiting import wait_until
 from tests.fixtures.clients import Credentials, start_secured
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
-from worker_sdk import InboxUnavailable, enqueue_in, enqueue_in_sync
+from tests.fixtures.sdk import running
+from worker_sdk import App, InboxUnavailable, enqueue_in, enqueue_in_sync
 
 CREATE = "queue:create-task:lowest:proj/inbox"
 PRODUCER = [CREATE, "queue:scheduler-id:*", "queue:create-task:project:*"]
@@ -256,3 +257,56 @@ async def test_sqlite_lists_no_rejected_rows(start_coordinator: StartCoordinator
     assert await coordinator.ok("GET", "/inbox/rejected") == {"rows": []}
     missing = await coordinator.call("DELETE", "/inbox/rejected/1")
     assert missing.status == 404, missing.body
+
+
+async def multiply(x: int, y: int = 1) -> int:
+    return x * y
+
+
+async def test_dispatch_in_creates_the_functions_task_as_dispatch_would(
+    postgres_schema_url: str, start_coordinator: StartCoordinator
+) -> None:
+    coordinator = await start_coordinator(store_url=postgres_schema_url)  # auth off: any client
+    schema, dsn = _schema_and_dsn(postgres_schema_url)
+    async with App(
+        root_url=coordinator.url, credentials=None, task_queue="fn-prov/inbox-fn"
+    ) as app:
+        fn = app.task(multiply)
+        dispatched = await fn.dispatch(2, y=3)
+        conn = await asyncpg.connect(postgres_schema_url)
+        try:
+            async with conn.transaction():
+                through_asyncpg = await fn.dispatch_in(conn, 4, y=5, client_id="producer")
+        finally:
+            await conn.close()
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn, aconn.transaction():
+            through_psycopg = await fn.dispatch_in(aconn, 6, client_id="producer", schema=schema)
+        with psycopg.connect(dsn) as sconn:
+            through_sync = fn.dispatch_in_sync(sconn, 7, y=7, client_id="producer", schema=schema)
+            sconn.commit()
+            rolled_back = fn.dispatch_in_sync(sconn, 8, client_id="producer", schema=schema)
+            sconn.rollback()
+
+        async def all_created() -> bool:
+            handles = (through_asyncpg, through_psycopg, through_sync)
+            return all([await _exists(coordinator, h.task_id) for h in handles])
+
+        await wait_until(all_created, what="the dispatch_in tasks")
+        expected = await coordinator.ok("GET", f"/task/{dispatched.task_id}")
+        for handle, args, kwargs in (
+            (through_asyncpg, [4], {"y": 5}),
+            (through_psycopg, [6], {}),
+            (through_sync, [7], {"y": 7}),
+        ):
+            task = await coordinator.ok("GET", f"/task/{handle.task_id}")
+            assert task["payload"] == {"function": fn.name, "args": args, "kwargs": kwargs}
+            for field in ("taskQueueId", "priority", "retries", "schedulerId", "tags"):
+                assert task[field] == expected[field], field
+        async with running(app.worker(capacity=4)):
+            results = [
+                await handle.result(timeout=60)
+                for handle in (dispatched, through_asyncpg, through_psycopg, through_sync)
+            ]
+        assert results == [6, 20, 6, 49]
+        assert not await _exists(coordinator, rolled_back.task_id)
+    app.close()
