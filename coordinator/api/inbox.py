@@ -19,7 +19,7 @@ from coordinator.api.errors import ResourceNotFound
 from coordinator.api.pipeline import ApiServices, Body, Handlers, Routes
 from coordinator.domain.listings import Key, keyed_page
 from coordinator.domain.records import to_iso
-from coordinator.store.contract.inbox import InboxRow
+from coordinator.service.inbox import InboxRow
 
 MANAGE = "queue:manage:inbox"
 
