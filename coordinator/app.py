@@ -536,6 +536,7 @@ def _lifespan(
             index=coordinator.index,
             secrets=coordinator.secrets,
             purge_cache=coordinator.purge_cache,
+            inbox=coordinator.inbox,
             authorizer=authorizer,
             deployment=config.deployment,
             tracer=tracer,

@@ -214,6 +214,7 @@ PARAMETERS: Mapping[str, Parameter] = {
         Parameter(name="taskId", schema="slugid", description="The task's slugid."),
         Parameter(name="taskGroupId", schema="slugid", description="The task group's slugid."),
         Parameter(name="runId", schema="run-id-parameter", description="The run's index."),
+        Parameter(name="rowId", schema="inbox-row-id", description="The task inbox row's id."),
         Parameter(name="provisionerId", schema="identifier", description="The provisioner."),
         Parameter(name="workerType", schema="identifier", description="The worker type."),
         Parameter(

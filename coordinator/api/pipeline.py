@@ -33,6 +33,7 @@ from coordinator.service.auth import AuthService
 from coordinator.service.claims import ClaimPolicy, CreatePolicy
 from coordinator.service.dispatch import WorkDispatch
 from coordinator.service.hooks import HookService
+from coordinator.service.inbox import InboxService
 from coordinator.service.index import IndexService
 from coordinator.service.management import TaskManagement
 from coordinator.service.purge_cache import PurgeCacheService
@@ -110,6 +111,7 @@ class ApiServices:
     index: IndexService
     secrets: SecretService
     purge_cache: PurgeCacheService
+    inbox: InboxService
     authorizer: Authorizer
     deployment: Deployment
     tracer: Tracer | None = None

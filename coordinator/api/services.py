@@ -21,6 +21,7 @@ from coordinator.api import (
     auth_scopes,
     claims,
     hooks,
+    inbox,
     index,
     management,
     purge_cache,
@@ -88,6 +89,7 @@ QUEUE = Service(
         run_batches.ROUTES,
         task_queues.ROUTES,
         management.ROUTES,
+        inbox.ROUTES,
     ),
     about="A Taskcluster-queue-v1-compatible coordinator: tasks and runs are kept in its store, "
     "and workers claim pending runs from it through claimWork (store dispatch) or find them "

@@ -24,6 +24,7 @@ from aiohttp import web
 import glibc_malloc
 from coordinator.cli import auth as auth_cli
 from coordinator.cli import backup as backup_cli
+from coordinator.cli import inbox as inbox_cli
 from coordinator.cli import index as index_cli
 from coordinator.cli import tasks as tasks_cli
 from coordinator.config import Config, ConfigurationError
@@ -99,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
     index_cli.configure(
         commands.add_parser(
             "index", help="find, list, insert or delete index entries through the index API"
+        )
+    )
+    inbox_cli.configure(
+        commands.add_parser(
+            "inbox", help="list or delete the task inbox's rejected rows through the queue API"
         )
     )
     tasks_cli.configure(
@@ -211,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return auth_cli.run(args)
     if args.command == "index":
         return index_cli.run(args)
+    if args.command == "inbox":
+        return inbox_cli.run(args)
     if args.command == "encryption-key":
         return auth_cli.encryption_key(sys.stdout)
     try:

@@ -21,7 +21,7 @@ from coordinator.domain.hooks import SLUGID
 from coordinator.service.hooks import TaskCreator
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.store.base import Store
-from coordinator.store.contract.inbox import InboxRow
+from coordinator.store.contract.inbox import InboxRow as InboxRow  # the API's rows too
 
 log = logging.getLogger(__name__)
 

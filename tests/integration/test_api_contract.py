@@ -31,6 +31,7 @@ VALUES = {
     "workerGroup": "wg",
     "workerId": "w1",
     "name": "public%2Flogs%2Flive.log",
+    "rowId": "1",
 }
 """A valid value of each path parameter, percent-encoded."""
 

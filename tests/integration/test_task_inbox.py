@@ -15,11 +15,15 @@ import pytest
 import slugid
 from prometheus_client.parser import text_string_to_metric_families
 
+import hawk_signing
+from coordinator.api.inbox import MANAGE
+from devharness.api import Response, call
 from devharness.tasks import task_definition
 from devharness.waiting import wait_until
-from tests.fixtures.clients import start_secured
+from tests.fixtures.clients import Credentials, start_secured
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
-from worker_sdk import InboxUnavailable, enqueue_in, enqueue_in_sync
+from tests.fixtures.sdk import running
+from worker_sdk import App, InboxUnavailable, enqueue_in, enqueue_in_sync
 
 CREATE = "queue:create-task:lowest:proj/inbox"
 PRODUCER = [CREATE, "queue:scheduler-id:*", "queue:create-task:project:*"]
@@ -38,13 +42,19 @@ def _task() -> dict[str, Any]:
 async def _secured(
     start_coordinator: StartCoordinator, tmp_path: Path, url: str
 ) -> RunningCoordinator:
-    coordinator, _ = await start_secured(
+    coordinator, _ = await _secured_with_credentials(start_coordinator, tmp_path, url)
+    return coordinator
+
+
+async def _secured_with_credentials(
+    start_coordinator: StartCoordinator, tmp_path: Path, url: str
+) -> tuple[RunningCoordinator, dict[str, Credentials]]:
+    return await start_secured(
         start_coordinator,
         tmp_path / "clients.json",
-        {"producer": PRODUCER, "weak": PRODUCER[1:]},
+        {"producer": PRODUCER, "weak": PRODUCER[1:], "operator": [MANAGE]},
         store_url=url,
     )
-    return coordinator
 
 
 async def _rows(dsn: str, schema: str) -> list[asyncpg.Record]:
@@ -161,3 +171,142 @@ async def test_sqlite_connections_are_refused_clearly(tmp_path: Path) -> None:
             enqueue_in_sync(conn, slugid.nice(), _task(), client_id="producer")
     finally:
         conn.close()
+
+
+async def _as(
+    coordinator: RunningCoordinator, credentials: Credentials, method: str, path: str
+) -> Response:
+    return await call(
+        coordinator.session,
+        method,
+        coordinator.api + path,
+        credentials=hawk_signing.Credentials.from_json(credentials),
+    )
+
+
+async def test_operators_list_and_delete_rejected_rows(
+    postgres_schema_url: str, start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    coordinator, creds = await _secured_with_credentials(
+        start_coordinator, tmp_path, postgres_schema_url
+    )
+    schema, dsn = _schema_and_dsn(postgres_schema_url)
+    refused = [slugid.nice() for _ in range(3)]
+    conn = await asyncpg.connect(postgres_schema_url)
+    try:
+        async with conn.transaction():
+            for task_id in refused:
+                await enqueue_in(conn, task_id, _task(), client_id="nobody")
+    finally:
+        await conn.close()
+
+    async def all_refused() -> bool:
+        return [str(row["state"]) for row in await _rows(dsn, schema)] == ["rejected"] * 3
+
+    await wait_until(all_refused, what="three rows rejected")
+    operator = creds["operator"]
+    first = await _as(coordinator, operator, "GET", "/inbox/rejected?limit=2")
+    assert first.status == 200, first.body
+    second = await _as(
+        coordinator,
+        operator,
+        "GET",
+        f"/inbox/rejected?limit=2&continuationToken={first.body['continuationToken']}",
+    )
+    assert second.status == 200, second.body
+    assert "continuationToken" not in second.body
+    listed = first.body["rows"] + second.body["rows"]
+    assert [row["taskId"] for row in listed] == refused
+    assert all(row["clientId"] == "nobody" and "'nobody'" in row["reason"] for row in listed)
+    assert listed[0]["id"] < listed[1]["id"] < listed[2]["id"]
+    assert listed[0]["created"].endswith("Z")
+
+    deleted = await _as(coordinator, operator, "DELETE", f"/inbox/rejected/{listed[0]['id']}")
+    assert (deleted.status, deleted.body) == (200, {})
+    again = await _as(coordinator, operator, "DELETE", f"/inbox/rejected/{listed[0]['id']}")
+    assert again.status == 404 and again.body["code"] == "ResourceNotFound", again.body
+    assert str(listed[0]["id"]) in again.body["message"]
+    left = await _as(coordinator, operator, "GET", "/inbox/rejected")
+    assert [row["taskId"] for row in left.body["rows"]] == refused[1:]
+    assert sorted(str(row["task_id"]) for row in await _rows(dsn, schema)) == sorted(refused[1:])
+
+
+async def test_the_rejected_rows_endpoint_refuses_bad_input_and_other_clients(
+    postgres_schema_url: str, start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    coordinator, creds = await _secured_with_credentials(
+        start_coordinator, tmp_path, postgres_schema_url
+    )
+    for path in ("/inbox/rejected/abc", "/inbox/rejected/0", "/inbox/rejected?limit=0"):
+        method = "GET" if "?" in path else "DELETE"
+        bad = await _as(coordinator, creds["operator"], method, path)
+        assert bad.status == 400 and bad.body["code"] == "InputValidationError", (path, bad.body)
+    forged = await _as(
+        coordinator, creds["operator"], "GET", "/inbox/rejected?continuationToken=x.y"
+    )
+    assert forged.status == 400, forged.body
+    missing = await _as(coordinator, creds["operator"], "DELETE", "/inbox/rejected/12345")
+    assert missing.status == 404, missing.body
+    for method, path in (("GET", "/inbox/rejected"), ("DELETE", "/inbox/rejected/1")):
+        refused = await _as(coordinator, creds["producer"], method, path)
+        assert refused.status == 403 and MANAGE in refused.body["message"], refused.body
+
+
+async def test_sqlite_lists_no_rejected_rows(start_coordinator: StartCoordinator) -> None:
+    coordinator = await start_coordinator()
+    assert await coordinator.ok("GET", "/inbox/rejected") == {"rows": []}
+    missing = await coordinator.call("DELETE", "/inbox/rejected/1")
+    assert missing.status == 404, missing.body
+
+
+async def multiply(x: int, y: int = 1) -> int:
+    return x * y
+
+
+async def test_dispatch_in_creates_the_functions_task_as_dispatch_would(
+    postgres_schema_url: str, start_coordinator: StartCoordinator
+) -> None:
+    coordinator = await start_coordinator(store_url=postgres_schema_url)  # auth off: any client
+    schema, dsn = _schema_and_dsn(postgres_schema_url)
+    async with App(
+        root_url=coordinator.url, credentials=None, task_queue="fn-prov/inbox-fn"
+    ) as app:
+        fn = app.task(multiply)
+        dispatched = await fn.dispatch(2, y=3)
+        conn = await asyncpg.connect(postgres_schema_url)
+        try:
+            async with conn.transaction():
+                through_asyncpg = await fn.dispatch_in(conn, 4, y=5, client_id="producer")
+        finally:
+            await conn.close()
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn, aconn.transaction():
+            through_psycopg = await fn.dispatch_in(aconn, 6, client_id="producer", schema=schema)
+        with psycopg.connect(dsn) as sconn:
+            through_sync = fn.dispatch_in_sync(sconn, 7, y=7, client_id="producer", schema=schema)
+            sconn.commit()
+            rolled_back = fn.dispatch_in_sync(sconn, 8, client_id="producer", schema=schema)
+            sconn.rollback()
+
+        async def all_created() -> bool:
+            handles = (through_asyncpg, through_psycopg, through_sync)
+            return all([await _exists(coordinator, h.task_id) for h in handles])
+
+        await wait_until(all_created, what="the dispatch_in tasks")
+        expected = await coordinator.ok("GET", f"/task/{dispatched.task_id}")
+        for handle, args, kwargs in (
+            (through_asyncpg, [4], {"y": 5}),
+            (through_psycopg, [6], {}),
+            (through_sync, [7], {"y": 7}),
+        ):
+            task = await coordinator.ok("GET", f"/task/{handle.task_id}")
+            assert task["payload"] == {"function": fn.name, "args": args, "kwargs": kwargs}
+            for field in ("taskQueueId", "priority", "retries", "schedulerId", "tags"):
+                assert task[field] == expected[field], field
+        async with running(app.worker(capacity=4)):
+            results = [
+                await handle.result(timeout=60)
+                for handle in (dispatched, through_asyncpg, through_psycopg, through_sync)
+            ]
+        assert results == [6, 20, 6, 49]
+        assert not await _exists(coordinator, rolled_back.task_id)
+    app.close()
