@@ -562,6 +562,7 @@ SAMPLE_PARAMETERS = {
     "indexPath": "sample.path",
     "namespace": "sample.namespace",
     "secretName": "project/sample",
+    "rowId": "1",
 }
 """A value for each path parameter of the endpoints :func:`url_checked` selects."""
 

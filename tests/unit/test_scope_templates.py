@@ -284,6 +284,8 @@ def test_the_dispatch_checks_before_the_handler_only_what_the_path_supplies() ->
         "resumeTaskQueue",
         "setTaskQueueLimits",
         "setTaskQueueDefaults",
+        "listRejectedInboxRows",
+        "deleteRejectedInboxRow",
         "createArtifact",
         "finishArtifact",
         "listArtifacts",
