@@ -9,6 +9,7 @@ content type and whether it was uploaded are in the store's artifact rows.
 
 from coordinator.blobs.base import (
     BlobIncomplete,
+    BlobPlaceRemoved,
     BlobReader,
     BlobStore,
     BlobUnavailable,
@@ -19,6 +20,7 @@ from coordinator.blobs.factory import open_blob_store
 
 __all__ = [
     "BlobIncomplete",
+    "BlobPlaceRemoved",
     "BlobReader",
     "BlobStore",
     "BlobUnavailable",

@@ -24,6 +24,11 @@ class BlobIncomplete(InputError):
     stored, and whatever the key held before is still there."""
 
 
+class BlobPlaceRemoved(Exception):
+    """The place a blob was being written to was removed meanwhile (its task's blobs deleted,
+    as deleteTasks or expiry do): nothing was stored."""
+
+
 class BlobUnavailable(Exception):
     """The backend failed (Azure unreachable or refusing, the disk full or unwritable): nothing
     is wrong with the request, and repeating it later may succeed."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import BinaryIO, ParamSpec, TypeVar
 
 from coordinator.blobs.base import (
+    BlobPlaceRemoved,
     BlobReader,
     BlobUnavailable,
     encode_segment,
@@ -105,7 +106,11 @@ class DirectoryBlobStore:
                 await _run(_flush, file)
             finally:
                 file.close()
-            await _run(os.replace, temp, target)
+            try:
+                await _run(os.replace, temp, target)
+            except FileNotFoundError:
+                # the task's directory was deleted under the write (deleteTasks, expiry)
+                raise BlobPlaceRemoved(key) from None
             await _run(_fsync_directory, target.parent)
         except BaseException:
             # Also on cancellation: a client that hung up leaves no temporary file behind.

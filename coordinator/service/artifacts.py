@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from coordinator.blobs import BlobReader, BlobStore, blob_key, task_prefix
+from coordinator.blobs import BlobPlaceRemoved, BlobReader, BlobStore, blob_key, task_prefix
 from coordinator.domain.artifacts import (
     Artifact,
     check_listed_run,
@@ -45,6 +45,8 @@ from coordinator.service.gather import bounded
 from coordinator.store.base import Store
 
 log = logging.getLogger(__name__)
+
+DELETED_WHILE_UPLOADED = "Artifact not found: it was deleted while its bytes were uploaded"
 
 URL_SECRET = "artifact-urls"
 """The name of the shared secret that signs upload and download URLs."""
@@ -240,15 +242,22 @@ class ArtifactService:
                 f"{artifact.content_type!r}: upload with the contentType given to createArtifact"
             )
         key = blob_key(artifact.task_id, artifact.run_id, artifact.name)
-        written = await self.blobs.write(
-            key, chunks, content_type=content_type, content_encoding=content_encoding, length=length
-        )
+        try:
+            written = await self.blobs.write(
+                key,
+                chunks,
+                content_type=content_type,
+                content_encoding=content_encoding,
+                length=length,
+            )
+        except BlobPlaceRemoved:
+            raise NotFound(DELETED_WHILE_UPLOADED) from None
         details = {"uploaded": True, "contentLength": written, "contentEncoding": content_encoding}
         if not await self._store.mark_uploaded(
             artifact.task_id, artifact.run_id, artifact.name, details
         ):
             await self.blobs.delete(key)
-            raise NotFound("Artifact not found: it was deleted while its bytes were uploaded")
+            raise NotFound(DELETED_WHILE_UPLOADED)
         log.info(
             "artifact uploaded taskId=%s runId=%d name=%r bytes=%d contentEncoding=%s",
             artifact.task_id,

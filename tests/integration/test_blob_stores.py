@@ -25,6 +25,7 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from coordinator.blobs import (
     BlobIncomplete,
+    BlobPlaceRemoved,
     BlobStore,
     BlobUnavailable,
     blob_key,
@@ -256,6 +257,26 @@ async def test_delete_and_delete_prefix(store: BlobStore) -> None:
     for bad in ("", task, f"{task}/0", f"{task}/0/x/"):
         with pytest.raises(ValueError):
             await store.delete_prefix(bad)
+
+
+async def test_a_write_whose_task_is_deleted_meanwhile_stores_nothing(tmp_path: Path) -> None:
+    """deleteTasks (or expiry) removing a task's blobs while one of its artifacts arrives:
+    the write says so (the API answers 404), rather than failing on the vanished folder."""
+    store = DirectoryBlobStore(tmp_path)
+    task = slugid.nice()
+    key = blob_key(task, 0, "public/logs/live_backing.log")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"first half "
+        assert await store.delete_prefix(task_prefix(task)) == 0  # its folder goes
+        yield b"second half"
+
+    with pytest.raises(BlobPlaceRemoved):
+        await store.write(
+            key, chunks(), content_type="text/plain", content_encoding=None, length=22
+        )
+    assert await store.open(key) is None
+    assert os.listdir(tmp_path) == []  # no temporary file left behind
 
 
 def _rss() -> int:
