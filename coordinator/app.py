@@ -82,7 +82,7 @@ from coordinator.service.secrets import SecretService
 from coordinator.service.tasks import TaskService
 from coordinator.service.workers import WorkerService
 from coordinator.store.base import Store
-from coordinator.store.factory import open_store
+from coordinator.store.factory import POSTGRESQL, open_store, store_kind
 from otlp_tracing import open_tracer
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,7 @@ class ActorSpec:
     :param needs_azure: runs only when Azure queues are configured.
     :param busy_at: a pass acting on at least this many runs again at once.
     :param needs_pulse: runs only when ``COORDINATOR_PULSE_URL`` is set.
+    :param needs_inbox: runs only on PostgreSQL, whose store has the task inbox.
     :param log_passes: an INFO line for each pass that acted.
     """
 
@@ -157,6 +158,7 @@ class ActorSpec:
     needs_azure: bool = False
     busy_at: int = 100
     needs_pulse: bool = False
+    needs_inbox: bool = False
     log_passes: bool = True
 
 
@@ -270,6 +272,7 @@ ACTORS: tuple[ActorSpec, ...] = (
         run_once=lambda c: inbox_ingester.run_once(c.inbox),
         interval=lambda config: 0.0,  # the pass itself waits for a commit, or a second
         busy_at=INBOX_BATCH,
+        needs_inbox=True,
     ),
     ActorSpec(
         name="purge-request-sweeper",
@@ -296,6 +299,7 @@ def _runner(coordinator: Coordinator, *, enabled: bool) -> Runner:
 
     with_azure = coordinator.azure_queues is not None
     with_pulse = coordinator.events is not None
+    with_inbox = store_kind(coordinator.config.store_url) == POSTGRESQL
     return Runner(
         [
             actor(spec)
@@ -303,6 +307,7 @@ def _runner(coordinator: Coordinator, *, enabled: bool) -> Runner:
             if enabled
             and (with_azure or not spec.needs_azure)
             and (with_pulse or not spec.needs_pulse)
+            and (with_inbox or not spec.needs_inbox)
         ],
         on_pass=coordinator.metrics.resolver_acted,
     )
@@ -485,6 +490,7 @@ def _inbox_scopes(
 async def _close(coordinator: Coordinator, runner: Runner) -> None:
     """Stop the actors, finish the background work, and close Azure, the blob store and the
     store."""
+    coordinator.inbox.stop()  # its pass waits for commits, up to a second
     await runner.stop()
     await coordinator.service.drain()
     await coordinator.dispatch.drain()

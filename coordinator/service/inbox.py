@@ -55,6 +55,7 @@ class InboxService:
         self._counted = False
         self._inserted = asyncio.Event()
         self._inserted.set()  # the first pass runs at once: rows committed while we were down
+        self._stopping = False
 
     async def listen(self) -> None:
         """Be woken by each committed insert from now on (PostgreSQL's ``LISTEN``)."""
@@ -64,12 +65,22 @@ class InboxService:
         """Return once a producer committed rows since the last call, or after ``sweep``
         seconds (the sweep: a notification missed while the listener reconnected, rows
         another replica left pending)."""
+        if self._stopping:
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._inserted.wait(), sweep)
         self._inserted.clear()
 
+    def stop(self) -> None:
+        """Wake a waiting pass and make every later one do nothing: the coordinator is
+        stopping, and must not wait out a sweep to do so."""
+        self._stopping = True
+        self._inserted.set()
+
     async def ingest(self) -> int:
         """One pass: up to :data:`BATCH` committed rows made tasks or rejected; how many."""
+        if self._stopping:
+            return 0
         rejected = 0
 
         async def ingest_rows(rows: Sequence[InboxRow]) -> list[str | None]:
