@@ -493,6 +493,7 @@ async def _close(coordinator: Coordinator, runner: Runner) -> None:
     coordinator.inbox.stop()  # its pass waits for commits, up to a second
     await runner.stop()
     await coordinator.service.drain()
+    await coordinator.service.run_watches.aclose()
     await coordinator.dispatch.drain()
     try:
         await coordinator.workers.flush()  # the sightings of the last second

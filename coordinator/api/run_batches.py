@@ -1,4 +1,5 @@
-"""The batches of runs (not Taskcluster methods): claimRuns, reclaimRuns and resolveRuns.
+"""The batches of runs (not Taskcluster methods): claimRuns, reclaimRuns and resolveRuns, and
+watchRuns, the long poll that tells a worker its running runs were cancelled.
 
 One request and one store round trip for what one Azure get hinted at, and for the reclaims
 and reports a worker coalesced. Scopes that depend on a stored task (its queue, who holds the
@@ -88,8 +89,8 @@ def _run_check(auth: Auth, endpoint: Endpoint) -> Callable[[Mapping[str, object]
 
 
 def _held_or(auth: Auth, endpoint: Endpoint) -> Permit:
-    """reclaimRuns' and resolveRuns' per-run check of the endpoint's ``run_scopes``, with the
-    worker holding the run (``held``) when it has one."""
+    """reclaimRuns', resolveRuns' and watchRuns' per-run check of the endpoint's
+    ``run_scopes``, with the worker holding the run (``held``) when it has one."""
     check = _run_check(auth, endpoint)
 
     def permit(record: TaskRecord, run_id: int) -> None:
@@ -180,8 +181,28 @@ RUN_BATCH_ENDPOINTS: tuple[Endpoint, ...] = (
         stability="experimental",
         run_scopes=run_or_holder("queue:resolve-task"),
     ),
+    Endpoint(
+        name="watchRuns",
+        method="POST",
+        route="/runs/watch",
+        input="watch-runs-request",
+        output="watch-runs-response",
+        title="Watch Running Runs",
+        description=f"Long-poll for 1 to {MAX_BATCH_RUNS} running runs: answers as soon as "
+        "any of them is no longer running (cancelTask, cancelTaskGroup, cancelTasks, its "
+        "claim expired, resolved by anyone) with those runs, `{taskId, runId, state, "
+        "reasonResolved}`, or `{runs: []}` when all still run at the end of the wait (about "
+        "20 s, the claimWork long poll's `COORDINATOR_CLAIM_WORK_TIMEOUT`). A worker keeps "
+        "one in flight for the runs it is running, to stop a cancelled run's handler within "
+        "moments instead of at its next reclaim. Per run the caller needs what reclaimRuns "
+        "needs (`queue:reclaim-task:<taskId>/<runId>` or the worker-id scope of the worker "
+        "holding the run); a run refused, or of a task that does not exist, comes back at "
+        "once as a run error. " + _DUPLICATE + " Not a Taskcluster method.",
+        stability="experimental",
+        run_scopes=run_or_holder("queue:reclaim-task"),
+    ),
 )
-"""claimRuns, reclaimRuns and resolveRuns."""
+"""claimRuns, reclaimRuns, resolveRuns and watchRuns."""
 
 
 class RunBatchHandlers(Handlers):
@@ -277,6 +298,25 @@ class RunBatchHandlers(Handlers):
                 for (task_id, run_id), result in zip(runs, results, strict=True)
             ]
         }
+
+    async def watchRuns(self, request: web.Request, body: Any) -> Body:
+        auth = await self.auth.authenticated(request)
+        runs = _distinct_runs(body["runs"], "runs")
+        answered = await self.claims.watch_runs(
+            runs,
+            permit=_held_or(auth, request[SCOPE_CHECK].endpoint),
+            disconnected=lambda: request.transport is None or request.transport.is_closing(),
+        )
+        items: list[Body] = []
+        for task_id, run_id, result in answered:
+            if isinstance(result, DomainError):
+                items.append(_run_error("watchRuns", task_id, run_id, result))
+                continue
+            item: Body = {"taskId": task_id, "runId": run_id, "state": result.state}
+            if result.reason_resolved is not None:
+                item["reasonResolved"] = result.reason_resolved
+            items.append(item)
+        return {"runs": items}
 
     # Reads need no credentials, as every read of this API; declareWorker and
     # quarantineWorker require Taskcluster's scopes.

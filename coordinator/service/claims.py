@@ -5,7 +5,8 @@ hints, claimWork's long poll under either dispatch), passes the same three steps
 order: the worker must not be quarantined (:meth:`WorkerService.refuse_quarantined`), the task
 queue's pause and limits must let the claim through (the gate,
 :meth:`QueueControlService.claiming`), and the worker is then seen holding the run (its
-sighting, :meth:`WorkerService.run_held`). Reclaims add the sighting only. Every create
+sighting, :meth:`WorkerService.run_held`). Reclaims add the sighting only; the watches of
+running runs (watchRuns) none. Every create
 (createTask, createTasks, a hook's fire) likewise records its task queue's sighting here. So a
 rule that applies to every claim or every create (a concurrency key, a cancellation, a
 deduplication key) is added in one place, and no route can bypass it.
@@ -21,7 +22,7 @@ from typing import Any
 
 from coordinator.domain.claim_weights import ClaimWeights
 from coordinator.domain.errors import DomainError
-from coordinator.domain.records import TaskRecord
+from coordinator.domain.records import Run, TaskRecord
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey
 from coordinator.service.dispatch import WorkDispatch
@@ -132,6 +133,19 @@ class ClaimPolicy:
         results = await self._service.reclaim_runs(runs, permit=permit)
         self._held(runs, results, claimed=False)
         return results
+
+    async def watch_runs(
+        self,
+        runs: Sequence[tuple[str, int]],
+        *,
+        permit: Permit,
+        disconnected: Callable[[], bool],
+    ) -> list[tuple[str, int, Run | DomainError]]:
+        """watchRuns: the runs of ``runs`` no longer running or refused, as soon as there is
+        one, within the long poll (:meth:`TaskService.watch_runs`)."""
+        return await self._service.watch_runs(
+            runs, permit=permit, timeout_s=self._dispatch.long_poll_s, disconnected=disconnected
+        )
 
     def _held(
         self,

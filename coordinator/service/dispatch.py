@@ -44,7 +44,8 @@ class WorkDispatch:
 
     :param azure_queues: the Azure queues under Azure dispatch; ``None`` under store dispatch.
     :param controls: the claim gate of paused and limited task queues.
-    :param claim_work_timeout_s: how long one claimWork call waits for work (seconds).
+    :param claim_work_timeout_s: how long one claimWork call waits for work (seconds), and
+        one watchRuns call for a run to stop.
     """
 
     def __init__(
@@ -57,6 +58,8 @@ class WorkDispatch:
     ) -> None:
         self._service = service
         self._azure_queues = azure_queues
+        self.long_poll_s = claim_work_timeout_s
+        """How long a long poll (claimWork, watchRuns) waits before answering empty."""
         self._announcer: PendingAnnouncer | None = None
         if azure_queues is not None:
             claim_work = ClaimWork(

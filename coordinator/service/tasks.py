@@ -20,7 +20,7 @@ from coordinator.domain.events import QueueEvent, group_event, running_event, ta
 from coordinator.domain.lifecycle import Timing, TransitionResult
 from coordinator.domain.listings import Page, PendingCount, RunCounts
 from coordinator.domain.progress import RunProgress, checked_progress
-from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
+from coordinator.domain.records import Run, TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.background import Background
@@ -29,6 +29,7 @@ from coordinator.service.dependencies import Dependencies
 from coordinator.service.gather import bounded
 from coordinator.service.hints import HintPublisher, HintSink
 from coordinator.service.metrics import ServiceMetrics
+from coordinator.service.run_watches import RunWatches
 from coordinator.service.transitions import Change, Transition, Transitions, log_changes
 from coordinator.store.base import Store
 from coordinator.store.contract.dispatch import PendingAnnouncement, PickLevels
@@ -109,8 +110,10 @@ class TaskService:
             background=self._background,
             metrics=self.metrics,
         )
+        self.run_watches = RunWatches(read=store.runs_of)
         self.transitions = Transitions(
             store=store,
+            on_runs_changed=self.run_watches.runs_changed,
             hints=self.hints,
             clock=clock,
             background=self._background,
@@ -728,6 +731,44 @@ class TaskService:
             ]
         )
         return [o.record if isinstance(o, TransitionResult) else o for o in results]
+
+    async def watch_runs(
+        self,
+        runs: Sequence[tuple[str, int]],
+        *,
+        permit: Permit,
+        timeout_s: float,
+        disconnected: Callable[[], bool],
+    ) -> list[tuple[str, int, Run | DomainError]]:
+        """watchRuns: wait up to ``timeout_s`` for any of ``runs`` to be no longer running
+        (:mod:`coordinator.service.run_watches`).
+
+        :param permit: the caller's right to watch a run, as reclaimRuns checks it.
+        :param disconnected: true once the client went away; the wait then ends.
+        :returns: in request order, each run no longer running (as stored) or refused (why:
+            :class:`NotFound`, or what ``permit`` raised); none when all of them still run
+            at the end of the wait.
+        """
+        async with self.run_watches.watching(runs, disconnected=disconnected) as watch:
+            records = await self._store.get_many(list(dict.fromkeys(t for t, _ in runs)))
+            refused: dict[tuple[str, int], DomainError] = {}
+            for task_id, run_id in runs:
+                record = records.get(task_id)
+                try:
+                    if record is None:
+                        raise NotFound(f"task {task_id} does not exist")
+                    if not 0 <= run_id < len(record.runs):
+                        raise NotFound(f"task {task_id} has no run {run_id}")
+                    permit(record, run_id)
+                except DomainError as error:
+                    refused[(task_id, run_id)] = error
+                    continue
+                run = record.runs[run_id]
+                if run.state != "running":
+                    watch.stop((task_id, run_id), run)
+            stopped = await watch.stopped(0.0 if refused else timeout_s)
+        answered: dict[tuple[str, int], Run | DomainError] = {**stopped, **refused}
+        return [(t, r, answered[(t, r)]) for t, r in runs if (t, r) in answered]
 
     # --- resolvers ------------------------------------------------------------------------
 

@@ -108,6 +108,8 @@ class Transitions:
     :param metrics: counts the runs each write resolves.
     :param publish_events: write each change's Pulse messages to the store's outbox with it
         (docs/events.md); off, no outbox row is written.
+    :param on_runs_changed: told, after each write, the task's runs whose state it changed
+        (the watches of running runs, :mod:`coordinator.service.run_watches`).
     """
 
     def __init__(
@@ -120,8 +122,10 @@ class Transitions:
         on_resolved: Callable[[str], Coroutine[Any, Any, object]],
         metrics: ServiceMetrics,
         publish_events: bool = False,
+        on_runs_changed: Callable[[str, tuple[Run, ...]], None] | None = None,
     ) -> None:
         self.publish_events = publish_events
+        self._on_runs_changed = on_runs_changed
         self._metrics = metrics
         self._store = store
         self._hints = hints
@@ -356,6 +360,8 @@ class Transitions:
         """The result of a won compare-and-set, counted (with the ``indexed`` entries it
         wrote), and the runs whose state it changed (for the caller's :func:`log_changes`)."""
         runs = tuple(changed_runs(before, stored))
+        if runs and self._on_runs_changed is not None:
+            self._on_runs_changed(stored.task_id, runs)
         self._metrics.runs_resolved(runs)
         self._metrics.runs_claimed(stored, runs)
         if indexed:

@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+import orjson
+
 from coordinator.domain.artifacts import Artifact
 from coordinator.domain.clients import AuditEntry, Role, Roles, StoredClient
 from coordinator.domain.events import QueueEvent
@@ -22,7 +24,7 @@ from coordinator.domain.listings import Key, Page, PendingCount, RunCounts, keye
 from coordinator.domain.progress import RunProgress
 from coordinator.domain.purge_cache import PurgeRequest
 from coordinator.domain.queue_controls import Limits, Pause, QueueControls, QueueDefaults
-from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.records import Run, TaskRecord, TaskState
 from coordinator.domain.secrets import StoredSecret
 from coordinator.domain.task_filters import FilterState, TaskCounts, TaskFilter
 from coordinator.domain.task_groups import TaskGroup
@@ -125,6 +127,16 @@ class SQLStore(Store, abc.ABC):
     async def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
         rows = await self._fetch_in("states", task_ids)
         return {row["task_id"]: cast(TaskState, row["state"]) for row in rows}
+
+    async def runs_of(self, runs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Run]:
+        rows = await self._fetch_in("runs_of", list(dict.fromkeys(task_id for task_id, _ in runs)))
+        stored = {row["task_id"]: orjson.loads(row["runs"]) for row in rows}
+        found: dict[tuple[str, int], Run] = {}
+        for task_id, run_id in runs:
+            task_runs = stored.get(task_id)
+            if task_runs is not None and 0 <= run_id < len(task_runs):
+                found[(task_id, run_id)] = Run.from_stored(task_runs[run_id])
+        return found
 
     async def expired_claims(self, now: int, limit: int) -> list[tuple[str, int]]:
         rows = await self._fetch("expired_claims", now=now, limit=limit)

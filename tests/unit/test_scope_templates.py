@@ -188,6 +188,9 @@ def test_the_batch_calls_declare_their_scopes_per_run() -> None:
     assert declared(_endpoint("reclaimRuns"), unheld, run=True) == {
         "AnyOf": [f"queue:reclaim-task:{T}/0"]
     }
+    assert declared(_endpoint("watchRuns"), held, run=True) == {
+        "AnyOf": [f"queue:reclaim-task:{T}/0", "queue:worker-id:g/i"]
+    }
     claim_runs = _endpoint("claimRuns")
     assert declared(claim_runs, {"workerGroup": "g", "workerId": "i"}) == "queue:worker-id:g/i"
     assert declared(claim_runs, {"taskQueueId": "p/w"}, run=True) == "queue:claim-task:p/w"
@@ -206,6 +209,7 @@ TEMPLATE_CASES = [
 ] + [
     (_endpoint("resolveRuns").run_scopes, HELD_RUN),
     (_endpoint("reclaimRuns").run_scopes, {"taskId": T, "runId": "0", "held": False}),
+    (_endpoint("watchRuns").run_scopes, HELD_RUN),
     (_endpoint("claimRuns").run_scopes, {"taskQueueId": "p/w"}),
     (
         CREATE_TASK_SCOPES,

@@ -117,6 +117,7 @@ OUR_METHODS = {
     "claimRuns",
     "reclaimRuns",
     "resolveRuns",
+    "watchRuns",
     "uploadArtifact",
     "downloadArtifact",
     "reportProgress",
@@ -703,7 +704,7 @@ def test_openapi_shows_each_operations_scopes() -> None:
             if template is not None:
                 declared += 1
                 assert json.dumps(template, indent=2) in operation["description"]
-    assert declared == 43  # 40 operations declare scopes, 3 batch calls on runs run_scopes
+    assert declared == 44  # 40 operations declare scopes, 4 calls on runs run_scopes
     claim = document["paths"]["/task/{taskId}/runs/{runId}/claim"]["post"]
     assert claim["x-scopes"] == {
         "AllOf": [
@@ -845,6 +846,7 @@ def test_every_query_the_document_allows_fits_the_request_line() -> None:
     [
         ("claim-runs-request", ("properties", "runs", "maxItems")),
         ("reclaim-runs-request", ("properties", "runs", "maxItems")),
+        ("watch-runs-request", ("properties", "runs", "maxItems")),
         ("resolve-runs-request", ("properties", "reports", "maxItems")),
         ("claim-work-request", ("properties", "tasks", "maximum")),
         ("claim-work-response", ("properties", "tasks", "maxItems")),

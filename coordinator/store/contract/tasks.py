@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from coordinator.domain.events import QueueEvent
 from coordinator.domain.index import IndexedTask
 from coordinator.domain.listings import Page
-from coordinator.domain.records import TaskRecord, TaskState
+from coordinator.domain.records import Run, TaskRecord, TaskState
 from coordinator.domain.task_groups import TaskGroup
 
 
@@ -73,6 +73,12 @@ class TaskStore(abc.ABC):
     @abc.abstractmethod
     async def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
         """Task state of each existing task among ``task_ids``; cheaper than :meth:`get_many`."""
+
+    @abc.abstractmethod
+    async def runs_of(self, runs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Run]:
+        """Each named ``(taskId, runId)`` run as stored (a run of a missing task, or past its
+        task's last run, is absent): one read of the runs alone, whatever their number, for
+        the watches of running runs (:mod:`coordinator.service.run_watches`)."""
 
     @abc.abstractmethod
     async def compare_and_set(

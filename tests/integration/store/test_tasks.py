@@ -175,6 +175,31 @@ async def test_get_many_and_states_leave_out_missing_ids(store: Store) -> None:
     assert await store.states([]) == {}
 
 
+async def test_runs_of_reads_each_named_run_and_leaves_out_missing_ones(store: Store) -> None:
+    await create(store, "running")
+    running = await claim(store, "running")
+    await create(store, "cancelled")
+    await claim(store, "cancelled")
+    cancelled = await apply(store, lifecycle.cancel(await get(store, "cancelled"), now=NOW))
+    await create(store, "pending")
+
+    found = await store.runs_of(
+        [("running", 0), ("cancelled", 0), ("pending", 0), ("running", 1), ("missing", 0)]
+    )
+
+    assert found == {
+        ("running", 0): running.runs[0],
+        ("cancelled", 0): cancelled.runs[0],
+        ("pending", 0): (await get(store, "pending")).runs[0],
+    }
+    assert (found[("cancelled", 0)].state, found[("cancelled", 0)].reason_resolved) == (
+        "exception",
+        "canceled",
+    )
+    assert found[("running", 0)].state == "running"
+    assert await store.runs_of([]) == {}
+
+
 # --- compare-and-set ----------------------------------------------------------------------
 
 

@@ -130,6 +130,9 @@ FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
 -- name: states
 SELECT task_id, state FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
 
+-- name: runs_of
+SELECT task_id, runs FROM tasks WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
+
 -- name: compare_and_set
 -- notify_dependents is kept only for a task that has dependents, so resolving one without
 -- any costs no dependency pass; a dependent created later checks the states itself. The

@@ -34,6 +34,9 @@ FROM tasks WHERE task_id IN ({ids})
 -- name: states
 SELECT task_id, state FROM tasks WHERE task_id IN ({ids})
 
+-- name: runs_of
+SELECT task_id, runs FROM tasks WHERE task_id IN ({ids})
+
 -- name: stored_statuses
 -- What compare_and_set compares the new statuses with, in its transaction.
 SELECT task_id, retries_left, runs, state, taken_until, open_deadline, hint_due, visible_at,
