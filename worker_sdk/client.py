@@ -2,7 +2,8 @@
 
 Covers ``ping``, ``pollTaskUrls``, ``claimTask``, ``claimWork``, ``reclaimTask`` and the three
 reports, their batch forms ``claimRuns``, ``reclaimRuns`` and ``resolveRuns`` (not Taskcluster
-methods: up to 32 runs per request, one result per run), ``createArtifact`` and the upload of an
+methods: up to 32 runs per request, one result per run), ``watchRuns`` (ours too: the long
+poll that tells which running runs were cancelled), ``createArtifact`` and the upload of an
 s3 artifact's bytes to the ``putUrl`` it answers (:meth:`CoordinatorClient.upload_to`); and for
 producers (:mod:`worker_sdk.app`) ``createTask``, ``createTasks`` (up to 1,000 tasks a
 request), ``status``, ``cancelTask`` and an artifact's bytes (``artifact``'s signed URL,
@@ -54,7 +55,7 @@ claimWork gets: one Azure get's worth of hints (Azure's ``numofmessages`` limit)
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
-"""claimWork long-polls about 20 s on the server before answering."""
+"""claimWork and watchRuns long-poll about 20 s on the server before answering."""
 UPLOAD_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=300)
 """An artifact's upload may take as long as its size needs; only silence ends it."""
 
@@ -108,6 +109,14 @@ class Reclaim:
     taken_until: datetime
     expires_at: float
     credentials: Credentials
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoppedRun:
+    """A run ``watchRuns`` found no longer running: its ``state`` and ``reasonResolved``."""
+
+    state: str
+    reason_resolved: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -349,6 +358,35 @@ class CoordinatorClient:
             body={"runs": [{"taskId": task_id, "runId": run_id} for task_id, run_id in runs]},
         )
         return _run_results(answer, "reclaimRuns", "reclaims", runs, _reclaim_item)
+
+    async def watch_runs(
+        self, runs: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], StoppedRun | RequestFailed]:
+        """watchRuns (not a Taskcluster method): long-polls until any of ``runs`` (1 to 32,
+        distinct) is no longer running; those runs, and those the coordinator refused (why),
+        by ``(taskId, runId)``; empty when all of them still run at the end of its wait."""
+        answer = await self._call(
+            "POST",
+            ("runs", "watch"),
+            body={"runs": [{"taskId": task_id, "runId": run_id} for task_id, run_id in runs]},
+            long_poll=True,
+        )
+        found: dict[tuple[str, int], StoppedRun | RequestFailed] = {}
+        with _parsing(answer, "watchRuns"):
+            items = answer.body["runs"]
+            if not isinstance(items, list):
+                raise TypeError(f"runs {items!r} is not a list")
+            for item in items:
+                if "error" in item:
+                    run, failure = _run_error(item, answer)
+                    found[run] = failure
+                    continue
+                reason = item.get("reasonResolved")
+                found[_run_of(item["taskId"], item["runId"])] = StoppedRun(
+                    state=str(item["state"]),
+                    reason_resolved=None if reason is None else str(reason),
+                )
+        return found
 
     async def report_completed(
         self,

@@ -30,7 +30,11 @@ from worker_sdk.timing import Backoff
 Handler = Callable[["TaskRun"], Awaitable[None] | None]
 """An ``async def`` (run on the event loop) or a plain function (run in a thread)."""
 
-CancelReason = Literal["claim-lost", "worker-shutdown"]
+CancelReason = Literal["claim-lost", "task-cancelled", "worker-shutdown"]
+"""Why the worker stopped a handler: its claim was lost (the run resolved or taken from it),
+the task was cancelled (cancelTask, cancelTaskGroup, a bulk cancel), or the worker is shutting
+down past its grace period. Only a shutdown is reported; the others' runs are resolved
+already."""
 
 _P = ParamSpec("_P")
 
@@ -108,9 +112,10 @@ class TaskRun:
     """What a handler gets: one claimed run of a task.
 
     ``taken_until`` and ``credentials`` change as the worker reclaims the run in the
-    background. ``cancelled`` is set when the worker gives up on the run (claim lost, or
-    shutdown after the grace period): async handlers are cancelled outright, but a sync
-    handler's thread cannot be, so long sync handlers should check it and return early.
+    background. ``cancelled`` is set when the worker gives up on the run (the task cancelled,
+    the claim lost, or shutdown after the grace period): async handlers are cancelled
+    outright, but a sync handler's thread cannot be, so long sync handlers should check it and
+    return early.
 
     Artifacts: :meth:`upload_artifact`, :meth:`create_link_artifact`,
     :meth:`create_reference_artifact` and :meth:`create_error_artifact` are coroutines for

@@ -38,6 +38,7 @@ from worker_sdk import timing, tracing
 from worker_sdk.artifacts import RunArtifacts
 from worker_sdk.azure_poller import AzurePoller
 from worker_sdk.batches import RunBatches
+from worker_sdk.cancellations import RunWatch
 from worker_sdk.claim_work_poller import ClaimWorkPoller
 from worker_sdk.client import (
     MAX_BATCH_RUNS,
@@ -203,6 +204,7 @@ class Worker:
         self._run_logs = RunLogs() if given.run_log else None
         self.metrics = WorkerMetrics()
         self._rng = random.Random()
+        self._watch = RunWatch(backoff=given.backoff, rng=self._rng)
         self._stopping = asyncio.Event()
         # Set whenever a run finishes or a stop is requested: the poll loop's reasons to look
         # again at its free capacity.
@@ -268,6 +270,8 @@ class Worker:
                 batches = RunBatches(client=client, enabled=self._settings.batching)
                 # Closed before the session: by then only batches nobody waits for are left.
                 stack.push_async_callback(batches.aclose)
+                watching = asyncio.create_task(self._watch.run(client), name="watchRuns")
+                stack.push_async_callback(_cancelled, watching)
                 log.info(
                     "worker started taskQueues=%s workerGroup=%s workerId=%s capacity=%d"
                     " mode=%s polling=%s isolation=%s batching=%s emptyQueueSkip=%g"
@@ -487,6 +491,8 @@ class Worker:
         run log and report."""
         lease.handler = asyncio.create_task(self._call(run, lease, run_log))
         self._leases.add(lease)
+        key = (run.task_id, run.run_id)
+        self._watch.add(key, lease)
         keeper = asyncio.create_task(self._keep_claimed(batches, run, lease))
         log.info("run started taskId=%s runId=%s", run.task_id, run.run_id)
         self.metrics.running.inc()
@@ -497,6 +503,7 @@ class Worker:
             self.metrics.running.dec()
             self.metrics.task_duration.observe(time.monotonic() - started)
             self._leases.discard(lease)
+            self._watch.discard(key)
             keeper.cancel()
             # asyncio.wait, unlike awaiting the task, never swallows our own cancellation.
             await asyncio.wait({keeper})
@@ -580,6 +587,9 @@ class Worker:
         """What to report for a finished handler; ``None`` for a run that is no longer ours."""
         if lease.cancel_reason == "claim-lost":
             log.warning("run abandoned, claim lost taskId=%s runId=%s", run.task_id, run.run_id)
+            return None
+        if lease.cancel_reason == "task-cancelled":
+            log.info("run stopped, task cancelled taskId=%s runId=%s", run.task_id, run.run_id)
             return None
         if lease.cancel_reason == "worker-shutdown":
             log.warning("run cancelled by shutdown taskId=%s runId=%s", run.task_id, run.run_id)
@@ -772,6 +782,12 @@ class Worker:
                 failures += 1
                 log.warning(retry_line, run.task_id, run.run_id, error, delay)
                 await asyncio.sleep(delay)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it to end."""
+    task.cancel()
+    await asyncio.wait({task})
 
 
 def _traceback(error: BaseException) -> str:
