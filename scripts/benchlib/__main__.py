@@ -30,7 +30,9 @@ the workers claim through claimWork); auth (rows auth-clients-file and auth-api-
 authenticated requests for a client of the clients file against one the auth API made);
 index-find-sqlite, index-find-postgres (findTask of random entries among 100,000: its rate and
 p50/p99), index-lag (store-sqlite with every task indexed on completion: its rate, and how
-soon after a run resolved its entry is found). The
+soon after a run resolved its entry is found); cancel-store, cancel-azure (--batch running
+handlers cancelled by cancelTask spread over the window, under store and Azure dispatch: the
+time from cancelTask's answer to the handler's CancelledError, p50/p99). The
 ratios (row 5) are computed from whichever ran; the Latency section gives pending time at 50 %
 and 80 % of each row's rate (e2e-sqlite, e2e-postgres, the store-dispatch rows and the peers).
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
@@ -52,6 +54,7 @@ from typing import Literal, NamedTuple
 from benchlib import (
     artifacts,
     authn,
+    cancel,
     coordinator_only,
     create,
     e2e,
@@ -97,6 +100,8 @@ ALL_ROWS = (
     "index-find-sqlite",
     "index-find-postgres",
     "index-lag",
+    "cancel-store",
+    "cancel-azure",
 )
 
 PERCENT = "{:.0%}"
@@ -418,6 +423,8 @@ async def _row(settings: Settings, key: str) -> list[Row]:
         return [await index.run_find(settings, store)]
     if key == "index-lag":
         return [await e2e.run_indexed(settings)]
+    if key in ("cancel-store", "cancel-azure"):
+        return [await cancel.run(settings, "azure" if key == "cancel-azure" else "store")]
     return [await peers.run(settings, key)]
 
 

@@ -69,6 +69,8 @@ THE_REST = {
     "auth": ["auth-clients-file", "auth-api-clients"],
     "index-find-sqlite": ["index-find-sqlite"],
     "index-find-postgres": ["index-find-postgres"],
+    "cancel-store": ["cancel-store"],
+    "cancel-azure": ["cancel-azure"],
 }
 """The second half: each ``--rows`` key and the rows it prints, in order."""
 HALVES = {
