@@ -232,18 +232,20 @@ async def test_sigterm_lets_short_handlers_finish_and_hands_long_ones_to_another
 
 
 @pytest.mark.parametrize("claim_work", MODES)
-async def test_cancel_task_cancels_the_running_handler_at_the_next_reclaim(
+async def test_cancel_task_stops_the_running_handler_at_once(
     e2e: MakeE2E, claim_work: bool
 ) -> None:
-    s = await e2e(claim_work=claim_work, claim_timeout_s=3)
+    """Long before any reclaim (20 min claims): the worker's watchRuns hears the cancel."""
+    s = await e2e(claim_work=claim_work)
     task_id = await s.create(sleep=60)
     worker = await s.start_worker("w")
     await s.journaled("start", task_id)
     await s.queue.cancelTask(task_id)
+    cancelled_at = time.time()
 
-    await s.journaled("cancelled", task_id, within=10)
-    await s.logged(worker, f"run abandoned, claim lost taskId={task_id} runId=0")
-    assert f"claim lost taskId={task_id} runId=0" in worker.log()
+    cancelled = await s.journaled("cancelled", task_id, within=10)
+    assert cancelled["t"] - cancelled_at < 2.0
+    await s.logged(worker, f"run stopped, task cancelled taskId={task_id} runId=0")
     worker.signal(signal.SIGTERM)
     assert await worker.exited() == 0
     reports = [
@@ -251,7 +253,8 @@ async def test_cancel_task_cancels_the_running_handler_at_the_next_reclaim(
         for line in worker.log().splitlines()
         if f"taskId={task_id}" in line and ("report" in line or "run resolved" in line)
     ]
-    assert reports == [], "nothing is reported for a run whose claim was lost"
+    assert reports == [], "nothing is reported for a cancelled run"
+    assert "reclaimed" not in worker.log()
     assert await s.runs(task_id) == [("exception", "scheduled", "canceled", "w")]
     assert s.events("end", task_id) == []
 

@@ -3,8 +3,8 @@ authentication on: tasks are created with the official ``taskcluster`` client an
 client's credentials, the worker signs with the same, then with each run's temporary ones.
 
 What the coordinator test double (tests/fixtures/coordinator_double.py) fakes is checked here
-for real: priority order, outcomes, claimWork, reclaims with fresh temporary credentials, a reclaim
-conflict (the task canceled mid-run), and shutdown handing runs back for a retry.
+for real: priority order, outcomes, claimWork, reclaims with fresh temporary credentials, a task
+canceled mid-run, and shutdown handing runs back for a retry.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ async def test_a_task_canceled_mid_run_cancels_the_handler_and_nothing_is_report
     async def cancel_then_see_handler_stop() -> None:
         await asyncio.wait_for(started.wait(), timeout=20)
         await s.queue.cancelTask(task_id)
-        # The next reclaim answers 409; the worker must stop the handler and report nothing.
+        # The worker hears it (watchRuns); it must stop the handler and report nothing.
         await asyncio.wait_for(cancelled.wait(), timeout=20)
 
     await run_until(s.worker(handle), cancel_then_see_handler_stop)
