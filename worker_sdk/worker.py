@@ -7,7 +7,9 @@ next get. Each run gets a reclaim loop on the monotonic clock (docs/protocol.md,
 protocol step 7) and one report at the end (step 8), both gathered with other runs' into
 batches (:mod:`worker_sdk.batches`). On :meth:`Worker.stop` (or SIGTERM/SIGINT) it stops
 polling, lets running handlers finish within the grace period, then cancels the rest and
-reports ``worker-shutdown`` so the coordinator retries them (step 9).
+reports ``worker-shutdown`` so the coordinator retries them (step 9). A run the coordinator
+says was cancelled (:mod:`worker_sdk.cancellations`) has its handler stopped at once and is
+not reported.
 """
 
 from __future__ import annotations
