@@ -298,6 +298,7 @@ class TaskFunction(Generic[_P, _R]):
         dependencies: Iterable[TaskHandle | str] = (),
         key: str | None = None,
         deduplication_ttl: Wait | None = None,
+        concurrency_key: str | None = None,
         task_queue: str | TaskQueue | None = None,
         **kwargs: Any,
     ) -> TaskHandle:
@@ -312,6 +313,9 @@ class TaskFunction(Generic[_P, _R]):
             is created and the handle returned is that task's.
         :param deduplication_ttl: how long (seconds, or a timedelta; whole seconds, rounded
             up) the task keeps ``key`` once resolved; only with ``key``.
+        :param concurrency_key: the task's ``concurrencyKey`` (a tenant, a customer): when
+            its task queue has a ``maxRunningPerKey``, at most that many tasks with this key
+            run at once, and the keys take turns.
         :param task_queue: instead of the function's (or the app's) task queue, for this call.
         :raises TypeError: the arguments do not bind to the function, or are not JSON.
         :raises ValueError: ``task_queue`` is not ``provisionerId/workerType``.
@@ -322,6 +326,8 @@ class TaskFunction(Generic[_P, _R]):
             args, kwargs, wait, at, priority, dependencies, now=now, task_queue=task_queue
         )
         definition.update(_deduplication(key, deduplication_ttl))
+        if concurrency_key is not None:
+            definition["concurrencyKey"] = concurrency_key
         client = self.app.connection.client()
         tracer = tracing.tracer()
         if tracer is None:

@@ -73,7 +73,8 @@ STATUSES: Mapping[str, dict[str, Any]] = {
     "429": {
         "$ref": "#/components/responses/Error",
         "description": "TooManyRequests: the task queue is paused, or at its limits "
-        "(`maxRunning`, `maxClaimsPerSecond`); ask again after `Retry-After` seconds.",
+        "(`maxRunning`, `maxClaimsPerSecond`), or the task's `concurrencyKey` at its "
+        "`maxRunningPerKey`; ask again after `Retry-After` seconds.",
     },
     "424": {
         "description": "The artifact is an `error` artifact: why the worker could not upload it.",

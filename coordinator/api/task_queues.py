@@ -156,9 +156,11 @@ TASK_QUEUE_ENDPOINTS: tuple[Endpoint, ...] = (
         output="task-queue-controls-response",
         title="Set a Task Queue's Limits",
         description="At most `maxRunning` runs of the task queue running, at most "
-        "`maxClaimsPerSecond` claims a second, across every replica; a claim beyond them is "
-        "answered 429 with `Retry-After`, and claimWork hands out nothing beyond them. Only "
-        "the limits in the body change; `null` lifts one. Not a Taskcluster method.",
+        "`maxClaimsPerSecond` claims a second, at most `maxRunningPerKey` runs of one "
+        "`concurrencyKey` running (claims serve the keys in turn within a priority), across "
+        "every replica; a claim beyond them is answered 429 with `Retry-After`, and claimWork "
+        "hands out nothing beyond them. Only the limits in the body change; `null` lifts one. "
+        "Not a Taskcluster method.",
         stability="experimental",
         scopes="queue:manage:limits:<taskQueueId>",
     ),
@@ -388,6 +390,7 @@ class TaskQueueHandlers(Handlers):
         limits = Limits(
             max_running=body.get("maxRunning"),
             max_claims_per_second=body.get("maxClaimsPerSecond"),
+            max_running_per_key=_whole(body.get("maxRunningPerKey")),
         )
         task_queue = task_queue_of(request.match_info)
         controls = await self.controls.set_limits(task_queue, limits, named=frozenset(body))
@@ -510,3 +513,8 @@ class TaskQueueHandlers(Handlers):
 
 
 ROUTES = Routes(TASK_QUEUE_ENDPOINTS, TaskQueueHandlers)
+
+
+def _whole(number: float | None) -> int | None:
+    """A JSON integer as Python's ``int`` (JSON Schema counts ``2.0`` as an integer)."""
+    return None if number is None else int(number)

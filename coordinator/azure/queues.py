@@ -456,14 +456,14 @@ class QueueService:
             lambda client: client.delete_message(received.message_id, received.pop_receipt),
         )
 
-    async def release(self, received: ReceivedHint) -> bool:
-        """Make a received hint visible again at once. ``False`` if it is gone or someone
-        else has received it since."""
+    async def release(self, received: ReceivedHint, *, after_s: int = 0) -> bool:
+        """Make a received hint visible again, at once or ``after_s`` seconds from now.
+        ``False`` if it is gone or someone else has received it since."""
         return await self._settle(
             received,
             "release hint",
             lambda client: client.update_message(
-                received.message_id, received.pop_receipt, visibility_timeout=0
+                received.message_id, received.pop_receipt, visibility_timeout=after_s
             ),
         )
 

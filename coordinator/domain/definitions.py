@@ -197,8 +197,8 @@ def _check_times(*, created: int, deadline: int, now: int, limit: int) -> None:
 
 def _scheduling(body: Mapping[str, Any], *, deadline: int) -> dict[str, Any]:
     """The optional scheduling fields, normalised: ``notBefore``, ``retryDelay`` (with its
-    default factor), ``retryPriority``, ``claimTimeout`` and ``deduplicationKey`` (with its
-    ``deduplicationTtl``, default 0); absent ones stay absent."""
+    default factor), ``retryPriority``, ``claimTimeout``, ``deduplicationKey`` (with its
+    ``deduplicationTtl``, default 0) and ``concurrencyKey``; absent ones stay absent."""
     fields: dict[str, Any] = {}
     if "notBefore" in body:
         not_before = _time(body, "notBefore")
@@ -225,6 +225,8 @@ def _scheduling(body: Mapping[str, Any], *, deadline: int) -> dict[str, Any]:
             "deduplicationTtl is given without deduplicationKey: it says how long a resolved "
             "task keeps its key, so add the key or drop the TTL"
         )
+    if "concurrencyKey" in body:
+        fields["concurrencyKey"] = body["concurrencyKey"]
     return fields
 
 

@@ -1,6 +1,7 @@
 """An operator's controls of a task queue: a pause, limits (``maxRunning``,
-``maxClaimsPerSecond``), the defaults its tasks get (:class:`QueueDefaults`), and the one rule
-that decides how many of the runs a claim asks for it may have now (:func:`admit`).
+``maxClaimsPerSecond``, ``maxRunningPerKey``: :mod:`coordinator.domain.concurrency_keys`), the
+defaults its tasks get (:class:`QueueDefaults`), and the one rule that decides how many of
+the runs a claim asks for it may have now (:func:`admit`).
 
 The rate is a generic cell rate algorithm (GCRA): one number, :attr:`QueueControls.claims_tat_us`,
 the theoretical arrival time of the next claim, which each admitted claim pushes one interval
@@ -47,17 +48,33 @@ class Pause:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Limits:
     """At most ``max_running`` runs running, at most ``max_claims_per_second`` claims a
-    second; ``None`` is no limit."""
+    second, at most ``max_running_per_key`` runs of one concurrency key running; ``None`` is
+    no limit."""
 
     max_running: int | None = None
     max_claims_per_second: float | None = None
+    max_running_per_key: int | None = None
 
     @property
     def any(self) -> bool:
-        return self.max_running is not None or self.max_claims_per_second is not None
+        return (
+            self.max_running is not None
+            or self.max_claims_per_second is not None
+            or self.max_running_per_key is not None
+        )
+
+    @property
+    def held_while_claiming(self) -> bool:
+        """Whether a claim holds the queue's claim lock until it is written: the limits that
+        count running runs do, so that no two claims count the same free room."""
+        return self.max_running is not None or self.max_running_per_key is not None
 
     def to_api(self) -> dict[str, Any]:
-        return {"maxRunning": self.max_running, "maxClaimsPerSecond": self.max_claims_per_second}
+        return {
+            "maxRunning": self.max_running,
+            "maxClaimsPerSecond": self.max_claims_per_second,
+            "maxRunningPerKey": self.max_running_per_key,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

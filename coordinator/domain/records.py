@@ -201,6 +201,12 @@ class TaskRecord:
         return str(TaskQueue(self.provisioner_id, self.worker_type))
 
     @property
+    def concurrency_key(self) -> str | None:
+        """The definition's ``concurrencyKey``, if it has one."""
+        key: str | None = self.definition.get("concurrencyKey")
+        return key
+
+    @property
     def is_resolved(self) -> bool:
         return self.state in RESOLVED_STATES
 

@@ -3,7 +3,8 @@ Azure queues on the worker's behalf, for workers that cannot reach Azure.
 
 One ask receives up to ``count`` hints, walking the queues in priority order, claims the runs
 they point at, deletes each hint after a definitive answer (a claim, or a domain refusal: the
-hint is stale) and releases it (visibility 0) after anything else.
+hint is stale) and releases it (visibility 0) after anything else; a run whose concurrency key
+is at its limit has its hint released to come back after the ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import logging
 
 from coordinator.azure.queues import QueueService, ReceivedHint
 from coordinator.domain.claim_weights import ClaimWeights
-from coordinator.domain.errors import DomainError
+from coordinator.domain.concurrency_keys import KeyRoom
+from coordinator.domain.errors import DomainError, Throttled
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
+from coordinator.service.queue_controls import KeyLimit
 from coordinator.service.tasks import TaskService
 from coordinator.store.errors import StoreUnavailable
 
@@ -43,6 +46,7 @@ class AzureWork:
         worker_id: str,
         count: int,
         weights: ClaimWeights | None,
+        per_key: KeyLimit | None = None,
     ) -> list[TaskRecord]:
         # Azure hands out its hints as it holds them: weights are for store dispatch (a
         # worker polling the Azure queues itself orders them by its weights)
@@ -53,10 +57,18 @@ class AzureWork:
             max_messages=count,
             visibility_timeout=self.visibility_timeout_s,
         )
-        return await self._claim_hints(hints, worker_group=worker_group, worker_id=worker_id)
+        room = None if per_key is None or not hints else await per_key.room()
+        return await self._claim_hints(
+            hints, worker_group=worker_group, worker_id=worker_id, room=room
+        )
 
     async def _claim_hints(
-        self, hints: list[ReceivedHint], *, worker_group: str, worker_id: str
+        self,
+        hints: list[ReceivedHint],
+        *,
+        worker_group: str,
+        worker_id: str,
+        room: KeyRoom | None = None,
     ) -> list[TaskRecord]:
         claimed: dict[str, TaskRecord] = {}
         for hint in hints:
@@ -68,8 +80,19 @@ class AzureWork:
                 continue
             try:
                 record = await self.service.claim(
-                    hint.task_id, hint.run_id, worker_group=worker_group, worker_id=worker_id
+                    hint.task_id,
+                    hint.run_id,
+                    worker_group=worker_group,
+                    worker_id=worker_id,
+                    permit=None if room is None else room.admit,
                 )
+            except Throttled as error:
+                # Its concurrency key is at its limit: the hint waits out the Retry-After
+                # hidden, so that the other keys' hints come first meanwhile.
+                log.debug("claim throttled, hint released taskId=%s", hint.task_id)
+                with contextlib.suppress(Exception):
+                    await self.azure_queues.release(hint, after_s=error.retry_after_s)
+                continue
             except DomainError as error:
                 # A definitive refusal: the hint is stale (claimed, resolved, gone) and will
                 # never be useful.

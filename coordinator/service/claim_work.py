@@ -25,7 +25,7 @@ from coordinator.domain.claim_weights import ClaimWeights
 from coordinator.domain.errors import Throttled
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
-from coordinator.service.queue_controls import QueueControlService
+from coordinator.service.queue_controls import KeyLimit, QueueControlService
 
 
 class WorkSource(Protocol):
@@ -39,9 +39,11 @@ class WorkSource(Protocol):
         worker_id: str,
         count: int,
         weights: ClaimWeights | None,
+        per_key: KeyLimit | None = None,
     ) -> list[TaskRecord]:
         """Claim up to ``count`` runs of the queue for the worker now; ``[]`` when none.
-        ``weights``: the worker's weights per priority, where the source honours them."""
+        ``weights``: the worker's weights per priority, where the source honours them;
+        ``per_key``: the queue's concurrency-key limit, which no key's runs may exceed."""
         ...
 
 
@@ -125,13 +127,14 @@ class ClaimWork:
         give_up = time.monotonic() + self.timeout_s
         wakeup = self._wakeups[task_queue]
 
-        async def take(allowed: int) -> list[TaskRecord]:
+        async def take(allowed: int, per_key: KeyLimit | None) -> list[TaskRecord]:
             return await self.source.take(
                 task_queue,
                 worker_group=worker_group,
                 worker_id=worker_id,
                 count=allowed,
                 weights=weights,
+                per_key=per_key,
             )
 
         while True:

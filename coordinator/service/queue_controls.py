@@ -16,6 +16,12 @@ while the gate reads the controls as stored, counts the queue's running runs (fo
 Until the rate has room again, this process refuses the queue's claims without the lock. A
 claim that gets nothing raises :class:`~coordinator.domain.errors.Throttled` (429 with
 ``Retry-After``); claimWork waits instead, as for an empty queue.
+
+**Concurrency keys.** With ``maxRunningPerKey`` the claim holds the lock too, and is handed
+the limit (:class:`KeyLimit`): store dispatch's claim counts the running runs of each key and
+serves the keys in turn in its store transaction; a claim of a run the worker names (claimTask,
+claimRuns, claimWork over Azure's hints) counts them once (:meth:`KeyLimit.room`) and refuses
+a run whose key is at its limit with ``Throttled``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from coordinator.domain.concurrency_keys import KeyRoom
 from coordinator.domain.errors import DomainError, Throttled
 from coordinator.domain.queue_controls import (
     Admission,
@@ -93,15 +100,17 @@ class QueueControlService:
     async def set_limits(
         self, task_queue: TaskQueue, limits: Limits, *, named: frozenset[str]
     ) -> QueueControls:
-        """Set the limits named (``maxRunning``, ``maxClaimsPerSecond``; ``None`` lifts
-        one); the others stay."""
+        """Set the limits named (``maxRunning``, ``maxClaimsPerSecond``,
+        ``maxRunningPerKey``; ``None`` lifts one); the others stay."""
         controls = await self._store.limit_task_queue(task_queue, limits, named=named)
         self._known(controls)
         log.info(
-            "task queue limits set taskQueueId=%s maxRunning=%s maxClaimsPerSecond=%s",
+            "task queue limits set taskQueueId=%s maxRunning=%s maxClaimsPerSecond=%s "
+            "maxRunningPerKey=%s",
             task_queue,
             controls.limits.max_running,
             controls.limits.max_claims_per_second,
+            controls.limits.max_running_per_key,
         )
         return controls
 
@@ -169,18 +178,17 @@ class QueueControlService:
 
     # --- the gate -------------------------------------------------------------------------
 
-    async def claiming(
-        self, task_queue: TaskQueue, wanted: int, claim: Callable[[int], Awaitable[Sequence[R]]]
-    ) -> Gated[R]:
-        """Run ``claim(n)`` for as many of ``wanted`` runs of the queue as its pause and
-        limits let through now (``n`` ≥ 1); ``claim`` answers what it claimed (records) and
-        what it could not (domain errors).
+    async def claiming(self, task_queue: TaskQueue, wanted: int, claim: Claim[R]) -> Gated[R]:
+        """Run ``claim(n, per_key)`` for as many of ``wanted`` runs of the queue as its pause
+        and limits let through now (``n`` ≥ 1), ``per_key`` the queue's concurrency-key limit
+        if it has one; ``claim`` answers what it claimed (records) and what it could not
+        (domain errors).
 
         :raises Throttled: the queue lets no claim through now.
         """
         known = self._controls.get(task_queue)
         if known is None:
-            return Gated(results=await claim(wanted))
+            return Gated(results=await claim(wanted, None))
         if known.pause is not None:
             raise self._refused(task_queue, wanted, admit(known, running=0, wanted=0, now=0))
         refused_until = self._rate_refusals.get(task_queue)
@@ -203,12 +211,15 @@ class QueueControlService:
                 raise self._refused(task_queue, wanted, admission)
             if admission.claims_tat_us != controls.claims_tat_us:
                 await self._store.set_claims_tat(task_queue, admission.claims_tat_us)
-            if controls.limits.max_running is None:
+            if not controls.limits.held_while_claiming:
                 # The rate's room is taken: the claim itself need not hold the others up.
                 await locked.aclose()
+            per_key = None
+            if (max_per_key := controls.limits.max_running_per_key) is not None:
+                per_key = KeyLimit(task_queue, max_per_key, self._store)
             claimed = 0
             try:
-                results = await claim(admission.granted)
+                results = await claim(admission.granted, per_key)
                 claimed = sum(isinstance(r, TaskRecord) for r in results)
             finally:  # what claimed nothing (a stale hint, a refusal) gives its room back
                 unused_us = room_of(controls, admission.granted - claimed)
@@ -233,9 +244,15 @@ class QueueControlService:
         :raises Throttled: the queue lets no claim through now.
         """
 
-        async def claim(count: int) -> list[TaskRecord]:
+        async def claim(count: int, per_key: KeyLimit | None) -> list[TaskRecord]:
+            room = None if per_key is None else await per_key.room()
             record = await self._service.claim(
-                task_id, run_id, worker_group=worker_group, worker_id=worker_id, read=read
+                task_id,
+                run_id,
+                worker_group=worker_group,
+                worker_id=worker_id,
+                read=read,
+                permit=None if room is None else room.admit,
             )
             return [record]
 
@@ -267,17 +284,17 @@ class QueueControlService:
         for queue, indexes in by_queue.items():
 
             async def claim(
-                count: int, chosen: list[int] = indexes
+                count: int, per_key: KeyLimit | None, chosen: list[int] = indexes
             ) -> list[TaskRecord | DomainError]:
                 return await self._service.claim_runs(
                     [runs[i] for i in chosen[:count]],
                     worker_group=worker_group,
                     worker_id=worker_id,
-                    permit=permit,
+                    permit=permit if per_key is None else _and(permit, await per_key.room()),
                 )
 
             if queue is None:  # tasks that do not exist: the claim says so
-                gated = Gated(results=await claim(len(indexes)))
+                gated = Gated(results=await claim(len(indexes), None))
             else:
                 try:
                     gated = await self.claiming(queue, len(indexes), claim)
@@ -290,6 +307,37 @@ class QueueControlService:
                     assert gated.held_back is not None
                     results[index] = gated.held_back
         return [results[index] for index in range(len(runs))]
+
+
+class KeyLimit:
+    """A claim's concurrency-key limit: the queue's ``maxRunningPerKey``, handed to a claim
+    that holds the queue's claim lock."""
+
+    __slots__ = ("_store", "max_per_key", "task_queue")
+
+    def __init__(self, task_queue: TaskQueue, max_per_key: int, store: Store) -> None:
+        self.task_queue = task_queue
+        self.max_per_key = max_per_key
+        self._store = store
+
+    async def room(self) -> KeyRoom:
+        """Each key's room, counted now, for claims of runs the worker names."""
+        running = await self._store.running_by_key(self.task_queue)
+        return KeyRoom(self.task_queue, max_per_key=self.max_per_key, running=running)
+
+
+Claim = Callable[[int, KeyLimit | None], Awaitable[Sequence[R]]]
+"""A claim through the gate (:meth:`QueueControlService.claiming`)."""
+
+
+def _and(permit: Permit, room: KeyRoom) -> Permit:
+    """``permit``, then the room of the run's key."""
+
+    def both(record: TaskRecord, run_id: int) -> None:
+        permit(record, run_id)
+        room.admit(record, run_id)
+
+    return both
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

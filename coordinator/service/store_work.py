@@ -3,7 +3,8 @@ straight from the store, and no hint is put anywhere.
 
 :class:`StoreWork` claims the task queue's claimable runs in one store transaction, highest
 priority first, then the earliest visible (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the
-single writer on SQLite), or by the worker's weights per priority when it sends them.
+single writer on SQLite), or by the worker's weights per priority when it sends them; in a
+queue with ``maxRunningPerKey``, the concurrency keys in turn within a priority.
 :class:`PendingAnnouncer` rings claimWork's wake-up when a run becomes pending: at once in
 this process, and through the store (PostgreSQL ``LISTEN``/``NOTIFY``) in the other replicas,
 whose listeners ring theirs.
@@ -21,6 +22,7 @@ from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.background import Background
 from coordinator.service.claim_work import ClaimWork
+from coordinator.service.queue_controls import KeyLimit
 from coordinator.service.tasks import TaskService
 from coordinator.store.contract.dispatch import PendingAnnouncement, PickLevels
 
@@ -49,12 +51,18 @@ class StoreWork:
         worker_id: str,
         count: int,
         weights: ClaimWeights | None,
+        per_key: KeyLimit | None = None,
     ) -> list[TaskRecord]:
         pick: PickLevels | None = None
         if weights is not None:
             pick = functools.partial(weights.quotas, limit=count, rng=self.rng)
         return await self.service.claim_pending(
-            task_queue, worker_group=worker_group, worker_id=worker_id, limit=count, pick=pick
+            task_queue,
+            worker_group=worker_group,
+            worker_id=worker_id,
+            limit=count,
+            pick=pick,
+            max_per_key=None if per_key is None else per_key.max_per_key,
         )
 
 

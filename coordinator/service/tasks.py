@@ -601,8 +601,13 @@ class TaskService:
         worker_group: str,
         worker_id: str,
         read: TaskRecord | None = None,
+        permit: Permit | None = None,
     ) -> TaskRecord:
+        """claimTask; ``permit`` may refuse the claim on the task as read (each read, should
+        a lost race read it again)."""
         transition = self._claiming(run_id, worker_group=worker_group, worker_id=worker_id)
+        if permit is not None:
+            transition = _permitted(permit, run_id, transition)
         result = await self.apply(task_id, transition, action="claimed", read=read)
         if not result.changed and self.transitions.publish_events:
             # the same worker's claim again: Taskcluster publishes task-running again too
@@ -617,10 +622,13 @@ class TaskService:
         worker_id: str,
         limit: int,
         pick: PickLevels | None = None,
+        max_per_key: int | None = None,
     ) -> list[TaskRecord]:
         """Store dispatch's claim: up to ``limit`` of the queue's claimable runs for the
         worker, the highest priority and then the earliest visible first, or as many of each
-        priority as ``pick`` draws; ``[]`` when none."""
+        priority as ``pick`` draws; with ``max_per_key`` (the caller holds the queue's claim
+        lock), the concurrency keys in turn within each priority, at most ``max_per_key`` runs
+        of a key running; ``[]`` when none."""
 
         def claiming(record: TaskRecord, now: int) -> TransitionResult:
             run_id = len(record.runs) - 1
@@ -629,7 +637,7 @@ class TaskService:
             )
 
         return await self.transitions.take_pending(
-            task_queue, claiming, limit=limit, action="claimed", pick=pick
+            task_queue, claiming, limit=limit, action="claimed", pick=pick, max_per_key=max_per_key
         )
 
     async def announce_pending(self, announcements: Sequence[PendingAnnouncement]) -> None:
@@ -717,16 +725,13 @@ class TaskService:
         """Apply each item's transition to its run, once ``permit`` allows it on the task as
         read (checked again on every re-read, so a lost race cannot skip it)."""
 
-        def permitted(run_id: int, transition: Transition) -> Transition:
-            def apply(record: TaskRecord, now: int) -> TransitionResult:
-                permit(record, run_id)
-                return transition(record, now)
-
-            return apply
-
         results = await self.transitions.apply_many(
             [
-                Change(task_id=task_id, transition=permitted(run_id, transition), action=action)
+                Change(
+                    task_id=task_id,
+                    transition=_permitted(permit, run_id, transition),
+                    action=action,
+                )
                 for task_id, run_id, transition, action in items
             ]
         )
@@ -799,3 +804,13 @@ class TaskService:
         """Up to ``limit`` tasks of the queue whose last run is pending, the earliest
         claimable first."""
         return (await self._store.pending_runs(task_queue, limit=limit, after=None)).items
+
+
+def _permitted(permit: Permit, run_id: int, transition: Transition) -> Transition:
+    """``transition``, once ``permit`` allows it on the task as read."""
+
+    def apply(record: TaskRecord, now: int) -> TransitionResult:
+        permit(record, run_id)
+        return transition(record, now)
+
+    return apply

@@ -294,10 +294,12 @@ class Transitions:
         limit: int,
         action: str,
         pick: PickLevels | None = None,
+        max_per_key: int | None = None,
     ) -> list[TaskRecord]:
         """Store dispatch: apply ``transition`` (a claim) to up to ``limit`` of the queue's
         claimable runs, the highest priority and then the earliest visible first (or as
-        ``pick`` draws the priorities), in one store
+        ``pick`` draws the priorities; with ``max_per_key``, the keys in turn within each
+        priority, each within the limit), in one store
         transaction that other claimers skip (:meth:`Store.claim_pending
         <coordinator.store.base.Store.claim_pending>`); a run the transition refuses is left.
 
@@ -320,7 +322,12 @@ class Transitions:
             return writes
 
         stored = await self._store.claim_pending(
-            task_queue, now=self._clock(), limit=limit, claim=claim, pick=pick
+            task_queue,
+            now=self._clock(),
+            limit=limit,
+            claim=claim,
+            pick=pick,
+            max_per_key=max_per_key,
         )
         won = {after.task_id: self._written(*results[after.task_id], after) for after in stored}
         log_changes(action, ((task_id, runs) for task_id, (_, runs) in won.items()))

@@ -58,6 +58,7 @@ from asyncpg.exceptions import (
 )
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
+from coordinator.domain.concurrency_keys import Candidate, Key, serve_keys
 from coordinator.domain.errors import InputError
 from coordinator.domain.events import (
     BrokerReply,
@@ -93,6 +94,8 @@ from coordinator.store.rows import (
     status_columns,
     stored_after_cas,
     tag_rows,
+    turn_rows,
+    turns_from_rows,
 )
 from coordinator.store.sql_store import SQLStore, deduplication_key_columns, task_group_from_row
 from coordinator.store.sqlfiles import migrations, queries
@@ -348,6 +351,39 @@ async def _claimable_runs(
             return rows
     select = _Q["claimable_runs"]
     return cast(list[asyncpg.Record], await conn.fetch(select.sql, *select.args(params)))
+
+
+async def _keyed_runs(
+    conn: asyncpg.Connection,
+    params: Mapping[str, Any],
+    *,
+    max_per_key: int,
+    pick: PickLevels | None,
+) -> tuple[list[asyncpg.Record], dict[Key, int]]:
+    """claim_pending's runs of a queue with ``maxRunningPerKey``, locked, as
+    :func:`~coordinator.domain.concurrency_keys.serve_keys` takes them from the candidates
+    (read without locks), and the turns of the keys served."""
+    limit = params["limit"]
+    counted, turned = _Q["running_by_key"], _Q["key_turns"]
+    running = {row[0]: row[1] for row in await conn.fetch(counted.sql, *counted.args(params))}
+    turns = turns_from_rows(await conn.fetch(turned.sql, *turned.args(params)))
+    found = _Q["claimable_by_key"]
+    full = [key for key, count in running.items() if count >= max_per_key]
+    listed = {**params, "per_key": min(limit, max_per_key), "full": full, "levels": _LEVELS}
+    candidates = [
+        Candidate(row["task_id"], row["level"], row["key"])
+        for row in await conn.fetch(found.sql, *found.args(listed))
+    ]
+    served = serve_keys(
+        candidates, running=running, turns=turns, max_per_key=max_per_key, limit=limit, pick=pick
+    )
+    if not served.chosen:
+        return [], {}
+    chosen = _Q["claimable_runs_chosen"]
+    task_ids = [candidate.task_id for candidate in served.chosen]
+    rows = await conn.fetch(chosen.sql, *chosen.args({**params, "task_ids": task_ids}))
+    order = {task_id: position for position, task_id in enumerate(task_ids)}
+    return sorted(rows, key=lambda row: order[row["task_id"]]), served.turns
 
 
 class _KeyReleased(Exception):
@@ -791,12 +827,19 @@ class PostgresStore(SQLStore):
         limit: int,
         claim: ClaimPending,
         pick: PickLevels | None = None,
+        max_per_key: int | None = None,
     ) -> list[TaskRecord]:
         params = {**task_queue_columns(task_queue), "now": now, "limit": limit}
 
         async def take() -> list[TaskRecord]:
             async with self._connections.acquire() as conn, conn.transaction():
-                rows = await _claimable_runs(conn, params, pick)
+                turns: dict[Key, int] | None = None
+                if max_per_key is None:
+                    rows = await _claimable_runs(conn, params, pick)
+                else:
+                    rows, turns = await _keyed_runs(
+                        conn, params, max_per_key=max_per_key, pick=pick
+                    )
                 writes = claim([record_from_row(row) for row in rows]) if rows else ()
                 if not writes:
                     return []
@@ -809,11 +852,17 @@ class PostgresStore(SQLStore):
                     insert = _Q["insert_outbox_event"]
                     await conn.executemany(insert.sql, [insert.args(row) for row in outbox])
                 written = {row["task_id"]: row for row in fetched}
-                return [
+                stored = [
                     stored_after_cas(record, row["version"], row["notify_dependents"])
                     for record in records
                     if (row := written.get(record.task_id)) is not None
                 ]
+                if turns:
+                    turn = _Q["set_key_turn"]
+                    await conn.executemany(
+                        turn.sql, [turn.args(row) for row in turn_rows(task_queue, turns, stored)]
+                    )
+                return stored
 
         return await self._outages.watch(take())
 
@@ -954,6 +1003,7 @@ class PostgresStore(SQLStore):
         deleted = cast(int, await self._fetchval("delete_expired", now=now, limit=limit))
         await self._fetch("delete_expired_groups", now=now, limit=limit)
         await self._fetch("delete_expired_deduplication_keys", now=now, limit=limit)
+        await self._fetch("delete_expired_key_turns", now=now, limit=limit)
         return deleted
 
     # --- task queues and workers ----------------------------------------------------------

@@ -9,9 +9,11 @@ from typing import Any, Protocol
 
 import orjson
 
+from coordinator.domain.concurrency_keys import UNKEYED, Key
 from coordinator.domain.json_text import compact, exact_loads
 from coordinator.domain.listings import Page
 from coordinator.domain.records import Run, TaskRecord, record_from_definition
+from coordinator.domain.task_queues import TaskQueue
 
 
 def status_columns(record: TaskRecord) -> dict[str, Any]:
@@ -46,6 +48,7 @@ def insert_columns(record: TaskRecord) -> dict[str, Any]:
         "project_id": record.project_id,
         "created": record.created,
         "traceparent": record.traceparent,
+        "concurrency_key": record.concurrency_key,
     }
 
 
@@ -95,3 +98,34 @@ def stored_after_cas(record: TaskRecord, version: int, notify_dependents: bool) 
     return record.replace(
         version=version, notify_dependents=bool(notify_dependents), definition_changed=False
     )
+
+
+_UNKEYED_TURN = ""
+"""The ``concurrency_key`` of the turn row of a queue's tasks without a key (a key is never
+empty)."""
+
+
+def turns_from_rows(rows: Sequence[Row]) -> dict[Key, int]:
+    """Whose turn it is, from ``key_turns`` rows."""
+    return {row["concurrency_key"] or UNKEYED: row["served"] for row in rows}
+
+
+def turn_rows(
+    task_queue: TaskQueue, turns: dict[Key, int], written: Sequence[TaskRecord]
+) -> list[dict[str, Any]]:
+    """The ``set_key_turn`` rows of the keys of the ``written`` records, each row expiring with
+    the last of its key's tasks."""
+    expires: dict[Key, int] = {}
+    for record in written:
+        key = record.concurrency_key
+        expires[key] = max(expires.get(key, 0), record.expires)
+    return [
+        {
+            "provisioner_id": task_queue.provisioner_id,
+            "worker_type": task_queue.worker_type,
+            "concurrency_key": _UNKEYED_TURN if key is UNKEYED else key,
+            "served": turns[key],
+            "expires": expiry,
+        }
+        for key, expiry in expires.items()
+    ]

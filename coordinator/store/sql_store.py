@@ -508,6 +508,8 @@ class SQLStore(Store, abc.ABC):
             max_claims_per_second=limits.max_claims_per_second,
             set_max_running="maxRunning" in named,
             set_max_claims_per_second="maxClaimsPerSecond" in named,
+            max_running_per_key=limits.max_running_per_key,
+            set_max_running_per_key="maxRunningPerKey" in named,
         )
         return controls_from_row(rows[0])
 
@@ -530,6 +532,10 @@ class SQLStore(Store, abc.ABC):
         await self._fetch(
             "set_claims_tat", **task_queue_columns(task_queue), claims_tat_us=claims_tat_us
         )
+
+    async def running_by_key(self, task_queue: TaskQueue) -> dict[str, int]:
+        rows = await self._fetch("running_by_key", **task_queue_columns(task_queue))
+        return {row["concurrency_key"]: row["running"] for row in rows}
 
     async def give_back_claims(self, task_queue: TaskQueue, room_us: int) -> None:
         await self._fetch("give_back_claims", **task_queue_columns(task_queue), room_us=room_us)

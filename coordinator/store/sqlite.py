@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from coordinator.domain.artifacts import Artifact, ArtifactKey
+from coordinator.domain.concurrency_keys import UNKEYED, Candidate, Key, serve_keys
 from coordinator.domain.errors import InputError
 from coordinator.domain.events import (
     BrokerReply,
@@ -63,6 +64,8 @@ from coordinator.store.rows import (
     status_columns,
     stored_after_cas,
     tag_rows,
+    turn_rows,
+    turns_from_rows,
 )
 from coordinator.store.sql_store import SQLStore, deduplication_key_columns, task_group_from_row
 from coordinator.store.sqlfiles import migrations, queries
@@ -254,6 +257,42 @@ def _picked_runs(
             by_level[level] = rows
     quotas = pick({level: len(rows) for level, rows in by_level.items()})
     return [row for level, rows in by_level.items() for row in rows[: quotas.get(level, 0)]]
+
+
+def _keyed_runs(
+    conn: sqlite3.Connection,
+    query: Mapping[str, Any],
+    *,
+    max_per_key: int,
+    pick: PickLevels | None,
+) -> tuple[list[sqlite3.Row], dict[Key, int]]:
+    """claim_pending's runs of a queue with ``maxRunningPerKey``, as
+    :func:`~coordinator.domain.concurrency_keys.serve_keys` takes them, and the turns of the
+    keys served (in process: each key's and level's candidates read from the index, no round
+    trip to save)."""
+    limit = query["limit"]
+    per_key = min(limit, max_per_key)
+    running = {row[0]: row[1] for row in conn.execute(_Q["running_by_key"], query)}
+    turns = turns_from_rows(conn.execute(_Q["key_turns"], query).fetchall())
+    read: dict[str, sqlite3.Row] = {}
+    candidates: list[Candidate] = []
+    for priority in PRIORITIES:
+        at_level = {**query, "level": priority_level(priority)}
+        of_key = {**at_level, "limit": per_key}
+        found: list[tuple[Key, list[sqlite3.Row]]] = [
+            (key, conn.execute(_Q["claimable_runs_of_key"], {**of_key, "key": key}).fetchall())
+            for (key,) in conn.execute(_Q["claimable_keys_at_level"], at_level).fetchall()
+            if running.get(key, 0) < max_per_key
+        ]
+        found.append((UNKEYED, conn.execute(_Q["claimable_unkeyed_at_level"], at_level).fetchall()))
+        for key, rows in found:
+            for row in rows:
+                read[row["task_id"]] = row
+                candidates.append(Candidate(row["task_id"], row["pending_priority"], key))
+    served = serve_keys(
+        candidates, running=running, turns=turns, max_per_key=max_per_key, limit=limit, pick=pick
+    )
+    return [read[candidate.task_id] for candidate in served.chosen], served.turns
 
 
 def _write_outbox(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
@@ -526,15 +565,18 @@ class SQLiteStore(SQLStore):
         limit: int,
         claim: ClaimPending,
         pick: PickLevels | None = None,
+        max_per_key: int | None = None,
     ) -> list[TaskRecord]:
         query = {**task_queue_columns(task_queue), "now": now, "limit": limit}
 
         def take(conn: sqlite3.Connection) -> list[TaskRecord]:
-            rows = (
-                conn.execute(_Q["claimable_runs"], query).fetchall()
-                if pick is None
-                else _picked_runs(conn, query, pick)
-            )
+            turns: dict[Key, int] | None = None
+            if max_per_key is not None:
+                rows, turns = _keyed_runs(conn, query, max_per_key=max_per_key, pick=pick)
+            elif pick is None:
+                rows = conn.execute(_Q["claimable_runs"], query).fetchall()
+            else:
+                rows = _picked_runs(conn, query, pick)
             if not rows:
                 return []
             read = {row["task_id"]: row for row in rows}
@@ -550,6 +592,8 @@ class SQLiteStore(SQLStore):
                     stored.append(stored_after_cas(record, *written))
                     outbox.extend(outbox_rows(events))
             _write_outbox(conn, outbox)
+            if turns:
+                conn.executemany(_Q["set_key_turn"], turn_rows(task_queue, turns, stored))
             return stored
 
         return await self._run(take)
@@ -690,6 +734,7 @@ class SQLiteStore(SQLStore):
             _delete_ids(conn, ids)
             conn.execute(_Q["delete_expired_groups"], params)
             conn.execute(_Q["delete_expired_deduplication_keys"], params)
+            conn.execute(_Q["delete_expired_key_turns"], params)
             return len(ids)
 
         return await self._run_scan(delete)

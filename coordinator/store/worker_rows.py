@@ -157,6 +157,7 @@ def controls_from_row(row: Row) -> QueueControls:
         limits=Limits(
             max_running=row["max_running"],
             max_claims_per_second=None if rate is None else float(rate),
+            max_running_per_key=row["max_running_per_key"],
         ),
         defaults=QueueDefaults(
             claim_timeout_s=row["claim_timeout_s"],

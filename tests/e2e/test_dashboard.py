@@ -432,7 +432,7 @@ async def test_an_operator_drives_a_queue_from_its_page(
     await page.click("button.action.limits")
     await expect(page.locator("#action-result")).to_have_text("Limits set.", timeout=WAIT_MS)
     queue = await coordinator.ok("GET", "/task-queues/dash%2Fops")
-    assert queue["limits"] == {"maxRunning": 2, "maxClaimsPerSecond": 5}
+    assert queue["limits"] == {"maxRunning": 2, "maxClaimsPerSecond": 5, "maxRunningPerKey": None}
     await expect(page.locator("#max-running")).to_have_value("2", timeout=WAIT_MS)
     if os.environ.get("QC_SCREENSHOT") == "1":
         await page.screenshot(path=str(QUEUE_SCREENSHOT))

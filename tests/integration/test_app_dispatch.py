@@ -289,3 +289,15 @@ async def test_bad_keys_are_refused_before_or_by_the_coordinator(app: App) -> No
     with pytest.raises(RequestFailed) as refused:
         await add.dispatch(1, key="k" * 256)
     assert refused.value.status == 400 and "deduplicationKey" in refused.value.message
+
+
+async def test_dispatch_with_a_concurrency_key_writes_it_and_a_bad_one_is_refused(
+    app: App, coordinator: RunningCoordinator
+) -> None:
+    add = app.functions[f"{__name__}:add"]
+    keyed = await add.dispatch(1, concurrency_key="customer:42")
+    assert (await definition(coordinator, keyed))["concurrencyKey"] == "customer:42"
+    assert "concurrencyKey" not in await definition(coordinator, await add.dispatch(1))
+    with pytest.raises(RequestFailed) as refused:
+        await add.dispatch(1, concurrency_key="")
+    assert refused.value.status == 400 and "concurrencyKey" in refused.value.message

@@ -68,7 +68,11 @@ async def test_a_paused_queue_keeps_its_tasks_pending_until_resumed(
     paused = await c.ok("POST", QUEUE_PATH + "/pause", {"reason": "incident 42"})
     assert paused["taskQueueId"] == QUEUE
     assert paused["paused"]["reason"] == "incident 42"
-    assert paused["limits"] == {"maxRunning": None, "maxClaimsPerSecond": None}
+    assert paused["limits"] == {
+        "maxRunning": None,
+        "maxClaimsPerSecond": None,
+        "maxRunningPerKey": None,
+    }
     since = paused["paused"]["since"]
 
     first, second = await c.create_many(2, provisionerId="proj", workerType="wt")
@@ -104,7 +108,11 @@ async def test_max_running_lets_claims_through_up_to_the_limit(
 ) -> None:
     c = await start_coordinator(store_url=store_url, run_resolvers=False)
     limited = await c.ok("PUT", QUEUE_PATH + "/limits", {"maxRunning": 2})
-    assert limited["limits"] == {"maxRunning": 2, "maxClaimsPerSecond": None}
+    assert limited["limits"] == {
+        "maxRunning": 2,
+        "maxClaimsPerSecond": None,
+        "maxRunningPerKey": None,
+    }
     tasks = await c.create_many(4, provisionerId="proj", workerType="wt")
 
     answers = await claim_runs(c, tasks[:3])
@@ -120,11 +128,15 @@ async def test_max_running_lets_claims_through_up_to_the_limit(
 
     # a body naming one limit leaves the other; null lifts one
     both = await c.ok("PUT", QUEUE_PATH + "/limits", {"maxClaimsPerSecond": 50})
-    assert both["limits"] == {"maxRunning": 2, "maxClaimsPerSecond": 50}
+    assert both["limits"] == {"maxRunning": 2, "maxClaimsPerSecond": 50, "maxRunningPerKey": None}
     lifted = await c.ok(
         "PUT", QUEUE_PATH + "/limits", {"maxRunning": None, "maxClaimsPerSecond": None}
     )
-    assert lifted["limits"] == {"maxRunning": None, "maxClaimsPerSecond": None}
+    assert lifted["limits"] == {
+        "maxRunning": None,
+        "maxClaimsPerSecond": None,
+        "maxRunningPerKey": None,
+    }
     assert "limits" not in await c.ok("GET", QUEUE_PATH)
     assert (await c.claim(tasks[2]))["status"]["state"] == "running"
 

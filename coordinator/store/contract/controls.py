@@ -32,8 +32,8 @@ class QueueControlStore(abc.ABC):
         self, task_queue: TaskQueue, limits: Limits, *, named: frozenset[str]
     ) -> QueueControls:
         """Set those of the queue's limits whose wire names (``maxRunning``,
-        ``maxClaimsPerSecond``) are in ``named`` to their value in ``limits``; its controls as
-        now stored."""
+        ``maxClaimsPerSecond``, ``maxRunningPerKey``) are in ``named`` to their value in
+        ``limits``; its controls as now stored."""
 
     @abc.abstractmethod
     async def default_task_queue(
@@ -51,6 +51,11 @@ class QueueControlStore(abc.ABC):
     async def give_back_claims(self, task_queue: TaskQueue, room_us: int) -> None:
         """Move the queue's rate-limit state ``room_us`` back, in one statement (without the
         queue's lock)."""
+
+    @abc.abstractmethod
+    async def running_by_key(self, task_queue: TaskQueue) -> dict[str, int]:
+        """How many runs of the queue each concurrency key has running (keys with none, and
+        tasks without a key, left out)."""
 
     @abc.abstractmethod
     def queue_lock(self, task_queue: TaskQueue) -> contextlib.AbstractAsyncContextManager[None]:

@@ -43,6 +43,7 @@ class DispatchStore(abc.ABC):
         limit: int,
         claim: ClaimPending,
         pick: PickLevels | None = None,
+        max_per_key: int | None = None,
     ) -> list[TaskRecord]:
         """Hand up to ``limit`` of the queue's claimable runs (the last run pending and
         visible at ``now``, the deadline after it), the highest ``pending_priority`` first,
@@ -54,6 +55,16 @@ class DispatchStore(abc.ABC):
         runs. Should the runs drawn all be gone meanwhile (taken by concurrent claimers), the
         call hands over the runs in priority order as without ``pick``, rather than nothing
         while other runs wait. Without ``pick`` the call costs what it always did.
+
+        With ``max_per_key`` (the queue's ``maxRunningPerKey``) the runs handed over are
+        those :func:`~coordinator.domain.concurrency_keys.serve_keys` takes from the earliest
+        visible of each key and level (the keys found one index seek each, however long a
+        key's backlog), counting the queue's running runs of each key and reading whose turn
+        it is in the same transaction, and the turns of the keys written are stored with
+        them. Runs without a key are one more key, never limited. The caller holds the
+        queue's claim lock (:meth:`QueueControlStore.queue_lock
+        <coordinator.store.contract.controls.QueueControlStore.queue_lock>`), so that two
+        claims never count the same room of a key.
 
         Concurrent callers never get the same run: PostgreSQL locks the rows it hands over
         until the write commits and other callers, on any replica, skip them (``FOR UPDATE

@@ -149,8 +149,8 @@ class TaskStore(abc.ABC):
     @abc.abstractmethod
     async def delete_expired(self, now: int, limit: int) -> int:
         """Delete up to ``limit`` tasks with ``expires <= now`` (and their dependency edges
-        and artifacts) and up to ``limit`` expired task groups; return how many tasks were
-        deleted."""
+        and artifacts) and up to ``limit`` expired task groups, deduplication keys and
+        concurrency keys' turns; return how many tasks were deleted."""
 
     # --- task groups ----------------------------------------------------------------------
 

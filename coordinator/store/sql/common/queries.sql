@@ -370,14 +370,17 @@ RETURNING name
 -- The task queues an operator paused, limited or gave defaults (the per-second reload of
 -- every replica).
 SELECT provisioner_id, worker_type, paused_since, paused_reason, max_running,
-       max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
+       max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s,
+       max_running_per_key
 FROM task_queue_controls
 WHERE paused_since IS NOT NULL OR max_running IS NOT NULL OR max_claims_per_second IS NOT NULL
    OR claim_timeout_s IS NOT NULL OR completed_ttl_s IS NOT NULL OR failed_ttl_s IS NOT NULL
+   OR max_running_per_key IS NOT NULL
 
 -- name: queue_controls_of
 SELECT provisioner_id, worker_type, paused_since, paused_reason, max_running,
-       max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
+       max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s,
+       max_running_per_key
 FROM task_queue_controls
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
 
@@ -389,26 +392,33 @@ ON CONFLICT (provisioner_id, worker_type) DO UPDATE
 SET paused_since = coalesce(task_queue_controls.paused_since, excluded.paused_since),
     paused_reason = excluded.paused_reason
 RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
-          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
+          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s,
+          max_running_per_key
 
 -- name: resume_task_queue
 UPDATE task_queue_controls SET paused_since = NULL, paused_reason = NULL
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
 RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
-          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
+          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s,
+          max_running_per_key
 
 -- name: limit_task_queue
 -- Only the limits the request names change (set_*); the others keep their value.
-INSERT INTO task_queue_controls (provisioner_id, worker_type, max_running, max_claims_per_second)
-VALUES (:provisioner_id, :worker_type, :max_running, :max_claims_per_second)
+INSERT INTO task_queue_controls (provisioner_id, worker_type, max_running, max_claims_per_second,
+                                 max_running_per_key)
+VALUES (:provisioner_id, :worker_type, :max_running, :max_claims_per_second,
+        :max_running_per_key)
 ON CONFLICT (provisioner_id, worker_type) DO UPDATE
 SET max_running = CASE WHEN :set_max_running THEN excluded.max_running
                        ELSE task_queue_controls.max_running END,
     max_claims_per_second = CASE WHEN :set_max_claims_per_second
                                  THEN excluded.max_claims_per_second
-                                 ELSE task_queue_controls.max_claims_per_second END
+                                 ELSE task_queue_controls.max_claims_per_second END,
+    max_running_per_key = CASE WHEN :set_max_running_per_key THEN excluded.max_running_per_key
+                               ELSE task_queue_controls.max_running_per_key END
 RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
-          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
+          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s,
+          max_running_per_key
 
 -- name: default_task_queue
 -- Only the defaults the request names change (set_*); the others keep their value.
@@ -423,7 +433,8 @@ SET claim_timeout_s = CASE WHEN :set_claim_timeout THEN excluded.claim_timeout_s
     failed_ttl_s = CASE WHEN :set_failed_ttl THEN excluded.failed_ttl_s
                         ELSE task_queue_controls.failed_ttl_s END
 RETURNING provisioner_id, worker_type, paused_since, paused_reason, max_running,
-          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s
+          max_claims_per_second, claims_tat_us, claim_timeout_s, completed_ttl_s, failed_ttl_s,
+          max_running_per_key
 
 -- name: set_claims_tat
 UPDATE task_queue_controls SET claims_tat_us = :claims_tat_us
@@ -650,3 +661,27 @@ RETURNING run_id
 -- name: run_progress
 SELECT task_id, run_id, fraction, message, updated FROM run_progress
 WHERE task_id = :task_id ORDER BY run_id
+
+-- name: running_by_key
+-- A task queue's running runs per concurrency key (maxRunningPerKey), from tasks_running_by_key.
+SELECT concurrency_key, count(*) AS running FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND state = 'running' AND concurrency_key IS NOT NULL
+GROUP BY concurrency_key
+
+-- name: key_turns
+-- Whose turn it is among a task queue's concurrency keys ('' for its tasks without a key).
+SELECT concurrency_key, served FROM concurrency_key_turns
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+
+-- name: set_key_turn
+INSERT INTO concurrency_key_turns (provisioner_id, worker_type, concurrency_key, served, expires)
+VALUES (:provisioner_id, :worker_type, :concurrency_key, :served, :expires)
+ON CONFLICT (provisioner_id, worker_type, concurrency_key) DO UPDATE
+SET served = excluded.served, expires = excluded.expires
+
+-- name: delete_expired_key_turns
+DELETE FROM concurrency_key_turns WHERE (provisioner_id, worker_type, concurrency_key) IN (
+    SELECT provisioner_id, worker_type, concurrency_key FROM concurrency_key_turns
+    WHERE expires <= :now ORDER BY expires LIMIT :limit
+)

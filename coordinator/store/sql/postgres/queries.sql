@@ -47,11 +47,11 @@ WITH grp AS (
                        expires, definition, retries_left, runs, state, taken_until,
                        open_deadline, hint_due, visible_at, pending_priority,
                        notify_dependents, project_id, created, resolved, traceparent,
-                       version)
+                       concurrency_key, version)
     SELECT :task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
            :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
            :visible_at, CAST(:pending_priority AS SMALLINT), :notify_dependents, :project_id,
-           :created, :resolved, CAST(:traceparent AS TEXT), 1
+           :created, :resolved, CAST(:traceparent AS TEXT), CAST(:concurrency_key AS TEXT), 1
     FROM grp
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
@@ -84,11 +84,12 @@ WITH new AS (
         CAST(:visible_at_values AS BIGINT[]), CAST(:pending_priority_values AS SMALLINT[]),
         CAST(:notify_dependents_values AS BOOLEAN[]),
         CAST(:project_id_values AS TEXT[]), CAST(:created_values AS BIGINT[]),
-        CAST(:resolved_values AS BIGINT[]), CAST(:traceparent_values AS TEXT[])
+        CAST(:resolved_values AS BIGINT[]), CAST(:traceparent_values AS TEXT[]),
+        CAST(:concurrency_key_values AS TEXT[])
     ) AS n (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
             definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
             visible_at, pending_priority, notify_dependents, project_id, created, resolved,
-            traceparent)
+            traceparent, concurrency_key)
 ), grp AS (
     INSERT INTO task_groups (task_group_id, scheduler_id, expires)
     -- one row per group: a batch naming one group with two schedulerIds gets the first
@@ -103,7 +104,7 @@ WITH new AS (
                        expires, definition, retries_left, runs, state, taken_until,
                        open_deadline, hint_due, visible_at, pending_priority,
                        notify_dependents, project_id, created, resolved, traceparent,
-                       version)
+                       concurrency_key, version)
     SELECT new.*, 1 FROM new JOIN grp USING (task_group_id, scheduler_id)
     ON CONFLICT (task_id) DO NOTHING
     RETURNING task_id
@@ -394,6 +395,56 @@ CROSS JOIN LATERAL (
     FOR UPDATE SKIP LOCKED
 ) AS t
 ORDER BY pick.level DESC, t.visible_at
+
+-- name: claimable_by_key
+-- A keyed claim (maxRunningPerKey), first step: the candidates, without locking any. The
+-- recursive part walks the (level, key) pairs that have pending runs, one index seek each
+-- (tasks_claimable_by_key), however long each key's backlog; each pair not in :full (the
+-- keys at their limit) gives its :per_key earliest visible claimable runs. The runs without a
+-- key give their :limit earliest of each level, from tasks_claimable past the keyed ones.
+WITH RECURSIVE pair (level, key) AS (
+    (SELECT pending_priority, concurrency_key FROM tasks
+     WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+       AND pending_priority IS NOT NULL AND concurrency_key IS NOT NULL
+     ORDER BY pending_priority DESC, concurrency_key DESC LIMIT 1)
+    UNION ALL
+    SELECT next.pending_priority, next.concurrency_key
+    FROM pair CROSS JOIN LATERAL (
+        SELECT pending_priority, concurrency_key FROM tasks
+        WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+          AND pending_priority IS NOT NULL AND concurrency_key IS NOT NULL
+          AND (pending_priority, concurrency_key) < (pair.level, pair.key)
+        ORDER BY pending_priority DESC, concurrency_key DESC LIMIT 1
+    ) AS next
+)
+SELECT run.task_id, pair.level, pair.key
+FROM pair CROSS JOIN LATERAL (
+    SELECT task_id, visible_at FROM tasks
+    WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+      AND pending_priority = pair.level AND concurrency_key = pair.key
+      AND visible_at <= :now AND open_deadline > :now
+    ORDER BY visible_at LIMIT :per_key
+) AS run
+WHERE pair.key <> ALL(CAST(:full AS TEXT[]))
+UNION ALL
+SELECT run.task_id, level, NULL
+FROM unnest(CAST(:levels AS INT[])) AS level CROSS JOIN LATERAL (
+    SELECT task_id FROM tasks
+    WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+      AND pending_priority = level AND concurrency_key IS NULL
+      AND visible_at <= :now AND open_deadline > :now
+    ORDER BY visible_at LIMIT :limit
+) AS run
+
+-- name: claimable_runs_chosen
+-- A keyed claim, second step: the runs chosen, locked as claimable_runs locks them, still
+-- claimable.
+SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+       traceparent
+FROM tasks
+WHERE task_id = ANY(CAST(:task_ids AS TEXT[]))
+  AND pending_priority IS NOT NULL AND visible_at <= :now AND open_deadline > :now
+FOR UPDATE SKIP LOCKED
 
 -- name: notify_pending
 -- Store dispatch's wake-up across replicas: one notification per task queue that has a run

@@ -2,11 +2,11 @@
 INSERT INTO tasks (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
                    definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
                    visible_at, pending_priority, notify_dependents, project_id, created,
-                   resolved, traceparent, version)
+                   resolved, traceparent, concurrency_key, version)
 VALUES (:task_id, :task_group_id, :scheduler_id, :provisioner_id, :worker_type, :expires,
         :definition, :retries_left, :runs, :state, :taken_until, :open_deadline, :hint_due,
         :visible_at, :pending_priority, :notify_dependents, :project_id, :created, :resolved,
-        :traceparent, 1)
+        :traceparent, :concurrency_key, 1)
 ON CONFLICT (task_id) DO NOTHING
 
 -- name: upsert_task_group
@@ -196,6 +196,42 @@ SELECT task_id, definition, retries_left, runs, state, taken_until, open_deadlin
 FROM tasks
 WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
   AND pending_priority = :level AND visible_at <= :now AND open_deadline > :now
+ORDER BY visible_at LIMIT :limit
+
+-- name: claimable_keys_at_level
+-- A keyed claim (maxRunningPerKey) walks the keys that have pending runs of one priority level,
+-- one index seek per key (tasks_claimable_by_key), however long each key's backlog.
+WITH RECURSIVE found (key) AS (
+    SELECT min(concurrency_key) FROM tasks
+    WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+      AND pending_priority = :level AND concurrency_key IS NOT NULL
+    UNION ALL
+    SELECT (SELECT min(concurrency_key) FROM tasks
+            WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+              AND pending_priority = :level AND concurrency_key > found.key)
+    FROM found WHERE found.key IS NOT NULL
+)
+SELECT key FROM found WHERE key IS NOT NULL
+
+-- name: claimable_runs_of_key
+-- A keyed claim's candidates of one key and level: its :limit earliest visible claimable runs.
+SELECT task_id, definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
+       visible_at, pending_priority, resolved, notify_dependents, version, traceparent
+FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND pending_priority = :level AND concurrency_key = :key
+  AND visible_at <= :now AND open_deadline > :now
+ORDER BY visible_at LIMIT :limit
+
+-- name: claimable_unkeyed_at_level
+-- A keyed claim's candidates without a key, of one level: they are found in tasks_claimable
+-- past the keyed runs of that level.
+SELECT task_id, definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
+       visible_at, pending_priority, resolved, notify_dependents, version, traceparent
+FROM tasks
+WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+  AND pending_priority = :level AND concurrency_key IS NULL
+  AND visible_at <= :now AND open_deadline > :now
 ORDER BY visible_at LIMIT :limit
 
 -- name: mark_clients_used
