@@ -17,6 +17,7 @@ COPY worker_sdk/ worker_sdk/
 COPY hawk_signing/ hawk_signing/
 COPY glibc_malloc/ glibc_malloc/
 COPY otlp_tracing/ otlp_tracing/
+COPY run_progress/ run_progress/
 COPY schemas/ schemas/
 # A regular install: the wheel carries the SQL files and the JSON schemas.
 RUN pip install . \

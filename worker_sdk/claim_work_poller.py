@@ -31,8 +31,8 @@ class ClaimWorkPoller(BasePoller):
 
     The coordinator claims each task queue's runs highest priority first, or, with
     ``--polling weighted``, by the worker's weights, which every poll sends (under store
-    dispatch the coordinator draws each run's priority by them; Azure dispatch hands out its
-    hints as they come). A worker with
+    dispatch the coordinator draws each run's priority by them; under Azure dispatch, how
+    many hints it receives from each priority's queue). A worker with
     several task queues keeps a long poll in flight for as many of them as its free capacity
     covers, sharing the capacity out among them (the task queue that waited longest first),
     and never hangs one up while it runs: a poll's claims cannot be taken back, so hanging up

@@ -317,8 +317,8 @@ class CoordinatorClient:
         tasks: int,
         weights: Mapping[str, float] | None = None,
     ) -> list[Claim]:
-        """claimWork; ``weights`` per priority (this coordinator's extension: under store
-        dispatch it draws each run's priority by them) are sent only when given."""
+        """claimWork; ``weights`` per priority (this coordinator's extension: it draws each
+        run's priority by them, in both dispatch modes) are sent only when given."""
         body: dict[str, Any] = {"workerGroup": worker_group, "workerId": worker_id, "tasks": tasks}
         if weights is not None:
             body["weights"] = dict(weights)

@@ -23,12 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from run_progress import checked
 from worker_sdk.errors import RequestFailed
 
 log = logging.getLogger(__name__)
-
-MAX_MESSAGE_LENGTH = 1000
-"""The longest message, in characters (the coordinator keeps no more)."""
 
 INTERVAL = 1.0
 """Seconds between two reports of one run, at least."""
@@ -55,22 +53,6 @@ class RunProgress:
             message=value["message"],
             updated=datetime.fromisoformat(value["updated"]),
         )
-
-
-def checked(fraction: object, message: object) -> tuple[float, str | None]:
-    """:raises ValueError: ``fraction`` is not a number from 0 to 1 (NaN included), or
-    ``message`` is not a string of at most :data:`MAX_MESSAGE_LENGTH` characters."""
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
-        raise ValueError(f"fraction must be a number from 0 to 1, not {fraction!r}")
-    if math.isnan(fraction) or not 0 <= fraction <= 1:
-        raise ValueError(f"fraction must be from 0 to 1, not {fraction!r}")
-    if message is not None and not isinstance(message, str):
-        raise ValueError(f"message must be a string, not {message!r}")
-    if message is not None and len(message) > MAX_MESSAGE_LENGTH:
-        raise ValueError(
-            f"message has {len(message)} characters; at most {MAX_MESSAGE_LENGTH} are kept"
-        )
-    return float(fraction), message
 
 
 class RunProgressReporter:
@@ -108,7 +90,7 @@ class RunProgressReporter:
         """Keep ``fraction`` and ``message`` as the run's progress, to be sent within a
         second; returns at once.
 
-        :raises ValueError: see :func:`checked`.
+        :raises ValueError: see :func:`run_progress.checked`.
         """
         value = checked(fraction, message)
         with self._lock:

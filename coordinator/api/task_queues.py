@@ -26,7 +26,7 @@ from coordinator.api.pipeline import (
     Handlers,
     Routes,
 )
-from coordinator.domain.listings import RunCounts
+from coordinator.domain.listings import RESOLVED_WINDOW_MAX_S, ResolvedCounts, RunCounts
 from coordinator.domain.queue_controls import Limits, QueueDefaults
 from coordinator.domain.records import TaskRecord, from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
@@ -44,6 +44,15 @@ _COUNTS_DESCRIPTION = (
     "Exact numbers of pending and running runs of the worker pool, counted in the store. "
     "This is the coordinator's management endpoint, not Taskcluster's approximate one."
 )
+
+
+def _resolved_body(since: int, counts: ResolvedCounts) -> Body:
+    return {
+        "since": to_iso(since),
+        "completed": counts.completed,
+        "failed": counts.failed,
+        "exception": counts.exception,
+    }
 
 
 def _counts_body(task_queue: TaskQueue, counts: RunCounts) -> Body:
@@ -212,7 +221,9 @@ TASK_QUEUE_ENDPOINTS: tuple[Endpoint, ...] = (
         output="task-queue-counts-list-response",
         title="Count Pending and Running Runs of Many Task Queues",
         description="taskQueueCounts of up to 1,000 distinct task queues in one store query, "
-        "in request order; an unknown queue counts zeros.",
+        "in request order; an unknown queue counts zeros. With `resolvedWithin` (seconds, at "
+        f"most {RESOLVED_WINDOW_MAX_S:,}), each also has `resolved`: its tasks resolved within "
+        "that window, by outcome (a second store query).",
         stability="experimental",
     ),
     Endpoint(
@@ -447,12 +458,17 @@ class TaskQueueHandlers(Handlers):
     async def taskQueueCountsBatch(self, request: web.Request, body: Any) -> Body:
         task_queues = [TaskQueue.parse(task_queue_id) for task_queue_id in body["taskQueueIds"]]
         counts = await self.workers.run_counts(task_queues)
-        return {
-            "taskQueueCounts": [
-                _counts_body(task_queue, found)
-                for task_queue, found in zip(task_queues, counts, strict=True)
-            ]
-        }
+        bodies = [
+            _counts_body(task_queue, found)
+            for task_queue, found in zip(task_queues, counts, strict=True)
+        ]
+        if "resolvedWithin" in body:
+            since, resolved = await self.workers.resolved_counts(
+                task_queues, within_s=body["resolvedWithin"]
+            )
+            for entry, found_resolved in zip(bodies, resolved, strict=True):
+                entry["resolved"] = _resolved_body(since, found_resolved)
+        return {"taskQueueCounts": bodies}
 
     async def listProvisioners(self, request: web.Request, body: Any) -> Body:
         page = await self.workers.provisioners(

@@ -396,24 +396,54 @@ class QueueService:
         *,
         max_messages: int,
         visibility_timeout: int,
+        quotas: Mapping[str, int] | None = None,
     ) -> list[ReceivedHint]:
         """Fetch up to ``max_messages`` (1 to :data:`MAX_BATCH_RUNS`) hints, walking the queues
         highest priority first; each stays invisible to others for ``visibility_timeout``
-        seconds unless deleted or released. Queues that do not exist count as empty."""
+        seconds unless deleted or released. Queues that do not exist count as empty.
+
+        :param quotas: how many to receive from each priority's queue first (a worker's
+            weighted draw); what they leave of ``max_messages`` then comes from the queues
+            highest first, but for those that gave fewer than their quota (they are empty).
+        """
         if not 1 <= max_messages <= MAX_BATCH_RUNS:
             raise ValueError(f"max_messages must be 1..{MAX_BATCH_RUNS}, not {max_messages}")
         received: list[ReceivedHint] = []
+        drained: set[str] = set()
+        for priority in PRIORITIES:
+            wanted = min((quotas or {}).get(priority, 0), max_messages - len(received))
+            if wanted:
+                got = await self._receive_priority(
+                    provisioner_id, worker_type, priority, wanted, visibility_timeout
+                )
+                received += got
+                if len(got) < wanted:
+                    drained.add(priority)
         for priority in PRIORITIES:
             wanted = max_messages - len(received)
             if wanted == 0:
                 break
-            name = self.name(provisioner_id, worker_type, priority)
-            try:
-                messages = await self._receive_from(name, wanted, visibility_timeout)
-            except QueueMissing:
-                continue
-            received.extend(self._received(name, message) for message in messages)
+            if priority not in drained:
+                received += await self._receive_priority(
+                    provisioner_id, worker_type, priority, wanted, visibility_timeout
+                )
         return received
+
+    async def _receive_priority(
+        self,
+        provisioner_id: str,
+        worker_type: str,
+        priority: str,
+        wanted: int,
+        visibility_timeout: int,
+    ) -> list[ReceivedHint]:
+        """Up to ``wanted`` hints of one priority's queue; none when it does not exist."""
+        name = self.name(provisioner_id, worker_type, priority)
+        try:
+            messages = await self._receive_from(name, wanted, visibility_timeout)
+        except QueueMissing:
+            return []
+        return [self._received(name, message) for message in messages]
 
     async def _receive_from(
         self, name: str, wanted: int, visibility_timeout: int

@@ -1,5 +1,5 @@
-"""A worker's weights per priority under store dispatch (claimWork's ``weights``), and the
-weighted draw that shares a claim out among the priorities that have claimable work.
+"""A worker's weights per priority (claimWork's ``weights``), and the weighted draw that shares
+a claim out among the priorities that have claimable work.
 
 Without weights store dispatch claims strictly by priority, the highest first, so a busy high
 priority starves the lower ones. With them each run a claim takes comes from a priority drawn
@@ -8,6 +8,10 @@ at random in proportion to its weight among the priorities that still have claim
 those, and none starves. A priority the worker leaves out keeps its default weight, the
 worker SDK's ``--polling weighted`` defaults: ``2 ** (level - 1)``, ``highest`` 64 …
 ``lowest`` 1.
+
+Under Azure dispatch what each priority's queue holds is not known before receiving from it:
+:meth:`ClaimWeights.blind_quotas` draws as if every priority had enough, and the caller gives
+what a drawn priority could not fill to the others.
 
 Everything here is pure (the random source is passed in).
 """
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.domain.errors import InputError
-from coordinator.domain.task_queues import PRIORITIES, priority_level
+from coordinator.domain.task_queues import PRIORITIES, priority_at_level, priority_level
 
 DEFAULT_WEIGHTS: Mapping[str, float] = {
     priority: float(2 ** (priority_level(priority) - 1)) for priority in PRIORITIES
@@ -77,6 +81,12 @@ class ClaimWeights:
             if not left[level]:
                 del left[level]
         return taken
+
+    def blind_quotas(self, limit: int, rng: random.Random) -> dict[str, int]:
+        """:meth:`quotas` of ``limit`` runs by priority name, every priority taken to have
+        ``limit`` claimable runs (Azure's queues, unknown until received from)."""
+        drawn = self.quotas(dict.fromkeys(self.by_level, limit), limit, rng)
+        return {priority_at_level(level): count for level, count in drawn.items()}
 
 
 def _positive_number(weight: object) -> bool:

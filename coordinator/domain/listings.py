@@ -1,4 +1,5 @@
-"""What listings and counts return: a page of any listing, and a task queue's run counts."""
+"""What listings and counts return: a page of any listing, a task queue's run counts, and its
+tasks resolved within a window."""
 
 from __future__ import annotations
 
@@ -55,3 +56,19 @@ class RunCounts:
     pending: int
     delayed: int
     running: int
+
+
+RESOLVED_WINDOW_MAX_S = 24 * 60 * 60
+"""The longest window taskQueueCountsBatch counts resolutions over, in seconds: the count reads
+every task resolved in the window, so a day bounds its cost."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResolvedCounts:
+    """Numbers of tasks of one task queue whose last run resolved (by outcome) since a time:
+    a task retried counts once, when it resolves for good; a task rerun since then, not at all.
+    """
+
+    completed: int = 0
+    failed: int = 0
+    exception: int = 0

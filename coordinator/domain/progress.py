@@ -7,13 +7,10 @@ The store keeps the last report of each run; the task's runs' reports are read t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+import run_progress
 from coordinator.domain.errors import InputError
-
-MAX_MESSAGE_LENGTH = 1000
-"""The longest progress message, in characters: a line for a dashboard, not a log."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,19 +25,12 @@ class RunProgress:
 
 
 def checked_progress(fraction: object, message: object) -> tuple[float, str | None]:
-    """``fraction`` and ``message`` as a report takes them.
+    """``fraction`` and ``message`` as a report takes them (:func:`run_progress.checked`).
 
     :raises InputError: ``fraction`` is not a number from 0 to 1 (NaN included), or
-        ``message`` is not a string of at most :data:`MAX_MESSAGE_LENGTH` characters.
+        ``message`` is not a string of at most ``run_progress.MAX_MESSAGE_LENGTH`` characters.
     """
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
-        raise InputError(f"fraction must be a number from 0 to 1, not {fraction!r}")
-    if math.isnan(fraction) or not 0 <= fraction <= 1:
-        raise InputError(f"fraction must be from 0 to 1, not {fraction!r}")
-    if message is not None and not isinstance(message, str):
-        raise InputError(f"message must be a string, not {message!r}")
-    if message is not None and len(message) > MAX_MESSAGE_LENGTH:
-        raise InputError(
-            f"message has {len(message)} characters; at most {MAX_MESSAGE_LENGTH} are kept"
-        )
-    return float(fraction), message
+    try:
+        return run_progress.checked(fraction, message)
+    except ValueError as error:
+        raise InputError(str(error)) from None

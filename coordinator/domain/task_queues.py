@@ -41,6 +41,11 @@ def priority_level(priority: str) -> int:
     return len(PRIORITIES) - PRIORITIES.index(priority)
 
 
+def priority_at_level(level: int) -> str:
+    """The priority of :func:`priority_level` ``level``."""
+    return PRIORITIES[len(PRIORITIES) - level]
+
+
 @dataclass(frozen=True, slots=True)
 class TaskQueue:
     """One task queue: ``str()`` of it is its taskQueueId."""

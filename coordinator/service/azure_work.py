@@ -5,12 +5,18 @@ One ask receives up to ``count`` hints, walking the queues in priority order, cl
 they point at, deletes each hint after a definitive answer (a claim, or a domain refusal: the
 hint is stale) and releases it (visibility 0) after anything else; a run whose concurrency key
 is at its limit has its hint released to come back after the ``Retry-After``.
+
+A worker's weights per priority (:mod:`coordinator.domain.claim_weights`) draw how many hints
+to receive from each priority's queue first, as store dispatch draws its runs' priorities; what
+a drawn queue cannot give (it is empty) comes from the others in priority order, so an ask
+never comes back empty while hints wait.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import random
 
 from coordinator.azure.queues import QueueService, ReceivedHint
 from coordinator.domain.claim_weights import ClaimWeights
@@ -29,14 +35,21 @@ class AzureWork:
     """A :class:`~coordinator.service.claim_work.WorkSource` over Azure's hints.
 
     :param visibility_timeout_s: how long a received hint stays hidden while it is claimed.
+    :param rng: where a worker's weights draw from.
     """
 
     def __init__(
-        self, *, service: TaskService, azure_queues: QueueService, visibility_timeout_s: int = 60
+        self,
+        *,
+        service: TaskService,
+        azure_queues: QueueService,
+        visibility_timeout_s: int = 60,
+        rng: random.Random | None = None,
     ) -> None:
         self.service = service
         self.azure_queues = azure_queues
         self.visibility_timeout_s = visibility_timeout_s
+        self.rng = rng or random.Random()
 
     async def take(
         self,
@@ -48,14 +61,12 @@ class AzureWork:
         weights: ClaimWeights | None,
         per_key: KeyLimit | None = None,
     ) -> list[TaskRecord]:
-        # Azure hands out its hints as it holds them: weights are for store dispatch (a
-        # worker polling the Azure queues itself orders them by its weights)
-        del weights
         hints = await self.azure_queues.receive(
             task_queue.provisioner_id,
             task_queue.worker_type,
             max_messages=count,
             visibility_timeout=self.visibility_timeout_s,
+            quotas=None if weights is None else weights.blind_quotas(count, self.rng),
         )
         room = None if per_key is None or not hints else await per_key.room()
         return await self._claim_hints(

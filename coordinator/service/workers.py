@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from coordinator.domain.errors import Conflict, NotFound
-from coordinator.domain.listings import Key, Page, RunCounts
+from coordinator.domain.listings import Key, Page, ResolvedCounts, RunCounts
 from coordinator.domain.records import TaskRecord, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
@@ -315,6 +315,16 @@ class WorkerService:
         found = await self._store.run_counts_of(task_queues, now=self.clock())
         none = RunCounts(pending=0, delayed=0, running=0)
         return [found.get(task_queue, none) for task_queue in task_queues]
+
+    async def resolved_counts(
+        self, task_queues: Sequence[TaskQueue], *, within_s: int
+    ) -> tuple[int, list[ResolvedCounts]]:
+        """When the last ``within_s`` seconds began on this coordinator's clock, and the tasks
+        of each of ``task_queues`` (distinct) resolved since then, in order, in one store
+        query."""
+        since = self.clock() - within_s * 1000
+        found = await self._store.resolved_counts_of(task_queues, since=since)
+        return since, [found.get(task_queue, ResolvedCounts()) for task_queue in task_queues]
 
     # --- the worker sweeper ---------------------------------------------------------------
 

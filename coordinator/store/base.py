@@ -31,6 +31,7 @@ from coordinator.store.contract.management import ManagementStore
 from coordinator.store.contract.outbox import OutboxStore
 from coordinator.store.contract.progress import ProgressStore
 from coordinator.store.contract.purge_cache import PurgeCacheStore
+from coordinator.store.contract.resolutions import ResolutionStore
 from coordinator.store.contract.secrets import SecretStore
 from coordinator.store.contract.tasks import TaskStore
 from coordinator.store.contract.workers import WorkerStore
@@ -52,6 +53,7 @@ class Store(
     DeduplicationStore,
     InboxStore,
     ProgressStore,
+    ResolutionStore,
     abc.ABC,
 ):
     """The whole store: every part of the contract, and the database it is kept in."""

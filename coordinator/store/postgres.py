@@ -68,7 +68,7 @@ from coordinator.domain.events import (
     group_event,
 )
 from coordinator.domain.index import IndexedTask
-from coordinator.domain.listings import RunCounts
+from coordinator.domain.listings import ResolvedCounts, RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_groups import TaskGroup
@@ -102,6 +102,7 @@ from coordinator.store.sqlfiles import migrations, queries
 from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
     counts_from_rows,
+    resolved_counts_from_rows,
     task_queue_columns,
     task_queue_sighting_columns,
     worker_sighting_columns,
@@ -318,6 +319,14 @@ them regardless."""
 
 LISTEN_RETRY_SECONDS = 1.0
 """How long a listener waits before connecting again after losing its connection."""
+
+
+def _queue_arrays(task_queues: Sequence[TaskQueue]) -> dict[str, list[str]]:
+    """The ``provisioner_ids`` and ``worker_types`` arrays a per-queue count unnests."""
+    return {
+        "provisioner_ids": [task_queue.provisioner_id for task_queue in task_queues],
+        "worker_types": [task_queue.worker_type for task_queue in task_queues],
+    }
 
 
 def _announcement(payload: str) -> PendingAnnouncement | None:
@@ -1026,13 +1035,18 @@ class PostgresStore(SQLStore):
     ) -> dict[TaskQueue, RunCounts]:
         if not task_queues:
             return {}
-        rows = await self._fetch(
-            "run_counts_of",
-            provisioner_ids=[task_queue.provisioner_id for task_queue in task_queues],
-            worker_types=[task_queue.worker_type for task_queue in task_queues],
-            now=now,
-        )
+        rows = await self._fetch("run_counts_of", **_queue_arrays(task_queues), now=now)
         return counts_from_rows(rows)
+
+    # --- resolutions ------------------------------------------------------------------------
+
+    async def resolved_counts_of(
+        self, task_queues: Sequence[TaskQueue], *, since: int
+    ) -> dict[TaskQueue, ResolvedCounts]:
+        if not task_queues:
+            return {}
+        rows = await self._fetch("resolved_counts_of", **_queue_arrays(task_queues), since=since)
+        return resolved_counts_from_rows(rows)
 
     # --- artifacts --------------------------------------------------------------------------
 

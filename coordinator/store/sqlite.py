@@ -38,7 +38,7 @@ from coordinator.domain.events import (
     group_event,
 )
 from coordinator.domain.index import IndexedTask
-from coordinator.domain.listings import RunCounts
+from coordinator.domain.listings import ResolvedCounts, RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_groups import TaskGroup
@@ -74,6 +74,7 @@ from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
     counts_from_rows,
     recent_from_json,
+    resolved_counts_from_rows,
     task_queue_columns,
     task_queue_sighting_columns,
     worker_columns,
@@ -768,17 +769,31 @@ class SQLiteStore(SQLStore):
     ) -> dict[TaskQueue, RunCounts]:
         if not task_queues:
             return {}
-        params: dict[str, Any] = {"now": now}
+        return counts_from_rows(await self._per_queue("run_counts_of", task_queues, now=now))
+
+    async def _per_queue(
+        self, name: str, task_queues: Sequence[TaskQueue], **params: Any
+    ) -> list[sqlite3.Row]:
+        """Statement ``name`` whose ``{queues}`` are ``task_queues``, as (pN, wN) pairs."""
         for index, task_queue in enumerate(task_queues):
             params[f"p{index}"], params[f"w{index}"] = (
                 task_queue.provisioner_id,
                 task_queue.worker_type,
             )
-        statement = _Q["run_counts_of"].format(
+        statement = _Q[name].format(
             queues=",".join(f"(:p{index}, :w{index})" for index in range(len(task_queues)))
         )
-        rows = await self._run_scan(lambda conn: conn.execute(statement, params).fetchall())
-        return counts_from_rows(rows)
+        return await self._run_scan(lambda conn: conn.execute(statement, params).fetchall())
+
+    # --- resolutions ------------------------------------------------------------------------
+
+    async def resolved_counts_of(
+        self, task_queues: Sequence[TaskQueue], *, since: int
+    ) -> dict[TaskQueue, ResolvedCounts]:
+        if not task_queues:
+            return {}
+        rows = await self._per_queue("resolved_counts_of", task_queues, since=since)
+        return resolved_counts_from_rows(rows)
 
     # --- artifacts --------------------------------------------------------------------------
 

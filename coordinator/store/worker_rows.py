@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from coordinator.domain.json_text import compact
-from coordinator.domain.listings import Key, RunCounts
+from coordinator.domain.listings import Key, ResolvedCounts, RunCounts
 from coordinator.domain.queue_controls import Limits, Pause, QueueControls, QueueDefaults
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import (
@@ -127,6 +127,17 @@ def counts_from_rows(rows: Sequence[Row]) -> dict[TaskQueue, RunCounts]:
     return {
         TaskQueue(row["provisioner_id"], row["worker_type"]): RunCounts(
             pending=row["pending"], delayed=row["delayed"], running=row["running"]
+        )
+        for row in rows
+    }
+
+
+def resolved_counts_from_rows(rows: Sequence[Row]) -> dict[TaskQueue, ResolvedCounts]:
+    """The counts of ``resolved_counts_of`` rows: ``provisioner_id, worker_type, completed,
+    failed, exception``."""
+    return {
+        TaskQueue(row["provisioner_id"], row["worker_type"]): ResolvedCounts(
+            completed=row["completed"], failed=row["failed"], exception=row["exception"]
         )
         for row in rows
     }

@@ -58,14 +58,17 @@ export async function all(call, key, max = 1000) {
 }
 
 // taskQueueCountsBatch is this coordinator's addition: the client has no method for it, so it
-// goes through the client's generic request; a single taskQueueCounts per queue otherwise.
+// goes through the client's generic request; a single taskQueueCounts per queue otherwise
+// (without the resolved counts). `resolvedWithin` (seconds) adds each queue's tasks resolved in
+// that window, as `resolved`.
 const BATCH = { method: 'post', route: '/task-queues/counts', args: [], query: [], input: true };
 
-export async function countsOf(taskQueueIds) {
+export async function countsOf(taskQueueIds, resolvedWithin) {
   const q = queue();
   if (!taskQueueIds.length) return [];
   try {
-    return (await q.request(BATCH, [{ taskQueueIds }])).taskQueueCounts;
+    const body = { taskQueueIds, ...(resolvedWithin ? { resolvedWithin } : {}) };
+    return (await q.request(BATCH, [body])).taskQueueCounts;
   } catch {
     return Promise.all(taskQueueIds.map(id => q.taskQueueCounts(id)));
   }

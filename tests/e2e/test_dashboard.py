@@ -120,12 +120,18 @@ async def test_dashboard_as_a_person_uses_it(
     ids = seed.ids
     page, errors = await open_page(browser)
 
-    # The queue page: each queue's pending, delayed and running counts, and the depth chart.
+    # The queue page: each queue's pending, delayed and running counts, its tasks resolved in
+    # the last hour and their rate a minute (2 / 60), and the depth chart.
     await page.goto(f"{coordinator.url}/ui/", timeout=WAIT_MS)
     builder = page.locator('tr[data-queue="dash/builder"]')
     linter = page.locator('tr[data-queue="dash/linter"]')
     await expect(builder.locator("td.pending")).to_have_text("0", timeout=WAIT_MS)
     await expect(builder.locator("td.running")).to_have_text("1", timeout=WAIT_MS)
+    for cell, text in (("completed", "1"), ("failed", "1"), ("exception", "0")):
+        await expect(builder.locator(f"td.{cell}")).to_have_text(text, timeout=WAIT_MS)
+    await expect(builder.locator("td.throughput")).to_have_text("0.03", timeout=WAIT_MS)
+    await expect(linter.locator("td.completed")).to_have_text("0", timeout=WAIT_MS)
+    await expect(linter.locator("td.limits")).to_have_text("", timeout=WAIT_MS)
     await expect(linter.locator("td.pending")).to_have_text("3", timeout=WAIT_MS)
     await expect(linter.locator("td.delayed")).to_have_text("0", timeout=WAIT_MS)
     await expect(page.locator("svg.chart polyline.pending")).to_have_count(1, timeout=WAIT_MS)
@@ -393,8 +399,9 @@ async def test_api_errors_read_as_text_without_markdown_fences(
 async def test_an_operator_drives_a_queue_from_its_page(
     start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
 ) -> None:
-    """The queue page: counts by state, pause and resume, limits, a task list paged on the
-    server, rerun and cancel of the filtered tasks after a confirmation; the workers page."""
+    """The queue page: counts by state, pause and resume, limits (and both on the overview), a
+    task list paged on the server, rerun and cancel of the filtered tasks after a
+    confirmation; the workers page."""
     coordinator, creds = await start_secured(start_coordinator, tmp_path / "clients.json", {})
     seed = Seed(coordinator, creds["root"])
     failed = []
@@ -436,6 +443,21 @@ async def test_an_operator_drives_a_queue_from_its_page(
     await expect(page.locator("#max-running")).to_have_value("2", timeout=WAIT_MS)
     if os.environ.get("QC_SCREENSHOT") == "1":
         await page.screenshot(path=str(QUEUE_SCREENSHOT))
+
+    # The overview: the queue paused (why, on hover), every limit it has, and its 3 failures
+    # of the last hour, 3 / 60 a minute.
+    await page.goto(f"{coordinator.url}/ui/", timeout=WAIT_MS)
+    ops = page.locator('tr[data-queue="dash/ops"]')
+    await expect(ops.locator("td.failed")).to_have_text("3", timeout=WAIT_MS)
+    await expect(ops.locator("td.completed")).to_have_text("0", timeout=WAIT_MS)
+    await expect(ops.locator("td.throughput")).to_have_text("0.05", timeout=WAIT_MS)
+    await expect(ops.locator("td.paused-state .state.paused")).to_have_attribute(
+        "title", re.compile("downstream outage"), timeout=WAIT_MS
+    )
+    await expect(ops.locator("td.limits .limit")).to_have_text(
+        ["maxRunning 2", "maxClaimsPerSecond 5"], timeout=WAIT_MS
+    )
+    await ops.locator("a").click()
     await page.click("button.action.resume")
     await expect(page.locator("#pause-state")).to_have_text(
         "Claims are handed out.", timeout=WAIT_MS

@@ -1,9 +1,10 @@
 """Task queues and workers as records kept from claims, through the official ``taskcluster``
 client (113.x, sync ``taskcluster.Queue`` and ``taskcluster.aio.Queue``) on SQLite and
 PostgreSQL: listTaskQueues, getTaskQueue, listPendingTasks, listClaimedTasks,
-taskQueueCountsBatch, the provisioner-era views, declareWorker, getWorker, listWorkers and
-quarantineWorker (claimWork empty and claimTask 409 for the quarantined worker only, lifted
-after quarantineUntil on the injected clock, seen by a second replica within a second).
+taskQueueCountsBatch (and the tasks resolved within a window), the provisioner-era views,
+declareWorker, getWorker, listWorkers and quarantineWorker (claimWork empty and claimTask 409
+for the quarantined worker only, lifted after quarantineUntil on the injected clock, seen by a
+second replica within a second).
 
 Also: the one-segment taskQueueId routes next to the existing counts routes, bad input, and
 that claims and createTask only buffer their sightings (written by one flush, rate-limited).
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import slugid
 
+from coordinator.domain.listings import RESOLVED_WINDOW_MAX_S
 from coordinator.domain.records import from_iso, to_iso
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.workers import WorkerKey
@@ -336,6 +338,48 @@ async def test_one_segment_task_queue_routes_beside_the_counts_routes(
     assert (await c.call("GET", worker_path)).body["workerId"] == "w1"
 
 
+async def test_counts_batch_adds_the_tasks_resolved_within_a_window_on_the_coordinators_clock(
+    start_coordinator: StartCoordinator, store_url: str
+) -> None:
+    """``resolvedWithin``: each queue's tasks resolved in the last N seconds of the
+    coordinator's clock, by outcome; without it the counts are as taskQueueCounts'."""
+    clock = FakeClock()
+    c = await start_coordinator(store_url=store_url, clock=clock)
+
+    async def resolved(outcome: str, worker_type: str = "build") -> None:
+        task_id = await c.create(now_ms=clock.now, provisionerId="prov", workerType=worker_type)
+        await c.claim(task_id)
+        await c.report(task_id, 0, outcome)
+
+    await resolved("completed")
+    clock.advance(30 * 60)
+    for outcome in ("completed", "completed", "failed"):
+        await resolved(outcome)
+    build: dict[str, Any] = {"now_ms": clock.now, "provisionerId": "prov", "workerType": "build"}
+    await c.ok("POST", f"/task/{await c.create(**build)}/cancel")
+    await c.claim(await c.create(**build))
+    await resolved("failed", "lint")
+
+    ids = ["prov/build", "prov/lint", "prov/none"]
+    since = clock.now - 20 * 60_000
+    answer = await c.ok(
+        "POST", "/task-queues/counts", {"taskQueueIds": ids, "resolvedWithin": 1200}
+    )
+    assert [(q["taskQueueId"], q["running"], q["resolved"]) for q in answer["taskQueueCounts"]] == [
+        ("prov/build", 1, {"since": to_iso(since), "completed": 2, "failed": 1, "exception": 1}),
+        ("prov/lint", 0, {"since": to_iso(since), "completed": 0, "failed": 1, "exception": 0}),
+        ("prov/none", 0, {"since": to_iso(since), "completed": 0, "failed": 0, "exception": 0}),
+    ]
+    hour = await c.ok(
+        "POST", "/task-queues/counts", {"taskQueueIds": ids[:1], "resolvedWithin": 3600}
+    )
+    assert hour["taskQueueCounts"][0]["resolved"]["completed"] == 3
+    plain = await c.ok("POST", "/task-queues/counts", {"taskQueueIds": ids[:1]})
+    assert "resolved" not in plain["taskQueueCounts"][0]
+    widest = {"taskQueueIds": ids[:1], "resolvedWithin": RESOLVED_WINDOW_MAX_S}
+    assert (await c.call("POST", "/task-queues/counts", widest)).status == 200
+
+
 HUGE_TIME = "WzEwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAsICJhIl0"
 """A forged token: ``[10**30, "a"]``, a time beyond what the store holds."""
 
@@ -347,6 +391,18 @@ HUGE_TIME = "WzEwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAsICJhIl0"
         ("POST", "/task-queues/counts", {"taskQueueIds": [f"p/w{n}" for n in range(1001)]}, "long"),
         ("POST", "/task-queues/counts", {"taskQueueIds": ["p"]}, "taskQueueIds[0]"),
         ("POST", "/task-queues/counts", {}, "'taskQueueIds' is a required property"),
+        (
+            "POST",
+            "/task-queues/counts",
+            {"taskQueueIds": ["p/w"], "resolvedWithin": RESOLVED_WINDOW_MAX_S + 1},
+            "resolvedWithin",
+        ),
+        (
+            "POST",
+            "/task-queues/counts",
+            {"taskQueueIds": [], "resolvedWithin": 0},
+            "resolvedWithin",
+        ),
         ("GET", "/provisioners/p/worker-types/w/workers?quarantined=yes", None, "quarantined"),
         ("GET", "/task-queues?continuationToken=garbage", None, "is not one this API issued"),
         ("GET", "/task-queues/p%2Fw/pending?continuationToken=WyJhIiwiYiJd", None, "not one"),

@@ -11,6 +11,7 @@ import pytest
 
 from coordinator.domain.claim_weights import DEFAULT_WEIGHTS, ClaimWeights
 from coordinator.domain.errors import InputError
+from coordinator.domain.task_queues import PRIORITIES, priority_at_level
 
 
 def test_a_priority_left_out_keeps_the_sdks_default_weight() -> None:
@@ -50,3 +51,17 @@ def test_the_draw_shares_runs_in_proportion_to_the_weights() -> None:
         drawn.update(weights.quotas({7: 5, 1: 5}, 1, rng))
     # 20 of 80: a quarter, the binomial's standard deviation about 39
     assert 1800 <= drawn[1] <= 2200, drawn
+
+
+def test_a_blind_draw_shares_the_limit_out_by_priority_name() -> None:
+    """Under Azure dispatch each priority is taken to hold enough: the draw is over all seven."""
+    weights = ClaimWeights.parse({"lowest": 20})
+    rng = random.Random(5)
+    assert sum(weights.blind_quotas(32, rng).values()) == 32
+    drawn: Counter[str] = Counter()
+    for _ in range(7300):
+        drawn.update(weights.blind_quotas(1, rng))
+    assert set(drawn) == set(DEFAULT_WEIGHTS)
+    # 20 of 146: 1000 of 7300, the binomial's standard deviation about 29
+    assert 900 <= drawn["lowest"] <= 1100, drawn
+    assert [priority_at_level(level) for level in range(7, 0, -1)] == list(PRIORITIES)

@@ -305,6 +305,19 @@ JOIN tasks t ON t.provisioner_id = q.provisioner_id AND t.worker_type = q.worker
 WHERE t.state IN ('pending', 'running')
 GROUP BY q.provisioner_id, q.worker_type
 
+-- name: resolved_counts_of
+-- Read from tasks_by_resolved (`resolved >= :since` implies its `resolved IS NOT NULL`): one
+-- entry per task resolved since :since, whatever the queues kept from before.
+SELECT q.provisioner_id, q.worker_type,
+    count(*) FILTER (WHERE t.state = 'completed') AS completed,
+    count(*) FILTER (WHERE t.state = 'failed') AS failed,
+    count(*) FILTER (WHERE t.state = 'exception') AS exception
+FROM unnest(CAST(:provisioner_ids AS TEXT[]), CAST(:worker_types AS TEXT[]))
+     AS q (provisioner_id, worker_type)
+JOIN tasks t ON t.provisioner_id = q.provisioner_id AND t.worker_type = q.worker_type
+WHERE t.resolved >= :since
+GROUP BY q.provisioner_id, q.worker_type
+
 -- name: matching_tasks
 -- delete_tasks' batch for deleteTasks and the outcome-TTL sweep, one bounded batch per
 -- statement. FOR UPDATE without SKIP LOCKED: a row held by a compare-and-set is waited for

@@ -156,6 +156,20 @@ JOIN tasks t ON t.provisioner_id = q.provisioner_id AND t.worker_type = q.worker
 WHERE t.state IN ('pending', 'running')
 GROUP BY q.provisioner_id, q.worker_type
 
+-- name: resolved_counts_of
+-- {queues} as in run_counts_of. Read from tasks_by_resolved, one entry per task resolved
+-- since :since whatever the queues kept from before; left to itself the planner scans each
+-- queue's whole range of tasks_by_queue instead (a second a million tasks).
+WITH queues (provisioner_id, worker_type) AS (VALUES {queues})
+SELECT t.provisioner_id, t.worker_type,
+    sum(t.state = 'completed') AS completed,
+    sum(t.state = 'failed') AS failed,
+    sum(t.state = 'exception') AS exception
+FROM tasks t INDEXED BY tasks_by_resolved
+WHERE t.resolved >= :since
+  AND (t.provisioner_id, t.worker_type) IN (SELECT provisioner_id, worker_type FROM queues)
+GROUP BY t.provisioner_id, t.worker_type
+
 -- name: insert_shared_secret
 INSERT INTO shared_secrets (name, secret) VALUES (:secret_name, :secret)
 ON CONFLICT (name) DO NOTHING
