@@ -33,13 +33,14 @@ export async function queuePage(main, id, params, rerender) {
     if (error.response?.status !== 404) main.append(failure(error));
   }
   const paused = found?.paused;
-  const limits = found?.limits ?? { maxRunning: null, maxClaimsPerSecond: null };
+  const limits = found?.limits ?? { maxRunning: null, maxClaimsPerSecond: null, maxRunningPerKey: null };
   const reason = h('input', { id: 'pause-reason', placeholder: 'why', 'aria-label': 'reason',
     disabled: !signedIn });
   const number = (name, value, step) => h('input', { id: name, name, type: 'number', min: 0,
     step, value: value ?? '', placeholder: 'none', 'aria-label': name, disabled: !signedIn });
   const maxRunning = number('max-running', limits.maxRunning, 1);
   const maxRate = number('max-claims-per-second', limits.maxClaimsPerSecond, 'any');
+  const maxPerKey = number('max-running-per-key', limits.maxRunningPerKey, 1);
   const limit = input => (input.value === '' ? null : Number(input.value));
   const button = (label, cls, onclick) => h('button', { class: `action ${cls}`,
     disabled: !signedIn, title: signedIn ? null : NO_CREDENTIALS, onclick }, label);
@@ -59,9 +60,11 @@ export async function queuePage(main, id, params, rerender) {
         }))],
       h('label', {}, 'maxRunning ', maxRunning),
       h('label', {}, 'maxClaimsPerSecond ', maxRate),
+      h('label', {}, 'maxRunningPerKey ', maxPerKey),
       button('Set limits', 'limits', () => act(async () => {
         await ours('setTaskQueueLimits', id,
-          { maxRunning: limit(maxRunning), maxClaimsPerSecond: limit(maxRate) });
+          { maxRunning: limit(maxRunning), maxClaimsPerSecond: limit(maxRate),
+            maxRunningPerKey: limit(maxPerKey) });
         return 'Limits set.';
       })),
       signedIn ? null : h('span', { id: 'why-disabled', class: 'muted' }, NO_CREDENTIALS)),

@@ -436,10 +436,11 @@ async def test_an_operator_drives_a_queue_from_its_page(
     assert queue["paused"]["reason"] == "downstream outage"
     await page.fill("#max-running", "2")
     await page.fill("#max-claims-per-second", "5")
+    await page.fill("#max-running-per-key", "1")
     await page.click("button.action.limits")
     await expect(page.locator("#action-result")).to_have_text("Limits set.", timeout=WAIT_MS)
     queue = await coordinator.ok("GET", "/task-queues/dash%2Fops")
-    assert queue["limits"] == {"maxRunning": 2, "maxClaimsPerSecond": 5, "maxRunningPerKey": None}
+    assert queue["limits"] == {"maxRunning": 2, "maxClaimsPerSecond": 5, "maxRunningPerKey": 1}
     await expect(page.locator("#max-running")).to_have_value("2", timeout=WAIT_MS)
     if os.environ.get("QC_SCREENSHOT") == "1":
         await page.screenshot(path=str(QUEUE_SCREENSHOT))
@@ -455,7 +456,7 @@ async def test_an_operator_drives_a_queue_from_its_page(
         "title", re.compile("downstream outage"), timeout=WAIT_MS
     )
     await expect(ops.locator("td.limits .limit")).to_have_text(
-        ["maxRunning 2", "maxClaimsPerSecond 5"], timeout=WAIT_MS
+        ["maxRunning 2", "maxClaimsPerSecond 5", "maxRunningPerKey 1"], timeout=WAIT_MS
     )
     await ops.locator("a").click()
     await page.click("button.action.resume")
