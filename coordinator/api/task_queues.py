@@ -399,7 +399,7 @@ class TaskQueueHandlers(Handlers):
 
     async def setTaskQueueLimits(self, request: web.Request, body: Any) -> Body:
         limits = Limits(
-            max_running=body.get("maxRunning"),
+            max_running=_whole(body.get("maxRunning")),
             max_claims_per_second=body.get("maxClaimsPerSecond"),
             max_running_per_key=_whole(body.get("maxRunningPerKey")),
         )
@@ -464,7 +464,7 @@ class TaskQueueHandlers(Handlers):
         ]
         if "resolvedWithin" in body:
             since, resolved = await self.workers.resolved_counts(
-                task_queues, within_s=body["resolvedWithin"]
+                task_queues, within_s=int(body["resolvedWithin"])
             )
             for entry, found_resolved in zip(bodies, resolved, strict=True):
                 entry["resolved"] = _resolved_body(since, found_resolved)

@@ -378,6 +378,11 @@ async def test_counts_batch_adds_the_tasks_resolved_within_a_window_on_the_coord
     assert "resolved" not in plain["taskQueueCounts"][0]
     widest = {"taskQueueIds": ids[:1], "resolvedWithin": RESOLVED_WINDOW_MAX_S}
     assert (await c.call("POST", "/task-queues/counts", widest)).status == 200
+    # JSON's 1200.0 is the integer 1200, as the schema reads it
+    as_float = await c.ok(
+        "POST", "/task-queues/counts", {"taskQueueIds": ids[:1], "resolvedWithin": 1200.0}
+    )
+    assert as_float["taskQueueCounts"][0]["resolved"]["since"] == to_iso(since)
 
 
 HUGE_TIME = "WzEwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAsICJhIl0"
