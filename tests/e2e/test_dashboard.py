@@ -9,6 +9,7 @@ Set ``QC_SCREENSHOT=1`` to write ``docs/dashboard.png`` from the queue list and
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import os
@@ -30,6 +31,8 @@ from hawk_signing import Credentials
 from tests.fixtures.browser import WAIT_MS, needs_chromium, open_page, sign_in
 from tests.fixtures.clients import start_secured, write_clients
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
+from tests.fixtures.sdk import running
+from worker_sdk import TaskRun, Worker
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 QUEUE_SCREENSHOT = SCREENSHOT.with_name("dashboard-queue.png")
@@ -318,6 +321,57 @@ async def test_task_page_shows_the_running_runs_progress(
     await page.reload(timeout=WAIT_MS)
     await expect(page.locator("#runs li[data-state=completed]")).to_have_count(1, timeout=WAIT_MS)
     await expect(page.locator("#progress")).to_have_count(0, timeout=WAIT_MS)
+    assert not errors, errors
+
+
+async def test_cancel_on_a_task_page_stops_the_running_handler(
+    start_coordinator: StartCoordinator, browser: Browser, tmp_path: Path
+) -> None:
+    """The task page's cancel reaches a worker's handler at once, long before its claim would
+    be renewed (20 minutes here), and the worker reports nothing for the run."""
+    creds = write_clients(tmp_path / "clients.json", {})
+    coordinator = await start_coordinator(auth_enabled=True, clients_file=tmp_path / "clients.json")
+    seed = Seed(coordinator, creds["root"])
+    task_id = await seed.create("long-build")
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handle(run: TaskRun) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    worker = Worker(
+        handler=handle,
+        root_url=coordinator.url,
+        credentials=creds["root"],
+        provisioner_id="dash",
+        worker_type="builder",
+        worker_group="dash",
+        worker_id="w1",
+        claim_work=True,
+        handle_signals=False,
+    )
+    async with running(worker):
+        await asyncio.wait_for(started.wait(), timeout=30)
+        page, errors = await open_page(browser)
+        await page.goto(f"{coordinator.url}/ui/#/task/{task_id}", timeout=WAIT_MS)
+        await expect(page.locator('#runs li[data-run="0"]')).to_have_attribute(
+            "data-state", "running", timeout=WAIT_MS
+        )
+        await sign_in(page, creds["root"])
+        await page.locator("button.action.cancel").click()
+        await asyncio.wait_for(cancelled.wait(), timeout=10)
+        await expect(page.locator('#runs li[data-run="0"]')).to_have_attribute(
+            "data-state", "exception", timeout=WAIT_MS
+        )
+    status = (await seed.queue.status(task_id))["status"]
+    assert [(run["state"], run["reasonResolved"]) for run in status["runs"]] == [
+        ("exception", "canceled")
+    ]
+    assert await seed.queue.listArtifacts(task_id, "0") == {"artifacts": []}
     assert not errors, errors
 
 
