@@ -10,7 +10,8 @@ A write goes to a temporary file in the same directory, is fsynced and then rena
 key's file (and the directory fsynced), so readers see the old file or the new one, never a
 part, and a crash leaves at worst a temporary file. A reader keeps the file it opened even if a
 new write replaces it meanwhile. The files hold only the bytes; their content type and
-encoding are in the artifact rows. The blocking file calls run in the default thread pool.
+encoding are in the artifact rows. The blocking file calls run in the default thread pool, a
+write's batches while the event loop receives the next (:func:`_write_all`).
 """
 
 from __future__ import annotations
@@ -39,9 +40,8 @@ WRITE_SIZE = 1 << 20
 SYNC_SIZE = 16 << 20
 """Bytes written between two ``fdatasync`` calls. Syncing only at the end leaves a gigabyte of
 dirty pages for one final flush, and the store's own fsync (SQLite's commit, on the same
-filesystem) waits behind it: createTask's p99 was 50x its quiet p99 at the end of a 1 GiB
-upload, and 2-3x with this (scripts/bench, row artifact-1gib). Writing back as we go keeps that
-flush small."""
+filesystem) waits behind it (scripts/bench, row artifact-1gib: createTask's p99 at the end
+of a 1 GiB upload). Writing back as we go keeps that flush small."""
 READ_SIZE = 1 << 20
 """Bytes per chunk a :class:`BlobReader` yields."""
 TEMP_PREFIX = ".tmp-"
