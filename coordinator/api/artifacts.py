@@ -50,8 +50,9 @@ Body = dict[str, Any]
 
 STORAGE_TYPE_HEADER = "x-taskcluster-artifact-storage-type"
 """Names the storage type of the artifact getArtifact answers with (Taskcluster's header)."""
-UPLOAD_CHUNK = 1 << 16
-"""Bytes read from an upload's body at a time."""
+UPLOAD_BUFFER = 1 << 20
+"""Bytes of an upload's body the connection reads ahead of the blob store (twice this at
+most): with aiohttp's default of 64 KiB, reading stops and resumes every 128 KiB."""
 
 
 def _encoded_name(name: str) -> str:
@@ -133,13 +134,15 @@ def _artifact_key(request: web.Request) -> ArtifactKey:
 
 
 async def _body(request: web.Request, length: int) -> AsyncIterator[bytes]:
-    """The request body as it arrives, in chunks of at most :data:`UPLOAD_CHUNK` bytes.
+    """The request body as it arrives: each chunk as the connection read it, not copied or
+    split, so that the event loop does no more per byte than hand it to the blob store.
 
     :raises BlobIncomplete: the client hung up (or broke the framing) before ``length`` bytes.
     """
     received = 0
+    request.content.set_read_chunk_size(UPLOAD_BUFFER)
     try:
-        async for chunk in request.content.iter_chunked(UPLOAD_CHUNK):
+        async for chunk, _ in request.content.iter_chunks():
             received += len(chunk)
             yield chunk
     except (ConnectionResetError, HttpProcessingError) as error:

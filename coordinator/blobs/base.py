@@ -196,27 +196,45 @@ class BlobStore(Protocol):
         ...
 
 
-async def exact_blocks(
-    chunks: AsyncIterator[bytes], *, block_size: int, length: int
-) -> AsyncIterator[bytes]:
-    """``chunks`` regrouped into blocks of ``block_size`` bytes (the last one shorter), checked
-    against ``length``; at most one block plus one incoming chunk is held at a time.
+async def exact_batches(
+    chunks: AsyncIterator[bytes], *, batch_size: int, length: int
+) -> AsyncIterator[list[bytes]]:
+    """``chunks`` gathered, as they are (nothing copied), into lists of at least ``batch_size``
+    bytes (the last one may hold less), checked against ``length``.
 
     :raises BlobIncomplete: as soon as more than ``length`` bytes arrived, or at the end when
-        fewer did, before the last block: a caller that makes the blob visible only after the
-        last block never shows a wrong one.
+        fewer did, before the last batch: a caller that makes the blob visible only after the
+        last batch never shows a wrong one.
     """
-    buffer = bytearray()
-    received = 0
+    batch: list[bytes] = []
+    batched = received = 0
     async for chunk in chunks:
         received += len(chunk)
         if received > length:
             raise BlobIncomplete(f"the body holds more than the {length} bytes declared")
-        buffer += chunk
-        while len(buffer) >= block_size:
-            yield _take(buffer, block_size)
+        batch.append(chunk)
+        batched += len(chunk)
+        if batched >= batch_size:
+            yield batch
+            batch, batched = [], 0
     if received < length:
         raise BlobIncomplete(f"the body ended after {received} of the {length} bytes declared")
+    if batch:
+        yield batch
+
+
+async def exact_blocks(
+    chunks: AsyncIterator[bytes], *, block_size: int, length: int
+) -> AsyncIterator[bytes]:
+    """``chunks`` regrouped into blocks of ``block_size`` bytes (the last one shorter), checked
+    against ``length`` as :func:`exact_batches` does; at most one block plus one incoming chunk
+    is held at a time."""
+    buffer = bytearray()
+    async for batch in exact_batches(chunks, batch_size=1, length=length):
+        for chunk in batch:
+            buffer += chunk
+        while len(buffer) >= block_size:
+            yield _take(buffer, block_size)
     if buffer:
         yield _take(buffer, block_size)
 

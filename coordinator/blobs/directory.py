@@ -10,7 +10,8 @@ A write goes to a temporary file in the same directory, is fsynced and then rena
 key's file (and the directory fsynced), so readers see the old file or the new one, never a
 part, and a crash leaves at worst a temporary file. A reader keeps the file it opened even if a
 new write replaces it meanwhile. The files hold only the bytes; their content type and
-encoding are in the artifact rows. The blocking file calls run in the default thread pool.
+encoding are in the artifact rows. The blocking file calls run in the default thread pool, a
+write's batches while the event loop receives the next (:func:`_write_all`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from coordinator.blobs.base import (
     BlobReader,
     BlobUnavailable,
     encode_segment,
-    exact_blocks,
+    exact_batches,
     key_segments,
     prefix_segments,
 )
@@ -39,9 +40,8 @@ WRITE_SIZE = 1 << 20
 SYNC_SIZE = 16 << 20
 """Bytes written between two ``fdatasync`` calls. Syncing only at the end leaves a gigabyte of
 dirty pages for one final flush, and the store's own fsync (SQLite's commit, on the same
-filesystem) waits behind it: createTask's p99 was 50x its quiet p99 at the end of a 1 GiB
-upload, and 2-3x with this (scripts/bench, row artifact-1gib). Writing back as we go keeps that
-flush small."""
+filesystem) waits behind it (scripts/bench, row artifact-1gib: createTask's p99 at the end
+of a 1 GiB upload). Writing back as we go keeps that flush small."""
 READ_SIZE = 1 << 20
 """Bytes per chunk a :class:`BlobReader` yields."""
 TEMP_PREFIX = ".tmp-"
@@ -96,14 +96,7 @@ class DirectoryBlobStore:
         file, temp = await _run(_create_temp, target.parent)
         try:
             try:
-                unsynced = 0
-                async for block in exact_blocks(chunks, block_size=WRITE_SIZE, length=length):
-                    unsynced += len(block)
-                    sync = unsynced >= SYNC_SIZE
-                    await _run(_write, file, block, sync=sync)
-                    if sync:
-                        unsynced = 0
-                await _run(_flush, file)
+                await _write_all(file, exact_batches(chunks, batch_size=WRITE_SIZE, length=length))
             finally:
                 file.close()
             try:
@@ -185,8 +178,40 @@ def _create_temp(directory: Path) -> tuple[BinaryIO, Path]:
     raise BlobUnavailable(f"artifact directory {directory} keeps disappearing")
 
 
-def _write(file: BinaryIO, block: bytes, *, sync: bool) -> None:
-    file.write(block)
+async def _write_all(file: BinaryIO, batches: AsyncIterator[list[bytes]]) -> None:
+    """Write ``batches`` to ``file`` and fsync it.
+
+    Each batch is written in a thread while the next one is received: the event loop only
+    hands over references to the bytes as they arrive, and neither copies them nor waits for
+    the disk, so a large upload leaves it free for other requests. At most two batches are
+    held at a time.
+    """
+    writing: asyncio.Future[None] | None = None
+    unsynced = 0
+    try:
+        async for batch in batches:
+            unsynced += sum(map(len, batch))
+            sync = unsynced >= SYNC_SIZE
+            if sync:
+                unsynced = 0
+            if writing is not None:
+                await asyncio.shield(writing)
+            writing = asyncio.ensure_future(_run(_write, file, batch, sync=sync))
+        if writing is not None:
+            await asyncio.shield(writing)
+        await _run(_flush, file)
+    finally:
+        # The caller closes the file next: never under a write still running in its thread
+        # (a cancelled upload, or a body that failed while the previous batch was written).
+        # What that write raised matters no more than the error already on its way.
+        if writing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(writing)
+
+
+def _write(file: BinaryIO, parts: list[bytes], *, sync: bool) -> None:
+    for part in parts:
+        file.write(part)
     if sync:
         file.flush()
         os.fdatasync(file.fileno())

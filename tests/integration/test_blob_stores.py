@@ -33,6 +33,7 @@ from coordinator.blobs import (
     task_prefix,
 )
 from coordinator.blobs.azure_blob import AzureBlobStore
+from coordinator.blobs.base import exact_batches
 from coordinator.blobs.directory import DirectoryBlobStore
 from coordinator.config import Config, ConfigurationError
 from devharness.azurite import AzuriteProcess
@@ -277,6 +278,45 @@ async def test_a_write_whose_task_is_deleted_meanwhile_stores_nothing(tmp_path: 
         )
     assert await store.open(key) is None
     assert os.listdir(tmp_path) == []  # no temporary file left behind
+
+
+async def test_a_cancelled_write_leaves_no_file(tmp_path: Path) -> None:
+    """A client that goes quiet and is given up on (the request cancelled) while a batch of
+    its bytes is being written in a thread: nothing is left behind."""
+    store = DirectoryBlobStore(tmp_path)
+    handed_over = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield os.urandom(3 * MiB)  # a whole batch: handed to a thread
+        handed_over.set()
+        await asyncio.Event().wait()
+
+    write = asyncio.create_task(
+        store.write(
+            key(), chunks(), content_type="text/plain", content_encoding=None, length=8 * MiB
+        )
+    )
+    await handed_over.wait()
+    write.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await write
+    assert [name for _, _, files in os.walk(tmp_path) for name in files] == []
+
+
+async def test_batches_hold_the_chunks_as_they_arrived() -> None:
+    """The directory backend's batches: the chunks themselves (never copied on the event
+    loop), at least a batch's size each but the last."""
+    arrived = [os.urandom(300_000) for _ in range(7)]
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for chunk in arrived:
+            yield chunk
+
+    batches = [b async for b in exact_batches(chunks(), batch_size=MiB, length=2_100_000)]
+    assert [len(batch) for batch in batches] == [4, 3]
+    assert all(
+        a is b for a, b in zip([c for batch in batches for c in batch], arrived, strict=True)
+    )
 
 
 def _rss() -> int:

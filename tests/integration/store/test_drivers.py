@@ -72,6 +72,45 @@ async def test_replicas_opening_at_once_apply_each_migration_once(
         await asyncio.gather(*(replica.close() for replica in replicas))
 
 
+async def test_a_migrated_postgres_store_tunes_its_hot_tables(postgres_schema_url: str) -> None:
+    store = PostgresStore(postgres_schema_url, min_size=1, max_size=1)
+    await store.open()
+    try:
+        conn = await asyncpg.connect(postgres_schema_url)
+        try:
+            rows = await conn.fetch(
+                "SELECT c.relname, c.reloptions FROM pg_class AS c"
+                " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            )
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
+    options = {
+        row["relname"]: dict(option.split("=", 1) for option in row["reloptions"] or ())
+        for row in rows
+    }
+    assert options["tasks"] == {
+        "fillfactor": "70",
+        "autovacuum_vacuum_scale_factor": "0.02",
+        "autovacuum_vacuum_threshold": "1000",
+        "autovacuum_vacuum_insert_scale_factor": "0.05",
+        "autovacuum_analyze_scale_factor": "0.02",
+        "autovacuum_vacuum_cost_delay": "2",
+        "autovacuum_vacuum_cost_limit": "1000",
+    }
+    for queue_table in ("queue_event_outbox", "task_inbox"):
+        assert options[queue_table]["autovacuum_vacuum_scale_factor"] == "0"
+        assert options[queue_table]["autovacuum_analyze_scale_factor"] == "0"
+        assert options[queue_table]["autovacuum_vacuum_cost_delay"] == "0"
+    for rewritten in ("task_queues", "workers", "concurrency_key_turns", "run_progress"):
+        assert options[rewritten]["fillfactor"] == "70"
+        assert options[rewritten]["autovacuum_vacuum_cost_delay"] == "0"
+    # tables that are only appended to or rarely rewritten keep the server's defaults
+    assert options["artifacts"] == {} and options["task_dependencies"] == {}
+
+
 # --- shared secrets -----------------------------------------------------------------------
 
 
