@@ -64,7 +64,9 @@ class RunLog:
         self._entries = 0
         self._full = False
         self._closed = False
-        self._compressor = zlib.compressobj(6, zlib.DEFLATED, _GZIP)
+        # made by the first write: a compressor's state costs some 50 µs to set up, and most
+        # runs of a quiet handler never write
+        self._compressor: zlib._Compress | None = None
         self._parts: list[bytes] = []
         self._lock = threading.Lock()
 
@@ -79,7 +81,12 @@ class RunLog:
                 data = f"[run log truncated: it passed {self._limit} bytes]\n".encode()
             self._written += len(data)
             self._entries += 1
-            self._parts.append(self._compressor.compress(data))
+            self._parts.append(self._made_compressor().compress(data))
+
+    def _made_compressor(self) -> zlib._Compress:
+        if self._compressor is None:
+            self._compressor = zlib.compressobj(6, zlib.DEFLATED, _GZIP)
+        return self._compressor
 
     @property
     def empty(self) -> bool:
@@ -92,7 +99,7 @@ class RunLog:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._parts.append(self._compressor.flush())
+                self._parts.append(self._made_compressor().flush())
             return b"".join(self._parts)
 
 
