@@ -1,6 +1,8 @@
 """The run log: what a handler logged while it ran, which the worker uploads as the run's
 ``public/logs/live_backing.log`` (Taskcluster's name for a task's log) before it reports the
-run.
+run. A run whose handler logged nothing and raised nothing has no run log: the worker's own
+ending line alone would say only what the run's status says, and would cost every such run
+two requests (createArtifact and the upload).
 
 Which records belong to which run is decided by context, not by logger: the worker runs each
 handler with :data:`current_run` set to its ``(taskId, runId)`` (contextvars follow a
@@ -59,9 +61,12 @@ class RunLog:
     def __init__(self, *, limit: int = MAX_RUN_LOG_BYTES) -> None:
         self._limit = limit
         self._written = 0
+        self._entries = 0
         self._full = False
         self._closed = False
-        self._compressor = zlib.compressobj(6, zlib.DEFLATED, _GZIP)
+        # made by the first write: a compressor's state costs some 50 µs to set up, and most
+        # runs of a quiet handler never write
+        self._compressor: zlib._Compress | None = None
         self._parts: list[bytes] = []
         self._lock = threading.Lock()
 
@@ -75,14 +80,26 @@ class RunLog:
                 self._full = True
                 data = f"[run log truncated: it passed {self._limit} bytes]\n".encode()
             self._written += len(data)
-            self._parts.append(self._compressor.compress(data))
+            self._entries += 1
+            self._parts.append(self._made_compressor().compress(data))
+
+    def _made_compressor(self) -> zlib._Compress:
+        if self._compressor is None:
+            self._compressor = zlib.compressobj(6, zlib.DEFLATED, _GZIP)
+        return self._compressor
+
+    @property
+    def empty(self) -> bool:
+        """Nothing was written to the log."""
+        with self._lock:
+            return self._entries == 0
 
     def gzipped(self) -> bytes:
         """The log as gzip bytes; the log takes no more lines after this."""
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._parts.append(self._compressor.flush())
+                self._parts.append(self._made_compressor().flush())
             return b"".join(self._parts)
 
 

@@ -633,13 +633,16 @@ class Worker:
         resolution: Resolution,
     ) -> None:
         """Upload the run's log, ended with the handler's traceback and the resolution,
-        within :data:`RUN_LOG_TIMEOUT` and the claim; a failure is logged, never raised."""
+        within :data:`RUN_LOG_TIMEOUT` and the claim; a failure is logged, never raised.
+        Nothing for a run whose handler logged nothing and raised nothing."""
         assert lease.handler is not None
+        handler = lease.handler
+        error = None if handler.cancelled() else handler.exception()
+        if error is None and run_log.empty:
+            return
         ending = f"run {run.task_id}/{run.run_id} resolved {resolution.kind}"
         if resolution.reason is not None:
             ending += f"/{resolution.reason}"
-        handler = lease.handler
-        error = None if handler.cancelled() else handler.exception()
         if error is not None:
             ending += f", the handler raised:\n{_traceback(error)}"
         run_log.write(_run_log_line(ending))

@@ -90,7 +90,7 @@ async function refusal(response) {
 async function showLog(box, taskId, runId, listed, current) {
   const entry = listed.find(a => a.name === LOG);
   if (!entry) {
-    box.replaceChildren(h('p', { class: 'muted' }, `Run ${runId} has no log (${LOG}) yet.`));
+    box.replaceChildren(h('p', { class: 'muted' }, `Run ${runId} has no log (${LOG}): a run uploads one as it ends, when its handler logged anything.`));
     return;
   }
   if (entry.storageType === 'error') {

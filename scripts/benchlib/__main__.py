@@ -26,7 +26,11 @@ createTask p99 during it against without it; about 20-30 s and 1 GiB of disk wit
 defaults); events-sqlite, events-postgres (row 10: createTask + claimTask + reportCompleted with
 Pulse publishing off and on, and the outbox's drain after a broker outage; needs the RabbitMQ of
 COORDINATOR_TEST_AMQP); store-sqlite, store-postgres (row 2 under store dispatch: no Azurite,
-the workers claim through claimWork); auth (rows auth-clients-file and auth-api-clients:
+the workers claim through claimWork), store-sqlite-defaults, store-postgres-defaults (the same
+with the defaults on: Hawk authentication, the run log, a handler that logs a line),
+store-sqlite-events, store-postgres-events (with Pulse publishing on, to the RabbitMQ of
+COORDINATOR_TEST_AMQP), store-postgres-vacuum-held (store-postgres while another connection
+holds a transaction open); auth (rows auth-clients-file and auth-api-clients:
 authenticated requests for a client of the clients file against one the auth API made);
 index-find-sqlite, index-find-postgres (findTask of random entries among 100,000: its rate and
 p50/p99), index-lag (store-sqlite with every task indexed on completion: its rate, and how
@@ -34,7 +38,8 @@ soon after a run resolved its entry is found); cancel-store, cancel-azure (--bat
 handlers cancelled by cancelTask spread over the window, under store and Azure dispatch: the
 time from cancelTask's answer to the handler's CancelledError, p50/p99). The
 ratios (row 5) are computed from whichever ran; the Latency section gives pending time at 50 %
-and 80 % of each row's rate (e2e-sqlite, e2e-postgres, the store-dispatch rows and the peers).
+and 80 % of each row's rate (e2e-sqlite, e2e-postgres, store-<store> and
+store-<store>-defaults, and the peers).
 Everything talks to 127.0.0.1 only; each row is bounded by warm-up + duration + drain.
 """
 
@@ -96,6 +101,11 @@ ALL_ROWS = (
     "events-postgres",
     "store-sqlite",
     "store-postgres",
+    "store-sqlite-defaults",
+    "store-postgres-defaults",
+    "store-sqlite-events",
+    "store-postgres-events",
+    "store-postgres-vacuum-held",
     "auth",
     "index-find-sqlite",
     "index-find-postgres",
@@ -143,6 +153,17 @@ RATIOS = (
     ),
     Ratio("store-sqlite", "e2e-sqlite", PERCENT),
     Ratio("store-postgres", "e2e-postgres", PERCENT),
+    # what the defaults (auth, run log), events and a held transaction cost store dispatch
+    *(
+        ratio
+        for store in ("sqlite", "postgres")
+        for ratio in (
+            Ratio(f"store-{store}-defaults", "dramatiq", PERCENT),
+            Ratio(f"store-{store}-defaults", f"store-{store}", PERCENT),
+            Ratio(f"store-{store}-events", f"store-{store}", PERCENT),
+        )
+    ),
+    Ratio("store-postgres-vacuum-held", "store-postgres", PERCENT),
     Ratio("index-lag", "store-sqlite", PERCENT),
     Ratio("create-batch", "create-single", FACTOR),
     Ratio(
@@ -400,7 +421,8 @@ async def _row(settings: Settings, key: str) -> list[Row]:
                 await e2e.run(settings, azurite, store, batching=batching, run_log=run_log, app=app)
             ]
     if key.startswith("store-"):
-        return [await e2e.run(settings, None, store, batching=True)]
+        variant: e2e.StoreVariant = key.removeprefix(f"store-{store}").lstrip("-") or "bare"  # type: ignore[assignment]
+        return [await e2e.run_store(settings, store, variant)]
     if key.startswith("coord-"):
         return await coordinator_only.run(settings, store, batching=batching)
     if key.startswith("create-"):

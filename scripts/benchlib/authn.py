@@ -8,6 +8,9 @@ alternate (file, API, file, API) so that the machine's noise falls on both alike
 row sums its two phases. Each request is ``expandScopes`` of no scopes: a signed POST whose
 answer is the same for both clients and reads nothing from the store, so what differs is
 authentication alone.
+
+:func:`deployment_clients` gives the end-to-end rows run with authentication on the clients a
+deployment has: a producer and a worker pool holding only their own scopes.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from pathlib import Path
 
 import aiohttp
 
 from benchlib.common import CpuMeter, Row, Settings, metered_window, own_process, pids
 from benchlib.coordproc import Coordinator, coordinator
+from coordinator.service.clients_file import add_client
 from devharness.api import call
 from hawk_signing import Credentials
 
@@ -144,3 +149,31 @@ async def _phase(
     phase.window = wall_end - wall_start
     meter.fill(phase)
     return phase
+
+
+def deployment_clients(
+    clients_file: Path, provisioner_id: str, worker_type: str, worker_group: str
+) -> tuple[Credentials, Credentials]:
+    """A producer's and a worker pool's clients, added to a running coordinator's clients
+    file as an operator adds them (it re-reads the file): the producer creates tasks in any
+    queue, the workers claim from their pool only, as ``worker_group`` (they resolve and
+    upload with the credentials each claim brings). ``(producer, workers)``."""
+    producer = add_client(
+        clients_file,
+        "bench-producer",
+        scopes=["queue:create-task:*", "queue:scheduler-id:*"],
+        description="scripts/bench's producer",
+    )
+    pool = f"{provisioner_id}/{worker_type}"
+    workers = add_client(
+        clients_file,
+        "bench-workers",
+        scopes=[
+            f"queue:claim-work:{pool}",
+            f"queue:claim-task:{pool}",
+            f"queue:poll-task-urls:{pool}",
+            f"queue:worker-id:{worker_group}/*",
+        ],
+        description="scripts/bench's workers",
+    )
+    return producer, workers

@@ -51,6 +51,7 @@ class Coordinator:
     queue_prefix: str
     credentials: Credentials | None
     store_url: str
+    clients_file: Path
 
     @property
     def database(self) -> str:
@@ -117,6 +118,7 @@ async def coordinator(
                 queue_prefix=prefix,
                 credentials=credentials,
                 store_url=store_url,
+                clients_file=clients_file,
             )
         finally:
             # pyinstrument writes its report after the graceful stop; give it time

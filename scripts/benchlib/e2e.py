@@ -28,10 +28,22 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
   (batched, up to their free capacity per call), reporting through resolveRuns. The pacer
   reads the depth (claimable pending runs) from the store itself, on a connection of the
   harness, not through the coordinator.
+* ``store-<store>-defaults``: ``store-<store>`` with what a deployment runs with by default:
+  Hawk authentication on (a producer and a worker pool with their own clients,
+  :func:`benchlib.authn.deployment_clients`), the workers' run log on, and a handler that
+  logs one line (:func:`benchlib.noop.handle_logging`), so every run uploads its log.
+* ``store-<store>-events``: ``store-<store>`` with Pulse publishing on
+  (``COORDINATOR_PULSE_URL`` straight to the broker :data:`benchlib.events.AMQP_URL`; the
+  messages go to exchanges nobody need be bound to).
+* ``store-postgres-vacuum-held``: ``store-postgres`` while a connection of the harness holds
+  a transaction open (``BEGIN; SELECT txid_current()``) from before the workers start to the
+  row's end, so that vacuum can clean none of the dead rows the row leaves.
 
-Every other row runs its workers with ``--no-run-log``, so that they measure hint, claim and
-report throughput as they did before workers uploaded run logs, and stay comparable with
-earlier rounds; ``e2e-sqlite-runlog`` / ``e2e-sqlite`` is the run log's cost.
+Every other row but ``store-<store>-defaults`` runs its workers with ``--no-run-log``, so
+that they measure hint, claim and report throughput as they did before workers uploaded run
+logs, and stay comparable with earlier rounds; ``e2e-sqlite-runlog`` / ``e2e-sqlite`` is the
+run log's cost. The run-log rows' handler logs a line: a run that logged nothing uploads no
+log.
 
 Latency is the create request sent -> the run's ``resolved`` time as the coordinator stored
 it; throughput counts runs resolved inside the window, which opens once every worker has
@@ -44,18 +56,20 @@ start) at each (:mod:`benchlib.latency`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import aiohttp
 import asyncpg
 
-from benchlib import azure_rest, latency, noop_app
+from benchlib import authn, azure_rest, latency, noop_app
 from benchlib.common import (
     PYTHON,
     CpuMeter,
@@ -80,6 +94,7 @@ from benchlib.coordproc import (
     profiled,
     render_profile,
 )
+from benchlib.events import AMQP_URL
 from benchlib.index import LagSampler
 from benchlib.noop import STARTS_ENV
 from coordinator.azure.names import queue_name
@@ -88,6 +103,9 @@ from devharness.processes import child_env, end_processes, spawn
 from devharness.waiting import WaitTimeout, wait_until
 from worker_sdk.options import Isolation
 
+WORKER_GROUP = "bench"
+"""The ``--worker-group`` of every worker."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerOptions:
@@ -95,7 +113,8 @@ class WorkerOptions:
 
     :param batching: claimRuns and resolveRuns (else one request per step, see above).
     :param isolation: ``queue-worker --isolation``.
-    :param run_log: upload each run's log (else ``--no-run-log``).
+    :param run_log: upload each run's log (else ``--no-run-log``), and run the handler that
+        logs a line (:func:`benchlib.noop.handle_logging`), so that there is one to upload.
     :param app: serve :mod:`benchlib.noop_app` with ``--app`` (the tasks call its function).
     :param latency: measure pending time under load after the rate.
     """
@@ -116,16 +135,9 @@ async def run(
     run_log: bool = False,
     app: bool = False,
 ) -> Row:
-    """One row; without ``azurite``, under store dispatch."""
-    label = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[store]
-    if azurite is None:
-        row = Row(
-            key=f"store-{store}",
-            title=f"end to end, {label} store, store dispatch: createTasks -> SDK claimWork "
-            "(batched) -> resolveRuns",
-            unit="tasks/s",
-        )
-    elif app:
+    """One row under Azure dispatch."""
+    label = LABELS[store]
+    if app:
         row = Row(
             key=f"e2e-{store}-app",
             title=f"end to end, {label} store, batching, tasks as Python functions: createTasks "
@@ -166,6 +178,42 @@ async def run(
     )
 
 
+StoreVariant = Literal["bare", "defaults", "events", "vacuum-held"]
+"""The store-dispatch rows: ``store-<store>`` (bare) and ``store-<store>-<variant>``."""
+
+LABELS = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+
+_STORE_TITLES: dict[StoreVariant, str] = {
+    "bare": ": createTasks -> SDK claimWork (batched) -> resolveRuns",
+    "defaults": ", the defaults on (Hawk auth, run log, a handler that logs a line): createTasks "
+    "-> SDK claimWork -> log a line -> createArtifact + PUT log -> resolveRuns",
+    "events": ", Pulse publishing on: createTasks -> SDK claimWork -> resolveRuns (+ 4 messages)",
+    "vacuum-held": ", a transaction held open throughout: createTasks -> SDK claimWork -> "
+    "resolveRuns",
+}
+
+
+async def run_store(settings: Settings, store: StoreKind, variant: StoreVariant) -> Row:
+    """A store-dispatch row (the module's docstring says what each variant adds)."""
+    row = Row(
+        key=f"store-{store}" + ("" if variant == "bare" else f"-{variant}"),
+        title=f"end to end, {LABELS[store]} store, store dispatch{_STORE_TITLES[variant]}",
+        unit="tasks/s",
+    )
+    defaults = variant == "defaults"
+    return await measure(
+        dataclasses.replace(settings, auth=True) if defaults else settings,
+        None,
+        store,
+        row,
+        batching=True,
+        run_log=defaults,
+        latency=variant in ("bare", "defaults"),
+        coordinator_env={"COORDINATOR_PULSE_URL": AMQP_URL} if variant == "events" else {},
+        hold_transaction=variant == "vacuum-held",
+    )
+
+
 async def run_indexed(settings: Settings) -> Row:
     """The ``index-lag`` row: ``store-sqlite``, each task routed to an index path of its own."""
     row = Row(
@@ -189,24 +237,36 @@ async def measure(
     app: bool = False,
     latency: bool = False,
     indexed: bool = False,
+    coordinator_env: Mapping[str, str] | None = None,
+    hold_transaction: bool = False,
 ) -> Row:
     """Fill ``row`` (its key names the work directory) with one end-to-end run whose workers
     run as :class:`WorkerOptions` says; without ``azurite``, under store dispatch.
     ``indexed``: each task has a route ``index.<path>`` of its own, and a
-    :class:`~benchlib.index.LagSampler` follows some of them."""
+    :class:`~benchlib.index.LagSampler` follows some of them. ``coordinator_env``: further
+    ``COORDINATOR_*`` variables. ``hold_transaction`` (PostgreSQL): a transaction stays open
+    on the row's database from before the workers start to the end (:func:`_held_open`)."""
     options = WorkerOptions(
         batching=batching, isolation=isolation, run_log=run_log, app=app, latency=latency
     )
     workdir = settings.workdir / row.key
     profile = workdir / "coordinator.pyisession" if settings.profile else None
-    async with coordinator(
-        settings,
-        store=store,
-        workdir=workdir,
-        azure_connection_string=None if azurite is None else azurite.connection_string,
-        profile=profile,
-        env={"COORDINATOR_DISPATCH": "store" if azurite is None else "azure"},
-    ) as running:
+    async with (
+        coordinator(
+            settings,
+            store=store,
+            workdir=workdir,
+            azure_connection_string=None if azurite is None else azurite.connection_string,
+            profile=profile,
+            env={
+                "COORDINATOR_DISPATCH": "store" if azurite is None else "azure",
+                **(coordinator_env or {}),
+            },
+        ) as running,
+        AsyncExitStack() as stack,
+    ):
+        if hold_transaction:
+            await stack.enter_async_context(_held_open(running, row))
         await _measure(settings, azurite, running, store, row, options, indexed=indexed)
     if settings.profile:
         row.notes.append(f"profiled under pyinstrument (slower): {workdir}/*.txt")
@@ -231,7 +291,7 @@ def _worker_command(
         f"--root-url={coordinator.url}",
         f"--provisioner-id={PROVISIONER_ID}",
         f"--worker-type={worker_type}",
-        "--worker-group=bench",
+        f"--worker-group={WORKER_GROUP}",
         f"--worker-id=worker-{i}",
         f"--capacity={settings.batch}",
         f"--isolation={options.isolation}",
@@ -243,8 +303,12 @@ def _worker_command(
             if options.batching
             else ["--no-batching", "--empty-queue-skip=0", "--polls-in-flight=1"]
         ),
-        *(["--app", "benchlib.noop_app:app"] if options.app else ["benchlib.noop:handle"]),
+        *(["--app", "benchlib.noop_app:app"] if options.app else [_handler(options)]),
     ]
+
+
+def _handler(options: WorkerOptions) -> str:
+    return "benchlib.noop:handle_logging" if options.run_log else "benchlib.noop:handle"
 
 
 async def _measure(
@@ -265,9 +329,17 @@ async def _measure(
     env = child_env(**{STARTS_ENV: str(starts_dir)})
     for credential in ("CLIENT_ID", "ACCESS_TOKEN", "CERTIFICATE"):
         env.pop(f"TASKCLUSTER_{credential}", None)
+    producing = running
     if running.credentials is not None:
-        env["TASKCLUSTER_CLIENT_ID"] = running.credentials.client_id
-        env["TASKCLUSTER_ACCESS_TOKEN"] = running.credentials.access_token
+        for_producer, for_workers = authn.deployment_clients(
+            running.clients_file,
+            PROVISIONER_ID,
+            worker_type,
+            WORKER_GROUP,
+        )
+        producing = dataclasses.replace(running, credentials=for_producer)
+        env["TASKCLUSTER_CLIENT_ID"] = for_workers.client_id
+        env["TASKCLUSTER_ACCESS_TOKEN"] = for_workers.access_token
     workers = [
         await spawn(
             _worker_command(settings, running, worker_type, i, workdir, options),
@@ -299,6 +371,7 @@ async def _measure(
             _depth_gauge(session, azurite, running, worker_type, settings.priority) as gauge,
         ):
             tasks = TaskClient(session, running)
+            creating = TaskClient(session, producing)
             sampler = LagSampler(session, running) if indexed else None
             pacer = DepthPacer(gauge, target=settings.depth)
             begin = time.monotonic()
@@ -322,7 +395,7 @@ async def _measure(
                     now = time.time()
                     sent.update((task_id, now) for task_id, _ in items)
                     try:
-                        await tasks.send(items, batch=options.batching)
+                        await creating.send(items, batch=options.batching)
                     except (aiohttp.ClientError, TimeoutError, RuntimeError):
                         failures += 1
                         for task_id, _ in items:
@@ -356,6 +429,11 @@ async def _measure(
             except WaitTimeout:
                 row.notes.append(f"not drained: pending, running = {left}")
             resolved = await tasks.resolved_times(task_group_id)
+            published = await _events_published(session, running)
+            if published:
+                row.notes.append(
+                    f"{published:,.0f} Pulse messages confirmed by the broker by the drain's end"
+                )
             # before the loads: the rate is what they are shares of
             completed = _rate(row, resolved, wall_start, wall_end)
             if sampler is not None and sampling is not None:
@@ -365,7 +443,7 @@ async def _measure(
 
                 async def send(sent_at: float, count: int) -> None:
                     for chunk in range(0, count, settings.create_batch):
-                        await tasks.create_many(
+                        await creating.create_many(
                             tasks.new_tasks(
                                 min(settings.create_batch, count - chunk),
                                 worker_type=worker_type,
@@ -402,6 +480,41 @@ async def _measure(
         row.notes.append(f"{not_completed} tasks not completed at the end")
     if failures:
         row.notes.append(f"{failures} create requests failed")
+
+
+@asynccontextmanager
+async def _held_open(running: Coordinator, row: Row) -> AsyncIterator[None]:
+    """A transaction open on the row's PostgreSQL database while the context lasts, as a
+    forgotten session leaves one: vacuum must keep every row version it began before. The
+    row's note says how long it was held and the dead row versions the busiest tables had
+    then (the statistics lag by up to a second)."""
+    connection = await asyncpg.connect(running.store_url)
+    try:
+        transaction = connection.transaction()
+        await transaction.start()
+        txid = await connection.fetchval("SELECT txid_current()")
+        began = time.monotonic()
+        yield
+        held = time.monotonic() - began
+        dead = await connection.fetch(
+            "SELECT relname, n_dead_tup FROM pg_stat_user_tables ORDER BY n_dead_tup DESC LIMIT 3"
+        )
+        await transaction.rollback()
+        row.notes.append(
+            f"transaction {txid} held open {held:.0f} s (warm-up, window, drain); dead row "
+            "versions at the end: " + ", ".join(f"{r['relname']} {r['n_dead_tup']:,}" for r in dead)
+        )
+    finally:
+        await connection.close()
+
+
+async def _events_published(session: aiohttp.ClientSession, running: Coordinator) -> float:
+    """The Pulse messages the broker confirmed to the coordinator so far."""
+    return sum(
+        sample.value
+        for sample in await metric_samples(session, f"{running.url}/metrics")
+        if sample.name == "queue_events_published_total"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,6 @@
-"""The no-op work of every row: an SDK handler (``queue-worker benchlib.noop:handle``) and the
-peers' job function (:func:`job`), each noting when it started.
+"""The no-op work of every row: an SDK handler (``queue-worker benchlib.noop:handle``, or
+:func:`handle_logging`, which logs one line first) and the peers' job function (:func:`job`),
+each noting when it started.
 
 A job sent with its send time (the SDK task's ``payload.sentAt``, the peer job's ``sent_at``
 argument) appends ``<sent at> <started at>`` (epoch seconds) to a file of its process in the
@@ -11,12 +12,15 @@ imports the job's module in every work horse, and that must not be what the peer
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from worker_sdk import TaskRun
+
+log = logging.getLogger(__name__)
 
 STARTS_ENV = "BENCH_STARTS"
 """The directory of the start files."""
@@ -45,6 +49,13 @@ async def handle(run: TaskRun) -> None:
     payload = run.payload
     if isinstance(payload, dict) and "sentAt" in payload:
         note_start(payload["sentAt"])
+
+
+async def handle_logging(run: TaskRun) -> None:
+    """:func:`handle`, after logging one line at INFO (which the run log then holds): the
+    handler of the rows that measure the defaults."""
+    log.info("bench task handled taskId=%s runId=%d", run.task_id, run.run_id)
+    await handle(run)
 
 
 def job(sent_at: float | None = None) -> None:

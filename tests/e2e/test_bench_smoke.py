@@ -32,6 +32,11 @@ QUEUE_AND_PEERS = [
     "procrastinate",
     "store-sqlite",
     "store-postgres",
+    "store-sqlite-defaults",
+    "store-postgres-defaults",
+    "store-sqlite-events",
+    "store-postgres-events",
+    "store-postgres-vacuum-held",
     "index-lag",
 ]
 """The first half of the bench's rows (``--rows``): the end-to-end rows, the raw limit and
@@ -94,6 +99,13 @@ RATIOS = {
         "store-sqlite / raw-rest",
         "store-postgres / e2e-postgres",
         "index-lag / store-sqlite",
+        "store-sqlite-defaults / dramatiq",
+        "store-postgres-defaults / dramatiq",
+        "store-sqlite-defaults / store-sqlite",
+        "store-postgres-defaults / store-postgres",
+        "store-sqlite-events / store-sqlite",
+        "store-postgres-events / store-postgres",
+        "store-postgres-vacuum-held / store-postgres",
     ],
     "the-rest": [
         "create-batch / create-single",
@@ -124,6 +136,8 @@ LATENCY = [
     "procrastinate",
     "store-sqlite",
     "store-postgres",
+    "store-sqlite-defaults",
+    "store-postgres-defaults",
 ]
 """Rows with pending time at 50 % and 80 % of their rate."""
 
@@ -200,14 +214,20 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
         finds = [row for row in rows if row["key"].startswith("index-find-")]
         assert all(0 < row["p50_ms"] <= row["p99_ms"] for row in finds), finds
     else:
-        # Only the run-log row's workers uploaded logs into their coordinator's artifacts
+        # Only the run-log rows' workers uploaded logs into their coordinator's artifacts
         # directory.
+        uploading = ("e2e-sqlite-runlog", "store-sqlite-defaults", "store-postgres-defaults")
         logs = {
             key: [p for p in (tmp_path / "work" / key / "artifacts").rglob("*") if p.is_file()]
-            for key in ("e2e-sqlite", "e2e-sqlite-runlog")
+            for key in ("e2e-sqlite", *uploading)
         }
         assert logs["e2e-sqlite"] == [], logs["e2e-sqlite"][:3]
-        assert logs["e2e-sqlite-runlog"], "no run log was uploaded"
-        assert all("live_backing.log" in path.name for path in logs["e2e-sqlite-runlog"])
+        for key in uploading:
+            assert logs[key], f"{key}: no run log was uploaded"
+            assert all("live_backing.log" in path.name for path in logs[key]), logs[key][:3]
+        notes = {row["key"]: " ".join(row["notes"]) for row in rows}
+        for key in ("store-sqlite-events", "store-postgres-events"):
+            assert "Pulse messages confirmed by the broker" in notes[key], notes[key]
+        assert "held open" in notes["store-postgres-vacuum-held"], notes
         lag = next(row for row in rows if row["key"] == "index-lag")["figures"]
         assert 0 <= lag["lag_p50_ms"] <= lag["lag_p99_ms"] <= lag["lag_max_ms"], lag

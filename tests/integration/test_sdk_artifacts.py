@@ -1,8 +1,8 @@
 """The worker SDK's artifacts against the coordinator test double
 (tests/fixtures/coordinator_double.py): ``TaskRun.upload_artifact`` and its siblings
 (createArtifact signed with the run's current credentials, then the bytes PUT to the
-putUrl), their retries, and the run log every run
-uploads as ``public/logs/live_backing.log`` before its report.
+putUrl), their retries, and the run log a run uploads as ``public/logs/live_backing.log``
+before its report when its handler logged or raised.
 
 Handlers that run in a child process (``isolation="process"``) are module-level functions,
 because the child imports its handler by name.
@@ -231,7 +231,10 @@ async def test_a_run_log_that_cannot_be_uploaded_does_not_hold_back_the_report(
     double.faults["createArtifact"] = [400]
     double.add_task("t1")
 
-    async with running(make_worker(double, lambda run: None)):
+    def handle(run: TaskRun) -> None:
+        log.warning("a line to upload")
+
+    async with running(make_worker(double, handle)):
         await eventually(lambda: len(double.reports) == 1, what="the report")
     assert reports(double) == {"t1": ("completed", None)}
     assert double.routes("createArtifact") == [f"t1/0/{RUN_LOG_NAME}"]
@@ -294,6 +297,47 @@ async def test_each_run_log_has_its_own_runs_records_and_a_failure_its_traceback
     # each line opens with the time in UTC, milliseconds
     stamp = ok.split(" ", 1)[0]
     assert datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").year >= 2026
+
+
+async def test_a_run_that_logged_nothing_uploads_no_log_unless_its_handler_raised(
+    double: CoordinatorDouble,
+) -> None:
+    for task_id in ("t-silent", "t-line", "t-raises"):
+        double.add_task(task_id)
+
+    async def handle(run: TaskRun) -> None:
+        if run.task_id == "t-line":
+            log.warning("one line")
+        if run.task_id == "t-raises":
+            raise RuntimeError("failed without a word")
+
+    async with running(make_worker(double, handle, capacity=3)):
+        await eventually(lambda: len(double.reports) == 3, what="the reports")
+    assert reports(double) == {
+        "t-silent": ("completed", None),
+        "t-line": ("completed", None),
+        "t-raises": ("failed", None),
+    }
+    # the silent run cost no request: neither createArtifact nor an upload
+    assert sorted(double.routes("createArtifact")) == [
+        f"t-line/0/{RUN_LOG_NAME}",
+        f"t-raises/0/{RUN_LOG_NAME}",
+    ]
+    assert not any(key[0] == "t-silent" for key in double.uploads)
+    assert [line.split(" ", 1)[1] for line in log_of(double, "t-line").splitlines()] == [
+        f"WARNING {__name__}: one line",
+        "INFO worker_sdk.worker: run t-line/0 resolved completed",
+    ]
+    failed = log_of(double, "t-raises")
+    assert "resolved failed, the handler raised:\nTraceback (most recent call last)" in failed
+    assert failed.rstrip().endswith("RuntimeError: failed without a word")
+
+
+def test_a_run_log_is_empty_until_written() -> None:
+    run_log = RunLog()
+    assert run_log.empty
+    run_log.write("a line")
+    assert not run_log.empty
 
 
 async def test_no_run_log_uploads_nothing(double: CoordinatorDouble) -> None:

@@ -40,12 +40,16 @@ DEADLINE = 3.0
 
 CAPACITY = 3
 
+log = logging.getLogger(__name__)
+
 
 def hang_in_child(run: TaskRun) -> None:
     """The isolated handler: writes its process id to ``payload["pid_file"]`` and hangs; a
-    task without one completes."""
+    task without one logs a line (its run log) and completes."""
     pid_file = run.payload.get("pid_file")
-    if pid_file is not None:
+    if pid_file is None:
+        log.warning("completing taskId=%s", run.task_id)
+    else:
         Path(pid_file).write_text(str(os.getpid()))
         time.sleep(3600)
 
@@ -77,10 +81,11 @@ class Observed:
 
 def handler_of(kind: str, observed: Observed) -> Callable[[TaskRun], Any]:
     """A handler of ``kind`` that hangs on tasks whose payload says ``hang`` and completes
-    the others."""
+    the others, logging a line (their run log)."""
 
     async def async_handler(run: TaskRun) -> None:
         if not run.payload.get("hang"):
+            log.warning("completing taskId=%s", run.task_id)
             return
         observed.start(run.task_id)
         try:
@@ -91,6 +96,7 @@ def handler_of(kind: str, observed: Observed) -> Callable[[TaskRun], Any]:
 
     def thread_handler(run: TaskRun) -> None:
         if not run.payload.get("hang"):
+            log.warning("completing taskId=%s", run.task_id)
             return
         observed.start(run.task_id)
         if run.cancelled.wait(30):
