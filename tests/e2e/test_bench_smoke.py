@@ -168,7 +168,7 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
     done = run_module(
         "benchlib",
         "--duration=2",
-        "--warmup=1.5",
+        "--warmup=0.5",
         "--drain=5",
         "--depth=50",
         "--lifecycle-tasks=40",
