@@ -714,8 +714,12 @@ class PostgresStore(SQLStore):
             return set()
         edges = [(dep, record.task_id) for record in records for dep in record.dependencies]
         tags = tag_rows(records)
+        # arrays, not JSON rows as compare_and_set_many takes: PostgreSQL's reading of each
+        # definition escaped inside a JSON text cost it more than asyncpg's checks of the
+        # arrays' elements cost the coordinator
+        rows = [insert_columns(record) for record in records]
         params = {
-            "rows": compact([insert_columns(record) for record in records]),
+            **{f"{column}_values": [row[column] for row in rows] for column in rows[0]},
             "required_task_ids": [required for required, _ in edges],
             "dependent_task_ids": [dependent for _, dependent in edges],
             "tag_task_ids": [tag["task_id"] for tag in tags],

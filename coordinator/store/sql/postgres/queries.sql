@@ -73,15 +73,23 @@ SELECT count(*) FROM task
 -- whose group refused them are not inserted, edges only for tasks that were. Returns the
 -- inserted ids.
 WITH new AS (
-    -- the rows as one JSON text (``rows``), not one array per column: asyncpg checks every
-    -- element of an array parameter against three abstract base classes as it encodes it
-    SELECT * FROM json_to_recordset(CAST(:rows AS JSON))
-        AS n (task_id TEXT, task_group_id TEXT, scheduler_id TEXT, provisioner_id TEXT,
-              worker_type TEXT, expires BIGINT, definition TEXT, retries_left INTEGER,
-              runs TEXT, state TEXT, taken_until BIGINT, open_deadline BIGINT,
-              hint_due BIGINT, visible_at BIGINT, pending_priority SMALLINT,
-              notify_dependents BOOLEAN, project_id TEXT, created BIGINT, resolved BIGINT,
-              traceparent TEXT, concurrency_key TEXT)
+    SELECT * FROM unnest(
+        CAST(:task_id_values AS TEXT[]), CAST(:task_group_id_values AS TEXT[]),
+        CAST(:scheduler_id_values AS TEXT[]), CAST(:provisioner_id_values AS TEXT[]),
+        CAST(:worker_type_values AS TEXT[]), CAST(:expires_values AS BIGINT[]),
+        CAST(:definition_values AS TEXT[]), CAST(:retries_left_values AS INTEGER[]),
+        CAST(:runs_values AS TEXT[]), CAST(:state_values AS TEXT[]),
+        CAST(:taken_until_values AS BIGINT[]), CAST(:open_deadline_values AS BIGINT[]),
+        CAST(:hint_due_values AS BIGINT[]),
+        CAST(:visible_at_values AS BIGINT[]), CAST(:pending_priority_values AS SMALLINT[]),
+        CAST(:notify_dependents_values AS BOOLEAN[]),
+        CAST(:project_id_values AS TEXT[]), CAST(:created_values AS BIGINT[]),
+        CAST(:resolved_values AS BIGINT[]), CAST(:traceparent_values AS TEXT[]),
+        CAST(:concurrency_key_values AS TEXT[])
+    ) AS n (task_id, task_group_id, scheduler_id, provisioner_id, worker_type, expires,
+            definition, retries_left, runs, state, taken_until, open_deadline, hint_due,
+            visible_at, pending_priority, notify_dependents, project_id, created, resolved,
+            traceparent, concurrency_key)
 ), grp AS (
     INSERT INTO task_groups (task_group_id, scheduler_id, expires)
     -- one row per group: a batch naming one group with two schedulerIds gets the first
@@ -142,9 +150,11 @@ WHERE task_id = :task_id AND version = :version
 RETURNING version, notify_dependents
 
 -- name: compare_and_set_many
--- compare_and_set for a batch of distinct tasks in one statement (``rows``: a JSON array of
--- the status columns, as insert_tasks takes them): each row is written only if its stored
--- version still matches; the rows returned are the ones written.
+-- compare_and_set for a batch of distinct tasks in one statement: each row is written only if
+-- its stored version still matches; the rows returned are the ones written. ``rows`` is one
+-- JSON text of the status columns, not one array per column: asyncpg checks every element of
+-- an array parameter against collections.abc's classes as it encodes it, which cost the
+-- coordinator more than reading these short rows costs PostgreSQL.
 UPDATE tasks AS t
 SET definition = coalesce(n.definition, t.definition), retries_left = n.retries_left,
     runs = n.runs, state = n.state, taken_until = n.taken_until,
