@@ -68,7 +68,6 @@ from coordinator.domain.events import (
     group_event,
 )
 from coordinator.domain.index import IndexedTask
-from coordinator.domain.json_text import compact
 from coordinator.domain.listings import ResolvedCounts, RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
@@ -291,9 +290,10 @@ def filtered_statement(name: str, filters: str) -> _Statement:
     return _positional(_SQL[name].format(filters=filters))
 
 
-def _compare_and_set_values(records: Sequence[TaskRecord]) -> dict[str, str]:
-    """What ``compare_and_set_many`` takes: the status columns of ``records`` as JSON rows."""
-    return {"rows": compact([{**status_columns(r), "version": r.version} for r in records])}
+def _compare_and_set_values(records: Sequence[TaskRecord]) -> dict[str, list[Any]]:
+    """The arrays ``compare_and_set_many`` takes: each status column of ``records``."""
+    rows = [{**status_columns(r), "version": r.version} for r in records]
+    return {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -712,14 +712,12 @@ class PostgresStore(SQLStore):
     ) -> set[str]:
         if not records:
             return set()
+        rows = [insert_columns(record) for record in records]
+        values = {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
         edges = [(dep, record.task_id) for record in records for dep in record.dependencies]
         tags = tag_rows(records)
-        # arrays, not JSON rows as compare_and_set_many takes: PostgreSQL's reading of each
-        # definition escaped inside a JSON text cost it more than asyncpg's checks of the
-        # arrays' elements cost the coordinator
-        rows = [insert_columns(record) for record in records]
         params = {
-            **{f"{column}_values": [row[column] for row in rows] for column in rows[0]},
+            **values,
             "required_task_ids": [required for required, _ in edges],
             "dependent_task_ids": [dependent for _, dependent in edges],
             "tag_task_ids": [tag["task_id"] for tag in tags],
