@@ -14,6 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.api import validation
+
+# Every response of the suite's in-process coordinators is checked against its schema, also
+# those the service leaves unchecked on the hot paths (Endpoint.built_output).
+validation.CHECK_BUILT_OUTPUT = True
+
 TESTS = Path(__file__).parent
 SLICES = ("unit", "integration", "e2e")
 

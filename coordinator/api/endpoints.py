@@ -129,6 +129,11 @@ class Endpoint:
     :param confidential: the request body holds a secret (the secrets service's ``set``): an
         error body shows none of its values (upstream's ``cleanPayload``), and a body the
         schema refuses is described without quoting it.
+    :param built_output: the response body is made only by the builders of a record's
+        answers (its ``status()``, a claim, a run's error), whose shapes the unit tests check
+        against ``output``: it is not checked again on every request, on the hot paths of
+        work (createTasks, claimWork, claimRuns, resolveRuns), unless
+        :data:`coordinator.api.validation.CHECK_BUILT_OUTPUT` says to.
     """
 
     name: str
@@ -151,6 +156,7 @@ class Endpoint:
     downloads: bool = False
     prefix: str = API_PREFIX
     confidential: bool = False
+    built_output: bool = False
 
     @property
     def operation_id(self) -> str:

@@ -137,6 +137,7 @@ RUN_BATCH_ENDPOINTS: tuple[Endpoint, ...] = (
         route="/claim-runs",
         input="claim-runs-request",
         output="claim-runs-response",
+        built_output=True,
         title="Claim Many Runs",
         description=f"Claim 1 to {MAX_BATCH_RUNS} pending runs (the hints of one Azure get) "
         "for one worker in one request and one store round trip. Needs "
@@ -171,6 +172,7 @@ RUN_BATCH_ENDPOINTS: tuple[Endpoint, ...] = (
         route="/resolve-runs",
         input="resolve-runs-request",
         output="resolve-runs-response",
+        built_output=True,
         title="Resolve Many Runs",
         description="reportCompleted, reportFailed and reportException for 1 to "
         f"{MAX_BATCH_RUNS} running "

@@ -87,6 +87,7 @@ TASK_ENDPOINTS: tuple[Endpoint, ...] = (
         route="/tasks",
         input="create-tasks-request",
         output="create-tasks-response",
+        built_output=True,
         title="Create Many Tasks",
         description="Define 1 to 1,000 tasks in one request. Each item is validated and is "
         "idempotent exactly as createTask; the new tasks are written in one transaction and "

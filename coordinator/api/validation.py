@@ -291,6 +291,13 @@ def _parameter_ref(definition: str) -> str:
     return f"{SCHEMA_BASE_URI}common.json#/$defs/{definition}"
 
 
+CHECK_BUILT_OUTPUT = False
+"""Check the responses of endpoints with :attr:`~coordinator.api.endpoints.Endpoint.built_output`
+as well (the test suite's coordinators do: tests/conftest.py). Off in service: checking a
+claimWork, resolveRuns or createTasks answer cost a twentieth of the coordinator's CPU a task
+under store dispatch, to re-check what the record builders make."""
+
+
 def validate_response(schema_name: str, instance: object) -> None:
     """Check a response body the coordinator produced against the named schema.
 

@@ -68,6 +68,7 @@ from coordinator.domain.events import (
     group_event,
 )
 from coordinator.domain.index import IndexedTask
+from coordinator.domain.json_text import compact
 from coordinator.domain.listings import ResolvedCounts, RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
@@ -290,10 +291,10 @@ def filtered_statement(name: str, filters: str) -> _Statement:
     return _positional(_SQL[name].format(filters=filters))
 
 
-def _compare_and_set_values(records: Sequence[TaskRecord]) -> dict[str, list[Any]]:
-    """The arrays ``compare_and_set_many`` takes: each status column of ``records``."""
-    rows = [{**status_columns(r), "version": r.version} for r in records]
-    return {f"{column}_values": [row[column] for row in rows] for column in rows[0]}
+def _compare_and_set_values(records: Sequence[TaskRecord]) -> dict[str, list[str]]:
+    """What ``compare_and_set_many`` takes: the status columns of each of ``records`` as a
+    JSON object."""
+    return {"rows": [compact({**status_columns(r), "version": r.version}) for r in records]}
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

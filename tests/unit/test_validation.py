@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from jsonschema import Draft202012Validator
 
-from coordinator.api import keyset
+from coordinator.api import keyset, validation
 from coordinator.api.endpoints import (
     API_PREFIX,
     MAX_REQUEST_LINE,
@@ -857,3 +857,16 @@ def test_the_batch_schemas_say_max_batch_runs(schema: str, path: tuple[str, ...]
     for key in path:
         found = found[key]
     assert found == MAX_BATCH_RUNS
+
+
+def test_only_the_hot_paths_of_work_leave_their_built_answers_unchecked() -> None:
+    built = {e.operation_id for e in ENDPOINTS if e.built_output}
+    assert built == {
+        "createTasks",
+        "claimWork",
+        "claimWorkByTaskQueueId",
+        "claimRuns",
+        "resolveRuns",
+    }
+    # the suite checks them all the same (tests/conftest.py)
+    assert validation.CHECK_BUILT_OUTPUT

@@ -124,6 +124,28 @@ async def test_insert_many_of_existing_ids_writes_nothing(store: Store) -> None:
     assert (await store.dependents("y", limit=10, after=None)).items == []
 
 
+async def test_insert_many_and_compare_and_set_many_keep_text_that_needs_escaping(
+    store: Store,
+) -> None:
+    # PostgreSQL takes a batch's rows as one JSON text, the definition a string inside it
+    awkward = 'quote " backslash \\ \\u0041 newline \n tab \t é 漢 🎉 \u2028 end'
+    record = new_record("esc")
+    record = record.replace(
+        definition={
+            **record.definition,
+            "payload": {"text": awkward, awkward: [awkward], "big": 2**70, "float": 0.1},
+        }
+    )
+    assert await store.insert_many([record]) == {"esc"}
+    stored = await get(store, "esc")
+    assert stored == record.replace(version=1)
+    taken = lifecycle.claim(
+        stored, run_id=0, worker_group="wg", worker_id=awkward, now=NOW, timing=TIMING
+    ).record
+    assert await store.compare_and_set_many([taken]) == [taken.replace(version=2)]
+    assert await get(store, "esc") == taken.replace(version=2)
+
+
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 

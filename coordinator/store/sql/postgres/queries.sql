@@ -151,7 +151,11 @@ RETURNING version, notify_dependents
 
 -- name: compare_and_set_many
 -- compare_and_set for a batch of distinct tasks in one statement: each row is written only if
--- its stored version still matches; the rows returned are the ones written.
+-- its stored version still matches; the rows returned are the ones written. ``rows`` holds
+-- each task's status columns as one JSON object, not one array per column: asyncpg checks
+-- every element of an array parameter against collections.abc's classes as it encodes it
+-- (one element a task, not thirteen). Not json_to_recordset over one JSON array: a generic
+-- plan expects 100 rows of it, and joined the tasks by a sequential scan of the table.
 UPDATE tasks AS t
 SET definition = coalesce(n.definition, t.definition), retries_left = n.retries_left,
     runs = n.runs, state = n.state, taken_until = n.taken_until,
@@ -160,16 +164,12 @@ SET definition = coalesce(n.definition, t.definition), retries_left = n.retries_
         SELECT 1 FROM task_dependencies WHERE required_task_id = t.task_id
     ),
     version = t.version + 1
-FROM unnest(
-    CAST(:task_id_values AS TEXT[]), CAST(:version_values AS INTEGER[]),
-    CAST(:definition_values AS TEXT[]), CAST(:retries_left_values AS INTEGER[]),
-    CAST(:runs_values AS TEXT[]), CAST(:state_values AS TEXT[]),
-    CAST(:taken_until_values AS BIGINT[]), CAST(:open_deadline_values AS BIGINT[]),
-    CAST(:hint_due_values AS BIGINT[]), CAST(:visible_at_values AS BIGINT[]),
-    CAST(:pending_priority_values AS SMALLINT[]),
-    CAST(:resolved_values AS BIGINT[]), CAST(:notify_dependents_values AS BOOLEAN[])
-) AS n (task_id, version, definition, retries_left, runs, state, taken_until, open_deadline,
-        hint_due, visible_at, pending_priority, resolved, notify_dependents)
+FROM unnest(CAST(:rows AS JSON[])) AS r (status_row),
+     json_to_record(r.status_row)
+    AS n (task_id TEXT, version INTEGER, definition TEXT, retries_left INTEGER, runs TEXT,
+          state TEXT, taken_until BIGINT, open_deadline BIGINT, hint_due BIGINT,
+          visible_at BIGINT, pending_priority SMALLINT, resolved BIGINT,
+          notify_dependents BOOLEAN)
 WHERE t.task_id = n.task_id AND t.version = n.version
 RETURNING t.version, t.notify_dependents, t.task_id
 
