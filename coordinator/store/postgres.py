@@ -220,7 +220,10 @@ def _with_outbox_args(
     name: str, params: Mapping[str, Any], events: Sequence[QueueEvent]
 ) -> tuple[_Statement, list[Any]]:
     """The statement ``name`` that also writes ``events`` (:data:`_Q_OUTBOX`), and its
-    arguments: ``params`` and the events' columns as arrays."""
+    arguments: ``params`` and the events' columns as arrays; without events, the plain
+    statement ``name`` and ``params``."""
+    if not events:
+        return _Q[name], _Q[name].args(params)
     rows = outbox_rows(events)
     statement = _Q_OUTBOX[name]
     arrays = {
@@ -663,12 +666,8 @@ class PostgresStore(SQLStore):
     async def insert(
         self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
     ) -> TaskRecord | None:
-        params = self._insert_params(record)
-        if events:
-            statement, args = _with_outbox_args("insert_task", params, events)
-            inserted = await self._outages.watch(self._connections.fetchval(statement.sql, *args))
-        else:
-            inserted = await self._fetchval("insert_task", **params)
+        statement, args = _with_outbox_args("insert_task", self._insert_params(record), events)
+        inserted = await self._outages.watch(self._connections.fetchval(statement.sql, *args))
         return record.replace(version=1) if inserted else None
 
     async def insert_keyed(
@@ -682,11 +681,7 @@ class PostgresStore(SQLStore):
         columns = deduplication_key_columns(record, key, holder)
         claim = _Q["insert_deduplication_key" if holder is None else "take_over_deduplication_key"]
         read = _Q["deduplication_key_holder"]
-        params = self._insert_params(record)
-        if events:
-            statement, args = _with_outbox_args("insert_task", params, events)
-        else:
-            statement, args = _Q["insert_task"], _Q["insert_task"].args(params)
+        statement, args = _with_outbox_args("insert_task", self._insert_params(record), events)
 
         async def run() -> KeyedInsert:
             async with self._connections.acquire() as conn:
@@ -758,15 +753,11 @@ class PostgresStore(SQLStore):
         index: Sequence[IndexedTask] = (),
     ) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
-        if events:
-            name = "compare_and_set"
-            if resolving:
-                name += "_resolving"
-                params["task_group_id"] = record.task_group_id
-            statement, args = _with_outbox_args(name, params, events)
-        else:
-            statement = _Q["compare_and_set"]
-            args = statement.args(params)
+        name = "compare_and_set"
+        if events and resolving:  # only the outbox's group events need the group's state
+            name += "_resolving"
+            params["task_group_id"] = record.task_group_id
+        statement, args = _with_outbox_args(name, params, events)
         if index:
 
             async def indexing() -> list[asyncpg.Record]:
