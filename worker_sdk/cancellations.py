@@ -19,7 +19,7 @@ import time
 
 from worker_sdk.client import MAX_BATCH_RUNS, CoordinatorClient, StoppedRun
 from worker_sdk.errors import RequestFailed
-from worker_sdk.runs import Lease
+from worker_sdk.runs import CancelReason, Lease
 from worker_sdk.timing import Backoff
 
 log = logging.getLogger(__name__)
@@ -121,25 +121,27 @@ class RunWatch:
         if lease is None:
             return  # its handler ended meanwhile
         task_id, run_id = run
-        if isinstance(answer, RequestFailed) and answer.status != 404:
-            log.warning(
-                "run not watched, a cancel is noticed at its reclaim taskId=%s runId=%d error=%s",
+        if isinstance(answer, RequestFailed):
+            if answer.status != 404:
+                log.warning(
+                    "run not watched, a cancel is noticed at its reclaim taskId=%s runId=%d "
+                    "error=%s",
+                    task_id,
+                    run_id,
+                    answer,
+                )
+                self._unwatched.add(run)
+                return
+            log.warning("task deleted while it ran taskId=%s runId=%d", task_id, run_id)
+            reason: CancelReason = "claim-lost"
+        else:
+            log.info(
+                "run stopped on the coordinator taskId=%s runId=%d state=%s reason=%s",
                 task_id,
                 run_id,
-                answer,
+                answer.state,
+                answer.reason_resolved or "-",
             )
-            self._unwatched.add(run)
-            return
-        if isinstance(answer, RequestFailed):
-            log.warning("task deleted while it ran taskId=%s runId=%d", task_id, run_id)
-            lease.cancel("claim-lost")
-            return
-        log.info(
-            "run stopped on the coordinator taskId=%s runId=%d state=%s reason=%s",
-            task_id,
-            run_id,
-            answer.state,
-            answer.reason_resolved or "-",
-        )
-        lease.cancel("task-cancelled" if answer.reason_resolved == "canceled" else "claim-lost")
+            reason = "task-cancelled" if answer.reason_resolved == "canceled" else "claim-lost"
         del self._leases[run]
+        lease.cancel(reason)

@@ -31,12 +31,11 @@ change made by another replica may be seen."""
 
 
 class _Watch:
-    """One waiting call: its runs, and those found stopped."""
+    """One waiting call: the runs found stopped, and whether its client went away."""
 
-    __slots__ = ("disconnected", "runs", "stopped", "woken")
+    __slots__ = ("disconnected", "stopped", "woken")
 
-    def __init__(self, runs: Sequence[RunKey], disconnected: Callable[[], bool]) -> None:
-        self.runs = runs
+    def __init__(self, disconnected: Callable[[], bool]) -> None:
         self.disconnected = disconnected
         self.stopped: dict[RunKey, Run] = {}
         self.woken = asyncio.Event()
@@ -90,7 +89,7 @@ class RunWatches:
 
         :param disconnected: true once the caller's client went away: the wait then ends.
         """
-        watch = _Watch(runs, disconnected)
+        watch = _Watch(disconnected)
         for key in runs:
             self._watching.setdefault(key, set()).add(watch)
         if self._poller is None or self._poller.done():
