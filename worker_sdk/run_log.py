@@ -61,7 +61,6 @@ class RunLog:
     def __init__(self, *, limit: int = MAX_RUN_LOG_BYTES) -> None:
         self._limit = limit
         self._written = 0
-        self._entries = 0
         self._full = False
         self._closed = False
         # made by the first write: a compressor's state costs some 50 µs to set up, and most
@@ -80,7 +79,6 @@ class RunLog:
                 self._full = True
                 data = f"[run log truncated: it passed {self._limit} bytes]\n".encode()
             self._written += len(data)
-            self._entries += 1
             self._parts.append(self._made_compressor().compress(data))
 
     def _made_compressor(self) -> zlib._Compress:
@@ -92,7 +90,7 @@ class RunLog:
     def empty(self) -> bool:
         """Nothing was written to the log."""
         with self._lock:
-            return self._entries == 0
+            return self._written == 0  # every entry ends with a newline
 
     def gzipped(self) -> bytes:
         """The log as gzip bytes; the log takes no more lines after this."""
