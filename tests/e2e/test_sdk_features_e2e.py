@@ -58,47 +58,44 @@ async def test_weighted_polling_completes_lowest_priority_tasks_that_strict_poll
 ) -> None:
     s = await e2e(claim_work=False)
     lowest = [await s.create(priority="lowest") for _ in range(3)]
-    higher: dict[str, list[str]] = {"highest": [], "medium": []}
-
-    async def keep_higher_priorities_full() -> None:
-        while True:
-            started = {event["taskId"] for event in s.events("start")}
-            for priority, task_ids in higher.items():
-                while sum(task_id not in started for task_id in task_ids) < 6:
-                    task_ids.append(await s.create(priority=priority, sleep=0.02))
-            await asyncio.sleep(0.05)  # a producer's pace, not a wait for state
-
-    producer = asyncio.create_task(keep_higher_priorities_full())
-    try:
-        # the strict walk of every queue on every pass: the default empty-queue skip would
-        # let a lowest task in whenever a higher queue answered empty once (≤ 1 s inversion);
-        # one get at a time, so that the producer keeps the higher queues full
-        one_get = ["--polls-in-flight", "1"]
-        strict = await s.start_worker(
-            "strict", capacity=2, flags=["--empty-queue-skip", "0", *one_get]
+    # A backlog, not a producer racing the workers: the higher queues stay full for the whole
+    # test (strict takes 40 highest; weighted needs about 21 passes for three lowest, taking
+    # about 12 highest meanwhile), so the lowest tasks go through without the others running
+    # dry. A producer topping up from the start events lagged behind a loaded machine.
+    higher = {
+        priority: list(
+            await asyncio.gather(*(s.create(priority=priority, sleep=0.02) for _ in range(count)))
         )
+        for priority, count in (("highest", 120), ("medium", 60))
+    }
+    # the strict walk of every queue on every pass: the default empty-queue skip would
+    # let a lowest task in whenever a higher queue answered empty once (≤ 1 s inversion);
+    # one get at a time, as a worker that polls slowly
+    one_get = ["--polls-in-flight", "1"]
+    strict = await s.start_worker("strict", capacity=2, flags=["--empty-queue-skip", "0", *one_get])
 
-        async def forty_ended() -> bool:
-            return len(s.events("end")) >= 40
+    async def forty_ended() -> bool:
+        return len(s.events("end")) >= 40
 
-        await s.eventually(forty_ended, what="40 runs under strict polling")
-        strict.signal(signal.SIGTERM)
-        assert await strict.exited() == 0
-        assert {e["taskId"] for e in s.events("start")}.isdisjoint(lowest), "strict starves"
+    await s.eventually(forty_ended, what="40 runs under strict polling")
+    strict.signal(signal.SIGTERM)
+    assert await strict.exited() == 0
+    assert {e["taskId"] for e in s.events("start")}.isdisjoint(lowest), "strict starves"
 
-        weights = ["--weight", "highest=4", "--weight", "medium=2", "--weight", "lowest=1"]
-        weighted = await s.start_worker(
-            "weighted", capacity=2, flags=["--polling", "weighted", *weights, *one_get]
-        )
-        await s.resolved(*lowest, within=40)
-        pending = [
-            priority
-            for priority, task_ids in higher.items()
-            if any([(await s.status(t))["state"] == "pending" for t in task_ids])
-        ]
-        assert pending == ["highest", "medium"], "the higher priorities were still full"
-    finally:
-        producer.cancel()
+    weights = ["--weight", "highest=4", "--weight", "medium=2", "--weight", "lowest=1"]
+    weighted = await s.start_worker(
+        "weighted", capacity=2, flags=["--polling", "weighted", *weights, *one_get]
+    )
+    await s.resolved(*lowest, within=40)
+
+    async def still_pending(task_ids: list[str]) -> bool:
+        for task_id in reversed(task_ids):
+            if (await s.status(task_id))["state"] == "pending":
+                return True
+        return False
+
+    pending = [priority for priority, task_ids in higher.items() if await still_pending(task_ids)]
+    assert pending == ["highest", "medium"], "the higher priorities were still full"
     for task_id in lowest:
         assert await s.runs(task_id) == [("completed", "scheduled", "completed", "weighted")]
     weighted.signal(signal.SIGTERM)
