@@ -18,6 +18,9 @@ each caller its own run's answer as if it had made the single call:
 - a coordinator without the route (404: an older one) gets single calls from then on. Until
   the coordinator has answered a batch, one batch of a route is in flight at a time, so a
   missing route costs one request however many batches were waiting.
+
+A report may carry its run's small artifacts (the run log): stored with the report, they cost
+no request of their own. A report sent singly uploads them first instead.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 from hawk_signing import Credentials
-from worker_sdk.client import MAX_BATCH_RUNS, CoordinatorClient, Reclaim, Resolution, RunReport
+from worker_sdk.client import (
+    MAX_BATCH_RUNS,
+    CoordinatorClient,
+    InlineArtifact,
+    Reclaim,
+    Resolution,
+    RunReport,
+)
 from worker_sdk.errors import RequestFailed
 
 log = logging.getLogger(__name__)
@@ -175,6 +185,8 @@ class RunBatches:
         self, *, client: CoordinatorClient, enabled: bool, window: float = BATCH_WINDOW
     ) -> None:
         self._client = client
+        self._inline = True
+        """Whether reports carry their runs' small artifacts (see :meth:`report`)."""
         self._reclaims: _Coalescer[Run, Reclaim] = _Coalescer(
             route="reclaimRuns",
             send=client.reclaim_runs,
@@ -206,11 +218,30 @@ class RunBatches:
         *,
         credentials: Credentials,
         traceparent: str | None = None,
+        artifacts: Sequence[InlineArtifact] = (),
+        upload: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Report the run as ``resolution`` says; ``credentials`` (the run's) sign a single call,
-        which carries ``traceparent`` (a batch has no place for it)."""
+        which carries ``traceparent`` (a batch has no place for it).
+
+        :param artifacts: small artifacts of the run carried in a batched report.
+        :param upload: uploads ``artifacts`` (createArtifact and PUT) instead, and is awaited
+            before the report whenever it is not batched: batching is off, or a report
+            carrying artifacts was sent singly, after which artifacts are uploaded always
+            (a coordinator that refuses them is one that predates them).
+        """
+        if artifacts and not (self._reports.enabled and self._inline):
+            artifacts = ()
+            if upload is not None:
+                await upload()
 
         async def single() -> None:
+            if artifacts:
+                if self._inline:
+                    log.info("reports carry no artifacts from now on, they are uploaded")
+                self._inline = False
+                if upload is not None:
+                    await upload()
             if resolution.reason is not None:
                 await self._client.report_exception(
                     task_id, run_id, resolution, credentials=credentials, traceparent=traceparent
@@ -224,7 +255,9 @@ class RunBatches:
                     task_id, run_id, credentials=credentials, traceparent=traceparent
                 )
 
-        report = RunReport(task_id=task_id, run_id=run_id, resolution=resolution)
+        report = RunReport(
+            task_id=task_id, run_id=run_id, resolution=resolution, artifacts=artifacts
+        )
         await _batched(self._reports, report, single)
 
     async def aclose(self) -> None:

@@ -23,6 +23,7 @@ file ``SSL_CERT_FILE`` names when it is set (a coordinator with a private CA's c
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import logging
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 MAX_BATCH_RUNS = 32
 """The most runs one claimRuns, reclaimRuns or resolveRuns names, and the most tasks one
 claimWork gets: one Azure get's worth of hints (Azure's ``numofmessages`` limit)."""
+
+MAX_INLINE_ARTIFACT_BYTES = 64 * 1024
+"""The most bytes an artifact carried in a report may have (the coordinator's limit)."""
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 CLAIM_WORK_TIMEOUT = aiohttp.ClientTimeout(total=60)
@@ -144,12 +148,35 @@ class Resolution:
 
 
 @dataclass(frozen=True, kw_only=True)
+class InlineArtifact:
+    """A small artifact of a run carried in its report (``resolveRuns`` ``artifacts``, at
+    most :data:`MAX_INLINE_ARTIFACT_BYTES`): the coordinator stores it with the report, so it
+    costs no createArtifact and no upload of its own."""
+
+    name: str
+    content_type: str
+    content_encoding: str | None
+    content: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        item = {
+            "name": self.name,
+            "contentType": self.content_type,
+            "content": base64.b64encode(self.content).decode("ascii"),
+        }
+        if self.content_encoding is not None:
+            item["contentEncoding"] = self.content_encoding
+        return item
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunReport:
     """One report of a ``resolveRuns`` batch."""
 
     task_id: str
     run_id: int
     resolution: Resolution
+    artifacts: Sequence[InlineArtifact] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -467,6 +494,8 @@ class CoordinatorClient:
             }
             if report.resolution.reason is not None:
                 item.update(report.resolution.exception_body())
+            if report.artifacts:
+                item["artifacts"] = [artifact.to_json() for artifact in report.artifacts]
             items.append(item)
         answer = await self._call("POST", ("resolve-runs",), body={"reports": items})
         runs = [(report.task_id, report.run_id) for report in reports]

@@ -1,8 +1,9 @@
-"""The run log: what a handler logged while it ran, which the worker uploads as the run's
-``public/logs/live_backing.log`` (Taskcluster's name for a task's log) before it reports the
-run. A run whose handler logged nothing and raised nothing has no run log: the worker's own
-ending line alone would say only what the run's status says, and would cost every such run
-two requests (createArtifact and the upload).
+"""The run log: what a handler logged while it ran, which becomes the run's
+``public/logs/live_backing.log`` (Taskcluster's name for a task's log) no later than the
+run's report: carried in the report when it is small (``resolveRuns`` ``artifacts``, stored
+with the resolution at no request of its own), uploaded before it otherwise. A run whose
+handler logged nothing and raised nothing has no run log: the worker's own ending line alone
+would say only what the run's status says.
 
 Which records belong to which run is decided by context, not by logger: the worker runs each
 handler with :data:`current_run` set to its ``(taskId, runId)`` (contextvars follow a

@@ -44,8 +44,10 @@ from worker_sdk.cancellations import RunWatch
 from worker_sdk.claim_work_poller import ClaimWorkPoller
 from worker_sdk.client import (
     MAX_BATCH_RUNS,
+    MAX_INLINE_ARTIFACT_BYTES,
     Claim,
     CoordinatorClient,
+    InlineArtifact,
     Resolution,
     ca_context,
     new_session,
@@ -514,9 +516,10 @@ class Worker:
             self._reporting.add((run.task_id, run.run_id))
             self._wakeup.set()
             await progress.flush()
+            content = None
             if run_log is not None:
-                await self._upload_run_log(run, lease, run_log, artifacts, resolution)
-            await self._report(batches, run, lease, resolution)
+                content = self._run_log_content(run, lease, run_log, resolution)
+            await self._report(batches, run, lease, resolution, run_log=(content, artifacts))
 
     async def _call(self, run: TaskRun, lease: Lease, run_log: RunLog | None) -> None:
         # This task's context (and the threads and tasks it starts) is the run's: what it
@@ -624,30 +627,30 @@ class Worker:
             )
         return resolution
 
-    async def _upload_run_log(
-        self,
-        run: TaskRun,
-        lease: Lease,
-        run_log: RunLog,
-        artifacts: RunArtifacts,
-        resolution: Resolution,
-    ) -> None:
-        """Upload the run's log, ended with the handler's traceback and the resolution,
-        within :data:`RUN_LOG_TIMEOUT` and the claim; a failure is logged, never raised.
-        Nothing for a run whose handler logged nothing and raised nothing."""
+    def _run_log_content(
+        self, run: TaskRun, lease: Lease, run_log: RunLog, resolution: Resolution
+    ) -> bytes | None:
+        """The run's log, gzipped, ended with the handler's traceback and the resolution;
+        ``None`` for a run whose handler logged nothing and raised nothing."""
         assert lease.handler is not None
         handler = lease.handler
         error = None if handler.cancelled() else handler.exception()
         if error is None and run_log.empty:
-            return
+            return None
         ending = f"run {run.task_id}/{run.run_id} resolved {resolution.kind}"
         if resolution.reason is not None:
             ending += f"/{resolution.reason}"
         if error is not None:
             ending += f", the handler raised:\n{_traceback(error)}"
         run_log.write(_run_log_line(ending))
+        return run_log.gzipped()
+
+    async def _upload_run_log(
+        self, run: TaskRun, lease: Lease, content: bytes, artifacts: RunArtifacts
+    ) -> None:
+        """Upload the run's log (createArtifact and PUT) within :data:`RUN_LOG_TIMEOUT` and
+        the claim; a failure is logged, never raised."""
         try:
-            content = run_log.gzipped()
             within = min(RUN_LOG_TIMEOUT, lease.expires_at - time.monotonic())
             async with asyncio.timeout(max(0.0, within)):
                 await artifacts.upload(
@@ -706,16 +709,26 @@ class Worker:
             )
 
     async def _report(
-        self, batches: RunBatches, run: TaskRun, lease: Lease, resolution: Resolution
+        self,
+        batches: RunBatches,
+        run: TaskRun,
+        lease: Lease,
+        resolution: Resolution,
+        *,
+        run_log: tuple[bytes | None, RunArtifacts] | None = None,
     ) -> None:
-        """Report, retrying transient errors while the claim lasts (after that it's moot)."""
+        """Report, retrying transient errors while the claim lasts (after that it's moot).
+
+        :param run_log: the run's log (:meth:`_run_log_content`) and what uploads it: carried
+            in the report when small, else (or when the report goes singly) uploaded first.
+        """
         if self._tracer is None:
-            await self._report_run(batches, run, lease, resolution, None)
+            await self._report_run(batches, run, lease, resolution, None, run_log)
             return
         with self._run_span("report", "client", run) as span:
             span.set_attribute("resolution", resolution.kind)
             traceparent = self._tracer.traceparent(span)
-            await self._report_run(batches, run, lease, resolution, traceparent)
+            await self._report_run(batches, run, lease, resolution, traceparent, run_log)
 
     async def _report_run(
         self,
@@ -724,7 +737,24 @@ class Worker:
         lease: Lease,
         resolution: Resolution,
         traceparent: str | None,
+        run_log: tuple[bytes | None, RunArtifacts] | None,
     ) -> None:
+        inline: tuple[InlineArtifact, ...] = ()
+        upload = None
+        if run_log is not None and run_log[0] is not None:
+            content, artifacts = run_log
+            upload = _once(functools.partial(self._upload_run_log, run, lease, content, artifacts))
+            if len(content) <= MAX_INLINE_ARTIFACT_BYTES:
+                inline = (
+                    InlineArtifact(
+                        name=RUN_LOG_NAME,
+                        content_type=RUN_LOG_CONTENT_TYPE,
+                        content_encoding="gzip",
+                        content=content,
+                    ),
+                )
+            else:
+                await upload()
         try:
             await self._while_claimed(
                 lambda: batches.report(
@@ -733,6 +763,8 @@ class Worker:
                     resolution,
                     credentials=lease.credentials,
                     traceparent=traceparent,
+                    artifacts=inline,
+                    upload=upload,
                 ),
                 run,
                 lease,
@@ -793,6 +825,20 @@ async def _cancelled(task: asyncio.Task[None]) -> None:
     """Cancel ``task`` and wait for it to end."""
     task.cancel()
     await asyncio.wait({task})
+
+
+def _once(call: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """``call``, awaited the first time only: a report retried after its upload went out does
+    not upload again."""
+    called = False
+
+    async def once() -> None:
+        nonlocal called
+        if not called:
+            called = True
+            await call()
+
+    return once
 
 
 def _traceback(error: BaseException) -> str:

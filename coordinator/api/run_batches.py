@@ -9,6 +9,8 @@ and never the batch's.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,6 +39,7 @@ from coordinator.api.pipeline import (
     declared,
     declared_template,
 )
+from coordinator.domain.artifacts import MAX_INLINE_BYTES, InlineArtifact
 from coordinator.domain.errors import DomainError, Forbidden
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.scopes import Expression, held_scopes
@@ -63,6 +66,38 @@ def _distinct_runs(items: list[Body], key: str) -> list[tuple[str, int]]:
         first[run] = index
         runs.append(run)
     return runs
+
+
+def _inline_artifacts(items: list[Body], report: int) -> tuple[InlineArtifact, ...]:
+    """A report's ``artifacts`` (valid against the schema), their bytes decoded.
+
+    :raises InputValidationError: bytes that are not base64 or decode past the limit, or a
+        name given twice.
+    """
+    artifacts: list[InlineArtifact] = []
+    for index, item in enumerate(items):
+        where = f"reports[{report}].artifacts[{index}]"
+        try:
+            content = base64.b64decode(item["content"], validate=True)
+        except binascii.Error as error:
+            raise InputValidationError(f"{where}.content is not base64: {error}") from None
+        if len(content) > MAX_INLINE_BYTES:
+            raise InputValidationError(
+                f"{where}.content is {len(content)} bytes, past the {MAX_INLINE_BYTES} a report "
+                "may carry: upload it with createArtifact"
+            )
+        if any(a.name == item["name"] for a in artifacts):
+            raise InputValidationError(f"{where}.name {item['name']!r} is given twice")
+        encoding = item.get("contentEncoding", "identity")
+        artifacts.append(
+            InlineArtifact(
+                name=item["name"],
+                content_type=item["contentType"],
+                content_encoding=None if encoding == "identity" else encoding,
+                content=content,
+            )
+        )
+    return tuple(artifacts)
 
 
 def _permit(auth: Auth, expression: Expression) -> None:
@@ -178,7 +213,10 @@ RUN_BATCH_ENDPOINTS: tuple[Endpoint, ...] = (
         f"{MAX_BATCH_RUNS} running "
         "runs at once (`resolution`, and `reason` exactly for `exception`). Per run the caller "
         "needs `queue:resolve-task:<taskId>/<runId>` or the worker-id scope of the worker "
-        "holding the run. Per-run results in request order, as claimRuns. " + _DUPLICATE + " Not "
+        "holding the run. A report may carry up to 4 small artifacts of its run (`artifacts`, "
+        "64 KiB each, base64: a worker's run log), stored in the transaction that resolves "
+        "the run, instead of a createArtifact and an upload each; they need what the report "
+        "needs. Per-run results in request order, as claimRuns. " + _DUPLICATE + " Not "
         "a Taskcluster method.",
         stability="experimental",
         run_scopes=run_or_holder("queue:resolve-task"),
@@ -279,8 +317,9 @@ class RunBatchHandlers(Handlers):
                 resolution=item["resolution"],
                 reason=item.get("reason") or item["resolution"],
                 retry_after_ms=retry_after_ms(item),
+                artifacts=_inline_artifacts(item.get("artifacts", ()), index),
             )
-            for (task_id, run_id), item in zip(runs, items, strict=True)
+            for index, ((task_id, run_id), item) in enumerate(zip(runs, items, strict=True))
         ]
         results = await self.service.resolve_runs(
             reports, permit=_held_or(auth, request[SCOPE_CHECK].endpoint)

@@ -112,6 +112,19 @@ class BlobReader:
         self._chunks = chunks
         self._close = close
 
+    @classmethod
+    def of(cls, data: bytes) -> BlobReader:
+        """A reader of bytes already in memory (an inline artifact's, read from its row)."""
+
+        async def chunks() -> AsyncIterator[bytes]:
+            if data:
+                yield data
+
+        async def close() -> None:
+            pass
+
+        return cls(length=len(data), chunks=chunks(), close=close)
+
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks
 

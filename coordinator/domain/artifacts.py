@@ -6,7 +6,8 @@ messages: which names are valid (:func:`check_name`), what a createArtifact requ
 create (:func:`new_artifact`, checked in Taskcluster's order), when a repeated request is
 accepted and what it then stores (:func:`compatible`, :func:`replacement`), one step of
 following ``link`` artifacts (:func:`follow`) and which run the ``latest`` methods mean
-(:func:`latest_run_id`, :func:`check_listed_run`).
+(:func:`latest_run_id`, :func:`check_listed_run`). An :class:`InlineArtifact` is a small s3
+artifact a run's report carries, stored with the report (:func:`stored_inline`).
 
 Storage types: ``s3`` (bytes uploaded to the coordinator's blob store after creation),
 ``reference`` (a URL elsewhere), ``link`` (another artifact of the same run) and ``error`` (a
@@ -36,6 +37,10 @@ DEFAULT_CONTENT_TYPE = "application/binary"
 """The contentType of an artifact whose request names none (link, error), as in Taskcluster."""
 
 MAX_NAME_LENGTH = 1024
+MAX_INLINE_BYTES = 64 * 1024
+"""The most bytes an artifact carried in a report may have (resolveRuns ``artifacts``)."""
+MAX_INLINE_ARTIFACTS = 4
+"""The most artifacts one report may carry."""
 EXPIRES_SLACK_MS = 15 * 60 * 1000
 """How far in the past a new artifact's ``expires`` may lie: clock skew (Taskcluster's)."""
 EXCEPTION_GRACE_MS = 25 * 60 * 1000
@@ -58,7 +63,8 @@ class Artifact:
     :param expires: when it expires; a repeat may extend it, never shorten it.
     :param details: per storage type: reference ``{"url"}``, link ``{"artifact"}`` (a name in
         the same run), error ``{"reason", "message"}``; s3 ``{}`` until its bytes are
-        uploaded, then ``{"uploaded": true, "contentLength": n, "contentEncoding": str|None}``.
+        uploaded, then ``{"uploaded": true, "contentLength": n, "contentEncoding": str|None}``,
+        with ``"inline": true`` when the bytes are in the store's row, not the blob store.
     :param created: when the first createArtifact stored it.
     :param content_length: the contentLength an s3 request declared, ``None`` if none.
     """
@@ -81,6 +87,11 @@ class Artifact:
     def uploaded(self) -> bool:
         """Whether its bytes are stored: an s3 artifact once an upload finished."""
         return self.storage_type == "s3" and bool(self.details.get("uploaded"))
+
+    @property
+    def inline(self) -> bool:
+        """Whether its bytes are in its row (:class:`InlineArtifact`), not the blob store."""
+        return self.uploaded and bool(self.details.get("inline"))
 
     def is_expired(self, now: int) -> bool:
         """Whether getArtifact answers 410 at ``now`` (``expires`` strictly before it)."""
@@ -177,6 +188,45 @@ def new_artifact(
         created=now,
         content_length=body.get("contentLength") if storage_type == "s3" else None,
     )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InlineArtifact:
+    """A small s3 artifact carried in a run's report, bytes and all (at most
+    :data:`MAX_INLINE_BYTES`): stored in the store's row by the write that resolves the run,
+    so it exists exactly when the run's resolution does, without a createArtifact and an
+    upload of its own."""
+
+    name: str
+    content_type: str
+    content_encoding: str | None
+    content: bytes
+
+
+InlineRow = tuple[Artifact, bytes]
+"""An inline artifact as the store writes it: the row, and the bytes it holds."""
+
+
+def stored_inline(task: TaskRecord, run_id: int, inline: InlineArtifact, *, now: int) -> InlineRow:
+    """The uploaded s3 artifact ``inline`` becomes in run ``run_id`` of ``task``, expiring
+    with the task (createArtifact's default), and its bytes."""
+    artifact = Artifact(
+        task_id=task.task_id,
+        run_id=run_id,
+        name=inline.name,
+        storage_type="s3",
+        content_type=inline.content_type,
+        expires=task.expires,
+        details={
+            "uploaded": True,
+            "contentLength": len(inline.content),
+            "contentEncoding": inline.content_encoding,
+            "inline": True,
+        },
+        created=now,
+        content_length=len(inline.content),
+    )
+    return artifact, inline.content
 
 
 def _expires(text: str) -> int:

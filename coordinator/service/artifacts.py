@@ -13,7 +13,8 @@ and writes around them:
   row never claims bytes that are not there; an upload whose row vanished meanwhile (its task
   deleted) takes its bytes back;
 * bytes go before rows: an artifact's before its expired row, a task's before the task (whose
-  rows the store deletes with it). A crash in between leaves rows without bytes, which answer
+  rows the store deletes with it). An inline artifact (one a report carried) keeps its
+  bytes in its row, which go with it. A crash in between leaves rows without bytes, which answer
   404 on download and are deleted later, never bytes that nothing points at.
 
 Times are epoch milliseconds.
@@ -284,6 +285,11 @@ class ArtifactService:
 
         :raises NotFound: they are gone (the artifact is being deleted).
         """
+        if artifact.inline:
+            content = await self._store.artifact_content(*artifact.key)
+            if content is None:
+                raise NotFound("Artifact not found: its bytes are gone (it is being deleted)")
+            return BlobReader.of(content)
         reader = await self.blobs.open(blob_key(artifact.task_id, artifact.run_id, artifact.name))
         if reader is None:
             raise NotFound("Artifact not found: its bytes are gone (it is being deleted)")
@@ -292,7 +298,9 @@ class ArtifactService:
     def blob_url(self, artifact: Artifact) -> str | None:
         """A URL of the blob store that serves the bytes of an uploaded artifact for
         :data:`DOWNLOAD_URL_LIFETIME_MS` (on the real clock, the blob store's), or ``None`` when
-        the coordinator serves them itself."""
+        the coordinator serves them itself (always an inline artifact's)."""
+        if artifact.inline:
+            return None
         return self.blobs.download_url(
             blob_key(artifact.task_id, artifact.run_id, artifact.name),
             content_type=artifact.content_type,
@@ -309,7 +317,7 @@ class ArtifactService:
         :raises BlobUnavailable: the blob store failed; delete the tasks later.
         """
         artifacts = await self._store.artifacts_of_tasks(task_ids)
-        holders = sorted({a.task_id for a in artifacts if a.storage_type == "s3"})
+        holders = sorted({a.task_id for a in artifacts if _in_blobs(a)})
         await bounded(
             (self.blobs.delete_prefix(task_prefix(task_id)) for task_id in holders),
             at_once=DELETES_AT_ONCE,
@@ -328,7 +336,7 @@ class ArtifactService:
             (
                 self.blobs.delete(blob_key(a.task_id, a.run_id, a.name))
                 for a in expired
-                if a.storage_type == "s3"
+                if _in_blobs(a)
             ),
             at_once=DELETES_AT_ONCE,
         )
@@ -336,6 +344,12 @@ class ArtifactService:
         # A full batch may have left artifacts expiring at the same time as its last one.
         through = now if len(expired) < limit else expired[-1].expires - 1
         return Expiry(deleted=deleted, through=through)
+
+
+def _in_blobs(artifact: Artifact) -> bool:
+    """Whether the blob store may hold bytes of ``artifact``: an s3 artifact's, unless its
+    row holds them (an upload not finished may have left some)."""
+    return artifact.storage_type == "s3" and not artifact.inline
 
 
 def check_uploaded(artifact: Artifact) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator.domain import definitions, lifecycle
+from coordinator.domain.artifacts import InlineArtifact, InlineRow, stored_inline
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
 from coordinator.domain.events import QueueEvent, group_event, running_event, task_events
 from coordinator.domain.lifecycle import Timing, TransitionResult
@@ -49,6 +50,8 @@ class RunReport:
     :param reason: the reasonResolved: ``completed``, ``failed`` or the exception reason.
     :param retry_after_ms: reportException's ``retryAfter`` (intermittent-task only): the
         retry run becomes visible after it instead of after the task's retry delay.
+    :param artifacts: small artifacts of the run (its log) stored with the report, so they
+        exist exactly when it is accepted (resolveRuns only).
     """
 
     task_id: str
@@ -56,6 +59,7 @@ class RunReport:
     resolution: str
     reason: str
     retry_after_ms: int | None = None
+    artifacts: Sequence[InlineArtifact] = ()
 
 
 GROUP_PAGE = 200
@@ -710,20 +714,27 @@ class TaskService:
     async def resolve_runs(
         self, reports: Sequence[RunReport], *, permit: Permit
     ) -> list[TaskRecord | DomainError]:
-        """resolveRuns: :meth:`report` for a batch of reports, as claimRuns."""
+        """resolveRuns: :meth:`report` for a batch of reports, as claimRuns, each report's
+        artifacts written with it."""
         return await self._each_run(
             [
                 (r.task_id, r.run_id, self._reporting(r), f"reported-{r.resolution}")
                 for r in reports
             ],
             permit,
+            attach=[_attaching(r) for r in reports],
         )
 
     async def _each_run(
-        self, items: Sequence[tuple[str, int, Transition, str]], permit: Permit
+        self,
+        items: Sequence[tuple[str, int, Transition, str]],
+        permit: Permit,
+        *,
+        attach: Sequence[Callable[[TaskRecord, int], Sequence[InlineRow]] | None] | None = None,
     ) -> list[TaskRecord | DomainError]:
         """Apply each item's transition to its run, once ``permit`` allows it on the task as
-        read (checked again on every re-read, so a lost race cannot skip it)."""
+        read (checked again on every re-read, so a lost race cannot skip it); ``attach``, per
+        item, its :attr:`Change.attach <coordinator.service.transitions.Change.attach>`."""
 
         results = await self.transitions.apply_many(
             [
@@ -731,8 +742,9 @@ class TaskService:
                     task_id=task_id,
                     transition=_permitted(permit, run_id, transition),
                     action=action,
+                    attach=None if attach is None else attach[index],
                 )
-                for task_id, run_id, transition, action in items
+                for index, (task_id, run_id, transition, action) in enumerate(items)
             ]
         )
         return [o.record if isinstance(o, TransitionResult) else o for o in results]
@@ -804,6 +816,15 @@ class TaskService:
         """Up to ``limit`` tasks of the queue whose last run is pending, the earliest
         claimable first."""
         return (await self._store.pending_runs(task_queue, limit=limit, after=None)).items
+
+
+def _attaching(report: RunReport) -> Callable[[TaskRecord, int], Sequence[InlineRow]] | None:
+    """What writing ``report`` stores beside it: its artifacts, in its run."""
+    if not report.artifacts:
+        return None
+    return lambda record, now: [
+        stored_inline(record, report.run_id, inline, now=now) for inline in report.artifacts
+    ]
 
 
 def _permitted(permit: Permit, run_id: int, transition: Transition) -> Transition:

@@ -7,7 +7,8 @@ state. After a successful write the result's effects follow: the hint of a newly
 is published, and a newly resolved task's dependents are re-examined. Both effects are also
 recorded in the record (``hint_needed``, ``notify_dependents``), so the resolvers finish them if
 this process dies first. A completion's index entries (its ``index.*`` routes) are no effect:
-they are written by the completing compare-and-set itself, in its transaction.
+they are written by the completing compare-and-set itself, in its transaction, as are a
+report's inline artifacts (:attr:`Change.attach`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
+from coordinator.domain.artifacts import InlineRow
 from coordinator.domain.errors import Conflict, DomainError, InputError, NotFound
 from coordinator.domain.events import QueueEvent, task_events
 from coordinator.domain.index import IndexedTask, completion_entries
@@ -49,11 +51,14 @@ class Change:
     """One item of :meth:`Transitions.apply_many`: a transition for a task.
 
     :param action: what the transition does, for the log line of a change.
+    :param attach: the inline artifacts (a report's) written with the record if its write
+        wins, made of the record as written and the time; ``None`` for none.
     """
 
     task_id: str
     transition: Transition
     action: str
+    attach: Callable[[TaskRecord, int], Sequence[InlineRow]] | None = None
 
 
 def _too_fast(task_id: str) -> Conflict:
@@ -253,12 +258,18 @@ class Transitions:
                 for _, _, w in writes
                 if (entries := self._index_entries(w))
             }
+            attached = {
+                w.record.task_id: attach(w.record, now)
+                for i, _, w in writes
+                if (attach := changes[i].attach) is not None
+            }
             stored = await self._store.compare_and_set_many(
                 [w[2].record for w in writes],
                 events=events,
                 resolving={w.record.task_id for _, _, w in writes if w.resolved},
                 closing=None if closing is None else close,
                 index=indexing,
+                artifacts=attached,
             )
             written: list[TransitionResult] = []
             logged: dict[str, list[tuple[str, tuple[Run, ...]]]] = {}

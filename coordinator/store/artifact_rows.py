@@ -3,13 +3,14 @@ columns, the same for every driver (``details`` is compact JSON text)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from coordinator.domain.artifacts import Artifact
+from coordinator.domain.artifacts import Artifact, InlineRow
 from coordinator.domain.json_text import compact
+from coordinator.domain.records import TaskRecord
 from coordinator.store.rows import Row
 
 
@@ -30,6 +31,18 @@ def artifact_columns(artifact: Artifact) -> dict[str, Any]:
         "details": details_json(artifact.details),
         "created": artifact.created,
     }
+
+
+def inline_columns(
+    written: Sequence[TaskRecord], artifacts: Mapping[str, Sequence[InlineRow]]
+) -> list[dict[str, Any]]:
+    """The columns of the inline artifacts of these written records, for
+    ``insert_inline_artifact``."""
+    return [
+        {**artifact_columns(artifact), "content": content}
+        for record in written
+        for artifact, content in artifacts.get(record.task_id, ())
+    ]
 
 
 def details_json(details: Mapping[str, Any]) -> str:

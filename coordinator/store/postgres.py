@@ -57,7 +57,7 @@ from asyncpg.exceptions import (
     PostgresConnectionError,
 )
 
-from coordinator.domain.artifacts import Artifact, ArtifactKey
+from coordinator.domain.artifacts import Artifact, ArtifactKey, InlineRow
 from coordinator.domain.concurrency_keys import Candidate, Key, serve_keys
 from coordinator.domain.errors import InputError
 from coordinator.domain.events import (
@@ -76,7 +76,7 @@ from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import PRIORITIES, TaskQueue, priority_level
 from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
-from coordinator.store.artifact_rows import artifact_columns
+from coordinator.store.artifact_rows import artifact_columns, inline_columns
 from coordinator.store.base import ProcessLocks
 from coordinator.store.contract.deduplication import KeyedInsert
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement, PickLevels
@@ -784,17 +784,23 @@ class PostgresStore(SQLStore):
         resolving: Collection[str] = (),
         closing: Callable[[int], Sequence[QueueEvent]] | None = None,
         index: Mapping[str, Sequence[IndexedTask]] | None = None,
+        artifacts: Mapping[str, Sequence[InlineRow]] | None = None,
     ) -> list[TaskRecord | None]:
         if not records:
             return []
         values = _compare_and_set_values(records)
-        if events or index:
+        if events or index or artifacts:
 
             async def then(conn: asyncpg.Connection, rows: list[asyncpg.Record]) -> None:
                 written = {row["task_id"] for row in rows}
+                won = [record for record in records if record.task_id in written]
                 if index:
-                    won = [record for record in records if record.task_id in written]
                     await _write_index(conn, won, index)
+                if artifacts:
+                    insert = _Q["insert_inline_artifact"]
+                    await conn.executemany(
+                        insert.sql, [insert.args(c) for c in inline_columns(won, artifacts)]
+                    )
                 if not events:
                     return
                 await _groups_resolved(conn, records, written & set(resolving))

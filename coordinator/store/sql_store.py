@@ -354,6 +354,10 @@ class SQLStore(Store, abc.ABC):
         rows = await self._fetch("get_artifact", **key_columns(task_id, run_id, name))
         return artifact_from_row(rows[0]) if rows else None
 
+    async def artifact_content(self, task_id: str, run_id: int, name: str) -> bytes | None:
+        rows = await self._fetch("artifact_content", **key_columns(task_id, run_id, name))
+        return bytes(rows[0]["content"]) if rows and rows[0]["content"] is not None else None
+
     async def list_artifacts(
         self, task_id: str, run_id: int, *, after: str | None, limit: int
     ) -> Page[Artifact, str]:

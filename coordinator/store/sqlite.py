@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from coordinator.domain.artifacts import Artifact, ArtifactKey
+from coordinator.domain.artifacts import Artifact, ArtifactKey, InlineRow
 from coordinator.domain.concurrency_keys import UNKEYED, Candidate, Key, serve_keys
 from coordinator.domain.errors import InputError
 from coordinator.domain.events import (
@@ -44,7 +44,12 @@ from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_groups import TaskGroup
 from coordinator.domain.task_queues import PRIORITIES, TaskQueue, priority_level
 from coordinator.domain.workers import TaskQueueSighting, WorkerSighting, recent_tasks
-from coordinator.store.artifact_rows import artifact_columns, artifact_from_row, key_columns
+from coordinator.store.artifact_rows import (
+    artifact_columns,
+    artifact_from_row,
+    inline_columns,
+    key_columns,
+)
 from coordinator.store.base import ProcessLocks
 from coordinator.store.contract.deduplication import KeyedInsert
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement, PickLevels
@@ -534,13 +539,18 @@ class SQLiteStore(SQLStore):
         resolving: Collection[str] = (),
         closing: Callable[[int], Sequence[QueueEvent]] | None = None,
         index: Mapping[str, Sequence[IndexedTask]] | None = None,
+        artifacts: Mapping[str, Sequence[InlineRow]] | None = None,
     ) -> list[TaskRecord | None]:
         params = [{**status_columns(r), "version": r.version} for r in records]
 
         def write(conn: sqlite3.Connection) -> list[Written | None]:
             rows = _compare_and_set_all(conn, params)
-            if index:
-                _write_index(conn, [r for r, row in zip(records, rows, strict=True) if row], index)
+            if index or artifacts:
+                won = [r for r, row in zip(records, rows, strict=True) if row]
+                if index:
+                    _write_index(conn, won, index)
+                if artifacts:
+                    conn.executemany(_Q["insert_inline_artifact"], inline_columns(won, artifacts))
             if events:
                 written = {r.task_id for r, row in zip(records, rows, strict=True) if row}
                 _write_outbox(conn, written_outbox_rows(records, written, events))

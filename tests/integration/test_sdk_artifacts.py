@@ -1,8 +1,8 @@
 """The worker SDK's artifacts against the coordinator test double
 (tests/fixtures/coordinator_double.py): ``TaskRun.upload_artifact`` and its siblings
 (createArtifact signed with the run's current credentials, then the bytes PUT to the
-putUrl), their retries, and the run log a run uploads as ``public/logs/live_backing.log``
-before its report when its handler logged or raised.
+putUrl), their retries, and the run log, ``public/logs/live_backing.log``, of a run whose
+handler logged or raised: carried in its report when small, uploaded before it otherwise.
 
 Handlers that run in a child process (``isolation="process"``) are module-level functions,
 because the child imports its handler by name.
@@ -26,6 +26,7 @@ from tests.fixtures.coordinator_double import CoordinatorDouble, Upload, eventua
 from tests.fixtures.sdk import make_worker, reports, running
 from worker_sdk import RequestFailed, TaskRun
 from worker_sdk.artifacts import UPLOAD_ATTEMPTS
+from worker_sdk.client import MAX_INLINE_ARTIFACT_BYTES
 from worker_sdk.cli import parse_options
 from worker_sdk.run_log import RUN_LOG_NAME, RunLog
 
@@ -33,7 +34,8 @@ log = logging.getLogger(__name__)
 
 
 def log_of(double: CoordinatorDouble, task_id: str, run_id: int = 0) -> str:
-    """The run log the worker uploaded for a run, checked to be gzipped text/plain."""
+    """The run log the worker sent for a run (in its report or uploaded), checked to be
+    gzipped text/plain."""
     upload = double.uploads[(task_id, run_id, RUN_LOG_NAME)]
     assert (upload.content_type, upload.content_encoding) == ("text/plain", "gzip")
     return gzip.decompress(upload.content).decode()
@@ -215,10 +217,9 @@ async def test_an_upload_that_keeps_failing_raises_to_the_handler_and_the_run_is
     assert double.routes("uploadArtifact").count("caught/0/public/a.txt") == UPLOAD_ATTEMPTS
     assert double.routes("createArtifact").count("uncaught/0/public/b.txt") == 1
     assert ("uncaught", 0, "public/b.txt") not in double.artifacts
-    # both runs' logs went out, before their reports; the failure's with its traceback
-    for task_id in ("caught", "uncaught"):
-        upload = position(double, "uploadArtifact", f"{task_id}/0/{RUN_LOG_NAME}")
-        assert upload < report_position(double, task_id)
+    # both runs' logs went out in their reports; the failure's with its traceback
+    assert not any(RUN_LOG_NAME in detail for _, detail in double.requests)
+    assert {"caught", "uncaught"} <= {key[0] for key in double.uploads if key[2] == RUN_LOG_NAME}
     text = log_of(double, "uncaught")
     assert "Traceback (most recent call last)" in text
     assert "RequestFailed: POST" in text and "403 Injected" in text
@@ -228,6 +229,7 @@ async def test_an_upload_that_keeps_failing_raises_to_the_handler_and_the_run_is
 async def test_a_run_log_that_cannot_be_uploaded_does_not_hold_back_the_report(
     double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
 ) -> None:
+    double.inline_artifacts = False  # an older coordinator: the log goes as an upload
     double.faults["createArtifact"] = [400]
     double.add_task("t1")
 
@@ -240,6 +242,67 @@ async def test_a_run_log_that_cannot_be_uploaded_does_not_hold_back_the_report(
     assert double.routes("createArtifact") == [f"t1/0/{RUN_LOG_NAME}"]
     [line] = [r.getMessage() for r in caplog.records if "run log not uploaded" in r.getMessage()]
     assert line.startswith("run log not uploaded taskId=t1 runId=0 error=POST")
+
+
+async def test_a_small_run_log_rides_in_the_batched_report(double: CoordinatorDouble) -> None:
+    double.add_task("t1")
+
+    def handle(run: TaskRun) -> None:
+        log.warning("a line for the report")
+
+    async with running(make_worker(double, handle)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+    assert reports(double) == {"t1": ("completed", None)}
+    # no request of its own: neither createArtifact nor an upload
+    assert double.routes("createArtifact") == [] and double.routes("uploadArtifact") == []
+    assert double.routes("resolveRuns") == ["t1/0"]
+    assert "WARNING" in log_of(double, "t1") and "a line for the report" in log_of(double, "t1")
+
+
+async def test_a_run_log_past_the_inline_limit_is_uploaded_before_the_report(
+    double: CoordinatorDouble,
+) -> None:
+    double.add_task("t1")
+
+    def handle(run: TaskRun) -> None:
+        for _ in range(3000):  # random hex: about 96 KiB once gzipped
+            log.warning(os.urandom(32).hex())
+
+    async with running(make_worker(double, handle)):
+        await eventually(lambda: len(double.reports) == 1, what="the report")
+    assert double.routes("createArtifact") == [f"t1/0/{RUN_LOG_NAME}"]
+    assert position(double, "uploadArtifact", f"t1/0/{RUN_LOG_NAME}") < report_position(
+        double, "t1"
+    )
+    assert len(double.uploads[("t1", 0, RUN_LOG_NAME)].content) > MAX_INLINE_ARTIFACT_BYTES
+    assert len(log_of(double, "t1").splitlines()) == 3001
+
+
+async def test_an_older_coordinator_gets_run_logs_uploaded_before_each_report(
+    double: CoordinatorDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    double.inline_artifacts = False
+    for task_id in ("t1", "t2"):
+        double.add_task(task_id, hint=task_id == "t1")
+
+    def handle(run: TaskRun) -> None:
+        log.warning("a line from %s", run.task_id)
+
+    async with running(make_worker(double, handle)):
+        await eventually(lambda: len(double.reports) == 1, what="the first report")
+        double.put("lowest", hint_text("t2", 0))
+        await eventually(lambda: len(double.reports) == 2, what="the second report")
+    assert reports(double) == {"t1": ("completed", None), "t2": ("completed", None)}
+    # the refusal costs one batch: the first run's report then goes singly, the second
+    # run's is batched, each after its log's upload
+    assert double.routes("resolveRuns") == ["t1/0", "t2/0"]
+    assert double.routes("completed") == ["t1/0"]
+    for task_id, report in (("t1", "completed"), ("t2", "resolveRuns")):
+        uploaded = position(double, "uploadArtifact", f"{task_id}/0/{RUN_LOG_NAME}")
+        assert uploaded < position(double, report, f"{task_id}/0")
+        assert f"a line from {task_id}" in log_of(double, task_id)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines.count("reports carry no artifacts from now on, they are uploaded") == 1
 
 
 def _barrier_handler(barrier: threading.Barrier) -> Any:
@@ -318,12 +381,8 @@ async def test_a_run_that_logged_nothing_uploads_no_log_unless_its_handler_raise
         "t-line": ("completed", None),
         "t-raises": ("failed", None),
     }
-    # the silent run cost no request: neither createArtifact nor an upload
-    assert sorted(double.routes("createArtifact")) == [
-        f"t-line/0/{RUN_LOG_NAME}",
-        f"t-raises/0/{RUN_LOG_NAME}",
-    ]
-    assert not any(key[0] == "t-silent" for key in double.uploads)
+    # the silent run sent no log, the others theirs in their reports
+    assert sorted(key[0] for key in double.uploads) == ["t-line", "t-raises"]
     assert [line.split(" ", 1)[1] for line in log_of(double, "t-line").splitlines()] == [
         f"WARNING {__name__}: one line",
         "INFO worker_sdk.worker: run t-line/0 resolved completed",

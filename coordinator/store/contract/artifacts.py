@@ -1,5 +1,6 @@
 """The artifacts part of the store contract: artifact rows (docs/artifacts.md); their bytes are
-the blob store's.
+the blob store's, except an inline artifact's, which its row holds (written with the report
+that carried it: :meth:`~coordinator.store.contract.tasks.TaskStore.compare_and_set_many`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ class ArtifactStore(abc.ABC):
     @abc.abstractmethod
     async def get_artifact(self, task_id: str, run_id: int, name: str) -> Artifact | None:
         """The artifact, expired or not; ``None`` if there is none."""
+
+    @abc.abstractmethod
+    async def artifact_content(self, task_id: str, run_id: int, name: str) -> bytes | None:
+        """The bytes an inline artifact's row holds; ``None`` if there is no such artifact
+        or its bytes are the blob store's."""
 
     @abc.abstractmethod
     async def list_artifacts(

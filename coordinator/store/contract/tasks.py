@@ -24,6 +24,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Collection, Mapping, Sequence
 
+from coordinator.domain.artifacts import InlineRow
 from coordinator.domain.events import QueueEvent
 from coordinator.domain.index import IndexedTask
 from coordinator.domain.listings import Page
@@ -120,12 +121,14 @@ class TaskStore(abc.ABC):
         resolving: Collection[str] = (),
         closing: Callable[[int], Sequence[QueueEvent]] | None = None,
         index: Mapping[str, Sequence[IndexedTask]] | None = None,
+        artifacts: Mapping[str, Sequence[InlineRow]] | None = None,
     ) -> list[TaskRecord | None]:
         """:meth:`compare_and_set` for records of distinct tasks in one round trip (SQLite:
-        one transaction; PostgreSQL: one statement, or one transaction with ``events`` or
-        ``index``). Each record wins or loses on its own version: a lost one never holds back
-        the others; the ``events`` and ``index`` entries of the records written (by task id)
-        are written with them, the
+        one transaction; PostgreSQL: one statement, or one transaction with ``events``,
+        ``index`` or ``artifacts``). Each record wins or loses on its own version: a lost one
+        never holds back the others; the ``events``, ``index`` entries and ``artifacts`` (a
+        report's inline artifacts, inserted unless the run has the name already) of the
+        records written (by task id) are written with them, the
         task-group-resolved of the groups those of ``resolving`` written leave resolved, and
         (with ``events``) if every record was written, after them ``closing(len(records))``.
 

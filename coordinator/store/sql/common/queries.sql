@@ -176,6 +176,19 @@ WHERE EXISTS (SELECT 1 FROM tasks WHERE task_id = :task_id)
 ON CONFLICT (task_id, run_id, name) DO NOTHING
 RETURNING name
 
+-- name: insert_inline_artifact
+-- A report's artifact, in the transaction that resolves its run (the task exists: it was just
+-- written). A name the run has already keeps its artifact.
+INSERT INTO artifacts (task_id, run_id, name, storage_type, content_type, content_length,
+                       expires, details, created, content)
+VALUES (:task_id, :run_id, :artifact_name, :storage_type, :content_type, :content_length,
+        :expires, :details, :created, :content)
+ON CONFLICT (task_id, run_id, name) DO NOTHING
+
+-- name: artifact_content
+SELECT content FROM artifacts
+WHERE task_id = :task_id AND run_id = :run_id AND name = :artifact_name
+
 -- name: get_artifact
 SELECT task_id, run_id, name, storage_type, content_type, content_length, expires, details,
        created
@@ -192,8 +205,9 @@ SET storage_type = :storage_type, expires = :expires,
 WHERE task_id = :task_id AND run_id = :run_id AND name = :artifact_name
 
 -- name: mark_uploaded
--- Compare-and-set on the storage type: only an s3 artifact records an upload.
-UPDATE artifacts SET details = :details
+-- Compare-and-set on the storage type: only an s3 artifact records an upload, whose bytes are
+-- then the blob store's (an inline artifact's content goes).
+UPDATE artifacts SET details = :details, content = NULL
 WHERE task_id = :task_id AND run_id = :run_id AND name = :artifact_name
   AND storage_type = 's3'
 RETURNING name
