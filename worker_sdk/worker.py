@@ -519,7 +519,13 @@ class Worker:
             content = None
             if run_log is not None:
                 content = self._run_log_content(run, lease, run_log, resolution)
-            await self._report(batches, run, lease, resolution, run_log=(content, artifacts))
+            await self._report(
+                batches,
+                run,
+                lease,
+                resolution,
+                run_log=None if content is None else (content, artifacts),
+            )
 
     async def _call(self, run: TaskRun, lease: Lease, run_log: RunLog | None) -> None:
         # This task's context (and the threads and tasks it starts) is the run's: what it
@@ -715,7 +721,7 @@ class Worker:
         lease: Lease,
         resolution: Resolution,
         *,
-        run_log: tuple[bytes | None, RunArtifacts] | None = None,
+        run_log: tuple[bytes, RunArtifacts] | None = None,
     ) -> None:
         """Report, retrying transient errors while the claim lasts (after that it's moot).
 
@@ -737,11 +743,11 @@ class Worker:
         lease: Lease,
         resolution: Resolution,
         traceparent: str | None,
-        run_log: tuple[bytes | None, RunArtifacts] | None,
+        run_log: tuple[bytes, RunArtifacts] | None,
     ) -> None:
         inline: tuple[InlineArtifact, ...] = ()
         upload = None
-        if run_log is not None and run_log[0] is not None:
+        if run_log is not None:
             content, artifacts = run_log
             upload = _once(functools.partial(self._upload_run_log, run, lease, content, artifacts))
             if len(content) <= MAX_INLINE_ARTIFACT_BYTES:

@@ -1,7 +1,8 @@
 """The artifact part of the :class:`~coordinator.store.base.Store` contract, run against SQLite
 and PostgreSQL alike: insert and its conflict, repeats written in place, the upload's
-compare-and-set, listings in name order, the sweeper's scan and delete, and artifacts going
-with their tasks whichever way the tasks are deleted.
+compare-and-set, listings in name order, the sweeper's scan and delete, artifacts going
+with their tasks whichever way the tasks are deleted, and the inline artifacts a batch
+compare-and-set writes with the records it wins.
 
 Tasks are built as the coordinator builds them (a normalised createTask body, then the
 lifecycle's create and claim); artifacts with :func:`coordinator.domain.artifacts.new_artifact`.
@@ -17,7 +18,7 @@ import asyncpg
 import pytest
 
 from coordinator.domain import lifecycle
-from coordinator.domain.artifacts import Artifact, new_artifact
+from coordinator.domain.artifacts import Artifact, InlineArtifact, new_artifact, stored_inline
 from coordinator.domain.definitions import normalise
 from coordinator.domain.errors import InputError
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
@@ -326,3 +327,52 @@ async def test_an_insert_racing_its_tasks_deletion_is_task_not_found(
     finally:
         await deleter.close()
         await store.close()
+
+
+async def test_a_batch_write_stores_the_inline_artifacts_of_the_records_it_wins(
+    store: Store,
+) -> None:
+    won, lost = await running_task(store, "A"), await running_task(store, "B")
+    done = [
+        lifecycle.report(t, run_id=0, state="completed", reason="completed", now=NOW, timing=TIMING)
+        for t in (won, lost)
+    ]
+    stale = replace(done[1].record, version=done[1].record.version + 3)
+    logged = InlineArtifact(
+        name="public/log", content_type="text/plain", content_encoding="gzip", content=b"\x1f\x8b"
+    )
+    stored = await store.compare_and_set_many(
+        [done[0].record, stale],
+        artifacts={
+            "A": [stored_inline(done[0].record, 0, logged, now=NOW)],
+            "B": [stored_inline(stale, 0, logged, now=NOW)],
+        },
+    )
+    assert [s is not None for s in stored] == [True, False]
+    got = await store.get_artifact("A", 0, "public/log")
+    assert got is not None and got.inline and got.expires == TASK_EXPIRES
+    assert got.to_api()["contentLength"] == 2
+    assert await store.artifact_content("A", 0, "public/log") == b"\x1f\x8b"
+    assert await store.get_artifact("B", 0, "public/log") is None
+    # an upload over it moves its bytes to the blob store: the row's go
+    assert await store.mark_uploaded("A", 0, "public/log", UPLOADED)
+    assert await store.artifact_content("A", 0, "public/log") is None
+    assert await store.artifact_content("A", 0, "no such") is None
+
+
+async def test_an_inline_artifact_never_replaces_a_name_the_run_has(store: Store) -> None:
+    task = await running_task(store, "A")
+    assert await store.insert_artifact(artifact(task, "public/log")) is None
+    done = lifecycle.report(
+        task, run_id=0, state="failed", reason="failed", now=NOW, timing=TIMING
+    ).record
+    logged = InlineArtifact(
+        name="public/log", content_type="text/x-other", content_encoding=None, content=b"x"
+    )
+    [stored] = await store.compare_and_set_many(
+        [done], artifacts={"A": [stored_inline(done, 0, logged, now=NOW)]}
+    )
+    assert stored is not None
+    got = await store.get_artifact("A", 0, "public/log")
+    assert got is not None and not got.uploaded and got.content_type == "text/plain"
+    assert await store.artifact_content("A", 0, "public/log") is None

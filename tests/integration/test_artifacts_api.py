@@ -13,6 +13,7 @@ when their tasks are deleted or expire.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
 from collections.abc import AsyncIterator
@@ -640,6 +641,160 @@ async def test_anonymous_public_reads_and_signed_urls(setup: Setup) -> None:
     status, _, data = await fetch(setup.c.session, listed)
     assert status == 200
     assert [a["name"] for a in json.loads(data)["artifacts"]] == ["private/closed", "public/open"]
+
+
+# --- artifacts carried in a report (resolveRuns ``artifacts``) ------------------------------
+
+
+async def resolve_runs(setup: Setup, reports: list[dict[str, Any]]) -> tuple[int, Any]:
+    """resolveRuns signed by the worker's own credentials: the status and the body."""
+    worker = setup.credentials["worker"]
+    answer = await call(
+        setup.c.session,
+        "POST",
+        f"{setup.c.api}/resolve-runs",
+        {"reports": reports},
+        credentials=HawkCredentials(
+            client_id=worker["clientId"], access_token=worker["accessToken"]
+        ),
+    )
+    return answer.status, answer.body
+
+
+def inline(name: str, data: bytes, **fields: str) -> dict[str, str]:
+    """An item of a report's ``artifacts``."""
+    return {"name": name, "contentType": "text/plain", "content": b64(data), **fields}
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def test_a_report_stores_its_artifacts_with_the_resolution(setup: Setup) -> None:
+    task_id, _ = await setup.running()
+    log_name = "public/logs/live_backing.log"
+    body = gzip.compress(LOG)
+    status, answer = await resolve_runs(
+        setup,
+        [
+            {
+                "taskId": task_id,
+                "runId": 0,
+                "resolution": "completed",
+                "artifacts": [
+                    inline(log_name, body, contentEncoding="gzip"),
+                    inline("public/empty.txt", b"", contentEncoding="identity"),
+                ],
+            }
+        ],
+    )
+    assert status == 200, answer
+    assert answer["reports"][0]["status"]["state"] == "completed"
+    reader = setup.client("reader")
+    listed = await reader.listArtifacts(task_id, 0)
+    assert [(a["name"], a["storageType"], a.get("contentLength")) for a in listed["artifacts"]] == [
+        ("public/empty.txt", "s3", 0),
+        (log_name, "s3", len(body)),
+    ]
+    assert listed["artifacts"][1]["expires"] == (await setup.client(None).task(task_id))["expires"]
+    got = await reader.getArtifact(task_id, 0, log_name)
+    # the coordinator serves them from the store on either blob backend
+    assert "/api/queue/v1/" in got["url"]
+    status, headers, data = await fetch(setup.c.session, got["url"])
+    assert (status, data) == (200, body)
+    assert (headers["Content-Type"], headers["Content-Encoding"]) == ("text/plain", "gzip")
+    got = await reader.getArtifact(task_id, 0, "public/empty.txt")
+    status, headers, data = await fetch(setup.c.session, got["url"])
+    assert (status, data) == (200, b"")
+    assert "Content-Encoding" not in headers
+    assert await setup.stored(task_id, log_name) is None, "nothing in the blob store"
+
+
+async def test_a_refused_report_stores_no_artifact_and_a_kept_name_stays(setup: Setup) -> None:
+    task_id, run = await setup.running()
+    await setup.s3(run, task_id, "public/kept.txt", b"uploaded")
+    pending = await setup.task()
+    status, answer = await resolve_runs(
+        setup,
+        [
+            {
+                "taskId": task_id,
+                "runId": 0,
+                "resolution": "failed",
+                "artifacts": [inline("public/kept.txt", b"inline"), inline("public/new", b"n")],
+            },
+            {
+                "taskId": pending,
+                "runId": 0,
+                "resolution": "completed",
+                "artifacts": [inline("public/log", b"never")],
+            },
+        ],
+    )
+    assert status == 200, answer
+    assert answer["reports"][0]["status"]["state"] == "failed"
+    assert answer["reports"][1]["error"]["status"] == 403  # a run this worker does not hold
+    assert await setup.c.parts.store.get_artifact(pending, 0, "public/log") is None
+    reader = setup.client("reader")
+    kept = await reader.getArtifact(task_id, 0, "public/kept.txt")
+    assert (await fetch(setup.c.session, kept["url"]))[2] == b"uploaded"
+    new = await reader.getArtifact(task_id, 0, "public/new")
+    assert (await fetch(setup.c.session, new["url"]))[2] == b"n"
+    # a report repeated after it was accepted is answered again and changes nothing
+    status, answer = await resolve_runs(
+        setup,
+        [
+            {
+                "taskId": task_id,
+                "runId": 0,
+                "resolution": "failed",
+                "artifacts": [inline("public/later", b"l")],
+            }
+        ],
+    )
+    assert status == 200 and answer["reports"][0]["status"]["state"] == "failed"
+    assert await setup.c.parts.store.get_artifact(task_id, 0, "public/later") is None
+
+
+@pytest.mark.parametrize(
+    ("artifacts", "words"),
+    [
+        ([{"name": "a", "contentType": "text/plain", "content": "not base64!"}], "does not match"),
+        ([{"name": "a", "contentType": "text/plain", "content": "QQ"}], "is not base64"),
+        ([inline("a", b"x" * (64 * 1024 + 1))], "past the 65536 a report may carry"),
+        ([inline("a", b"1"), inline("a", b"2")], "'a' is given twice"),
+        ([inline(f"a{n}", b"") for n in range(5)], "is too long"),
+        ([inline("a", b"", contentEncoding="br")], "is not one of"),
+        ([{"name": "a", "content": ""}], "'contentType' is a required property"),
+    ],
+)
+async def test_bad_report_artifacts_are_400_with_nothing_written(
+    setup: Setup, artifacts: list[dict[str, str]], words: str
+) -> None:
+    task_id, _ = await setup.running()
+    report = {"taskId": task_id, "runId": 0, "resolution": "completed", "artifacts": artifacts}
+    status, answer = await resolve_runs(setup, [report])
+    assert status == 400 and answer["code"] == "InputValidationError", answer
+    assert words in answer["message"]
+    assert (await setup.client(None).status(task_id))["status"]["state"] == "running"
+    assert await setup.c.parts.store.get_artifact(task_id, 0, "a") is None
+
+
+async def test_an_inline_artifact_expires_and_goes_with_its_task(setup: Setup) -> None:
+    start = setup.clock.now
+    task_id, _ = await setup.running(expires=to_iso(start + 3 * HOUR_MS))
+    report = {
+        "taskId": task_id,
+        "runId": 0,
+        "resolution": "completed",
+        "artifacts": [inline("public/log", b"logged")],
+    }
+    assert (await resolve_runs(setup, [report]))[0] == 200
+    management = setup.c.parts.management
+    assert await expiry_sweeper.run_once(management) == 0
+    setup.clock.now = start + 3 * HOUR_MS
+    assert await expiry_sweeper.run_once(management) == 2  # the artifact, then its task
+    assert await setup.c.parts.store.get(task_id) is None
 
 
 # --- deletion --------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from tests.fixtures.coordinator_double import CoordinatorDouble, Upload, eventua
 from tests.fixtures.sdk import make_worker, reports, running
 from worker_sdk import RequestFailed, TaskRun
 from worker_sdk.artifacts import UPLOAD_ATTEMPTS
-from worker_sdk.client import MAX_INLINE_ARTIFACT_BYTES
 from worker_sdk.cli import parse_options
+from worker_sdk.client import MAX_INLINE_ARTIFACT_BYTES
 from worker_sdk.run_log import RUN_LOG_NAME, RunLog
 
 log = logging.getLogger(__name__)
