@@ -31,7 +31,8 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
 * ``store-<store>-defaults``: ``store-<store>`` with what a deployment runs with by default:
   Hawk authentication on (a producer and a worker pool with their own clients,
   :func:`benchlib.authn.deployment_clients`), the workers' run log on, and a handler that
-  logs one line (:func:`benchlib.noop.handle_logging`), so every run uploads its log.
+  logs one line (:func:`benchlib.noop.handle_logging`), so every run sends its log (in its
+  report: it is small).
 * ``store-<store>-events``: ``store-<store>`` with Pulse publishing on
   (``COORDINATOR_PULSE_URL`` straight to the broker :data:`benchlib.events.AMQP_URL`; the
   messages go to exchanges nobody need be bound to).
@@ -149,7 +150,7 @@ async def run(
         row = Row(
             key=f"e2e-{store}-runlog",
             title=f"end to end, {label} store, batching, run log on: createTasks -> SDK "
-            "poll/claimRuns/delete -> createArtifact + PUT log -> resolveRuns",
+            "poll/claimRuns/delete -> resolveRuns carrying the log",
             unit="tasks/s",
         )
     elif batching:
@@ -186,7 +187,7 @@ LABELS = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
 _STORE_TITLES: dict[StoreVariant, str] = {
     "bare": ": createTasks -> SDK claimWork (batched) -> resolveRuns",
     "defaults": ", the defaults on (Hawk auth, run log, a handler that logs a line): createTasks "
-    "-> SDK claimWork -> log a line -> createArtifact + PUT log -> resolveRuns",
+    "-> SDK claimWork -> log a line -> resolveRuns carrying the log",
     "events": ", Pulse publishing on: createTasks -> SDK claimWork -> resolveRuns (+ 4 messages)",
     "vacuum-held": ", a transaction held open throughout: createTasks -> SDK claimWork -> "
     "resolveRuns",
