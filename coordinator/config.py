@@ -157,6 +157,8 @@ class Config:
     :param tls_cert: PEM file of the certificate (its chain after it) the API serves HTTPS
         with; with ``tls_key``, or neither (plain HTTP).
     :param tls_key: PEM file of that certificate's private key.
+    :param processes: how many serve processes share the port (PostgreSQL only), each a
+        replica (docs/replicas.md).
     """
 
     host: str = "127.0.0.1"
@@ -193,8 +195,20 @@ class Config:
     deployment: Deployment = field(default_factory=Deployment)
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    processes: int = 1
 
     def __post_init__(self) -> None:
+        if self.processes > 1 and not self.store_url.startswith(("postgres://", "postgresql://")):
+            raise ConfigurationError(
+                f"COORDINATOR_PROCESSES={self.processes} needs a PostgreSQL store "
+                "(COORDINATOR_STORE_URL=postgresql://…): a SQLite store has one writing "
+                "process; set COORDINATOR_PROCESSES=1, or run on PostgreSQL"
+            )
+        if self.processes > 1 and self.port == 0:
+            raise ConfigurationError(
+                f"COORDINATOR_PROCESSES={self.processes} needs a fixed COORDINATOR_PORT, not 0: "
+                "the processes share one port"
+            )
         if self.artifacts not in ARTIFACT_BACKENDS:
             raise ConfigurationError(
                 f"COORDINATOR_ARTIFACTS={self.artifacts!r} is not a place for artifacts: use "
@@ -328,6 +342,7 @@ class Config:
                 env, "COORDINATOR_NONCE_CACHE_ENTRIES", NONCE_CACHE_ENTRIES, unit="entries"
             ),
             pulse_url=env.get("COORDINATOR_PULSE_URL") or None,
+            processes=_positive(env, "COORDINATOR_PROCESSES", 1, unit="processes"),
             deployment=Deployment(
                 source=env.get("COORDINATOR_SOURCE") or "queue-coordinator",
                 commit=env.get("COORDINATOR_COMMIT") or "unknown",

@@ -4,4 +4,6 @@ import sys
 
 from coordinator.cli.main import main
 
-sys.exit(main())
+# Guarded: a serve process (coordinator.cli.processes) starts by importing this module again.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""The ``queue-coordinator`` command: ``serve`` runs the service, ``migrate`` applies store
+"""The ``queue-coordinator`` command: ``serve`` runs the service (in several processes with
+``COORDINATOR_PROCESSES``: :mod:`coordinator.cli.processes`), ``migrate`` applies store
 migrations, ``clients add`` adds a client to the clients file, the other ``clients``
 commands and ``roles`` manage clients and roles through the auth API
 (:mod:`coordinator.cli.auth`), ``backup`` and ``restore`` copy the store and the artifact
@@ -17,7 +18,7 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
@@ -26,6 +27,7 @@ from coordinator.cli import auth as auth_cli
 from coordinator.cli import backup as backup_cli
 from coordinator.cli import inbox as inbox_cli
 from coordinator.cli import index as index_cli
+from coordinator.cli import processes
 from coordinator.cli import tasks as tasks_cli
 from coordinator.config import Config, ConfigurationError
 from coordinator.logs import configure_logging
@@ -61,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port (COORDINATOR_PORT)")
     serve.add_argument("--data-dir", help="data directory (COORDINATOR_DATA_DIR)")
     serve.add_argument("--store-url", help="store URL (COORDINATOR_STORE_URL)")
+    serve.add_argument(
+        "--processes",
+        type=int,
+        help="serve processes sharing the port, PostgreSQL only (COORDINATOR_PROCESSES)",
+    )
     serve.add_argument("--log-level", default=os.environ.get("COORDINATOR_LOG_LEVEL", "INFO"))
     migrate = commands.add_parser("migrate", help="apply store migrations and exit")
     migrate.add_argument("--store-url", help="store URL (COORDINATOR_STORE_URL)")
@@ -125,6 +132,7 @@ def _config(args: argparse.Namespace) -> Config:
         ("data_dir", "COORDINATOR_DATA_DIR"),
         ("store_url", "COORDINATOR_STORE_URL"),
         ("clients_file", "COORDINATOR_CLIENTS_FILE"),
+        ("processes", "COORDINATOR_PROCESSES"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
@@ -170,8 +178,15 @@ def _settle_garbage_collector() -> None:
     gc.set_threshold(GC_YOUNGEST_THRESHOLD, *gc.get_threshold()[1:])
 
 
-async def _serve_until_signalled(config: Config, tls: ssl.SSLContext | None) -> None:
-    """Serve (HTTPS with ``tls``) until SIGTERM or SIGINT, then shut down."""
+async def _serve_until_signalled(
+    config: Config,
+    tls: ssl.SSLContext | None,
+    *,
+    reuse_port: bool,
+    serving: Callable[[], None] | None,
+) -> None:
+    """Serve (HTTPS with ``tls``) until SIGTERM or SIGINT, then shut down; ``serving`` is
+    called once the port is listened on."""
     from coordinator.api.server import AppRunner
     from coordinator.app import build_app
 
@@ -182,8 +197,13 @@ async def _serve_until_signalled(config: Config, tls: ssl.SSLContext | None) -> 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     try:
-        await web.TCPSite(runner, config.host, config.port, ssl_context=tls).start()
+        site = web.TCPSite(
+            runner, config.host, config.port, ssl_context=tls, reuse_port=reuse_port or None
+        )
+        await site.start()
         _settle_garbage_collector()
+        if serving is not None:
+            serving()
         await stop.wait()
     finally:
         # Here, while the background actors still run, rather than in asyncio.run's teardown
@@ -192,12 +212,16 @@ async def _serve_until_signalled(config: Config, tls: ssl.SSLContext | None) -> 
         await runner.cleanup()
 
 
-def _serve(config: Config) -> None:
+def serve_process(
+    config: Config, *, reuse_port: bool = False, serving: Callable[[], None] | None = None
+) -> None:
+    """Serve in this process until SIGTERM or SIGINT (``reuse_port``: on a port other
+    processes share, :mod:`coordinator.cli.processes`; ``serving``: called once it listens)."""
     tls = config.tls_context()
     config.data_dir.mkdir(parents=True, exist_ok=True)
     glibc_malloc.keep_heap_flat()
     try:
-        asyncio.run(_serve_until_signalled(config, tls))
+        asyncio.run(_serve_until_signalled(config, tls, reuse_port=reuse_port, serving=serving))
     except KeyboardInterrupt:
         pass  # SIGINT before the loop's handler was in place: nothing to shut down yet
     except OSError as error:
@@ -231,8 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return backup_cli.run(args, config)
         elif args.command == "clients":
             _add_client(config, args)
+        elif config.processes > 1:
+            return processes.supervise(config, log_level=args.log_level)
         else:
-            _serve(config)
+            serve_process(config)
     except ConfigurationError as error:
         print(f"queue-coordinator: {error}", file=sys.stderr)
         return 2

@@ -30,8 +30,9 @@ the workers claim through claimWork), store-sqlite-defaults, store-postgres-defa
 with the defaults on: Hawk authentication, the run log, a handler that logs a line),
 store-sqlite-events, store-postgres-events (with Pulse publishing on, to the RabbitMQ of
 COORDINATOR_TEST_AMQP), store-postgres-vacuum-held (store-postgres while another connection
-holds a transaction open); auth (rows auth-clients-file and auth-api-clients:
-authenticated requests for a client of the clients file against one the auth API made);
+holds a transaction open), store-postgres-processes (store-postgres with two serve
+processes); auth (rows auth-clients-file and auth-api-clients: authenticated requests for a
+client of the clients file against one the auth API made);
 index-find-sqlite, index-find-postgres (findTask of random entries among 100,000: its rate and
 p50/p99), index-lag (store-sqlite with every task indexed on completion: its rate, and how
 soon after a run resolved its entry is found); cancel-store, cancel-azure (--batch running
@@ -106,6 +107,7 @@ ALL_ROWS = (
     "store-sqlite-events",
     "store-postgres-events",
     "store-postgres-vacuum-held",
+    "store-postgres-processes",
     "auth",
     "index-find-sqlite",
     "index-find-postgres",
@@ -164,6 +166,7 @@ RATIOS = (
         )
     ),
     Ratio("store-postgres-vacuum-held", "store-postgres", PERCENT),
+    Ratio("store-postgres-processes", "store-postgres", PERCENT),
     Ratio("index-lag", "store-sqlite", PERCENT),
     Ratio("create-batch", "create-single", FACTOR),
     Ratio(

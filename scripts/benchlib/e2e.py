@@ -39,6 +39,8 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
 * ``store-postgres-vacuum-held``: ``store-postgres`` while a connection of the harness holds
   a transaction open (``BEGIN; SELECT txid_current()``) from before the workers start to the
   row's end, so that vacuum can clean none of the dead rows the row leaves.
+* ``store-postgres-processes``: ``store-postgres`` with ``COORDINATOR_PROCESSES=2``: two serve
+  processes on the coordinator's port (their CPU counted with the coordinator's).
 
 Every other row but ``store-<store>-defaults`` runs its workers with ``--no-run-log``, so
 that they measure hint, claim and report throughput as they did before workers uploaded run
@@ -179,7 +181,7 @@ async def run(
     )
 
 
-StoreVariant = Literal["bare", "defaults", "events", "vacuum-held"]
+StoreVariant = Literal["bare", "defaults", "events", "vacuum-held", "processes"]
 """The store-dispatch rows: ``store-<store>`` (bare) and ``store-<store>-<variant>``."""
 
 LABELS = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
@@ -191,7 +193,15 @@ _STORE_TITLES: dict[StoreVariant, str] = {
     "events": ", Pulse publishing on: createTasks -> SDK claimWork -> resolveRuns (+ 4 messages)",
     "vacuum-held": ", a transaction held open throughout: createTasks -> SDK claimWork -> "
     "resolveRuns",
+    "processes": ", two serve processes on one port: createTasks -> SDK claimWork (batched) -> "
+    "resolveRuns",
 }
+
+_STORE_ENV: dict[StoreVariant, dict[str, str]] = {
+    "events": {"COORDINATOR_PULSE_URL": AMQP_URL},
+    "processes": {"COORDINATOR_PROCESSES": "2"},
+}
+"""The coordinator's further settings of a variant."""
 
 
 async def run_store(settings: Settings, store: StoreKind, variant: StoreVariant) -> Row:
@@ -209,8 +219,8 @@ async def run_store(settings: Settings, store: StoreKind, variant: StoreVariant)
         row,
         batching=True,
         run_log=defaults,
-        latency=variant in ("bare", "defaults"),
-        coordinator_env={"COORDINATOR_PULSE_URL": AMQP_URL} if variant == "events" else {},
+        latency=variant in ("bare", "defaults", "processes"),
+        coordinator_env=_STORE_ENV.get(variant, {}),
         hold_transaction=variant == "vacuum-held",
     )
 
@@ -356,7 +366,7 @@ async def _measure(
         await _workers_started(settings, workdir, options)
     groups = {
         **({} if azurite is None else {"azurite": azurite_group(azurite.port)}),
-        "coordinator": pids(running.process),
+        "coordinator": pids(running.process, descendants=True),
         "workers": pids(*workers, descendants=True),
         "producer": own_process,
     }

@@ -37,6 +37,7 @@ QUEUE_AND_PEERS = [
     "store-sqlite-events",
     "store-postgres-events",
     "store-postgres-vacuum-held",
+    "store-postgres-processes",
     "index-lag",
 ]
 """The first half of the bench's rows (``--rows``): the end-to-end rows, the raw limit and
@@ -106,6 +107,7 @@ RATIOS = {
         "store-sqlite-events / store-sqlite",
         "store-postgres-events / store-postgres",
         "store-postgres-vacuum-held / store-postgres",
+        "store-postgres-processes / store-postgres",
     ],
     "the-rest": [
         "create-batch / create-single",
