@@ -309,6 +309,20 @@ def pids(
     return group
 
 
+def descendants_of(child: asyncio.subprocess.Process | None) -> Callable[[], list[psutil.Process]]:
+    """A CPU group of the processes ``child`` started (a ``serve`` process's event
+    publisher), without ``child`` itself."""
+
+    def group() -> list[psutil.Process]:
+        if child is None:
+            return []
+        with contextlib.suppress(psutil.Error):
+            return psutil.Process(child.pid).children(recursive=True)
+        return []
+
+    return group
+
+
 def azurite_group(port: int) -> Callable[[], list[psutil.Process]]:
     """A CPU group of the Azurite processes we started listening on ``port``."""
 

@@ -77,6 +77,7 @@ from benchlib.common import (
     Row,
     Settings,
     azurite_group,
+    descendants_of,
     latency_fields,
     metered_window,
     metric_samples,
@@ -356,6 +357,7 @@ async def _measure(
     groups = {
         **({} if azurite is None else {"azurite": azurite_group(azurite.port)}),
         "coordinator": pids(running.process),
+        "publisher": descendants_of(running.process),
         "workers": pids(*workers, descendants=True),
         "producer": own_process,
     }

@@ -35,6 +35,7 @@ from benchlib.common import (
     CpuMeter,
     Row,
     Settings,
+    descendants_of,
     latency_fields,
     own_process,
     pids,
@@ -150,7 +151,11 @@ async def drive(
 
 
 def _meter(running: Coordinator, store: StoreKind, *, broker: bool) -> CpuMeter:
-    groups = {"coordinator": pids(running.process), "client": own_process}
+    groups = {
+        "coordinator": pids(running.process),
+        "publisher": descendants_of(running.process),
+        "client": own_process,
+    }
     if broker:
         groups["rabbitmq"] = lambda: processes_named("beam.smp")
     if store == "postgres":
