@@ -131,6 +131,19 @@ class PublisherProcess:
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             started = loop.time()
+            ended = await self._run_one()
+            if ended is None:
+                return
+            failures = 1 if loop.time() - started >= STEADY else failures + 1
+            delay = RESTART_DELAYS[min(failures, len(RESTART_DELAYS)) - 1]
+            log.warning("event publisher process %s: restarting it in %.0f s", ended, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+
+    async def _run_one(self) -> str | None:
+        """Start a child and relay its counts until it exits; how it ended, or ``None`` if
+        it was stopped."""
+        try:
             process = self.process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
@@ -139,23 +152,14 @@ class PublisherProcess:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
             )
-            if self._stopping.is_set():  # stopped while it started
-                await _end(process)
-                return
-            await self._relay(process)
-            status = await process.wait()
-            if self._stopping.is_set():
-                return
-            failures = 1 if loop.time() - started >= STEADY else failures + 1
-            delay = RESTART_DELAYS[min(failures, len(RESTART_DELAYS)) - 1]
-            log.warning(
-                "event publisher process exited pid=%d status=%d: restarting it in %.0f s",
-                process.pid,
-                status,
-                delay,
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
+        except OSError as error:  # no fork or exec now (memory, process limits)
+            return f"did not start error={error!r}"
+        if self._stopping.is_set():  # stopped while it started
+            await _end(process)
+            return None
+        await self._relay(process)
+        status = await process.wait()
+        return None if self._stopping.is_set() else f"exited pid={process.pid} status={status}"
 
     async def _relay(self, process: asyncio.subprocess.Process) -> None:
         """Add the child's counts to the metrics until its stdout ends."""

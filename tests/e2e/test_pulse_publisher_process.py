@@ -18,9 +18,8 @@ import slugid
 from coordinator.cli.publish_events import MODULE
 from devharness.processes import log_tail, processes_mentioning
 from devharness.waiting import wait_until
-from tests.e2e.test_pulse_outages import LIFE, exchanges_of, live
 from tests.fixtures.coordinator import CoordinatorProcess
-from tests.fixtures.pulse import AMQP_URL, Listener, bindings, check_body
+from tests.fixtures.pulse import AMQP_URL, LIFE, Listener, bindings, check_body, exchanges_of, live
 
 MakeProcess = Callable[..., CoordinatorProcess]
 
