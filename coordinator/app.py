@@ -5,8 +5,9 @@ actors and the app.
 port. It builds the aiohttp application, registers the routes of the endpoint table and hands
 aiohttp a lifespan: start-up opens the blob store and the store (applying migrations),
 connects the queue layer under Azure dispatch, builds the services
-over them and starts the background actors of :data:`ACTORS`; clean-up stops them and closes
-everything in reverse order.
+over them and starts the background actors of :data:`ACTORS` (and, with Pulse on, the event
+publisher: its own process, :mod:`coordinator.cli.publish_events`, unless
+``COORDINATOR_PULSE_IN_PROCESS``); clean-up stops them and closes everything in reverse order.
 """
 
 from __future__ import annotations
