@@ -112,3 +112,17 @@ async def test_sigkill_of_serve_takes_its_publisher_with_it(
     await process.kill()
     # the child's stdin ends with its parent: it stops on its own
     await wait_until(lambda: publishers(tmp_path) == [], within=20, what="no publisher left")
+
+
+async def test_sigint_of_serve_stops_and_reaps_its_publisher(
+    coordinator_process: MakeProcess, tmp_path: Path
+) -> None:
+    process = coordinator_process(pulse_url=AMQP_URL)
+    await process.start()
+    await one_publisher(tmp_path)
+    await process.serve.stop(signal.SIGINT)
+    assert process.process is not None and process.process.returncode == 0
+    assert publishers(tmp_path) == []
+    log = log_tail(process.log_path, 100_000)
+    assert "Traceback" not in log
+    assert "event publisher process" not in log  # a stop, not an exit to restart after
