@@ -5,8 +5,9 @@ actors and the app.
 port. It builds the aiohttp application, registers the routes of the endpoint table and hands
 aiohttp a lifespan: start-up opens the blob store and the store (applying migrations),
 connects the queue layer under Azure dispatch, builds the services
-over them and starts the background actors of :data:`ACTORS`; clean-up stops them and closes
-everything in reverse order.
+over them and starts the background actors of :data:`ACTORS` (and, with Pulse on, the event
+publisher: its own process, :mod:`coordinator.cli.publish_events`, unless
+``COORDINATOR_PULSE_IN_PROCESS``); clean-up stops them and closes everything in reverse order.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ from coordinator.api.services import PARTS, SERVICES, Service
 from coordinator.api.ui import add_ui_routes
 from coordinator.azure.queues import QueueService, QueueSettings
 from coordinator.blobs import BlobStore, open_blob_store
+from coordinator.cli.publish_events import PublisherProcess
 from coordinator.config import Config, ConfigurationError
 from coordinator.domain.lifecycle import Timing
+from coordinator.domain.urls import without_credentials
 from coordinator.pulse.publisher import BrokerRefused, PulsePublisher
 from coordinator.resolvers import (
     auth_refresher,
@@ -111,6 +114,11 @@ class Coordinator:
     inbox: InboxService
     metrics: ServiceMetrics
     events: EventOutbox | None = None
+    """The outbox this process publishes (``COORDINATOR_PULSE_IN_PROCESS``)."""
+    publisher_process: PublisherProcess | None = None
+    """The child that publishes the outbox otherwise."""
+    pulse: str | None = None
+    """The broker, without credentials (``None``: nothing is published)."""
 
     @property
     def azure(self) -> QueueService:
@@ -118,13 +126,6 @@ class Coordinator:
         if self.azure_queues is None:
             raise RuntimeError("this coordinator runs without Azure queues")
         return self.azure_queues
-
-    @property
-    def outbox(self) -> EventOutbox:
-        """The event outbox, for the publisher that runs only with a broker."""
-        if self.events is None:
-            raise RuntimeError("this coordinator publishes no events")
-        return self.events
 
 
 COORDINATOR = web.AppKey("coordinator", Coordinator)
@@ -147,7 +148,6 @@ class ActorSpec:
         ``COORDINATOR_RESOLVER_INTERVAL``.
     :param needs_azure: runs only when Azure queues are configured.
     :param busy_at: a pass acting on at least this many runs again at once.
-    :param needs_pulse: runs only when ``COORDINATOR_PULSE_URL`` is set.
     :param needs_inbox: runs only on PostgreSQL, whose store has the task inbox.
     :param log_passes: an INFO line for each pass that acted.
     """
@@ -157,7 +157,6 @@ class ActorSpec:
     interval: Callable[[Config], float] = _resolver_interval
     needs_azure: bool = False
     busy_at: int = 100
-    needs_pulse: bool = False
     needs_inbox: bool = False
     log_passes: bool = True
 
@@ -223,14 +222,6 @@ ACTORS: tuple[ActorSpec, ...] = (
         interval=lambda config: queue_gauges.INTERVAL,
     ),
     ActorSpec(
-        name="event-publisher",
-        run_once=lambda c: event_publisher.run_once(c.outbox),
-        interval=lambda config: event_publisher.INTERVAL,
-        busy_at=event_publisher.BATCH,
-        needs_pulse=True,
-        log_passes=False,
-    ),
-    ActorSpec(
         name="hook-scheduler",
         run_once=lambda c: hook_scheduler.run_once(c.hooks),
         interval=lambda config: hook_scheduler.INTERVAL,
@@ -281,12 +272,14 @@ ACTORS: tuple[ActorSpec, ...] = (
         busy_at=PURGE_EXPIRY_BATCH,
     ),
 )
-"""Every background actor of a coordinator process (docs/architecture.md says what each does)."""
+"""Every background actor of a coordinator process (docs/architecture.md says what each does),
+but the event publisher, which runs in a process of its own unless
+``COORDINATOR_PULSE_IN_PROCESS`` (:func:`_runner`)."""
 
 
 def _runner(coordinator: Coordinator, *, enabled: bool) -> Runner:
-    """A runner of the actors of :data:`ACTORS` that this coordinator can run (none unless
-    ``enabled``)."""
+    """A runner of the actors of :data:`ACTORS` that this coordinator can run, and of the event
+    publisher if it publishes in process (none unless ``enabled``)."""
 
     def actor(spec: ActorSpec) -> Actor:
         return Actor(
@@ -298,19 +291,15 @@ def _runner(coordinator: Coordinator, *, enabled: bool) -> Runner:
         )
 
     with_azure = coordinator.azure_queues is not None
-    with_pulse = coordinator.events is not None
     with_inbox = store_kind(coordinator.config.store_url) == POSTGRESQL
-    return Runner(
-        [
-            actor(spec)
-            for spec in ACTORS
-            if enabled
-            and (with_azure or not spec.needs_azure)
-            and (with_pulse or not spec.needs_pulse)
-            and (with_inbox or not spec.needs_inbox)
-        ],
-        on_pass=coordinator.metrics.resolver_acted,
-    )
+    actors = [
+        actor(spec)
+        for spec in ACTORS
+        if (with_azure or not spec.needs_azure) and (with_inbox or not spec.needs_inbox)
+    ]
+    if coordinator.events is not None:
+        actors.append(event_publisher.actor(coordinator.events))
+    return Runner(actors if enabled else [], on_pass=coordinator.metrics.resolver_acted)
 
 
 def _queue_service(config: Config) -> QueueService | None:
@@ -397,7 +386,7 @@ async def _serve_over(
         metrics=metrics,
         publish_events=config.pulse_url is not None,
     )
-    events = None
+    events = publisher_process = None
     if config.pulse_url is not None:
         publisher = PulsePublisher(config.pulse_url)
         try:
@@ -407,7 +396,11 @@ async def _serve_over(
                 f"COORDINATOR_PULSE_URL={publisher.name}: {error}; fix the URL (host, user, "
                 "password) or unset it to publish nothing"
             ) from None
-        events = EventOutbox(store=store, publisher=publisher, metrics=metrics, clock=clock)
+        if config.pulse_in_process:
+            events = EventOutbox(store=store, publisher=publisher, metrics=metrics, clock=clock)
+        else:
+            await publisher.close()  # checked; the child connects on its own
+            publisher_process = PublisherProcess(config, metrics)
     workers = WorkerService(store=store, clock=clock)
     # Before the first request: a quarantined worker must not claim in the first second, nor
     # a paused or limited queue be claimed from.
@@ -466,6 +459,8 @@ async def _serve_over(
         inbox=inbox,
         metrics=metrics,
         events=events,
+        publisher_process=publisher_process,
+        pulse=without_credentials(config.pulse_url) if config.pulse_url is not None else None,
     )
 
 
@@ -492,6 +487,8 @@ async def _close(coordinator: Coordinator, runner: Runner) -> None:
     store."""
     coordinator.inbox.stop()  # its pass waits for commits, up to a second
     await runner.stop()
+    if coordinator.publisher_process is not None:
+        await coordinator.publisher_process.stop()
     await coordinator.service.drain()
     await coordinator.service.run_watches.aclose()
     await coordinator.dispatch.drain()
@@ -551,6 +548,8 @@ def _lifespan(
         app[HANDLERS] = {handlers: handlers(services) for handlers in {p.handlers for p in PARTS}}
         runner = _runner(coordinator, enabled=run_resolvers)
         runner.start()
+        if coordinator.publisher_process is not None and run_resolvers:
+            coordinator.publisher_process.start()
         log.info(
             "coordinator started url=%s store=%s dispatch=%s artifacts=%s auth=%s pulse=%s "
             "tracing=%s",
@@ -559,7 +558,7 @@ def _lifespan(
             config.dispatch_mode,
             config.artifacts,
             config.auth_enabled,
-            coordinator.events.publisher.name if coordinator.events is not None else None,
+            coordinator.pulse,
             tracer is not None,
         )
         try:

@@ -151,6 +151,9 @@ class Config:
     :param pulse_url: ``amqp://`` or ``amqps://`` URL of the broker that Taskcluster's Pulse
         messages are published to (docs/events.md); ``None``: nothing is published and no
         outbox is written.
+    :param pulse_in_process: publish the outbox on the API process's own event loop rather
+        than from a child process of its own (docs/events.md#the-publisher-process); for an
+        in-process coordinator (tests) or a single-core machine.
     :param nonce_cache_entries: the most Hawk nonces the process remembers to refuse replays
         (8 bytes each; the oldest are forgotten first).
     :param deployment: what ``__version__`` answers.
@@ -192,6 +195,7 @@ class Config:
     artifact_max_bytes: int = 5 * 2**30
     nonce_cache_entries: int = NONCE_CACHE_ENTRIES
     pulse_url: str | None = None
+    pulse_in_process: bool = False
     deployment: Deployment = field(default_factory=Deployment)
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -343,6 +347,7 @@ class Config:
             ),
             pulse_url=env.get("COORDINATOR_PULSE_URL") or None,
             processes=_positive(env, "COORDINATOR_PROCESSES", 1, unit="processes"),
+            pulse_in_process=_flag(env, "COORDINATOR_PULSE_IN_PROCESS", False),
             deployment=Deployment(
                 source=env.get("COORDINATOR_SOURCE") or "queue-coordinator",
                 commit=env.get("COORDINATOR_COMMIT") or "unknown",

@@ -1,11 +1,16 @@
 """Event publisher: publishes the outbox of Pulse messages in order, deleting each batch the
-broker confirmed (docs/events.md). Runs only with ``COORDINATOR_PULSE_URL``; during a broker
-outage a pass publishes nothing and the messages wait, to go out in order once it is back
-(a store outage skips the pass, as the runner does for every actor)."""
+broker confirmed (docs/events.md). Runs only with ``COORDINATOR_PULSE_URL``, in a process of
+its own (``queue-coordinator publish-events``, which ``serve`` starts and restarts) or, with
+``COORDINATOR_PULSE_IN_PROCESS``, beside the API's actors; during a broker outage a pass
+publishes nothing and the messages wait, to go out in order once it is back (a store outage
+skips the pass, as the runner does for every actor)."""
 
 from __future__ import annotations
 
+from coordinator.resolvers.runner import Actor
 from coordinator.service.event_outbox import EventOutbox
+
+NAME = "event-publisher"
 
 BATCH = 500
 """Messages per pass; a full pass runs again at once."""
@@ -17,3 +22,15 @@ INTERVAL = 0.1
 async def run_once(outbox: EventOutbox) -> int:
     """One batch; how many messages the broker confirmed."""
     return await outbox.publish_batch(BATCH)
+
+
+def actor(outbox: EventOutbox) -> Actor:
+    """The publisher as the runner runs it, in whichever process publishes (its passes act
+    every 100 ms under load and are not logged: its counter says what they did)."""
+    return Actor(
+        name=NAME,
+        run_once=lambda: run_once(outbox),
+        interval=INTERVAL,
+        busy_at=BATCH,
+        log_passes=False,
+    )

@@ -8,14 +8,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Protocol
 
 from coordinator.domain.events import BrokerReply, OutboxEntry, OutboxPass
 from coordinator.pulse.publisher import PulsePublisher
 from coordinator.service.clock import Clock
-from coordinator.service.metrics import ServiceMetrics
 from coordinator.store.base import Store
 
 log = logging.getLogger(__name__)
+
+
+class EventCounts(Protocol):
+    """Where the publisher counts what it did: the process's
+    :class:`~coordinator.service.metrics.ServiceMetrics`, or, in the publisher's own process,
+    what relays them to the API process's (``coordinator/cli/publish_events.py``)."""
+
+    def event_published(self, exchange: str, count: int = 1) -> None: ...
+
+    def event_parked(self, exchange: str, count: int = 1) -> None: ...
+
+    def set_outbox_depth(self, depth: int) -> None: ...
 
 
 class EventOutbox:
@@ -32,7 +44,7 @@ class EventOutbox:
         *,
         store: Store,
         publisher: PulsePublisher,
-        metrics: ServiceMetrics,
+        metrics: EventCounts,
         clock: Clock,
         depth_every_ms: int = 1000,
     ) -> None:

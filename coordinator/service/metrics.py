@@ -203,13 +203,14 @@ class ServiceMetrics:
         """A claim of ``runs`` runs of the queue was held back by its pause or limits."""
         self._limited_claims.labels(task_queue.provisioner_id, task_queue.worker_type).inc(runs)
 
-    def event_published(self, exchange: str) -> None:
-        """The broker confirmed a message of ``exchange``."""
-        self._events_published.labels(exchange=exchange).inc()
+    def event_published(self, exchange: str, count: int = 1) -> None:
+        """The broker confirmed ``count`` messages of ``exchange``."""
+        self._events_published.labels(exchange=exchange).inc(count)
 
-    def event_parked(self, exchange: str) -> None:
-        """The broker refused a message of ``exchange`` too often: it was parked."""
-        self._events_parked.labels(exchange=exchange).inc()
+    def event_parked(self, exchange: str, count: int = 1) -> None:
+        """The broker refused ``count`` messages of ``exchange`` too often: they were
+        parked."""
+        self._events_parked.labels(exchange=exchange).inc(count)
 
     def set_outbox_depth(self, depth: int) -> None:
         self._outbox_depth.set(depth)

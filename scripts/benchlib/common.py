@@ -309,6 +309,29 @@ def pids(
     return group
 
 
+def serve_group(
+    child: asyncio.subprocess.Process | None, *, publisher: bool = False
+) -> Callable[[], list[psutil.Process]]:
+    """A CPU group of a ``serve`` process ``child``: itself and the serve processes it started
+    (``COORDINATOR_PROCESSES``), or with ``publisher`` only the event publisher processes
+    they started."""
+
+    def group() -> list[psutil.Process]:
+        if child is None:
+            return []
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(child.pid)
+            found = [] if publisher else [root]
+            for process in root.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if ("publish_events" in " ".join(process.cmdline())) == publisher:
+                        found.append(process)
+            return found
+        return []
+
+    return group
+
+
 def azurite_group(port: int) -> Callable[[], list[psutil.Process]]:
     """A CPU group of the Azurite processes we started listening on ``port``."""
 

@@ -86,6 +86,7 @@ from benchlib.common import (
     own_process,
     pids,
     postgres_backends,
+    serve_group,
 )
 from benchlib.coordproc import (
     PROVISIONER_ID,
@@ -366,7 +367,8 @@ async def _measure(
         await _workers_started(settings, workdir, options)
     groups = {
         **({} if azurite is None else {"azurite": azurite_group(azurite.port)}),
-        "coordinator": pids(running.process, descendants=True),
+        "coordinator": serve_group(running.process),
+        "publisher": serve_group(running.process, publisher=True),
         "workers": pids(*workers, descendants=True),
         "producer": own_process,
     }

@@ -37,9 +37,9 @@ from benchlib.common import (
     Settings,
     latency_fields,
     own_process,
-    pids,
     postgres_backends,
     processes_named,
+    serve_group,
 )
 from benchlib.coordproc import Coordinator, StoreKind, coordinator, new_task_id
 from devharness.api import call
@@ -150,7 +150,11 @@ async def drive(
 
 
 def _meter(running: Coordinator, store: StoreKind, *, broker: bool) -> CpuMeter:
-    groups = {"coordinator": pids(running.process), "client": own_process}
+    groups = {
+        "coordinator": serve_group(running.process),
+        "publisher": serve_group(running.process, publisher=True),
+        "client": own_process,
+    }
     if broker:
         groups["rabbitmq"] = lambda: processes_named("beam.smp")
     if store == "postgres":

@@ -14,12 +14,18 @@ import pytest
 import slugid
 
 from devharness.tcp_proxy import TcpProxy
-from tests.fixtures.coordinator import CoordinatorProcess, RunningCoordinator
-from tests.fixtures.pulse import AMQP_URL, Listener, Received, bindings, check_body
+from tests.fixtures.coordinator import CoordinatorProcess
+from tests.fixtures.pulse import (
+    AMQP_URL,
+    LIFE,
+    Listener,
+    bindings,
+    check_body,
+    exchanges_of,
+    live,
+)
 
 MakeProcess = Callable[..., CoordinatorProcess]
-
-LIFE = ["task-defined", "task-pending", "task-running", "task-completed"]
 
 
 @pytest.fixture
@@ -35,25 +41,6 @@ async def listener() -> AsyncIterator[Listener]:
     listening = Listener()
     yield listening
     await listening.close()
-
-
-def exchanges_of(messages: list[Received], task_id: str) -> list[str]:
-    """The exchanges of the task's messages in arrival order, repeats (at least once)
-    collapsed where a message repeats the one before it or an earlier stretch."""
-    seen: list[str] = []
-    for message in messages:
-        if message.body.get("status", {}).get("taskId") != task_id:
-            continue
-        name = message.name
-        if name in seen:
-            continue  # a redelivery after a crash or a cut: at least once
-        seen.append(name)
-    return seen
-
-
-async def live(c: RunningCoordinator, task_id: str) -> None:
-    await c.claim(task_id, 0)
-    await c.report(task_id, 0, "completed")
 
 
 async def test_a_sigkill_between_transitions_and_publishes_loses_nothing(

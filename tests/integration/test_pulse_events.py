@@ -43,9 +43,13 @@ async def listener() -> AsyncIterator[Listener]:
     await listening.close()
 
 
-@pytest.fixture
-async def coordinator(start_coordinator: StartCoordinator) -> RunningCoordinator:
-    return await start_coordinator(pulse_url=AMQP_URL)
+@pytest.fixture(params=[False, True], ids=["publisher-process", "in-process"])
+async def coordinator(
+    start_coordinator: StartCoordinator, request: pytest.FixtureRequest
+) -> RunningCoordinator:
+    """A coordinator publishing from its child process, and one publishing on its own loop
+    (``COORDINATOR_PULSE_IN_PROCESS``)."""
+    return await start_coordinator(pulse_url=AMQP_URL, pulse_in_process=request.param)
 
 
 def of_task(messages: list[Received], task_id: str) -> list[tuple[str, int | None]]:
