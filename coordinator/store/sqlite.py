@@ -1,12 +1,13 @@
-"""The SQLite store: the embedded default, for a single coordinator process.
+"""The SQLite store: the embedded default, for a single coordinator (its serve process, and
+the event publisher process that one starts with publishing on).
 
 The database is in WAL mode with ``synchronous=FULL``: every commit is fsynced before its
 caller hears of it, so a write that returned (a 200 from createTask) survives a power cut, not
 only the process being killed. Its one connection is scheduled by
 :mod:`coordinator.store.sqlite_group_commit`: the request path's calls run on the event loop
 and are group-committed (one fsync for the calls that waited together), the scans on the store
-thread. This module holds the statements each call runs. Several processes must not share one
-file; use the PostgreSQL store for replicas.
+thread. This module holds the statements each call runs. Several coordinators must not share
+one file; use the PostgreSQL store for replicas.
 
 A database that stays locked past :data:`BUSY_TIMEOUT_MS` (another process holds its write
 lock), or that the disk fails or fills, is an outage: the call raises
@@ -91,8 +92,9 @@ _Q = queries("sqlite")
 
 BUSY_TIMEOUT_MS = 10_000
 """How long a call waits for another connection's lock before the store counts as unavailable.
-Only another process can hold one (this one has a single connection), which is a mistake; a
-group's BEGIN waits on the event loop meanwhile."""
+Only another process can hold one (this one has a single connection): the coordinator's event
+publisher process deleting what the broker confirmed (milliseconds), or, by mistake, another
+coordinator; a group's BEGIN waits on the event loop meanwhile."""
 
 _OUTAGES = frozenset(
     {
@@ -639,8 +641,9 @@ class SQLiteStore(SQLStore):
         *,
         now: int,
     ) -> OutboxPass:
-        # One process owns a SQLite file, and the publisher is its only caller: a lock
-        # between reading and deleting would only hold the loop's group commits up.
+        # One publisher per SQLite file (the coordinator's event publisher process, or its
+        # loop with COORDINATOR_PULSE_IN_PROCESS): a lock between reading and deleting would
+        # only hold group commits up.
         async with self._outbox_lock:
             rows = await self._fetch("outbox_events", limit=limit, now=now)
             if not rows:
@@ -760,7 +763,7 @@ class SQLiteStore(SQLStore):
                 _Q["upsert_task_queue"], [task_queue_sighting_columns(s) for s in task_queues]
             )
             # The recent tasks are merged here, in the transaction that writes them back:
-            # one process owns the file, so nothing can write in between.
+            # only the serve process writes sightings, so nothing can write in between.
             upserts = []
             for sighting in workers:
                 row = conn.execute(
