@@ -140,6 +140,7 @@ LATENCY = [
     "store-postgres",
     "store-sqlite-defaults",
     "store-postgres-defaults",
+    "store-postgres-processes",
 ]
 """Rows with pending time at 50 % and 80 % of their rate."""
 
