@@ -111,6 +111,14 @@ class ClientDirectory:
         """The clients file's issuer (signs claims' temporary credentials)."""
         return None if self._static is None else self._static.issuer
 
+    @property
+    def state(self) -> tuple[int, int]:
+        """What every answer of the directory is derived from: the clients file's contents and
+        the stored clients' and roles' auth generation. It moves whenever an answer may have
+        changed, so a cache of them keyed by it is never stale."""
+        file_generation = -1 if self._static is None else self._static.generation
+        return file_generation, self._snapshot.generation
+
     def expand(self, scopes: Sequence[str]) -> tuple[str, ...]:
         """``scopes`` with everything their ``assume:`` scopes grant, normalized."""
         return self._snapshot.expansion.expand(scopes)
