@@ -153,7 +153,7 @@ class TesterClient:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class _Verified:
+class Verified:
     """What a request's credentials come to, once its signature matches ``key``: derived from
     the clientId and ``ext`` alone under the client directory's ``state``, and valid, for a
     certificate, from ``window``'s start to its expiry (epoch ms, skew not included)."""
@@ -167,7 +167,7 @@ class _Verified:
 
 
 class CredentialsCache:
-    """What the credentials of recent callers came to (:class:`_Verified`), by clientId and
+    """What the credentials of recent callers came to (:class:`Verified`), by clientId and
     Hawk ``ext`` text: a worker signs every call with the same permanent credentials, and
     every call on a run with the same certificate, so its ``ext`` parse, certificate
     signature, scope checks and role expansion are done once, not per request.
@@ -182,12 +182,12 @@ class CredentialsCache:
 
     def __init__(self, *, max_entries: int) -> None:
         self._max_entries = max_entries
-        self._entries: OrderedDict[tuple[str, str], _Verified] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], Verified] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, client_id: str, ext: str, state: Hashable) -> _Verified | None:
+    def get(self, client_id: str, ext: str, state: Hashable) -> Verified | None:
         """The credentials remembered for ``client_id`` and ``ext`` under ``state``."""
         verified = self._entries.get((client_id, ext))
         if verified is None:
@@ -198,7 +198,7 @@ class CredentialsCache:
         self._entries.move_to_end((client_id, ext))
         return verified
 
-    def put(self, client_id: str, ext: str, verified: _Verified) -> None:
+    def put(self, client_id: str, ext: str, verified: Verified) -> None:
         """Remember ``verified``, forgetting the entry used longest ago when full."""
         self._entries[client_id, ext] = verified
         self._entries.move_to_end((client_id, ext))
@@ -552,7 +552,7 @@ class Authenticator:
                 f"{attributes['ts']}: this request was replayed"
             )
 
-    def _accept(self, client_id: str, verified: _Verified, now: float) -> Auth:
+    def _accept(self, client_id: str, verified: Verified, now: float) -> Auth:
         """The caller whose signature matched, unless its (issuing) client is disabled or
         expired: said only now, so that nobody without the accessToken learns it."""
         issuer = verified.issuer
@@ -565,7 +565,7 @@ class Authenticator:
 
     def _credentials_of(
         self, client_id: str, ext: str, origins: Sequence[str], now: float
-    ) -> _Verified:
+    ) -> Verified:
         """What ``client_id`` presenting Hawk ``ext`` holds and signs with: remembered, if its
         certificate (if any) is valid ``now``, or derived afresh; an unknown client is
         answered as a wrong accessToken is."""
@@ -582,7 +582,7 @@ class Authenticator:
 
     def _credentials(
         self, client_id: str, ext: dict[str, Any], state: Hashable, now: float
-    ) -> _Verified:
+    ) -> Verified:
         """The MAC key, effective scopes and expiry for ``client_id`` with ``ext`` applied
         (Taskcluster's rules: a certificate's scopes replace the issuer's, which must hold
         them; ``authorizedScopes`` narrow what the credentials hold, the anonymous role
@@ -602,7 +602,7 @@ class Authenticator:
             raise _UnknownClient(f"Client ID {issuer_id} does not exist")
         key, scopes, expires = client.access_token, client.scopes, client.expires
         if certificate is None and "authorizedScopes" not in ext:
-            return _Verified(key=key, scopes=scopes, expires=expires, issuer=client, state=state)
+            return Verified(key=key, scopes=scopes, expires=expires, issuer=client, state=state)
         window = None
         if certificate is not None:
             key, scopes = self._apply_certificate(
@@ -625,7 +625,7 @@ class Authenticator:
                     f"\n\n```\n{chr(10).join(authorized)}\n```"
                 )
             scopes = tuple(authorized)
-        return _Verified(
+        return Verified(
             key=key,
             scopes=self._clients.caller_scopes(scopes),
             expires=expires,
