@@ -1,8 +1,8 @@
 """Who is calling and what they may do: Hawk authentication and scope checks, Taskcluster style.
 
-A request with an ``Authorization: Hawk ...`` header is verified with ``mohawk`` against the
-clients file (:mod:`coordinator.service.clients_file`), exactly as the Taskcluster auth service
-does:
+A request with an ``Authorization: Hawk ...`` header is verified as ``mohawk`` verifies it
+(:mod:`coordinator.api.hawk`) against the clients file (:mod:`coordinator.service.clients_file`)
+and the auth API's clients, exactly as the Taskcluster auth service does:
 
 - the MAC covers method, path and query, and the host and port the client signed: those of
   ``COORDINATOR_PUBLIC_URL`` when configured (behind a proxy), else of the ``Host`` header
@@ -17,6 +17,12 @@ does:
   all its scopes, valid from ``start`` to ``expiry`` with 5 minutes of skew, MAC key derived
   from the seed) and optional ``authorizedScopes`` (narrows the effective scopes to a subset
   of the client's).
+
+What a clientId and its ``ext`` come to (the MAC key, the scopes, a certificate's window) is
+remembered (:class:`CredentialsCache`) while the client directory's state holds, since workers
+sign every call with the same credentials; each request's MAC, payload hash, timestamp and
+nonce, a certificate's window and the issuer's expiry and disabled flag are still checked
+every time.
 
 A GET may instead carry a Hawk *bewit* (``?bewit=``, what ``buildSignedUrl`` of the official
 clients appends): the same MAC over the request target without the bewit, with an expiry
