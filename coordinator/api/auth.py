@@ -1,7 +1,7 @@
 """Who is calling and what they may do: Hawk authentication and scope checks, Taskcluster style.
 
 A request with an ``Authorization: Hawk ...`` header is verified as ``mohawk`` verifies it
-(:mod:`coordinator.api.hawk`) against the clients file (:mod:`coordinator.service.clients_file`)
+(:mod:`hawk_signing.protocol`) against the clients file (:mod:`coordinator.service.clients_file`)
 and the auth API's clients, exactly as the Taskcluster auth service does:
 
 - the MAC covers method, path and query, and the host and port the client signed: those of
@@ -60,7 +60,6 @@ from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
-from coordinator.api import hawk
 from coordinator.api.credentials import (
     MAX_LIFETIME_MS,
     certificate_signature,
@@ -81,6 +80,7 @@ from coordinator.domain.scopes import (
 from coordinator.service.client_directory import ClientDirectory, KnownClient
 from coordinator.service.clients_file import ISSUER_CLIENT_ID, ClientRegistry
 from hawk_signing import Credentials
+from hawk_signing import protocol as hawk
 
 log = logging.getLogger(__name__)
 
