@@ -2,19 +2,21 @@
 
 Owns the credentials a caller signs with and the ``Authorization`` header of one request,
 byte for byte as the official ``taskcluster`` client makes it (mohawk, sha256, ``ext`` = URL-safe
-base64 of the JSON ``{"certificate": ...}`` for temporary credentials and of ``{}`` otherwise).
-It imports neither ``coordinator`` nor ``worker_sdk``, so both may import it.
+base64 of the JSON ``{"certificate": ...}`` for temporary credentials and of ``{}`` otherwise),
+computed by :mod:`hawk_signing.protocol`, which the coordinator verifies with too. It imports
+neither ``coordinator`` nor ``worker_sdk``, so both may import it.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import mohawk
+from hawk_signing import protocol
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,11 +75,13 @@ class Credentials:
         }
 
 
+@functools.lru_cache(maxsize=256)
 def hawk_ext(credentials: Credentials) -> str:
     """The Hawk ``ext`` the official client sends, byte for byte.
 
     The coordinator reads the certificate of temporary credentials from here; permanent
-    credentials still send the encoded empty object, as the official client does.
+    credentials still send the encoded empty object, as the official client does. Cached
+    because a caller signs every request with the same few credentials.
     """
     ext: dict[str, Any] = {}
     if credentials.certificate:
@@ -87,20 +91,28 @@ def hawk_ext(credentials: Credentials) -> str:
 
 
 def authorization(
-    credentials: Credentials, *, method: str, url: str, content: str, content_type: str
+    credentials: Credentials,
+    *,
+    method: str,
+    url: str,
+    content: str | bytes | None,
+    content_type: str,
+    nonce: str | None = None,
+    timestamp: int | None = None,
 ) -> str:
-    """The ``Authorization`` header value for one request."""
-    sender = mohawk.Sender(
-        credentials={
-            "id": credentials.client_id,
-            "key": credentials.access_token,
-            "algorithm": "sha256",
-        },
-        ext=hawk_ext(credentials),
-        url=url,
+    """The ``Authorization`` header value for one request: ``mohawk.Sender``'s, byte for byte;
+    a fresh nonce and the current time unless given.
+
+    :raises ValueError: a value a Hawk header cannot carry, or a URL mohawk refuses.
+    """
+    return protocol.request_header(
+        client_id=credentials.client_id,
+        key=credentials.access_token,
         method=method,
+        url=url,
         content=content,
         content_type=content_type,
+        ext=hawk_ext(credentials),
+        nonce=nonce,
+        timestamp=timestamp,
     )
-    header: str = sender.request_header
-    return header

@@ -1,8 +1,8 @@
 """Who is calling and what they may do: Hawk authentication and scope checks, Taskcluster style.
 
-A request with an ``Authorization: Hawk ...`` header is verified with ``mohawk`` against the
-clients file (:mod:`coordinator.service.clients_file`), exactly as the Taskcluster auth service
-does:
+A request with an ``Authorization: Hawk ...`` header is verified as ``mohawk`` verifies it
+(:mod:`hawk_signing.protocol`) against the clients file (:mod:`coordinator.service.clients_file`)
+and the auth API's clients, exactly as the Taskcluster auth service does:
 
 - the MAC covers method, path and query, and the host and port the client signed: those of
   ``COORDINATOR_PUBLIC_URL`` when configured (behind a proxy), else of the ``Host`` header
@@ -17,6 +17,12 @@ does:
   all its scopes, valid from ``start`` to ``expiry`` with 5 minutes of skew, MAC key derived
   from the seed) and optional ``authorizedScopes`` (narrows the effective scopes to a subset
   of the client's).
+
+What a clientId and its ``ext`` come to (the MAC key, the scopes, a certificate's window) is
+remembered (:class:`CredentialsCache`) while the client directory's state holds, since workers
+sign every call with the same credentials; each request's MAC, payload hash, timestamp and
+nonce, a certificate's window and the issuer's expiry and disabled flag are still checked
+every time.
 
 A GET may instead carry a Hawk *bewit* (``?bewit=``, what ``buildSignedUrl`` of the official
 clients appends): the same MAC over the request target without the bewit, with an expiry
@@ -46,15 +52,12 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard
 from urllib.parse import urlsplit
 
-import mohawk
-import mohawk.base
-import mohawk.exc
-import mohawk.util
 from aiohttp import hdrs, web
 
 from coordinator.api.credentials import (
@@ -77,6 +80,7 @@ from coordinator.domain.scopes import (
 from coordinator.service.client_directory import ClientDirectory, KnownClient
 from coordinator.service.clients_file import ISSUER_CLIENT_ID, ClientRegistry
 from hawk_signing import Credentials
+from hawk_signing import protocol as hawk
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +89,10 @@ CLOCK_SKEW_SECONDS = 15 * 60
 
 CERTIFICATE_SKEW_MS = 5 * 60 * 1000
 """How far before ``start`` and after ``expiry`` a certificate is accepted (Taskcluster's)."""
+
+CREDENTIALS_CACHE_ENTRIES = 4096
+"""How many callers' verified credentials (:class:`CredentialsCache`) a process keeps: one per
+permanent client, and one per certificate, so one per run a worker holds and reports on."""
 
 _HAWK_KEYS = ("id", "ts", "nonce", "mac")
 
@@ -110,6 +118,11 @@ class ClientLookup(Protocol):
 
     @property
     def anonymous_scopes(self) -> tuple[str, ...]: ...
+
+    @property
+    def state(self) -> Hashable:
+        """Moves whenever an answer of the other methods may have changed."""
+        ...
 
     def note_used(self, client_id: str) -> None: ...
 
@@ -137,18 +150,66 @@ class TesterClient:
     def anonymous_scopes(self) -> tuple[str, ...]:
         return ("assume:anonymous",)
 
+    @property
+    def state(self) -> Hashable:
+        return 0
+
     def note_used(self, client_id: str) -> None:
         pass
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class _Verified:
-    """What a request's credentials come to, once its signature matches ``key``."""
+class Verified:
+    """What a request's credentials come to, once its signature matches ``key``: derived from
+    the clientId and ``ext`` alone under the client directory's ``state``, and valid, for a
+    certificate, from ``window``'s start to its expiry (epoch ms, skew not included)."""
 
     key: str
     scopes: tuple[str, ...]
     expires: int | None
     issuer: KnownClient
+    state: Hashable
+    window: tuple[float, float] | None = None
+
+
+class CredentialsCache:
+    """What the credentials of recent callers came to (:class:`Verified`), by clientId and
+    Hawk ``ext`` text: a worker signs every call with the same permanent credentials, and
+    every call on a run with the same certificate, so its ``ext`` parse, certificate
+    signature, scope checks and role expansion are done once, not per request.
+
+    An entry holds while the client directory's ``state`` is the one it was derived under (a
+    clients file re-read, a stored client or role written anywhere moves it) and, for a
+    certificate, while the certificate is valid: the verifier checks its window on each use.
+    Only credentials whose request MAC matched are remembered, and an entry is a function of
+    its key and the state, so a forged request can neither add nor change one. The
+    ``max_entries`` used last are kept.
+    """
+
+    def __init__(self, *, max_entries: int) -> None:
+        self._max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, str], Verified] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, client_id: str, ext: str, state: Hashable) -> Verified | None:
+        """The credentials remembered for ``client_id`` and ``ext`` under ``state``."""
+        verified = self._entries.get((client_id, ext))
+        if verified is None:
+            return None
+        if verified.state != state:
+            del self._entries[client_id, ext]
+            return None
+        self._entries.move_to_end((client_id, ext))
+        return verified
+
+    def put(self, client_id: str, ext: str, verified: Verified) -> None:
+        """Remember ``verified``, forgetting the entry used longest ago when full."""
+        self._entries[client_id, ext] = verified
+        self._entries.move_to_end((client_id, ext))
+        if len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -247,11 +308,11 @@ class NonceCache:
         return self._size
 
     def seen(self, client_id: str, nonce: str, ts: str, *, now: float) -> bool:
-        """Whether this nonce was accepted before; remembers it otherwise."""
-        try:
-            second = int(float(ts))
-        except (ValueError, OverflowError):  # not a number: mohawk refuses the timestamp next
-            return False
+        """Whether this nonce was accepted before; remembers it otherwise.
+
+        :param ts: the Hawk timestamp, digits (the verifier checked it is within the window).
+        """
+        second = int(ts)
         self._forget(now)
         key = hash((client_id, nonce, ts))
         entries = self._by_second.get(second)
@@ -281,6 +342,7 @@ class Authenticator:
         the path unchanged.
     :param clock: seconds since the epoch, injectable for tests.
     :param nonce_cache_entries: :class:`NonceCache`'s bound.
+    :param credentials_cache_entries: :class:`CredentialsCache`'s bound.
     """
 
     def __init__(
@@ -290,10 +352,12 @@ class Authenticator:
         public_url: str | None = None,
         clock: Callable[[], float] = time.time,
         nonce_cache_entries: int = NONCE_CACHE_ENTRIES,
+        credentials_cache_entries: int = CREDENTIALS_CACHE_ENTRIES,
     ) -> None:
         self._clients = clients
         self._clock = clock
         self._nonces = NonceCache(window_s=CLOCK_SKEW_SECONDS, max_entries=nonce_cache_entries)
+        self._known = CredentialsCache(max_entries=credentials_cache_entries)
         self._public_origin: str | None = None
         if public_url is not None:
             parts = urlsplit(public_url)
@@ -404,65 +468,41 @@ class Authenticator:
             tried in order.
         """
         try:
-            attributes: dict[str, str] = mohawk.util.parse_authorization_header(authorization)
-        except (mohawk.exc.HawkFail, ValueError) as error:
+            attributes = hawk.parse_header(authorization)
+        except hawk.HawkHeaderError as error:
             raise AuthenticationFailed(f"Authorization header is not valid Hawk: {error}") from None
         absent = [key for key in _HAWK_KEYS if key not in attributes]
         if absent:
             raise AuthenticationFailed(f"Hawk Authorization header lacks {', '.join(absent)}")
-        client_id = attributes["id"]
-        ext = _parse_ext(attributes.get("ext"))
-        try:
-            verified = self._credentials(client_id, ext)
-        except _UnknownClient as error:
-            raise _NoMatch(client_id, origins, reason=str(error)) from None
-        key = verified.key
+        client_id, ext = attributes["id"], attributes.get("ext", "")
         now = self._clock()
+        verified = self._credentials_of(client_id, ext, origins, now)
         for origin in origins:
             try:
-                mohawk.Receiver(
-                    lambda _id: {"id": client_id, "key": key, "algorithm": "sha256"},
-                    authorization,
-                    origin + resource,
-                    method,
-                    content=b"" if content is None else content,
-                    content_type=content_type,
-                    # Checked only once the MAC matched: a forger cannot burn others' nonces.
-                    seen_nonce=lambda _id, nonce, ts: self._nonces.seen(
-                        client_id, nonce, ts, now=now
-                    ),
-                    # Clients that did not hash the payload are accepted, as in Taskcluster.
-                    accept_untrusted_content=True,
-                    timestamp_skew_in_seconds=CLOCK_SKEW_SECONDS,
-                    localtime_offset_in_seconds=now - time.time(),
+                mac = hawk.request_mac(
+                    verified.key, attributes, method=method, url=origin + resource
                 )
-            except mohawk.exc.MacMismatch:
-                continue
-            except mohawk.exc.MisComputedContentHash:
-                if content is None:
-                    # The MAC matched; the caller holds the body and checks its hash itself
-                    # (authenticateHawk's `hash`), so only what mohawk checks later is left.
-                    self._check_fresh(client_id, attributes, now)
-                    return self._accept(client_id, verified, now)
-                raise AuthenticationFailed(
-                    "The payload hash in the Authorization header does not match the request "
-                    "body and Content-Type: the body was altered or signed differently"
-                ) from None
-            except mohawk.exc.AlreadyProcessed:
-                raise AuthenticationFailed(
-                    f"Hawk nonce {attributes['nonce']} was already used with timestamp "
-                    f"{attributes['ts']}: a request is signed afresh for every attempt, so "
-                    "this one was replayed"
-                ) from None
-            except mohawk.exc.TokenExpired:
-                raise AuthenticationFailed(
-                    f"Hawk timestamp {attributes['ts']} is more than {CLOCK_SKEW_SECONDS} s "
-                    f"away from the server time {int(now)}: check the client's clock"
-                ) from None
-            except (mohawk.exc.HawkFail, ValueError) as error:
+            except ValueError as error:  # a port that is not a number, a non-ASCII key
                 raise AuthenticationFailed(f"Hawk verification failed: {error}") from None
-            return self._accept(client_id, verified, now)
-        raise _NoMatch(client_id, origins, reason="wrong accessToken or origin")
+            if hawk.matches(mac, attributes["mac"]):
+                break
+        else:
+            raise _NoMatch(client_id, origins, reason="wrong accessToken or origin")
+        self._known.put(client_id, ext, verified)
+        # Clients that did not hash the payload are accepted, as in Taskcluster; without the
+        # body (authenticateHawk) the caller checks the hash itself.
+        if (
+            content is not None
+            and "hash" in attributes
+            and not hawk.matches(hawk.payload_hash(content, content_type), attributes["hash"])
+        ):
+            raise AuthenticationFailed(
+                "The payload hash in the Authorization header does not match the request "
+                "body and Content-Type: the body was altered or signed differently"
+            )
+        # Only once the MAC matched: a forger cannot burn others' nonces.
+        self._check_fresh(client_id, attributes, now)
+        return self._accept(client_id, verified, now)
 
     def verify_bewit(
         self, *, bewit: str, method: str, resource: str, origins: Sequence[str]
@@ -484,32 +524,21 @@ class Authenticator:
         if len(parts) != 4 or not parts[1].isdigit():
             raise AuthenticationFailed("The bewit is not id\\expiry\\mac\\ext")
         client_id, expiry, mac, ext_text = parts
-        try:
-            verified = self._credentials(client_id, _parse_ext(ext_text))
-        except _UnknownClient as error:
-            raise _NoMatch(client_id, origins, reason=str(error)) from None
-        key = verified.key
+        now = self._clock()
+        verified = self._credentials_of(client_id, ext_text, origins, now)
+        signed = {"ts": expiry, "nonce": "", "ext": ext_text}
         for origin in origins:
             try:
-                expected = mohawk.util.calculate_mac(
-                    "bewit",
-                    mohawk.base.Resource(
-                        url=origin + resource,
-                        method="GET",
-                        credentials={"id": client_id, "key": key, "algorithm": "sha256"},
-                        timestamp=expiry,
-                        nonce="",
-                        ext=ext_text or None,
-                    ),
-                    None,
+                expected = hawk.request_mac(
+                    verified.key, signed, method="GET", url=origin + resource, kind="bewit"
                 )
-            except (mohawk.exc.HawkFail, ValueError) as error:
+            except ValueError as error:
                 raise AuthenticationFailed(f"The bewit cannot be verified: {error}") from None
-            if hmac.compare_digest(expected, mac.encode()):
+            if hawk.matches(expected, mac):
                 break
         else:
             raise _NoMatch(client_id, origins, reason="bewit: wrong accessToken or origin")
-        now = self._clock()
+        self._known.put(client_id, ext_text, verified)
         if int(expiry) < now:
             raise AuthenticationFailed(
                 f"The bewit expired at {expiry} (server time {int(now)}): sign the URL again"
@@ -517,7 +546,7 @@ class Authenticator:
         return self._accept(client_id, verified, now)
 
     def _check_fresh(self, client_id: str, attributes: dict[str, str], now: float) -> None:
-        """The timestamp and nonce checks mohawk makes after the payload hash."""
+        """The timestamp and nonce checks, made once the MAC and the payload hash matched."""
         if not attributes["ts"].isdigit() or abs(int(attributes["ts"]) - now) > CLOCK_SKEW_SECONDS:
             raise AuthenticationFailed(
                 f"Hawk timestamp {attributes['ts']} is more than {CLOCK_SKEW_SECONDS} s "
@@ -529,7 +558,7 @@ class Authenticator:
                 f"{attributes['ts']}: this request was replayed"
             )
 
-    def _accept(self, client_id: str, verified: _Verified, now: float) -> Auth:
+    def _accept(self, client_id: str, verified: Verified, now: float) -> Auth:
         """The caller whose signature matched, unless its (issuing) client is disabled or
         expired: said only now, so that nobody without the accessToken learns it."""
         issuer = verified.issuer
@@ -540,7 +569,26 @@ class Authenticator:
         self._clients.note_used(issuer.client_id)
         return Auth(client_id=client_id, scopes=verified.scopes, expires=verified.expires)
 
-    def _credentials(self, client_id: str, ext: dict[str, Any]) -> _Verified:
+    def _credentials_of(
+        self, client_id: str, ext: str, origins: Sequence[str], now: float
+    ) -> Verified:
+        """What ``client_id`` presenting Hawk ``ext`` holds and signs with: remembered, if its
+        certificate (if any) is valid ``now``, or derived afresh; an unknown client is
+        answered as a wrong accessToken is."""
+        state = self._clients.state
+        verified = self._known.get(client_id, ext, state)
+        if verified is None:
+            try:
+                return self._credentials(client_id, _parse_ext(ext), state, now)
+            except _UnknownClient as error:
+                raise _NoMatch(client_id, origins, reason=str(error)) from None
+        if verified.window is not None:
+            _check_window(*verified.window, now_ms=now * 1000)
+        return verified
+
+    def _credentials(
+        self, client_id: str, ext: dict[str, Any], state: Hashable, now: float
+    ) -> Verified:
         """The MAC key, effective scopes and expiry for ``client_id`` with ``ext`` applied
         (Taskcluster's rules: a certificate's scopes replace the issuer's, which must hold
         them; ``authorizedScopes`` narrow what the credentials hold, the anonymous role
@@ -560,11 +608,13 @@ class Authenticator:
             raise _UnknownClient(f"Client ID {issuer_id} does not exist")
         key, scopes, expires = client.access_token, client.scopes, client.expires
         if certificate is None and "authorizedScopes" not in ext:
-            return _Verified(key=key, scopes=scopes, expires=expires, issuer=client)
+            return Verified(key=key, scopes=scopes, expires=expires, issuer=client, state=state)
+        window = None
         if certificate is not None:
             key, scopes = self._apply_certificate(
-                certificate, name=client_id, issuer_id=issuer_id, key=key, scopes=scopes
+                certificate, name=client_id, issuer_id=issuer_id, key=key, scopes=scopes, now=now
             )
+            window = (certificate["start"], certificate["expiry"])
             expiry = int(certificate["expiry"])
             expires = expiry if expires is None else min(expires, expiry)
         authorized = ext.get("authorizedScopes")
@@ -581,8 +631,13 @@ class Authenticator:
                     f"\n\n```\n{chr(10).join(authorized)}\n```"
                 )
             scopes = tuple(authorized)
-        return _Verified(
-            key=key, scopes=self._clients.caller_scopes(scopes), expires=expires, issuer=client
+        return Verified(
+            key=key,
+            scopes=self._clients.caller_scopes(scopes),
+            expires=expires,
+            issuer=client,
+            state=state,
+            window=window,
         )
 
     def _apply_certificate(
@@ -593,6 +648,7 @@ class Authenticator:
         issuer_id: str,
         key: str,
         scopes: tuple[str, ...],
+        now: float,
     ) -> tuple[str, tuple[str, ...]]:
         """Check a temporary-credentials certificate; return its MAC key and scopes."""
         if not isinstance(certificate, dict):
@@ -614,11 +670,7 @@ class Authenticator:
             raise AuthenticationFailed("ext.certificate.scopes must be an array")
         if not all(valid_scope(scope) for scope in cert_scopes):
             raise AuthenticationFailed("ext.certificate.scopes must be an array of valid scopes")
-        now_ms = self._clock() * 1000
-        if start > now_ms + CERTIFICATE_SKEW_MS:
-            raise AuthenticationFailed("ext.certificate.start > now: not valid yet")
-        if expiry < now_ms - CERTIFICATE_SKEW_MS:
-            raise AuthenticationFailed("ext.certificate.expiry < now: the credentials expired")
+        _check_window(start, expiry, now_ms=now * 1000)
         if expiry - start > MAX_LIFETIME_MS:
             raise AuthenticationFailed("ext.certificate cannot last longer than 31 days!")
         if issuer_id != name:
@@ -649,6 +701,15 @@ class Authenticator:
                 )
             raise AuthenticationFailed("ext.certificate.signature is not valid")
         return temporary_access_token(key, seed), tuple(cert_scopes)
+
+
+def _check_window(start: float, expiry: float, *, now_ms: float) -> None:
+    """Refuse a certificate outside its ``start`` to ``expiry`` at ``now_ms``, give or take
+    :data:`CERTIFICATE_SKEW_MS`."""
+    if start > now_ms + CERTIFICATE_SKEW_MS:
+        raise AuthenticationFailed("ext.certificate.start > now: not valid yet")
+    if expiry < now_ms - CERTIFICATE_SKEW_MS:
+        raise AuthenticationFailed("ext.certificate.expiry < now: the credentials expired")
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:

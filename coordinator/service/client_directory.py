@@ -6,7 +6,8 @@ auth API keeps in the store, with every client's scopes expanded through the rol
 (:mod:`coordinator.domain.roles`). It reloads the stored clients and roles whenever the
 store's auth generation moves (a client or role written through any replica): the auth
 refresher polls it about every 250 ms, and a write through this process reloads at once, so
-a change is in force everywhere within a second.
+a change is in force everywhere within a second. Its :attr:`~ClientDirectory.state` moves with
+each reload of either, for the verifier's cache of credentials to drop what it derived before.
 
 A client's scopes are expanded with ``assume:client-id:<clientId>`` added, so a role
 ``client-id:<clientId>`` (or a parameterized ``client-id:<prefix>*``) grants scopes to clients
@@ -110,6 +111,14 @@ class ClientDirectory:
     def issuer(self) -> Credentials | None:
         """The clients file's issuer (signs claims' temporary credentials)."""
         return None if self._static is None else self._static.issuer
+
+    @property
+    def state(self) -> tuple[int, int]:
+        """What every answer of the directory is derived from: the clients file's contents and
+        the stored clients' and roles' auth generation. It moves whenever an answer may have
+        changed, so a cache of them keyed by it is never stale."""
+        file_generation = -1 if self._static is None else self._static.generation
+        return file_generation, self._snapshot.generation
 
     def expand(self, scopes: Sequence[str]) -> tuple[str, ...]:
         """``scopes`` with everything their ``assume:`` scopes grant, normalized."""

@@ -108,6 +108,14 @@ class ClientRegistry:
         self._path = Path(path)
         self._stamp: _Stamp | None = self._stat()
         self._contents = _load(self._path)
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """A number that moves each time the file is re-read with new contents (after the one
+        ``stat`` that checks it), for what is derived from the file to know it is stale."""
+        self._current()
+        return self._generation
 
     def lookup(self, client_id: str) -> Client | None:
         """The permanent client ``client_id``, or ``None`` if the file does not list it."""
@@ -134,6 +142,7 @@ class ClientRegistry:
         if stamp is not None and stamp != self._stamp:
             try:
                 self._contents = _load(self._path)
+                self._generation += 1
                 log.info(
                     "clients file reloaded path=%s clients=%d",
                     self._path,

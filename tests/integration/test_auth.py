@@ -8,6 +8,7 @@ authorizer's injected clock; the client always signs with the real time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -29,9 +30,18 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestServer
 from aiohttp.typedefs import Handler
 
-from coordinator.api.auth import Auth, Authorizer, NonceCache, Rejected, RequestAuth
+from coordinator.api.auth import (
+    Auth,
+    Authenticator,
+    Authorizer,
+    CredentialsCache,
+    NonceCache,
+    Rejected,
+    RequestAuth,
+    Verified,
+)
 from coordinator.api.credentials import certificate_signature, temporary_credentials
-from coordinator.api.errors import ApiError
+from coordinator.api.errors import ApiError, AuthenticationFailed
 from coordinator.domain.records import Run, TaskRecord
 from coordinator.domain.scopes import (
     Expression,
@@ -42,6 +52,7 @@ from coordinator.domain.scopes import (
     satisfies,
     unsatisfied,
 )
+from coordinator.service.client_directory import ClientDirectory, KnownClient
 from coordinator.service.clients_file import (
     DEFAULT_ANONYMOUS_SCOPES,
     DEV_ANONYMOUS_SCOPES,
@@ -51,7 +62,7 @@ from coordinator.service.clients_file import (
     ClientsFileError,
     ensure_root_client,
 )
-from hawk_signing import Credentials
+from hawk_signing import Credentials, authorization
 
 TASK_ID = "fN1SbArXTPSVFNUvaOlinQ"
 TASK_SCOPES = ["secrets:get:project/build"]
@@ -665,3 +676,145 @@ def test_malformed_clients_file_is_refused(tmp_path: Path) -> None:
         ClientRegistry(path)
     with pytest.raises(ClientsFileError, match="cannot read"):
         ClientRegistry(tmp_path / "missing.json")
+
+
+# --- the credentials cache -----------------------------------------------------------------
+
+ORIGIN = "http://127.0.0.1:8080"
+RESOLVE = f"/api/queue/v1/task/{TASK_ID}/runs/0/completed"
+
+
+class Verifier:
+    """An Authenticator over a clients file, its clock ``offset`` seconds ahead of the real
+    one (clients sign with the real time), verifying requests as the app would."""
+
+    def __init__(self, path: Path, **options: Any) -> None:
+        self.offset = 0.0
+        directory = ClientDirectory(ClientRegistry(path), clock=lambda: int(self.clock() * 1000))
+        self.authenticator = Authenticator(clients=directory, clock=self.clock, **options)
+
+    def clock(self) -> float:
+        return time.time() + self.offset
+
+    def verify(self, header: str, body: bytes = b"{}", resource: str = RESOLVE) -> Auth:
+        return self.authenticator.verify(
+            authorization=header,
+            method="POST",
+            resource=resource,
+            origins=[ORIGIN],
+            content=body,
+            content_type="application/json",
+        )
+
+    def refusal(self, header: str, body: bytes = b"{}") -> str:
+        with pytest.raises(AuthenticationFailed) as refused:
+            self.verify(header, body)
+        return str(refused.value)
+
+
+def signed(credentials: Credentials, body: bytes = b"{}", resource: str = RESOLVE) -> str:
+    """A fresh header (its own nonce) as the worker SDK signs it."""
+    return authorization(
+        credentials,
+        method="POST",
+        url=ORIGIN + resource,
+        content=body.decode(),
+        content_type="application/json",
+    )
+
+
+def run_credentials(*, lasting_ms: int = 3_600_000) -> Credentials:
+    """Named temporary credentials from the clients file's issuer, as a claim hands out."""
+    issuer = Credentials(client_id=ISSUER["clientId"], access_token=ISSUER["accessToken"])
+    start = now_ms()
+    return Credentials.from_json(
+        temporary_credentials(
+            issuer=issuer,
+            client_id=f"task-client/{TASK_ID}/0",
+            scopes=[f"queue:resolve-task:{TASK_ID}/0"],
+            start=start,
+            expiry=start + lasting_ms,
+        )
+    )
+
+
+def test_remembered_credentials_still_check_every_request_s_signature(clients_file: Path) -> None:
+    verifier = Verifier(clients_file)
+    temporary = run_credentials()
+    worker = Credentials(client_id=WORKER["clientId"], access_token=WORKER["accessToken"])
+    for credentials in (temporary, worker):
+        header = signed(credentials)
+        assert verifier.verify(header).client_id == credentials.client_id
+        assert verifier.verify(signed(credentials)).client_id == credentials.client_id
+        # the same clientId and ext (so the same cache entry), the wrong key
+        forged = dataclasses.replace(credentials, access_token="x" * 43)
+        assert "does not match" in verifier.refusal(signed(forged))
+        # the right key, another body than the one signed
+        assert "payload hash" in verifier.refusal(signed(credentials), body=b'{"x":1}')
+        assert "already used" in verifier.refusal(header)
+    # and the timestamp: 16 minutes on, a fresh signature with the real time is too old
+    verifier.offset = 16 * 60
+    assert "check the client's clock" in verifier.refusal(signed(worker))
+    assert "check the client's clock" in verifier.refusal(signed(temporary))
+
+
+def test_a_remembered_certificate_is_refused_once_it_expires(clients_file: Path) -> None:
+    verifier = Verifier(clients_file)
+    temporary = run_credentials(lasting_ms=60_000)
+    assert verifier.verify(signed(temporary)).expires is not None
+    verifier.offset = 60 + 299  # within the 5 minutes' skew
+    verifier.verify(signed(temporary))
+    verifier.offset = 60 + 301
+    assert "the credentials expired" in verifier.refusal(signed(temporary))
+
+
+def test_remembered_credentials_follow_the_clients_file(clients_file: Path) -> None:
+    verifier = Verifier(clients_file)
+    worker = Credentials(client_id=WORKER["clientId"], access_token=WORKER["accessToken"])
+    temporary = run_credentials()
+    assert set(WORKER_SCOPES) <= set(verifier.verify(signed(worker)).scopes)
+    verifier.verify(signed(temporary))
+    # the worker's accessToken and scopes change, and so does the issuer's accessToken
+    renewed = dataclasses.replace(worker, access_token="renewed-" + "n" * 36)
+    write_clients(
+        clients_file,
+        [
+            {**ROOT, "scopes": ["*"]},
+            {**WORKER, "accessToken": renewed.access_token, "scopes": ["queue:claim-task:p/w"]},
+            {**ISSUER, "accessToken": "rotated-" + "i" * 36, "scopes": ["*"]},
+        ],
+        issuer=ISSUER_CLIENT_ID,
+    )
+    assert "does not match" in verifier.refusal(signed(worker))
+    scopes = verifier.verify(signed(renewed)).scopes
+    assert "queue:claim-task:p/w" in scopes and WORKER_SCOPES[0] not in scopes
+    assert "signature is not valid" in verifier.refusal(signed(temporary))
+    # gone from the file: unknown
+    write_clients(clients_file, [{**ROOT, "scopes": ["*"]}], issuer=ROOT["clientId"])
+    assert "does not match" in verifier.refusal(signed(renewed))
+
+
+def test_the_credentials_cache_keeps_the_entries_used_last() -> None:
+    cache = CredentialsCache(max_entries=3)
+    client = KnownClient(
+        client_id="c", access_token="t", scopes=("a",), expires=None, disabled=False
+    )
+    entry = Verified(key="k", scopes=("a",), expires=None, issuer=client, state=(0, 0))
+    for n in range(10):
+        cache.put("c", f"ext{n}", entry)
+        assert cache.get("c", "ext0", (0, 0)) is entry  # used each time, so it stays
+    assert len(cache) == 3
+    assert cache.get("c", "ext9", (0, 0)) is entry
+    assert cache.get("c", "ext5", (0, 0)) is None
+    # the directory moved on: the entry is dropped, not answered
+    assert cache.get("c", "ext9", (1, 0)) is None
+    assert cache.get("c", "ext9", (0, 0)) is None
+    assert len(cache) == 2
+
+
+def test_many_certificates_verify_with_a_small_cache(clients_file: Path) -> None:
+    verifier = Verifier(clients_file, credentials_cache_entries=2)
+    many = [run_credentials() for _ in range(5)]
+    for _ in range(2):
+        for credentials in many:
+            assert verifier.verify(signed(credentials)).client_id == credentials.client_id

@@ -133,6 +133,58 @@ async def test_temporary_credentials_of_an_api_client_expand_through_roles(
     assert status == 401
 
 
+async def test_a_certificate_in_use_follows_its_issuer_and_the_roles(
+    start_coordinator: StartCoordinator, tmp_path: Path
+) -> None:
+    """The coordinator remembers verified certificates; each write of the auth API through
+    it is in force on the next request all the same."""
+    coordinator, creds = await secured(start_coordinator, tmp_path)
+    root = Auth("aio", coordinator.url, creds["root"])
+    await root.createRole("project:ci", role_body(*CREATE_SCOPES))
+    issuer = client_body(scopes=["assume:project:ci"])
+    made = await root.createClient("ci/issuer", issuer)
+
+    def certificate_of(access_token: str) -> Queue:
+        return Queue(
+            "aio",
+            coordinator.url,
+            taskcluster.createTemporaryCredentials(
+                "ci/issuer",
+                access_token,
+                taskcluster.fromNow("-1 minute"),
+                taskcluster.fromNow("1 hour"),
+                ["assume:project:ci"],
+            ),
+        )
+
+    queue = certificate_of(made["accessToken"])
+    await create_in(queue)
+    await create_in(queue)
+    await root.updateRole("project:ci", role_body("queue:scheduler-id:-"))
+    status, _ = await rejected(create_in(queue))
+    assert status == 403
+    await root.updateRole("project:ci", role_body(*CREATE_SCOPES))
+    await create_in(queue)
+    # the issuer no longer holds what its certificate names
+    await root.updateClient("ci/issuer", client_body(scopes=[]))
+    status, body = await rejected(create_in(queue))
+    assert status == 401 and "doesn't satisfy all certificate scopes" in body["message"]
+    await root.updateClient("ci/issuer", issuer)
+    await create_in(queue)
+    await root.disableClient("ci/issuer")
+    status, body = await rejected(create_in(queue))
+    assert status == 401 and "disabled" in body["message"]
+    await root.enableClient("ci/issuer")
+    reset = await root.resetAccessToken("ci/issuer")
+    status, body = await rejected(create_in(queue))
+    assert status == 401 and "signature is not valid" in body["message"]
+    queue = certificate_of(reset["accessToken"])
+    await create_in(queue)
+    await root.deleteClient("ci/issuer")
+    status, _ = await rejected(create_in(queue))
+    assert status == 401
+
+
 async def test_every_clients_method(start_coordinator: StartCoordinator, tmp_path: Path) -> None:
     coordinator, creds = await secured(start_coordinator, tmp_path)
     admin = Auth("aio", coordinator.url, creds["admin"])
