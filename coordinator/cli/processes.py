@@ -5,9 +5,9 @@ Python process runs on one core at a time; this is how one host's cores serve on
 
 The process that was started supervises them and serves nothing itself:
 
-- a process that exits on its own is started again, after a pause that doubles from
-  :data:`FIRST_PAUSE_S` to :data:`LONGEST_PAUSE_S` while restarts keep failing within
-  :data:`STEADY_S`; one WARNING line each time;
+- a process that exits on its own is started again after a pause
+  (:class:`~coordinator.cli.restarts.RestartDelays`: 1, 2, 5, 10, then 30 s while restarts
+  keep failing within a minute); one WARNING line each time;
 - a process that exits with status 2 (a configuration mistake, which it has printed as its one
   line, or a store it cannot reach at start-up) stops them all, and ``serve`` exits 2;
 - SIGTERM or SIGINT is passed on to every process, which shuts down as a lone ``serve`` does;
@@ -28,15 +28,12 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event as EventType
 from types import FrameType
 
+from coordinator.cli.restarts import RestartDelays
 from coordinator.config import Config, ConfigurationError
 from coordinator.logs import configure_logging
 
 log = logging.getLogger(__name__)
 
-FIRST_PAUSE_S = 1.0
-LONGEST_PAUSE_S = 30.0
-STEADY_S = 60.0
-"""A process that ran this long before it exited is restarted after the first pause again."""
 STOP_WAIT_S = 30.0
 CONFIGURATION_ERROR = 2
 """The exit status of a configuration mistake (``queue-coordinator``'s)."""
@@ -66,7 +63,7 @@ class _Slot:
     serving: EventType
     """Set once the process listens (kept here: the child unpickles it after it starts)."""
     started: float
-    pause_s: float = FIRST_PAUSE_S
+    delays: RestartDelays = dataclasses.field(default_factory=RestartDelays)
     restart_at: float | None = None
 
 
@@ -122,17 +119,15 @@ def supervise(config: Config, *, log_level: str) -> int:
                     status = CONFIGURATION_ERROR
                     stopping.append(0)
                     break
-                if now - slot.started >= STEADY_S:
-                    slot.pause_s = FIRST_PAUSE_S
+                delay = slot.delays.after(now - slot.started)
                 log.warning(
                     "serve process %d exited pid=%s exitCode=%s restartIn=%.0fs",
                     slot.number,
                     slot.process.pid,
                     slot.process.exitcode,
-                    slot.pause_s,
+                    delay,
                 )
-                slot.restart_at = now + slot.pause_s
-                slot.pause_s = min(slot.pause_s * 2, LONGEST_PAUSE_S)
+                slot.restart_at = now + delay
             elif slot.restart_at is not None and now >= slot.restart_at:
                 slot.process, slot.serving = start(slot.number)
                 slot.started, slot.restart_at = now, None

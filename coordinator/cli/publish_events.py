@@ -12,9 +12,9 @@ adds to its own ``/metrics``; it stops when its stdin ends, so a parent killed w
 leaves no publisher behind, and on SIGTERM (it ignores SIGINT). Its log lines go to the
 parent's stderr.
 
-The parent restarts a child that exits with a growing delay (:data:`RESTART_DELAYS`), one
-warning each time, and on shutdown closes its stdin, sends SIGTERM and reaps it (SIGKILL after
-:data:`STOP_WAIT` seconds).
+The parent restarts a child that exits with a growing delay
+(:class:`~coordinator.cli.restarts.RestartDelays`), one warning each time, and on shutdown
+closes its stdin, sends SIGTERM and reaps it (SIGKILL after :data:`STOP_WAIT` seconds).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import sys
 from typing import IO
 
 import glibc_malloc
+from coordinator.cli.restarts import RestartDelays
 from coordinator.config import Config, ConfigurationError
 from coordinator.logs import configure_logging
 from coordinator.pulse.publisher import PulsePublisher
@@ -43,13 +44,6 @@ from coordinator.store.factory import open_store
 log = logging.getLogger(__name__)
 
 MODULE = "coordinator.cli.publish_events"
-
-RESTART_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0)
-"""Seconds before each restart of a child that exited on its own, the last repeated; a child
-that ran :data:`STEADY` seconds starts the count again."""
-
-STEADY = 60.0
-"""Seconds after which a child that exits counts as a first failure again."""
 
 STOP_WAIT = 10.0
 """Seconds a stopped child has to finish its pass and close before it is SIGKILLed."""
@@ -127,15 +121,14 @@ class PublisherProcess:
         self._supervising = asyncio.get_running_loop().create_task(self._supervise())
 
     async def _supervise(self) -> None:
-        failures = 0
+        delays = RestartDelays()
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             started = loop.time()
             ended = await self._run_one()
             if ended is None:
                 return
-            failures = 1 if loop.time() - started >= STEADY else failures + 1
-            delay = RESTART_DELAYS[min(failures, len(RESTART_DELAYS)) - 1]
+            delay = delays.after(loop.time() - started)
             log.warning("event publisher process %s: restarting it in %.0f s", ended, delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)

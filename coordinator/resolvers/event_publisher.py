@@ -1,9 +1,9 @@
 """Event publisher: publishes the outbox of Pulse messages in order, deleting each batch the
 broker confirmed (docs/events.md). Runs only with ``COORDINATOR_PULSE_URL``, in a process of
-its own (``queue-coordinator publish-events``, which ``serve`` starts and restarts) or, with
-``COORDINATOR_PULSE_IN_PROCESS``, beside the API's actors; during a broker outage a pass
-publishes nothing and the messages wait, to go out in order once it is back (a store outage
-skips the pass, as the runner does for every actor)."""
+its own (``python -m coordinator.cli.publish_events``, which ``serve`` starts and restarts)
+or, with ``COORDINATOR_PULSE_IN_PROCESS``, beside the API's actors; during a broker outage a
+pass publishes nothing and the messages wait, to go out in order once it is back (a store
+outage skips the pass, as the runner does for every actor)."""
 
 from __future__ import annotations
 
