@@ -42,8 +42,11 @@ import mohawk
 import taskcluster
 
 from coordinator.api.auth import Auth, Authenticator, Authorizer
-from coordinator.domain.records import Run, TaskRecord
+from coordinator.domain import lifecycle
+from coordinator.domain.definitions import normalise
+from coordinator.domain.records import record_from_definition
 from coordinator.service.clients_file import ISSUER_CLIENT_ID, ClientRegistry
+from devharness.tasks import task_definition
 from hawk_signing import Credentials, authorization, hawk_ext
 
 ORIGIN = "http://127.0.0.1:8080"
@@ -83,32 +86,15 @@ def _clients_file(directory: Path) -> tuple[Path, Credentials]:
 
 
 def _run_credentials(authorizer: Authorizer) -> Credentials:
+    """A claim's temporary credentials, for a task built and claimed as the coordinator does."""
     now = int(time.time() * 1000)
-    run = Run(
-        run_id=0,
-        state="running",
-        reason_created="scheduled",
-        scheduled=now,
-        visible_at=now,
-        worker_group="wg",
-        worker_id="w1",
-        started=now,
-        taken_until=now + 1_200_000,
-    )
-    record = TaskRecord(
-        task_id=TASK_ID,
-        definition={"scopes": TASK_SCOPES},
-        provisioner_id="proj",
-        worker_type="workers",
-        scheduler_id="-",
-        task_group_id=TASK_ID,
-        priority="lowest",
-        retries_left=5,
-        deadline=now + 3_600_000,
-        expires=now + 7_200_000,
-        runs=(run,),
-    )
-    return Credentials.from_json(authorizer.run_credentials(record, run))
+    body = task_definition(now, provisionerId="proj", workerType="workers", scopes=TASK_SCOPES)
+    definition = normalise(TASK_ID, body, now=now, max_deadline_ms=86_400_000)
+    created = lifecycle.create(record_from_definition(TASK_ID, definition), now=now).record
+    claimed = lifecycle.claim(
+        created, run_id=0, worker_group="wg", worker_id="w1", now=now, timing=lifecycle.Timing()
+    ).record
+    return Credentials.from_json(authorizer.run_credentials(claimed, claimed.runs[0]))
 
 
 def _signed(
