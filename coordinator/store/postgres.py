@@ -277,14 +277,27 @@ async def _write_index(
     index: Mapping[str, Sequence[IndexedTask]],
 ) -> None:
     """The index entries of these written records' completions, in the caller's transaction
-    (the rank rule judged at each one's ``resolved`` time)."""
+    (the rank rule judged at each one's ``resolved`` time). Every entry's row first, then
+    every namespace row, each in path order: two batches indexing under the same paths lock
+    the rows in one order, never each holding a row the other waits for."""
     upsert, namespaces = _Q["upsert_indexed_task"], _Q["upsert_index_namespace"]
-    for record in written:
-        for entry in index.get(record.task_id, ()):
-            columns = indexed_task_columns(entry, now=record.resolved or 0)
-            if await conn.fetch(upsert.sql, *upsert.args(columns)):
-                rows = namespace_columns(entry)
-                await conn.executemany(namespaces.sql, [namespaces.args(r) for r in rows])
+    entries = sorted(
+        (
+            (entry, record.resolved or 0)
+            for record in written
+            for entry in index.get(record.task_id, ())
+        ),
+        key=lambda stored: (stored[0].namespace, stored[0].name),
+    )
+    above: dict[tuple[str, str], dict[str, Any]] = {}
+    for entry, now in entries:
+        if await conn.fetch(upsert.sql, *upsert.args(indexed_task_columns(entry, now=now))):
+            for row in namespace_columns(entry):
+                key = (row["parent"], row["name"])
+                if key not in above or above[key]["expires"] < row["expires"]:
+                    above[key] = row
+    if above:
+        await conn.executemany(namespaces.sql, [namespaces.args(above[k]) for k in sorted(above)])
 
 
 @functools.lru_cache(maxsize=512)
@@ -296,8 +309,12 @@ def filtered_statement(name: str, filters: str) -> _Statement:
 
 def _compare_and_set_values(records: Sequence[TaskRecord]) -> dict[str, list[str]]:
     """What ``compare_and_set_many`` takes: the status columns of each of ``records`` as a
-    JSON object."""
-    return {"rows": [compact({**status_columns(r), "version": r.version}) for r in records]}
+    JSON object, in task id order. The statement locks the rows in the order it is given
+    them (a nested loop over the array); two batches naming the same tasks in different
+    orders could each hold a row the other waits for, and PostgreSQL would abort one of
+    them as a deadlock."""
+    ordered = sorted(records, key=lambda r: r.task_id)
+    return {"rows": [compact({**status_columns(r), "version": r.version}) for r in ordered]}
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

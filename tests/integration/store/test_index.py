@@ -11,6 +11,7 @@ import dataclasses
 
 from coordinator.domain import lifecycle
 from coordinator.domain.index import IndexedTask, Namespace, namespace_expiry
+from coordinator.domain.records import TaskRecord
 from coordinator.store.base import Store
 from tests.fixtures.records import HOUR, NOW, TIMING, claim, create, get
 
@@ -130,3 +131,52 @@ async def test_a_batch_indexes_the_completions_it_wins_only(store: Store) -> Non
     assert [r is not None for r in stored] == [True, False]
     found = await store.get_indexed_tasks([("batch", "a"), ("batch", "b")])
     assert [e.task_id for e in found] == ["A"]
+
+
+async def test_concurrent_batches_indexing_under_the_same_paths_all_commit(store: Store) -> None:
+    # each batch completes its own tasks, but indexes them under paths the others use too,
+    # each in its own order: the store must lock the entries' and namespaces' rows in one
+    # order, or two batches deadlock and PostgreSQL aborts one of them
+    paths = [f"shared.n{j}.leaf" for j in range(12)]
+    keys = [(f"shared.n{j}", "leaf") for j in range(12)]
+    for round_ in range(6):
+        batches = []
+        for w in range(6):
+            records: list[TaskRecord] = []
+            index: dict[str, list[IndexedTask]] = {}
+            for i in range(12):
+                task_id = f"R{round_}W{w}T{i:02}"
+                await create(store, task_id)
+                running = await claim(store, task_id)
+                records.append(
+                    lifecycle.report(
+                        running,
+                        run_id=0,
+                        state="completed",
+                        reason="completed",
+                        now=NOW + 1,
+                        timing=TIMING,
+                    ).record
+                )
+                order = paths[w * 2 :] + paths[: w * 2]
+                index[task_id] = [
+                    entry(
+                        order[::-1][i] if w % 2 else order[i],
+                        task_id,
+                        expires=NOW + DAY * (round_ + w + 2),
+                    )
+                ]
+            batches.append((records, index))
+
+        results = await asyncio.gather(
+            *(
+                store.compare_and_set_many(
+                    records, resolving={r.task_id for r in records}, index=index
+                )
+                for records, index in batches
+            )
+        )
+
+        assert all(r is not None for batch in results for r in batch)
+        found = await store.get_indexed_tasks(keys)
+        assert sorted((e.namespace, e.name) for e in found) == sorted(keys)

@@ -294,18 +294,23 @@ async def test_compare_and_set_many_writes_each_record_on_its_own_version(store:
 
 
 async def test_concurrent_compare_and_set_many_have_one_winner_per_task(store: Store) -> None:
-    tasks = [await create(store, f"T{i}") for i in range(8)]
-    batches = [
-        [claimed(r, worker_id=f"w{w}").record for r in (tasks[w % 8 :] + tasks[: w % 8])]
-        for w in range(6)
-    ]
+    # each batch names the tasks in its own order (rotated, reversed): PostgreSQL locks a
+    # batch's rows one by one, so the store must take them in one order, or two batches
+    # each holding a row the other wants deadlock and one of them fails outright
+    for round_ in range(10):
+        tasks = [await create(store, f"R{round_}T{i:02}") for i in range(48)]
+        orders = [tasks[w * 8 :] + tasks[: w * 8] for w in range(6)]
+        orders += [order[::-1] for order in orders]
+        batches = [
+            [claimed(r, worker_id=f"w{w}").record for r in order] for w, order in enumerate(orders)
+        ]
 
-    results = await asyncio.gather(*(store.compare_and_set_many(b) for b in batches))
+        results = await asyncio.gather(*(store.compare_and_set_many(b) for b in batches))
 
-    winners = [r for batch in results for r in batch if r is not None]
-    assert sorted(r.task_id for r in winners) == sorted(r.task_id for r in tasks)
-    for winner in winners:
-        assert await store.get(winner.task_id) == winner
+        winners = [r for batch in results for r in batch if r is not None]
+        assert sorted(r.task_id for r in winners) == sorted(r.task_id for r in tasks)
+        for winner in winners:
+            assert await store.get(winner.task_id) == winner
 
 
 # --- resolver scans and expiry ------------------------------------------------------------
