@@ -81,5 +81,3 @@ def configure_logging(*, level: str, env: Mapping[str, str]) -> None:
     # pika logs every connection and channel step at INFO, and a refused connection at
     # ERROR with its traceback; the Pulse publisher logs an outage once (docs/events.md).
     logging.getLogger("pika").setLevel(logging.CRITICAL)
-    # mohawk's DEBUG lines quote the request body it hashes (a secret's value, docs/secrets.md).
-    logging.getLogger("mohawk").setLevel(logging.INFO)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import mohawk.exc
-import mohawk.util
 from aiohttp import web
 
 from coordinator.api.auth import Anonymous, Auth, Rejected, RequestAuth, require
@@ -17,6 +15,7 @@ from coordinator.api.errors import AuthenticationFailed
 from coordinator.api.pipeline import ApiServices, Body, Handlers, Routes
 from coordinator.domain.records import to_iso
 from coordinator.domain.scopes import normalize_scope_set
+from hawk_signing.protocol import HawkHeaderError, parse_header
 
 ANONYMOUS_VALIDITY_MS = 15 * 60 * 1000
 """How long authenticateHawk says an anonymous answer holds (Taskcluster's)."""
@@ -158,9 +157,8 @@ def _payload_hash(authorization: str | None) -> str | None:
     if authorization is None:
         return None
     try:
-        attributes: dict[str, str] = mohawk.util.parse_authorization_header(authorization)
-        return attributes.get("hash")
-    except (mohawk.exc.HawkFail, ValueError):  # verified already, so it parses
+        return parse_header(authorization).get("hash")
+    except HawkHeaderError:  # verified already, so it parses
         return None
 
 
