@@ -116,6 +116,24 @@ async def test_insert_many_inserts_new_records_with_their_edges(store: Store) ->
     assert await store.insert_many([]) == set()
 
 
+async def test_concurrent_insert_many_of_the_same_ids_in_other_orders_store_each_once(
+    store: Store,
+) -> None:
+    # producers retrying one batch of four groups, each in its own order (rotated,
+    # reversed): a new row's unique key makes a second inserter wait for the first, so two
+    # batches taking the tasks in other orders could deadlock; on PostgreSQL each locks its
+    # groups' rows first, in group id order, so they take turns instead
+    for round_ in range(6):
+        records = [new_record(f"R{round_}T{i:02}", group=f"R{round_}G{i % 4}") for i in range(48)]
+        orders = [records[w * 8 :] + records[: w * 8] for w in range(6)]
+        orders += [order[::-1] for order in orders]
+
+        results = await asyncio.gather(*(store.insert_many(order) for order in orders))
+
+        inserted = [task_id for result in results for task_id in result]
+        assert sorted(inserted) == sorted(r.task_id for r in records)
+
+
 async def test_insert_many_of_existing_ids_writes_nothing(store: Store) -> None:
     first = await create(store, "x")
     again = new_record("x", group="another", dependencies=("y",))
