@@ -172,13 +172,15 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
     result_file = tmp_path / "rows.json"
     done = run_module(
         "benchlib",
-        # Windows as short as still start jobs in every row: the rows load both cores, and
-        # the rest of the suite runs beside them.
-        "--duration=1",
-        "--warmup=0.3",
+        # 2 s: a 1 s window started no task of e2e-postgres-single (Azure polling, one
+        # request per step) on a loaded machine.
+        "--duration=2",
+        "--warmup=0.5",
         "--drain=5",
         "--depth=50",
         "--lifecycle-tasks=40",
+        # Short latency loads: the rows load both cores, and the rest of the suite runs
+        # beside them.
         "--latency-duration=0.3",
         "--create-batch=50",
         "--artifact-count=2",
