@@ -117,8 +117,6 @@ class Coordinator:
     """The outbox this process publishes (``COORDINATOR_PULSE_IN_PROCESS``)."""
     publisher_process: PublisherProcess | None = None
     """The child that publishes the outbox otherwise."""
-    pulse: str | None = None
-    """The broker, without credentials (``None``: nothing is published)."""
 
     @property
     def azure(self) -> QueueService:
@@ -460,7 +458,6 @@ async def _serve_over(
         metrics=metrics,
         events=events,
         publisher_process=publisher_process,
-        pulse=without_credentials(config.pulse_url) if config.pulse_url is not None else None,
     )
 
 
@@ -558,7 +555,7 @@ def _lifespan(
             config.dispatch_mode,
             config.artifacts,
             config.auth_enabled,
-            coordinator.pulse,
+            None if config.pulse_url is None else without_credentials(config.pulse_url),
             tracer is not None,
         )
         try:

@@ -476,7 +476,7 @@ class Authenticator:
             raise AuthenticationFailed(f"Hawk Authorization header lacks {', '.join(absent)}")
         client_id, ext = attributes["id"], attributes.get("ext", "")
         now = self._clock()
-        verified = self._credentials_of(client_id, ext, origins, now)
+        verified, remembered = self._credentials_of(client_id, ext, origins, now)
         for origin in origins:
             try:
                 mac = hawk.request_mac(
@@ -488,7 +488,8 @@ class Authenticator:
                 break
         else:
             raise _NoMatch(client_id, origins, reason="wrong accessToken or origin")
-        self._known.put(client_id, ext, verified)
+        if not remembered:
+            self._known.put(client_id, ext, verified)
         # Clients that did not hash the payload are accepted, as in Taskcluster; without the
         # body (authenticateHawk) the caller checks the hash itself.
         if (
@@ -525,7 +526,7 @@ class Authenticator:
             raise AuthenticationFailed("The bewit is not id\\expiry\\mac\\ext")
         client_id, expiry, mac, ext_text = parts
         now = self._clock()
-        verified = self._credentials_of(client_id, ext_text, origins, now)
+        verified, remembered = self._credentials_of(client_id, ext_text, origins, now)
         signed = {"ts": expiry, "nonce": "", "ext": ext_text}
         for origin in origins:
             try:
@@ -538,7 +539,8 @@ class Authenticator:
                 break
         else:
             raise _NoMatch(client_id, origins, reason="bewit: wrong accessToken or origin")
-        self._known.put(client_id, ext_text, verified)
+        if not remembered:
+            self._known.put(client_id, ext_text, verified)
         if int(expiry) < now:
             raise AuthenticationFailed(
                 f"The bewit expired at {expiry} (server time {int(now)}): sign the URL again"
@@ -571,20 +573,21 @@ class Authenticator:
 
     def _credentials_of(
         self, client_id: str, ext: str, origins: Sequence[str], now: float
-    ) -> Verified:
-        """What ``client_id`` presenting Hawk ``ext`` holds and signs with: remembered, if its
-        certificate (if any) is valid ``now``, or derived afresh; an unknown client is
-        answered as a wrong accessToken is."""
+    ) -> tuple[Verified, bool]:
+        """What ``client_id`` presenting Hawk ``ext`` holds and signs with, and whether it was
+        remembered (its certificate, if any, valid ``now``) rather than derived afresh (for
+        the caller to remember once the MAC matched); an unknown client is answered as a
+        wrong accessToken is."""
         state = self._clients.state
         verified = self._known.get(client_id, ext, state)
         if verified is None:
             try:
-                return self._credentials(client_id, _parse_ext(ext), state, now)
+                return self._credentials(client_id, _parse_ext(ext), state, now), False
             except _UnknownClient as error:
                 raise _NoMatch(client_id, origins, reason=str(error)) from None
         if verified.window is not None:
             _check_window(*verified.window, now_ms=now * 1000)
-        return verified
+        return verified, True
 
     def _credentials(
         self, client_id: str, ext: dict[str, Any], state: Hashable, now: float

@@ -39,8 +39,6 @@ DEFAULT_CONTENT_TYPE = "application/binary"
 MAX_NAME_LENGTH = 1024
 MAX_INLINE_BYTES = 64 * 1024
 """The most bytes an artifact carried in a report may have (resolveRuns ``artifacts``)."""
-MAX_INLINE_ARTIFACTS = 4
-"""The most artifacts one report may carry."""
 EXPIRES_SLACK_MS = 15 * 60 * 1000
 """How far in the past a new artifact's ``expires`` may lie: clock skew (Taskcluster's)."""
 EXCEPTION_GRACE_MS = 25 * 60 * 1000

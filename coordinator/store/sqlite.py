@@ -547,14 +547,13 @@ class SQLiteStore(SQLStore):
 
         def write(conn: sqlite3.Connection) -> list[Written | None]:
             rows = _compare_and_set_all(conn, params)
-            if index or artifacts:
-                won = [r for r, row in zip(records, rows, strict=True) if row]
-                if index:
-                    _write_index(conn, won, index)
-                if artifacts:
-                    conn.executemany(_Q["insert_inline_artifact"], inline_columns(won, artifacts))
+            won = [r for r, row in zip(records, rows, strict=True) if row]
+            if index:
+                _write_index(conn, won, index)
+            if artifacts:
+                conn.executemany(_Q["insert_inline_artifact"], inline_columns(won, artifacts))
             if events:
-                written = {r.task_id for r, row in zip(records, rows, strict=True) if row}
+                written = {r.task_id for r in won}
                 _write_outbox(conn, written_outbox_rows(records, written, events))
                 _groups_resolved(
                     conn,

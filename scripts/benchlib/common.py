@@ -315,19 +315,15 @@ def serve_group(
     """A CPU group of a ``serve`` process ``child``: itself and the serve processes it started
     (``COORDINATOR_PROCESSES``), or with ``publisher`` only the event publisher processes
     they started."""
+    everything = pids(child, descendants=True)
 
     def group() -> list[psutil.Process]:
-        if child is None:
-            return []
-        with contextlib.suppress(psutil.Error):
-            root = psutil.Process(child.pid)
-            found = [] if publisher else [root]
-            for process in root.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    if ("publish_events" in " ".join(process.cmdline())) == publisher:
-                        found.append(process)
-            return found
-        return []
+        found = []
+        for process in everything():
+            with contextlib.suppress(psutil.Error):
+                if ("publish_events" in " ".join(process.cmdline())) == publisher:
+                    found.append(process)
+        return found
 
     return group
 

@@ -197,17 +197,21 @@ def test_headers_mohawk_signs_are_parsed_and_verified_alike(
     assert not hawk.matches(hawk.payload_hash(b"{}", content_type), attributes["hash"])
 
 
-def test_app_and_dlg_are_signed_as_mohawk_signs_them() -> None:
-    url = URLS[0]
-    resource = mohawk.base.Resource(
+def _mohawk_resource(url: str, **fields: str) -> mohawk.base.Resource:
+    """mohawk's view of a GET to ``url`` by client ``c`` with ext ``e30`` and ``fields``."""
+    return mohawk.base.Resource(
         url=url,
         method="GET",
         credentials={"id": "c", "key": KEY, "algorithm": "sha256"},
-        nonce="n0nce",
-        timestamp="1700000000",
         ext="e30",
-        app="an-app",
-        dlg="a-delegate",
+        **fields,
+    )
+
+
+def test_app_and_dlg_are_signed_as_mohawk_signs_them() -> None:
+    url = URLS[0]
+    resource = _mohawk_resource(
+        url, nonce="n0nce", timestamp="1700000000", app="an-app", dlg="a-delegate"
     )
     expected = mohawk.util.calculate_mac("header", resource, "")
     attributes = {"ts": "1700000000", "nonce": "n0nce", "ext": "e30", "app": "an-app"}
@@ -217,14 +221,7 @@ def test_app_and_dlg_are_signed_as_mohawk_signs_them() -> None:
 
 @pytest.mark.parametrize("url", URLS)
 def test_a_bewit_mac_is_mohawk_s(url: str) -> None:
-    resource = mohawk.base.Resource(
-        url=url,
-        method="GET",
-        credentials={"id": "c", "key": KEY, "algorithm": "sha256"},
-        nonce="",
-        timestamp="1800000000",
-        ext="e30",
-    )
+    resource = _mohawk_resource(url, nonce="", timestamp="1800000000")
     _, _, mac, _ = mohawk.bewit.parse_bewit(mohawk.bewit.get_bewit(resource))
     signed = {"ts": "1800000000", "nonce": "", "ext": "e30"}
     assert hawk.matches(hawk.request_mac(KEY, signed, method="GET", url=url, kind="bewit"), mac)
