@@ -241,8 +241,8 @@ async def test_the_value_is_encrypted_at_rest_bound_to_its_name_and_never_logged
     assert await store.insert_secret(moved, audit=_audit("project/b"))
     with pytest.raises(SecretUnreadable):
         await coordinator.parts.secrets.get_secret("project/b")
-    # The coordinator's own lines (mohawk's DEBUG lines, which quote the bodies it hashes on
-    # both sides, are held at INFO by coordinator.logs.configure_logging).
+    # The coordinator's own lines: the official client in this process signs with mohawk,
+    # whose DEBUG lines quote the bodies it hashes.
     ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("coordinator"))
     assert "hunter2" not in ours
     assert "secret created name='project/a' by=root" in ours
