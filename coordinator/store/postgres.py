@@ -73,11 +73,12 @@ from coordinator.domain.listings import ResolvedCounts, RunCounts
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.domain.task_groups import TaskGroup
-from coordinator.domain.task_queues import PRIORITIES, TaskQueue, priority_level
+from coordinator.domain.task_queues import TaskQueue
 from coordinator.domain.urls import without_credentials
 from coordinator.domain.workers import RECENT_TASKS, TaskQueueSighting, WorkerSighting
 from coordinator.store.artifact_rows import artifact_columns, inline_columns
 from coordinator.store.base import ProcessLocks
+from coordinator.store.claim_floors import LEVELS, ClaimFloors
 from coordinator.store.contract.deduplication import KeyedInsert
 from coordinator.store.contract.dispatch import ClaimPending, PendingAnnouncement, PickLevels
 from coordinator.store.contract.inbox import InboxRow, IngestRows
@@ -360,17 +361,18 @@ def _announcement(payload: str) -> PendingAnnouncement | None:
     return TaskQueue(provisioner_id, worker_type), int(visible_at)
 
 
-_LEVELS = [priority_level(priority) for priority in PRIORITIES]
-
-
 async def _claimable_runs(
-    conn: asyncpg.Connection, params: Mapping[str, Any], pick: PickLevels | None
+    conn: asyncpg.Connection,
+    task_queue: TaskQueue,
+    params: Mapping[str, Any],
+    pick: PickLevels | None,
+    floors: ClaimFloors,
 ) -> list[asyncpg.Record]:
-    """claim_pending's runs, locked: in priority order, or as ``pick`` draws them (one more
-    round trip, to count each level's runs first)."""
+    """claim_pending's runs, locked: in priority order, each level read from its floor, or as
+    ``pick`` draws them (one more round trip, to count each level's runs first)."""
     if pick is not None:
         counted = _Q["claimable_levels"]
-        levels = await conn.fetch(counted.sql, *counted.args({**params, "levels": _LEVELS}))
+        levels = await conn.fetch(counted.sql, *counted.args({**params, "levels": LEVELS}))
         quotas = pick({row["level"]: row["runs"] for row in levels if row["runs"]})
         if not quotas:
             return []
@@ -380,7 +382,11 @@ async def _claimable_runs(
         if rows:
             return rows
     select = _Q["claimable_runs"]
-    return cast(list[asyncpg.Record], await conn.fetch(select.sql, *select.args(params)))
+    now, limit = params["now"], params["limit"]
+    read = {**params, "levels": LEVELS, "floors": floors.reading(task_queue, now)}
+    found: list[asyncpg.Record] = await conn.fetch(select.sql, *select.args(read))
+    floors.advance(task_queue, now, limit, [(row["level"], row["visible_at"]) for row in found])
+    return found
 
 
 async def _keyed_runs(
@@ -399,7 +405,7 @@ async def _keyed_runs(
     turns = turns_from_rows(await conn.fetch(turned.sql, *turned.args(params)))
     found = _Q["claimable_by_key"]
     full = [key for key, count in running.items() if count >= max_per_key]
-    listed = {**params, "per_key": min(limit, max_per_key), "full": full, "levels": _LEVELS}
+    listed = {**params, "per_key": min(limit, max_per_key), "full": full, "levels": LEVELS}
     candidates = [
         Candidate(row["task_id"], row["level"], row["key"])
         for row in await conn.fetch(found.sql, *found.args(listed))
@@ -502,6 +508,7 @@ class PostgresStore(SQLStore):
         self._listeners: list[_Listener] = []
         self._outages = OutageWatch(store=without_credentials(dsn), is_outage=_is_outage)
         self._queue_locks = ProcessLocks()
+        self._floors = ClaimFloors()
 
     @property
     def _connections(self) -> asyncpg.Pool:
@@ -859,7 +866,7 @@ class PostgresStore(SQLStore):
             async with self._connections.acquire() as conn, conn.transaction():
                 turns: dict[Key, int] | None = None
                 if max_per_key is None:
-                    rows = await _claimable_runs(conn, params, pick)
+                    rows = await _claimable_runs(conn, task_queue, params, pick, self._floors)
                 else:
                     rows, turns = await _keyed_runs(
                         conn, params, max_per_key=max_per_key, pick=pick

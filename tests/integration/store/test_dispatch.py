@@ -6,10 +6,14 @@ PostgreSQL alike: store dispatch's claims of claimable runs, and the hints of pe
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import asyncpg
+import pytest
 
 from coordinator.domain import lifecycle
 from coordinator.domain.claim_weights import ClaimWeights
@@ -17,7 +21,10 @@ from coordinator.domain.events import QueueEvent
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_queues import PRIORITIES, TaskQueue
 from coordinator.store.base import Store
+from coordinator.store.claim_floors import LEVELS, RESCAN_MS, SETTLE_MS
 from coordinator.store.contract.dispatch import PickLevels
+from coordinator.store.postgres import PostgresStore, filtered_statement
+from coordinator.store.worker_rows import task_queue_columns
 from tests.fixtures.records import (
     CLAIM,
     HOUR,
@@ -230,6 +237,65 @@ async def test_fifty_concurrent_claim_pending_calls_each_get_their_own_run(store
     assert [len(answer) for answer in answers] == [1] * 50
     assert sorted(answer[0].task_id for answer in answers) == sorted(r.task_id for r in records)
     assert {(await get(store, r.task_id)).state for r in records} == {"running"}
+
+
+async def test_a_run_made_pending_behind_the_claims_is_claimed_within_the_rescan_interval(
+    store: Store,
+) -> None:
+    await create(store, "early", now=NOW)
+    first = NOW + 5_000
+    assert [
+        r.task_id for r in await store.claim_pending(QUEUE, now=first, limit=10, claim=claiming([]))
+    ] == ["early"]
+    # visible since before that claim, as a transaction that began before it and committed
+    # after it makes a run
+    await create(store, "late", now=NOW + 1_000)
+
+    claimed_at = None
+    for now in range(first, first + RESCAN_MS + 1, RESCAN_MS // 4):
+        if await store.claim_pending(QUEUE, now=now, limit=10, claim=claiming([])):
+            claimed_at = now
+            break
+
+    assert claimed_at is not None
+
+
+async def _claim_buffers(conn: asyncpg.Connection, floors: list[int]) -> int:
+    """The buffers PostgreSQL's claim statement touches reading QUEUE from ``floors``."""
+    statement = filtered_statement("claimable_runs", filters="")  # it has none
+    params = {**task_queue_columns(QUEUE), "now": NOW, "limit": 20, "levels": LEVELS}
+    explained = await conn.fetchval(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement.sql,
+        *statement.args({**params, "floors": floors}),
+    )
+    plan = json.loads(explained)[0]["Plan"]
+    return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
+
+
+async def test_claims_seek_past_the_runs_claimed_while_a_transaction_holds_vacuum_back(
+    store: Store, store_url: str
+) -> None:
+    if not isinstance(store, PostgresStore):
+        pytest.skip("SQLite keeps no dead row versions for a claim to walk")
+    backlog = NOW - 10 * SETTLE_MS  # older than a claim's settling time
+    records = [new_record(f"t{index:04d}", now=backlog + index) for index in range(2_100)]
+    assert len(await store.insert_many(records)) == 2_100
+    holder = await asyncpg.connect(store_url)
+    try:
+        async with holder.transaction():
+            await holder.fetchval("SELECT txid_current()")  # every row version since is kept
+            for limit in [100] * 20 + [20]:
+                claimed = await store.claim_pending(
+                    QUEUE, now=NOW, limit=limit, claim=claiming([], take=limit)
+                )
+                assert len(claimed) == limit
+            # the 2,020 claimed runs' index entries point at row versions nobody may remove
+            floored = await _claim_buffers(holder, store._floors.reading(QUEUE, NOW))
+            whole = await _claim_buffers(holder, [0] * len(LEVELS))
+    finally:
+        await holder.close()
+
+    assert floored * 5 < whole, (floored, whole)
 
 
 # --- store dispatch by a worker's weights -------------------------------------------------

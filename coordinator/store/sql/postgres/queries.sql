@@ -367,16 +367,28 @@ SELECT queue_task_group_resolved(:group, CAST(:task_ids AS TEXT[]))
 
 -- name: claimable_runs
 -- Store dispatch's claim: the queue's pending runs visible now, highest priority first, then
--- the earliest visible, from the partial index tasks_claimable (pending rows only). The rows
--- stay locked until the caller's compare-and-set commits; concurrent claimers (other
--- requests, other replicas) skip them and take the next ones instead of queueing behind.
-SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
-       traceparent
-FROM tasks
-WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
-  AND pending_priority IS NOT NULL AND visible_at <= :now AND open_deadline > :now
-ORDER BY pending_priority DESC, visible_at LIMIT :limit
-FOR UPDATE SKIP LOCKED
+-- the earliest visible, from the partial index tasks_claimable (pending rows only). Each level
+-- is read from its floor (coordinator.store.claim_floors: 0 reads it all) by an index seek,
+-- not a walk past the dead entries earlier claims left. The levels come in :levels' order and
+-- each level's runs in visible_at order: a nested loop over unnest keeps its outer order, and
+-- the outer LIMIT stops it at the first :limit runs, so no level below is read or locked once
+-- the higher ones fill the claim. The rows stay locked until the caller's compare-and-set
+-- commits; concurrent claimers (other requests, other replicas) skip them and take the next
+-- ones instead of queueing behind.
+SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents,
+       t.version, t.traceparent, l.level, t.visible_at
+FROM unnest(CAST(:levels AS INT[]), CAST(:floors AS BIGINT[])) AS l (level, floor)
+CROSS JOIN LATERAL (
+    SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
+           traceparent, visible_at
+    FROM tasks
+    WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
+      AND pending_priority = l.level AND visible_at >= l.floor AND visible_at <= :now
+      AND open_deadline > :now
+    ORDER BY visible_at LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+) AS t
+LIMIT :limit
 
 -- name: claimable_levels
 -- Store dispatch's weighted claim, first step: how many runs (up to :limit) each priority
