@@ -88,7 +88,6 @@ from coordinator.store.outbox_rows import (
     entry_from_row,
     outbox_rows,
     writes_after_reply,
-    written_outbox_rows,
 )
 from coordinator.store.rows import (
     insert_columns,
@@ -187,6 +186,22 @@ _OUTBOX_CTE = """, outbox AS (
 """The outbox rows of a single write, inserted by the write's own statement (one round trip)
 only if it wrote (``{written}``: the CTE of its RETURNING rows), in the order given."""
 
+_BATCH_OUTBOX_CTE = """, outbox AS (
+    INSERT INTO queue_event_outbox (event_key, exchange, routing_key, cc, body)
+    SELECT e.event_key, e.exchange, e.routing_key, e.cc, e.body
+    FROM unnest(CAST(:event_task_ids AS TEXT[]), CAST(:event_keys AS TEXT[]),
+                CAST(:exchanges AS TEXT[]), CAST(:routing_keys AS TEXT[]),
+                CAST(:ccs AS TEXT[]), CAST(:bodies AS TEXT[]))
+         WITH ORDINALITY AS e (task_id, event_key, exchange, routing_key, cc, body, n)
+    WHERE e.task_id IN (SELECT task_id FROM {written})
+    ORDER BY e.n
+    RETURNING id
+)
+"""
+"""The outbox rows of a batch write, inserted by the write's own statement: those of the tasks
+it wrote (``{written}``: the CTE of its RETURNING rows, with their ``task_id``), in the order
+given."""
+
 _GROUP_RESOLVED = (
     "(SELECT queue_task_group_resolved(:task_group_id, CAST(ARRAY[:task_id] AS TEXT[])) "
     "FROM (SELECT count(*) FROM outbox) AS after_its_events)"
@@ -197,12 +212,17 @@ the task's own message."""
 
 
 def _with_outbox() -> dict[str, _Statement]:
-    """``compare_and_set`` and ``insert_task`` that also write their outbox rows, and
-    ``compare_and_set_resolving`` that then also announces the group if it resolved."""
+    """``compare_and_set`` and ``insert_task`` that also write their outbox rows,
+    ``compare_and_set_resolving`` that then also announces the group if it resolved, and the
+    batch writes ``compare_and_set_many`` and ``insert_tasks`` that write those of the tasks
+    they wrote."""
     raw = queries("postgres")
     cas = f"WITH written AS (\n{raw['compare_and_set']}\n)" + _OUTBOX_CTE.format(written="written")
     insert, tail = raw["insert_task"].rsplit("\nSELECT count(*) FROM task", 1)
     assert not tail.strip(), "insert_task must end with its count"
+    inserts, tail = raw["insert_tasks"].rsplit("\nSELECT task_id FROM task", 1)
+    assert not tail.strip(), "insert_tasks must end with its ids"
+    cas_many = f"WITH written AS (\n{raw['compare_and_set_many']}\n)"
     return {
         "compare_and_set": _positional(cas + "SELECT version, notify_dependents FROM written"),
         "compare_and_set_resolving": _positional(
@@ -210,6 +230,14 @@ def _with_outbox() -> dict[str, _Statement]:
         ),
         "insert_task": _positional(
             insert + _OUTBOX_CTE.format(written="task") + "SELECT count(*) FROM task"
+        ),
+        "compare_and_set_many": _positional(
+            cas_many
+            + _BATCH_OUTBOX_CTE.format(written="written")
+            + "SELECT version, notify_dependents, task_id FROM written"
+        ),
+        "insert_tasks": _positional(
+            inserts + _BATCH_OUTBOX_CTE.format(written="task") + "SELECT task_id FROM task"
         ),
     }
 
@@ -225,16 +253,41 @@ def _with_outbox_args(
     statement ``name`` and ``params``."""
     if not events:
         return _Q[name], _Q[name].args(params)
-    rows = outbox_rows(events)
     statement = _Q_OUTBOX[name]
-    arrays = {
+    return statement, statement.args({**params, **_outbox_arrays(outbox_rows(events))})
+
+
+def _batch_write(
+    name: str,
+    params: Mapping[str, Any],
+    records: Sequence[TaskRecord],
+    events: Mapping[str, Sequence[QueueEvent]] | None,
+) -> tuple[_Statement, list[Any]]:
+    """The batch write ``name`` (``insert_tasks``, ``compare_and_set_many``) of ``records``
+    and its arguments: with ``events``, the statement that also writes the events of each
+    record it writes (:data:`_Q_OUTBOX`), in the records' order, in the same round trip."""
+    if not events:
+        return _Q[name], _Q[name].args(params)
+    statement = _Q_OUTBOX[name]
+    task_ids: list[str] = []
+    rows: list[dict[str, Any]] = []
+    for record in records:
+        written = outbox_rows(events.get(record.task_id, ()))
+        task_ids += [record.task_id] * len(written)
+        rows += written
+    arrays = {"event_task_ids": task_ids, **_outbox_arrays(rows)}
+    return statement, statement.args({**params, **arrays})
+
+
+def _outbox_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The outbox CTEs' arrays of ``rows`` (:func:`outbox_rows`), one per column."""
+    return {
         "event_keys": [r["event_key"] for r in rows],
         "exchanges": [r["exchange"] for r in rows],
         "routing_keys": [r["routing_key"] for r in rows],
         "ccs": [r["cc"] for r in rows],
         "bodies": [r["body"] for r in rows],
     }
-    return statement, statement.args({**params, **arrays})
 
 
 def _is_outage(error: BaseException) -> bool:
@@ -744,13 +797,8 @@ class PostgresStore(SQLStore):
             "tag_keys": [tag["tag_key"] for tag in tags],
             "tag_values": [tag["tag_value"] for tag in tags],
         }
-        if events:
-            inserted = await self._with_events(
-                self._fetcher("insert_tasks", params),
-                lambda rows: written_outbox_rows(records, {row["task_id"] for row in rows}, events),
-            )
-        else:
-            inserted = await self._fetch("insert_tasks", **params)
+        statement, args = _batch_write("insert_tasks", params, records, events)
+        inserted = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         return {row["task_id"] for row in inserted}
 
     async def _fetch_in(self, name: str, task_ids: Sequence[str]) -> list[asyncpg.Record]:
@@ -812,36 +860,35 @@ class PostgresStore(SQLStore):
     ) -> list[TaskRecord | None]:
         if not records:
             return []
-        values = _compare_and_set_values(records)
-        if events or index or artifacts:
-
-            async def then(conn: asyncpg.Connection, rows: list[asyncpg.Record]) -> None:
-                written = {row["task_id"] for row in rows}
-                won = [record for record in records if record.task_id in written]
-                if index:
-                    await _write_index(conn, won, index)
-                if artifacts:
-                    insert = _Q["insert_inline_artifact"]
-                    await conn.executemany(
-                        insert.sql, [insert.args(c) for c in inline_columns(won, artifacts)]
-                    )
-                if not events:
-                    return
-                await _groups_resolved(conn, records, written & set(resolving))
-                if closing is not None and len(written) == len(records):
-                    insert = _Q["insert_outbox_event"]
-                    closed = outbox_rows(closing(len(records)))
-                    await conn.executemany(insert.sql, [insert.args(r) for r in closed])
-
-            fetched = await self._with_events(
-                self._fetcher("compare_and_set_many", values),
-                lambda rows: written_outbox_rows(
-                    records, {row["task_id"] for row in rows}, events or {}
-                ),
-                then=then,
-            )
+        statement, args = _batch_write(
+            "compare_and_set_many", _compare_and_set_values(records), records, events
+        )
+        resolved = set(resolving) if events else set()
+        closes = closing is not None and bool(events)
+        if not (index or artifacts or resolved or closes):
+            fetched = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         else:
-            fetched = await self._fetch("compare_and_set_many", **values)
+
+            async def run() -> list[asyncpg.Record]:
+                async with self._connections.acquire() as conn, conn.transaction():
+                    rows: list[asyncpg.Record] = await conn.fetch(statement.sql, *args)
+                    written = {row["task_id"] for row in rows}
+                    won = [record for record in records if record.task_id in written]
+                    if index:
+                        await _write_index(conn, won, index)
+                    if artifacts:
+                        insert = _Q["insert_inline_artifact"]
+                        await conn.executemany(
+                            insert.sql, [insert.args(c) for c in inline_columns(won, artifacts)]
+                        )
+                    await _groups_resolved(conn, records, written & resolved)
+                    if closing is not None and closes and len(written) == len(records):
+                        insert = _Q["insert_outbox_event"]
+                        closed = outbox_rows(closing(len(records)))
+                        await conn.executemany(insert.sql, [insert.args(r) for r in closed])
+                    return rows
+
+            fetched = await self._outages.watch(run())
         written = {row["task_id"]: row for row in fetched}
         return [
             None
@@ -875,13 +922,12 @@ class PostgresStore(SQLStore):
                 if not writes:
                     return []
                 records = [record for record, _ in writes]
-                cas = _Q["compare_and_set_many"]
+                events = {record.task_id: events for record, events in writes if events}
+                cas, args = _batch_write(
+                    "compare_and_set_many", _compare_and_set_values(records), records, events
+                )
                 # the rows are locked since the select: every version still holds
-                fetched = await conn.fetch(cas.sql, *cas.args(_compare_and_set_values(records)))
-                outbox = [row for _, events in writes for row in outbox_rows(events)]
-                if outbox:
-                    insert = _Q["insert_outbox_event"]
-                    await conn.executemany(insert.sql, [insert.args(row) for row in outbox])
+                fetched = await conn.fetch(cas.sql, *args)
                 written = {row["task_id"]: row for row in fetched}
                 stored = [
                     stored_after_cas(record, row["version"], row["notify_dependents"])
