@@ -2,10 +2,11 @@
 
 Every call borrows a connection from an asyncpg pool for one statement; the only
 multi-statement transactions are the migration, the auth writes (a client or the roles, with
-their audit entries and the auth generation) and, with Pulse publishing on (docs/events.md), a
-batch write with its outbox rows and the outbox publisher's batch (which holds the outbox lock
-row while it publishes). A single compare-and-set or createTask writes
-its outbox rows in its own statement. Correctness across replicas rests on the
+their audit entries and the auth generation), a store-dispatch claim (its select locks the
+rows its compare-and-set writes), a batch write with index entries, inline artifacts or a
+closing summary, and the outbox publisher's batch (which holds the outbox lock row while it
+publishes). With Pulse publishing on (docs/events.md), a write inserts its outbox rows, and a
+resolving write checks its task groups, in its own statement. Correctness across replicas rests on the
 compare-and-set of :meth:`PostgresStore.compare_and_set` alone, as the
 :mod:`~coordinator.store.base` contract says.
 
@@ -202,6 +203,24 @@ _BATCH_OUTBOX_CTE = """, outbox AS (
 it wrote (``{written}``: the CTE of its RETURNING rows, with their ``task_id``), in the order
 given."""
 
+_BATCH_GROUPS_RESOLVED = """, groups_resolved AS (
+    SELECT queue_task_group_resolved(g.task_group_id, g.task_ids)
+    FROM (SELECT count(*) AS n FROM outbox) AS after_its_events
+    CROSS JOIN LATERAL (
+        SELECT r.task_group_id, array_agg(r.task_id) AS task_ids
+        FROM unnest(CAST(:resolving_ids AS TEXT[]), CAST(:resolving_groups AS TEXT[]))
+             AS r (task_id, task_group_id)
+        WHERE after_its_events.n >= 0 AND r.task_id IN (SELECT task_id FROM written)
+        GROUP BY r.task_group_id
+        ORDER BY r.task_group_id
+    ) AS g
+)
+"""
+"""A resolving batch's check of each group whose tasks it resolved (migration 0013), in group
+order (their advisory locks too), after its own events are in the outbox: the lateral join
+reads the outbox CTE first, so each task-group-resolved comes after its tasks' messages. The
+statement's answer waits on it (a scalar subquery of its ``WHERE``), so it always runs."""
+
 _GROUP_RESOLVED = (
     "(SELECT queue_task_group_resolved(:task_group_id, CAST(ARRAY[:task_id] AS TEXT[])) "
     "FROM (SELECT count(*) FROM outbox) AS after_its_events)"
@@ -236,6 +255,13 @@ def _with_outbox() -> dict[str, _Statement]:
             + _BATCH_OUTBOX_CTE.format(written="written")
             + "SELECT version, notify_dependents, task_id FROM written"
         ),
+        "compare_and_set_many_resolving": _positional(
+            cas_many
+            + _BATCH_OUTBOX_CTE.format(written="written")
+            + _BATCH_GROUPS_RESOLVED
+            + "SELECT version, notify_dependents, task_id FROM written\n"
+            + "WHERE (SELECT count(*) FROM groups_resolved) >= 0"
+        ),
         "insert_tasks": _positional(
             inserts + _BATCH_OUTBOX_CTE.format(written="task") + "SELECT task_id FROM task"
         ),
@@ -262,12 +288,22 @@ def _batch_write(
     params: Mapping[str, Any],
     records: Sequence[TaskRecord],
     events: Mapping[str, Sequence[QueueEvent]] | None,
+    resolving: Collection[str] = (),
 ) -> tuple[_Statement, list[Any]]:
     """The batch write ``name`` (``insert_tasks``, ``compare_and_set_many``) of ``records``
     and its arguments: with ``events``, the statement that also writes the events of each
-    record it writes (:data:`_Q_OUTBOX`), in the records' order, in the same round trip."""
+    record it writes (:data:`_Q_OUTBOX`), in the records' order, and then, for those of
+    ``resolving`` it writes, checks their groups, in the same round trip."""
     if not events:
         return _Q[name], _Q[name].args(params)
+    groups = {}
+    if resolving:
+        name += "_resolving"
+        resolved = [record for record in records if record.task_id in resolving]
+        groups = {
+            "resolving_ids": [record.task_id for record in resolved],
+            "resolving_groups": [record.task_group_id for record in resolved],
+        }
     statement = _Q_OUTBOX[name]
     task_ids: list[str] = []
     rows: list[dict[str, Any]] = []
@@ -275,7 +311,7 @@ def _batch_write(
         written = outbox_rows(events.get(record.task_id, ()))
         task_ids += [record.task_id] * len(written)
         rows += written
-    arrays = {"event_task_ids": task_ids, **_outbox_arrays(rows)}
+    arrays = {"event_task_ids": task_ids, **_outbox_arrays(rows), **groups}
     return statement, statement.args({**params, **arrays})
 
 
@@ -309,20 +345,6 @@ def _is_outage(error: BaseException) -> bool:
         )
         or type(error) is asyncpg.InterfaceError
     )
-
-
-async def _groups_resolved(
-    conn: asyncpg.Connection, records: Sequence[TaskRecord], resolved: Collection[str]
-) -> None:
-    """task-group-resolved of each group whose tasks these ``resolved`` ids (written in this
-    transaction) were the last unresolved of, groups in order (their advisory locks too)."""
-    groups: dict[str, list[str]] = {}
-    for record in records:
-        if record.task_id in resolved:
-            groups.setdefault(record.task_group_id, []).append(record.task_id)
-    statement = _Q["task_group_resolved"]
-    for group, task_ids in sorted(groups.items()):
-        await conn.execute(statement.sql, *statement.args({"group": group, "task_ids": task_ids}))
 
 
 async def _write_index(
@@ -861,11 +883,10 @@ class PostgresStore(SQLStore):
         if not records:
             return []
         statement, args = _batch_write(
-            "compare_and_set_many", _compare_and_set_values(records), records, events
+            "compare_and_set_many", _compare_and_set_values(records), records, events, resolving
         )
-        resolved = set(resolving) if events else set()
         closes = closing is not None and bool(events)
-        if not (index or artifacts or resolved or closes):
+        if not (index or artifacts or closes):
             fetched = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         else:
 
@@ -881,7 +902,6 @@ class PostgresStore(SQLStore):
                         await conn.executemany(
                             insert.sql, [insert.args(c) for c in inline_columns(won, artifacts)]
                         )
-                    await _groups_resolved(conn, records, written & resolved)
                     if closing is not None and closes and len(written) == len(records):
                         insert = _Q["insert_outbox_event"]
                         closed = outbox_rows(closing(len(records)))

@@ -295,6 +295,38 @@ async def test_a_resolution_with_others_left_writes_no_group_message(store: Stor
     ]
 
 
+async def test_concurrent_resolving_batches_write_each_group_resolved_once_after_its_tasks(
+    store: Store,
+) -> None:
+    """Batches each resolving tasks of two groups, all at once: of the last resolutions of
+    each group exactly one writes its task-group-resolved, after every message of its tasks."""
+    records = [
+        await create(store, f"{group}-{n}", group=group) for group in ("ga", "gb") for n in range(8)
+    ]
+    batches = [records[n::4] for n in range(4)]  # each batch: two tasks of each group
+    written = await asyncio.gather(
+        *(
+            store.compare_and_set_many(
+                [_complete(r) for r in batch],
+                events={r.task_id: [event(r.task_id, 1)] for r in batch},
+                resolving={r.task_id for r in batch},
+            )
+            for batch in batches
+        )
+    )
+    assert all(all(batch) for batch in written)
+    entries = await drain(store)
+    for group in ("ga", "gb"):
+        resolved = [
+            n
+            for n, e in enumerate(entries)
+            if (e.exchange, e.key) == ("task-group-resolved", group)
+        ]
+        own = [n for n, e in enumerate(entries) if e.key.startswith(f"{group}-")]
+        assert len(resolved) == 1 and len(own) == 8
+        assert max(own) < resolved[0]
+
+
 async def test_a_seal_writes_task_group_sealed_in_its_transaction(store: Store) -> None:
     await create(store, "r0")
     assert await store.seal_task_group("unknown", now=NOW, announce=True) is None

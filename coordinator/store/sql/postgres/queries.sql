@@ -361,10 +361,6 @@ SELECT id FROM queue_event_outbox_lock WHERE id = 1 FOR UPDATE SKIP LOCKED
 -- name: delete_outbox_events
 DELETE FROM queue_event_outbox WHERE id = ANY(CAST(:ids AS BIGINT[]))
 
--- name: task_group_resolved
--- After a batch's resolving writes, in its transaction (migration 0013).
-SELECT queue_task_group_resolved(:group, CAST(:task_ids AS TEXT[]))
-
 -- name: claimable_runs
 -- Store dispatch's claim: the queue's pending runs visible now, highest priority first, then
 -- the earliest visible, from the partial index tasks_claimable (pending rows only). Each level
