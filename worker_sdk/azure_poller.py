@@ -365,7 +365,7 @@ class AzurePoller(BasePoller):
             )
             claim = None
         else:
-            log.info(
+            log.debug(
                 "claimed taskId=%s runId=%s queue=%s takenUntil=%s",
                 task_id,
                 run_id,

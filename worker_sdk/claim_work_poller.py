@@ -60,8 +60,9 @@ class ClaimWorkPoller(BasePoller):
             claims = await self._leftovers()
             if not claims:
                 raise
+        # DEBUG: "run started" follows at once at INFO; a line more per run is a write more
         for claim in claims:
-            log.info(
+            log.debug(
                 "claimed taskId=%s runId=%s takenUntil=%s",
                 claim.task_id,
                 claim.run_id,
