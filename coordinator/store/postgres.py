@@ -6,8 +6,8 @@ their audit entries and the auth generation), a store-dispatch claim (its select
 rows its compare-and-set writes), a batch write with index entries, inline artifacts or a
 closing summary, and the outbox publisher's batch (which holds the outbox lock row while it
 publishes). With Pulse publishing on (docs/events.md), a write inserts its outbox rows, and a
-resolving write checks its task groups, in its own statement. Correctness across replicas rests on the
-compare-and-set of :meth:`PostgresStore.compare_and_set` alone, as the
+resolving write checks its task groups, in its own statement. Correctness across replicas
+rests on the compare-and-set of :meth:`PostgresStore.compare_and_set` alone, as the
 :mod:`~coordinator.store.base` contract says.
 
 Choices:
