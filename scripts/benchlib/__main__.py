@@ -3,7 +3,8 @@
     scripts/bench [--duration S] [--warmup S] [--workers K] [--batch N] [--producers P]
                   [--depth D] [--create-batch N] [--create-requests R]
                   [--artifact-count N] [--artifact-mib M] [--big-artifact-mib M]
-                  [--create-rate R] [--latency-duration S] [--rows raw-rest,e2e-sqlite,...]
+                  [--create-rate R] [--latency-duration S] [--hold S]
+                  [--rows raw-rest,e2e-sqlite,...]
                   [--auth] [--profile]
                   [--json FILE] [--markdown FILE]
 
@@ -247,6 +248,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=defaults.latency_duration,
         help="s of open-loop load at each of 50%% and 80%% of a row's rate",
+    )
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=defaults.hold,
+        help="s store-postgres-vacuum-held has held its transaction when its window ends",
     )
     parser.add_argument(
         "--create-batch",
@@ -504,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         big_artifact_mib=args.big_artifact_mib,
         create_rate=args.create_rate,
         latency_duration=args.latency_duration,
+        hold=args.hold,
         profile=args.profile,
         workdir=workdir,
     )

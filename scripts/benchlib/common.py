@@ -51,6 +51,8 @@ class Settings:
         ``artifact-1gib`` row during and after its upload.
     :param latency_duration: seconds of open-loop sending at each load of the pending-time
         measurements (:mod:`benchlib.latency`).
+    :param hold: seconds ``store-postgres-vacuum-held`` has held its transaction open when its
+        window ends (its warm-up is what the window leaves of them).
     """
 
     duration: float = 15.0
@@ -74,6 +76,7 @@ class Settings:
     big_artifact_mib: int = 1024
     create_rate: float = 50.0
     latency_duration: float = 10.0
+    hold: float = 60.0
     profile: bool = False
     workdir: Path = Path("/tmp/qc-bench")
 

@@ -39,8 +39,8 @@ A ``queue-coordinator serve`` process (SQLite or PostgreSQL store, Azurite for h
 * ``store-postgres-vacuum-held``: ``store-postgres`` while a connection of the harness holds
   a transaction open (``BEGIN; SELECT txid_current()``) from before the workers start to the
   row's end, so that vacuum can clean none of the dead rows the row leaves. Its warm-up is
-  :data:`HELD_WINDOWS` - 1 windows long, so the window measures the last of
-  :data:`HELD_WINDOWS` (45 to 60 s of the hold with the default 15 s window).
+  what the window leaves of ``Settings.hold`` (``--hold``), so the window measures the hold's
+  last seconds (45 to 60 s with the defaults).
 * ``store-postgres-processes``: ``store-postgres`` with ``COORDINATOR_PROCESSES=2``: two serve
   processes on the coordinator's port (their CPU counted with the coordinator's).
 
@@ -184,10 +184,6 @@ async def run(
     )
 
 
-HELD_WINDOWS = 4
-"""How many windows' time ``store-postgres-vacuum-held`` has held its transaction open when its
-window ends: the dead rows a claim may have to pass grow with the time held."""
-
 StoreVariant = Literal["bare", "defaults", "events", "vacuum-held", "processes"]
 """The store-dispatch rows: ``store-<store>`` (bare) and ``store-<store>-<variant>``."""
 
@@ -198,8 +194,8 @@ _STORE_TITLES: dict[StoreVariant, str] = {
     "defaults": ", the defaults on (Hawk auth, run log, a handler that logs a line): createTasks "
     "-> SDK claimWork -> log a line -> resolveRuns carrying the log",
     "events": ", Pulse publishing on: createTasks -> SDK claimWork -> resolveRuns (+ 4 messages)",
-    "vacuum-held": ", a transaction held open for the warm-up (3 windows) and the window: "
-    "createTasks -> SDK claimWork -> resolveRuns",
+    "vacuum-held": ", a transaction held open for the warm-up and the window (--hold s in "
+    "all): createTasks -> SDK claimWork -> resolveRuns",
     "processes": ", two serve processes on one port: createTasks -> SDK claimWork (batched) -> "
     "resolveRuns",
 }
@@ -222,7 +218,9 @@ async def run_store(settings: Settings, store: StoreKind, variant: StoreVariant)
     if defaults:
         settings = dataclasses.replace(settings, auth=True)
     elif variant == "vacuum-held":
-        settings = dataclasses.replace(settings, warmup=(HELD_WINDOWS - 1) * settings.duration)
+        # the dead rows a claim may have to pass grow with the time held
+        warmup = max(settings.warmup, settings.hold - settings.duration)
+        settings = dataclasses.replace(settings, warmup=warmup)
     return await measure(
         settings,
         None,
