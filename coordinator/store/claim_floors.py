@@ -10,20 +10,24 @@ claim's cost then grows with the runs claimed since that transaction began (18 m
 after 57,000 on the bench machine, against 3 ms with the walk bounded).
 
 A floor is a ``visible_at`` below which a level holds no claimable run that this process
-could take, so the claim seeks straight to it. After a claim (:meth:`ClaimFloors.advance`):
+could take, so the claim seeks straight to it. A claim asks levels in turn for up to a
+quota of runs each (in priority order: every level its limit; by weight: the levels drawn),
+and stops at its limit. After it (:meth:`ClaimFloors.advance`), each level it read
 
-* a level the claim left with nothing claimable (it took fewer runs than its limit, or found
-  its runs at a lower level) gets the floor ``now - SETTLE_MS``;
-* the lowest level it took from gets the earliest ``visible_at`` it read there, or
-  ``now - SETTLE_MS`` if that is later;
-* the levels below it keep theirs.
+* that gave fewer runs than asked, and not because the claim had its limit there, had no
+  more claimable runs: its floor is ``now - SETTLE_MS``;
+* that gave what was asked, or the rest of the claim's limit, gets the earliest
+  ``visible_at`` it read there, or ``now - SETTLE_MS`` if that is earlier;
+
+and the levels it did not read keep theirs.
 
 A run becomes pending with ``visible_at`` at least the ``now`` of the transaction that made
 it so, and that transaction may commit after a claim that did not see it: ``SETTLE_MS`` is
 how late it may commit (or how far another replica's clock may lag) and still be found.
-A run found below its floor all the same (one that a concurrent claim had locked and then
-let go, or one made pending by a transaction slower than that) waits for the next claim
-that reads without floors: one every ``RESCAN_MS`` for each task queue.
+A run left below its floor all the same (one that a concurrent claim had locked and then
+let go, one whose priority changed, one made pending by a transaction slower than that)
+waits for the next claim that reads without floors: one every ``RESCAN_MS`` for each task
+queue.
 
 Floors are a process's own and are lost with it; a process without them reads from the start
 of each level, as every claim did before them.
@@ -31,14 +35,14 @@ of each level, as every claim did before them.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.domain.task_queues import PRIORITIES, TaskQueue, priority_level
 
 LEVELS = [priority_level(priority) for priority in PRIORITIES]
-"""The priority levels in the order a claim reads them, highest first."""
+"""The priority levels, highest first: the order a claim in priority order reads them."""
 
 SETTLE_MS = 1_000
 """How much older than the claim's ``now`` a run may be made pending by a transaction that
@@ -65,9 +69,9 @@ class ClaimFloors:
         self._queues: OrderedDict[TaskQueue, _QueueFloors] = OrderedDict()
         self._max_queues = max_queues
 
-    def reading(self, task_queue: TaskQueue, now: int) -> list[int]:
-        """The floors a claim at ``now`` reads ``task_queue`` from, one per level of
-        :data:`LEVELS`; all 0 when it is the queue's turn to read without them."""
+    def reading(self, task_queue: TaskQueue, now: int) -> dict[int, int]:
+        """The floors a claim at ``now`` reads ``task_queue`` from, by level (a level not
+        named: 0); none when it is the queue's turn to read without them."""
         floors = self._queues.get(task_queue)
         # a clock that went back (an injected one, a corrected one) also reads without floors
         if floors is None or not 0 <= now - floors.rescanned < RESCAN_MS:
@@ -75,27 +79,39 @@ class ClaimFloors:
             self._queues.move_to_end(task_queue)
             while len(self._queues) > self._max_queues:
                 self._queues.popitem(last=False)
-            return [0] * len(LEVELS)
+            return {}
         self._queues.move_to_end(task_queue)
-        return [floors.by_level.get(level, 0) for level in LEVELS]
+        return dict(floors.by_level)
 
     def advance(
-        self, task_queue: TaskQueue, now: int, limit: int, read: Sequence[tuple[int, int]]
+        self,
+        task_queue: TaskQueue,
+        now: int,
+        limit: int,
+        quotas: Mapping[int, int],
+        read: Sequence[tuple[int, int]],
     ) -> None:
-        """Raise ``task_queue``'s floors after a claim at ``now`` of up to ``limit`` runs read
-        ``read``: the ``(level, visible_at)`` of each run it locked, in the order it read
-        them (level by level, highest first, then by ``visible_at``)."""
+        """Raise ``task_queue``'s floors after a claim at ``now`` that asked the levels of
+        ``quotas``, in that order, for up to their quota of runs each and ``limit`` in all,
+        and read ``read``: the ``(level, visible_at)`` of each run it locked, in the order it
+        read them (level by level, each by ``visible_at``)."""
         floors = self._queues.get(task_queue)
-        if floors is None or limit <= 0:  # a claim of nothing looked at nothing
+        if floors is None:
             return
         settled = now - SETTLE_MS
-        last_level = read[-1][0] if len(read) >= limit else 0
-        earliest = min((visible_at for level, visible_at in read if level == last_level), default=0)
-        for level in LEVELS:
-            if level > last_level:
-                floor = settled
-            elif level == last_level:
-                floor = min(earliest, settled)
-            else:
+        # the level where the claim had its limit: it read no further, not even there
+        cut = read[-1][0] if read and len(read) >= limit else None
+        counts = Counter(level for level, _ in read)
+        earliest: dict[int, int] = {}
+        for level, visible_at in read:
+            earliest.setdefault(level, visible_at)
+        for level, quota in quotas.items():
+            if quota <= 0:  # asked for nothing, it learned nothing
                 continue
+            if counts[level] < quota and level != cut:
+                floor = settled  # nothing more there to claim
+            else:
+                floor = min(earliest[level], settled)
             floors.by_level[level] = max(floors.by_level.get(level, 0), floor)
+            if level == cut:
+                break

@@ -443,24 +443,51 @@ async def _claimable_runs(
     pick: PickLevels | None,
     floors: ClaimFloors,
 ) -> list[asyncpg.Record]:
-    """claim_pending's runs, locked: in priority order, each level read from its floor, or as
-    ``pick`` draws them (one more round trip, to count each level's runs first)."""
+    """claim_pending's runs, locked: in priority order, or as ``pick`` draws them (one more
+    round trip, to count each level's runs first); each level read from its floor."""
+    read = {**params, "floors": floors.reading(task_queue, params["now"])}
     if pick is not None:
         counted = _Q["claimable_levels"]
-        levels = await conn.fetch(counted.sql, *counted.args({**params, "levels": LEVELS}))
+        levels = await conn.fetch(counted.sql, *counted.args(_level_floors(read, LEVELS)))
         quotas = pick({row["level"]: row["runs"] for row in levels if row["runs"]})
         if not quotas:
             return []
-        weighted = _Q["claimable_runs_weighted"]
-        picked = {**params, "levels": list(quotas), "quotas": list(quotas.values())}
-        rows: list[asyncpg.Record] = await conn.fetch(weighted.sql, *weighted.args(picked))
+        drawn = dict(sorted(quotas.items(), reverse=True))
+        rows = await _claim_levels(conn, task_queue, read, drawn, floors)
         if rows:
             return rows
-    select = _Q["claimable_runs"]
-    now, limit = params["now"], params["limit"]
-    read = {**params, "levels": LEVELS, "floors": floors.reading(task_queue, now)}
-    found: list[asyncpg.Record] = await conn.fetch(select.sql, *select.args(read))
-    floors.advance(task_queue, now, limit, [(row["level"], row["visible_at"]) for row in found])
+    return await _claim_levels(conn, task_queue, read, dict.fromkeys(LEVELS, read["limit"]), floors)
+
+
+def _level_floors(params: Mapping[str, Any], levels: Sequence[int]) -> dict[str, Any]:
+    """``params`` with ``levels`` and their floors as arrays (``params["floors"]``: the floor
+    of each level that has one)."""
+    return {
+        **params,
+        "levels": list(levels),
+        "floors": [params["floors"].get(level, 0) for level in levels],
+    }
+
+
+async def _claim_levels(
+    conn: asyncpg.Connection,
+    task_queue: TaskQueue,
+    params: Mapping[str, Any],
+    quotas: Mapping[int, int],
+    floors: ClaimFloors,
+) -> list[asyncpg.Record]:
+    """The claimable runs of the levels of ``quotas``, in that order, up to each one's quota
+    (claimable_runs), locked; the floors raised by what they were."""
+    statement = _Q["claimable_runs"]
+    asked = {**_level_floors(params, list(quotas)), "quotas": list(quotas.values())}
+    found: list[asyncpg.Record] = await conn.fetch(statement.sql, *statement.args(asked))
+    floors.advance(
+        task_queue,
+        params["now"],
+        params["limit"],
+        quotas,
+        [(row["level"], row["visible_at"]) for row in found],
+    )
     return found
 
 

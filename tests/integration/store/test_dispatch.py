@@ -260,13 +260,20 @@ async def test_a_run_made_pending_behind_the_claims_is_claimed_within_the_rescan
     assert claimed_at is not None
 
 
-async def _claim_buffers(conn: asyncpg.Connection, floors: list[int]) -> int:
-    """The buffers PostgreSQL's claim statement touches reading QUEUE from ``floors``."""
+async def _claim_buffers(conn: asyncpg.Connection, floors: Mapping[int, int]) -> int:
+    """The buffers PostgreSQL's claim statement touches reading QUEUE in priority order from
+    ``floors``."""
     statement = filtered_statement("claimable_runs", filters="")  # it has none
-    params = {**task_queue_columns(QUEUE), "now": NOW, "limit": 20, "levels": LEVELS}
+    params = {
+        **task_queue_columns(QUEUE),
+        "now": NOW,
+        "limit": 20,
+        "levels": LEVELS,
+        "quotas": [20] * len(LEVELS),
+        "floors": [floors.get(level, 0) for level in LEVELS],
+    }
     explained = await conn.fetchval(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement.sql,
-        *statement.args({**params, "floors": floors}),
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement.sql, *statement.args(params)
     )
     plan = json.loads(explained)[0]["Plan"]
     return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
@@ -291,7 +298,7 @@ async def test_claims_seek_past_the_runs_claimed_while_a_transaction_holds_vacuu
                 assert len(claimed) == limit
             # the 2,020 claimed runs' index entries point at row versions nobody may remove
             floored = await _claim_buffers(holder, store._floors.reading(QUEUE, NOW))
-            whole = await _claim_buffers(holder, [0] * len(LEVELS))
+            whole = await _claim_buffers(holder, {})
     finally:
         await holder.close()
 

@@ -362,18 +362,19 @@ SELECT id FROM queue_event_outbox_lock WHERE id = 1 FOR UPDATE SKIP LOCKED
 DELETE FROM queue_event_outbox WHERE id = ANY(CAST(:ids AS BIGINT[]))
 
 -- name: claimable_runs
--- Store dispatch's claim: the queue's pending runs visible now, highest priority first, then
--- the earliest visible, from the partial index tasks_claimable (pending rows only). Each level
--- is read from its floor (coordinator.store.claim_floors: 0 reads it all) by an index seek,
--- not a walk past the dead entries earlier claims left. The levels come in :levels' order and
--- each level's runs in visible_at order: a nested loop over unnest keeps its outer order, and
--- the outer LIMIT stops it at the first :limit runs, so no level below is read or locked once
--- the higher ones fill the claim. The rows stay locked until the caller's compare-and-set
--- commits; concurrent claimers (other requests, other replicas) skip them and take the next
--- ones instead of queueing behind.
+-- Store dispatch's claim: the queue's pending runs visible now, from the partial index
+-- tasks_claimable (pending rows only), up to :limit in all: level by level in :levels' order
+-- (highest first, or the levels a weighted claim drew), the earliest visible :quotas[i] of
+-- level :levels[i]. Each level is read from its floor (coordinator.store.claim_floors: 0 reads
+-- it all) by an index seek, not a walk past the dead entries earlier claims left. A nested
+-- loop over unnest keeps its outer order, and the outer LIMIT stops it at the first :limit
+-- runs, so no level after is read or locked once the ones before fill the claim. The rows
+-- stay locked until the caller's compare-and-set commits; concurrent claimers (other
+-- requests, other replicas) skip them and take the next ones instead of queueing behind.
 SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents,
        t.version, t.traceparent, l.level, t.visible_at
-FROM unnest(CAST(:levels AS INT[]), CAST(:floors AS BIGINT[])) AS l (level, floor)
+FROM unnest(CAST(:levels AS INT[]), CAST(:quotas AS INT[]), CAST(:floors AS BIGINT[]))
+     AS l (level, quota, floor)
 CROSS JOIN LATERAL (
     SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
            traceparent, visible_at
@@ -381,41 +382,25 @@ CROSS JOIN LATERAL (
     WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
       AND pending_priority = l.level AND visible_at >= l.floor AND visible_at <= :now
       AND open_deadline > :now
-    ORDER BY visible_at LIMIT :limit
+    ORDER BY visible_at LIMIT l.quota
     FOR UPDATE SKIP LOCKED
 ) AS t
 LIMIT :limit
 
 -- name: claimable_levels
 -- Store dispatch's weighted claim, first step: how many runs (up to :limit) each priority
--- level has claimable now, from the partial index tasks_claimable, without locking any: the
--- caller draws from these how many of each level to claim (claimable_runs_weighted).
-SELECT level, (
+-- level has claimable now, from the partial index tasks_claimable, each level from its floor,
+-- without locking any: the caller draws from these how many of each level to claim.
+SELECT l.level, (
     SELECT count(*) FROM (
         SELECT 1 FROM tasks
         WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
-          AND pending_priority = level AND visible_at <= :now AND open_deadline > :now
+          AND pending_priority = l.level AND visible_at >= l.floor AND visible_at <= :now
+          AND open_deadline > :now
         LIMIT :limit
     ) AS claimable
 ) AS runs
-FROM unnest(CAST(:levels AS INT[])) AS level
-
--- name: claimable_runs_weighted
--- Store dispatch's weighted claim, second step: the oldest :quotas[i] claimable runs of each
--- priority level :levels[i], locked as claimable_runs locks them, skipping the locked ones.
-SELECT t.task_id, t.definition, t.retries_left, t.runs, t.hint_due, t.notify_dependents,
-       t.version, t.traceparent
-FROM unnest(CAST(:levels AS INT[]), CAST(:quotas AS INT[])) AS pick(level, quota)
-CROSS JOIN LATERAL (
-    SELECT task_id, definition, retries_left, runs, hint_due, notify_dependents, version,
-           traceparent, visible_at
-    FROM tasks
-    WHERE provisioner_id = :provisioner_id AND worker_type = :worker_type
-      AND pending_priority = pick.level AND visible_at <= :now AND open_deadline > :now
-    ORDER BY visible_at LIMIT pick.quota
-    FOR UPDATE SKIP LOCKED
-) AS t
-ORDER BY pick.level DESC, t.visible_at
+FROM unnest(CAST(:levels AS INT[]), CAST(:floors AS BIGINT[])) AS l (level, floor)
 
 -- name: claimable_by_key
 -- A keyed claim (maxRunningPerKey), first step: the candidates, without locking any. The
