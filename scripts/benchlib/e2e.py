@@ -104,6 +104,7 @@ from benchlib.events import AMQP_URL
 from benchlib.index import LagSampler
 from benchlib.noop import STARTS_ENV
 from coordinator.azure.names import queue_name
+from coordinator.domain.task_queues import priority_level
 from devharness.azurite import AzuriteProcess
 from devharness.processes import child_env, end_processes, spawn
 from devharness.waiting import WaitTimeout, wait_until
@@ -623,6 +624,10 @@ async def _workers_started(settings: Settings, workdir: Path, options: WorkerOpt
     await wait_until(started, within=120, what="the workers to start", interval=0.1)
 
 
+_DEPTH_WINDOW_MS = 5_000
+"""How far back the store-dispatch depth gauge counts claimable runs (by ``visible_at``)."""
+
+
 @asynccontextmanager
 async def _depth_gauge(
     session: aiohttp.ClientSession,
@@ -634,7 +639,12 @@ async def _depth_gauge(
     """What the pacer reads every 20-100 ms: the hint queue's depth from Azurite (pendingTasks
     is cached for 20 s, so the harness names the queue itself, as the coordinator does), or
     under store dispatch the claimable pending runs, counted in the store (from its partial
-    index) on a connection of the harness, so that the coordinator serves none of the reads."""
+    index) on a connection of the harness, so that the coordinator serves none of the reads.
+
+    The count reads only the runs made visible in the last :data:`_DEPTH_WINDOW_MS`: a run
+    waits a tenth of a second at the depth the pacer keeps, and a count from the start of
+    the index would walk every dead entry the row's claims left, which under
+    ``store-postgres-vacuum-held`` made the harness's own reads half of the database's work."""
     if azurite is not None:
         name = queue_name(running.queue_prefix, PROVISIONER_ID, worker_type, priority)
         hints = azure_rest.RestQueue(
@@ -644,15 +654,21 @@ async def _depth_gauge(
         return
     query = (
         "SELECT count(*) FROM tasks WHERE provisioner_id = {p} AND worker_type = {w} "
-        "AND pending_priority IS NOT NULL"
+        "AND pending_priority = {level} AND visible_at >= {since}"
     )
+    level = priority_level(priority)
+
+    def since() -> int:
+        return int(time.time() * 1000) - _DEPTH_WINDOW_MS
+
     if running.store_url.startswith("sqlite:"):
         path = running.store_url.removeprefix("sqlite:///")
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        sql = query.format(p="?", w="?")
+        sql = query.format(p="?", w="?", level="?", since="?")
 
         def count() -> int:
-            return int(conn.execute(sql, (PROVISIONER_ID, worker_type)).fetchone()[0])
+            args = (PROVISIONER_ID, worker_type, level, since())
+            return int(conn.execute(sql, args).fetchone()[0])
 
         async def sqlite_depth() -> int:
             return await asyncio.to_thread(count)
@@ -663,10 +679,10 @@ async def _depth_gauge(
             conn.close()
         return
     pg = await asyncpg.connect(running.store_url)
-    sql = query.format(p="$1", w="$2")
+    sql = query.format(p="$1", w="$2", level="$3", since="$4")
 
     async def postgres_depth() -> int:
-        return int(await pg.fetchval(sql, PROVISIONER_ID, worker_type))
+        return int(await pg.fetchval(sql, PROVISIONER_ID, worker_type, level, since()))
 
     try:
         yield postgres_depth
