@@ -48,18 +48,31 @@ Client = Literal["rest", "sdk"]
 
 
 class _Consumer:
-    def __init__(self, *, batch: int, stop_at: float, drain_until: float) -> None:
+    """One consumer's loop state. Its timeline (when the producer stops, when to give up) is a
+    file the row writes once every consumer is ready, so that a consumer slow to start (the
+    SDK's imports on a loaded machine) costs the warm-up nothing."""
+
+    def __init__(self, *, batch: int, timeline: Path) -> None:
         self.batch = batch
-        self.stop_at = stop_at
-        self.drain_until = drain_until
+        self.timeline = timeline
+        self.stop_at: float | None = None
+        self.drain_until = 0.0
         self.done: list[tuple[float, float]] = []
         """(time.time() when deleted, seconds since sent)."""
         self.errors = 0
         self.stopping = False
 
     def finished(self, fetched: int) -> bool:
+        if self.stopping:
+            return True
+        if self.stop_at is None:
+            with contextlib.suppress(OSError, ValueError):
+                times = json.loads(self.timeline.read_text())
+                self.stop_at, self.drain_until = times["stopAt"], times["drainUntil"]
+            if self.stop_at is None:
+                return False
         now = time.time()
-        return self.stopping or now >= self.drain_until or (now >= self.stop_at and not fetched)
+        return now >= self.drain_until or (now >= self.stop_at and not fetched)
 
     def record(self, text: str) -> None:
         sent = azure_rest.sent_at(text)
@@ -138,15 +151,18 @@ def consumer_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queue", required=True)
     parser.add_argument("--sas", required=True)
     parser.add_argument("--batch", type=int, required=True)
-    parser.add_argument("--stop-at", type=float, required=True, help="epoch s: producer ends")
-    parser.add_argument("--drain-until", type=float, required=True, help="epoch s: give up")
+    parser.add_argument(
+        "--timeline", type=Path, required=True, help="JSON {stopAt, drainUntil}, epoch s"
+    )
+    parser.add_argument("--ready", type=Path, required=True, help="made once ready to consume")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    consumer = _Consumer(batch=args.batch, stop_at=args.stop_at, drain_until=args.drain_until)
+    consumer = _Consumer(batch=args.batch, timeline=args.timeline)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, lambda: setattr(consumer, "stopping", True))
+        args.ready.touch()
         if args.client == "rest":
             await _consume_rest(consumer, args.endpoint, args.queue, args.sas)
         else:
@@ -174,11 +190,9 @@ async def run(settings: Settings, azurite: AzuriteProcess, client: Client) -> Ro
     await service.create_queue(queue)
     consumers = []
     try:
-        begin = time.time()
-        window_start = begin + settings.warmup
-        stop_at = window_start + settings.duration
-        drain_until = stop_at + settings.drain
         outs = [workdir / f"consumer-{i}.json" for i in range(settings.workers)]
+        ready = [workdir / f"consumer-{i}.ready" for i in range(settings.workers)]
+        timeline = workdir / "timeline.json"
         for i, out in enumerate(outs):
             consumers.append(
                 await spawn(
@@ -192,14 +206,27 @@ async def run(settings: Settings, azurite: AzuriteProcess, client: Client) -> Ro
                         f"--queue={queue}",
                         f"--sas={sas}",
                         f"--batch={settings.batch}",
-                        f"--stop-at={stop_at}",
-                        f"--drain-until={drain_until}",
+                        f"--timeline={timeline}",
+                        f"--ready={ready[i]}",
                         f"--out={out}",
                     ],
                     env=child_env(),
                     log=workdir / f"consumer-{i}.log",
                 )
             )
+        await wait_until(
+            lambda: all(path.exists() for path in ready),
+            within=60,
+            what="the consumers to start",
+            interval=0.05,
+        )
+        begin = time.time()
+        window_start = begin + settings.warmup
+        stop_at = window_start + settings.duration
+        drain_until = stop_at + settings.drain
+        written = timeline.with_suffix(".tmp")
+        written.write_text(json.dumps({"stopAt": stop_at, "drainUntil": drain_until}))
+        written.replace(timeline)  # whole, or not yet there
         meter = CpuMeter(
             {
                 "azurite": azurite_group(azurite.port),
