@@ -176,20 +176,6 @@ def _queue_lock_key(task_queue: TaskQueue) -> int:
 _OUTBOX_CTE = """, outbox AS (
     INSERT INTO queue_event_outbox (event_key, exchange, routing_key, cc, body)
     SELECT e.event_key, e.exchange, e.routing_key, e.cc, e.body
-    FROM unnest(CAST(:event_keys AS TEXT[]), CAST(:exchanges AS TEXT[]),
-                CAST(:routing_keys AS TEXT[]), CAST(:ccs AS TEXT[]), CAST(:bodies AS TEXT[]))
-         WITH ORDINALITY AS e (event_key, exchange, routing_key, cc, body, n)
-    WHERE EXISTS (SELECT 1 FROM {written})
-    ORDER BY e.n
-    RETURNING id
-)
-"""
-"""The outbox rows of a single write, inserted by the write's own statement (one round trip)
-only if it wrote (``{written}``: the CTE of its RETURNING rows), in the order given."""
-
-_BATCH_OUTBOX_CTE = """, outbox AS (
-    INSERT INTO queue_event_outbox (event_key, exchange, routing_key, cc, body)
-    SELECT e.event_key, e.exchange, e.routing_key, e.cc, e.body
     FROM unnest(CAST(:event_task_ids AS TEXT[]), CAST(:event_keys AS TEXT[]),
                 CAST(:exchanges AS TEXT[]), CAST(:routing_keys AS TEXT[]),
                 CAST(:ccs AS TEXT[]), CAST(:bodies AS TEXT[]))
@@ -199,11 +185,11 @@ _BATCH_OUTBOX_CTE = """, outbox AS (
     RETURNING id
 )
 """
-"""The outbox rows of a batch write, inserted by the write's own statement: those of the tasks
-it wrote (``{written}``: the CTE of its RETURNING rows, with their ``task_id``), in the order
-given."""
+"""The outbox rows of a write, inserted by the write's own statement (one round trip): those of
+the tasks it wrote (``{written}``: the CTE of its RETURNING rows, with their ``task_id``), in
+the order given."""
 
-_BATCH_GROUPS_RESOLVED = """, groups_resolved AS (
+_GROUPS_RESOLVED = """, groups_resolved AS (
     SELECT queue_task_group_resolved(g.task_group_id, g.task_ids)
     FROM (SELECT count(*) AS n FROM outbox) AS after_its_events
     CROSS JOIN LATERAL (
@@ -216,85 +202,54 @@ _BATCH_GROUPS_RESOLVED = """, groups_resolved AS (
     ) AS g
 )
 """
-"""A resolving batch's check of each group whose tasks it resolved (migration 0013), in group
+"""A resolving write's check of each group whose tasks it resolved (migration 0013), in group
 order (their advisory locks too), after its own events are in the outbox: the lateral join
 reads the outbox CTE first, so each task-group-resolved comes after its tasks' messages. The
 statement's answer waits on it (a scalar subquery of its ``WHERE``), so it always runs."""
 
-_GROUP_RESOLVED = (
-    "(SELECT queue_task_group_resolved(:task_group_id, CAST(ARRAY[:task_id] AS TEXT[])) "
-    "FROM (SELECT count(*) FROM outbox) AS after_its_events)"
-)
-"""A resolving write's check of its group (migration 0013), after its own events are in the
-outbox: the scalar subquery reads the outbox CTE first, so task-group-resolved comes after
-the task's own message."""
-
 
 def _with_outbox() -> dict[str, _Statement]:
-    """``compare_and_set`` and ``insert_task`` that also write their outbox rows,
-    ``compare_and_set_resolving`` that then also announces the group if it resolved, and the
-    batch writes ``compare_and_set_many`` and ``insert_tasks`` that write those of the tasks
-    they wrote."""
+    """The writes that also insert their outbox rows (:data:`_OUTBOX_CTE`): ``insert_task``,
+    ``insert_tasks``, ``compare_and_set`` and ``compare_and_set_many``, the last two also as
+    ``<name>_resolving``, which then checks the groups of the tasks they resolved."""
     raw = queries("postgres")
-    cas = f"WITH written AS (\n{raw['compare_and_set']}\n)" + _OUTBOX_CTE.format(written="written")
-    insert, tail = raw["insert_task"].rsplit("\nSELECT count(*) FROM task", 1)
-    assert not tail.strip(), "insert_task must end with its count"
-    inserts, tail = raw["insert_tasks"].rsplit("\nSELECT task_id FROM task", 1)
-    assert not tail.strip(), "insert_tasks must end with its ids"
-    cas_many = f"WITH written AS (\n{raw['compare_and_set_many']}\n)"
-    return {
-        "compare_and_set": _positional(cas + "SELECT version, notify_dependents FROM written"),
-        "compare_and_set_resolving": _positional(
-            cas + f"SELECT version, notify_dependents, {_GROUP_RESOLVED} FROM written"
-        ),
-        "insert_task": _positional(
-            insert + _OUTBOX_CTE.format(written="task") + "SELECT count(*) FROM task"
-        ),
-        "compare_and_set_many": _positional(
-            cas_many
-            + _BATCH_OUTBOX_CTE.format(written="written")
-            + "SELECT version, notify_dependents, task_id FROM written"
-        ),
-        "compare_and_set_many_resolving": _positional(
-            cas_many
-            + _BATCH_OUTBOX_CTE.format(written="written")
-            + _BATCH_GROUPS_RESOLVED
-            + "SELECT version, notify_dependents, task_id FROM written\n"
-            + "WHERE (SELECT count(*) FROM groups_resolved) >= 0"
-        ),
-        "insert_tasks": _positional(
-            inserts + _BATCH_OUTBOX_CTE.format(written="task") + "SELECT task_id FROM task"
-        ),
-    }
+    statements = {}
+    for name, answer in [
+        ("insert_task", "SELECT count(*) FROM task"),
+        ("insert_tasks", "SELECT task_id FROM task"),
+    ]:
+        # the CTEs go between the insert's own CTEs and its answer
+        head, tail = raw[name].rsplit("\n" + answer, 1)
+        assert not tail.strip(), f"{name} must end with {answer!r}"
+        statements[name] = _positional(head + _OUTBOX_CTE.format(written="task") + answer)
+    answer = "SELECT version, notify_dependents, task_id FROM written"
+    for name in ("compare_and_set", "compare_and_set_many"):
+        outboxed = f"WITH written AS (\n{raw[name]}\n)" + _OUTBOX_CTE.format(written="written")
+        statements[name] = _positional(outboxed + answer)
+        statements[f"{name}_resolving"] = _positional(
+            outboxed
+            + _GROUPS_RESOLVED
+            + answer
+            + "\nWHERE (SELECT count(*) FROM groups_resolved) >= 0"
+        )
+    return statements
 
 
 _Q_OUTBOX = _with_outbox()
 
 
 def _with_outbox_args(
-    name: str, params: Mapping[str, Any], events: Sequence[QueueEvent]
-) -> tuple[_Statement, list[Any]]:
-    """The statement ``name`` that also writes ``events`` (:data:`_Q_OUTBOX`), and its
-    arguments: ``params`` and the events' columns as arrays; without events, the plain
-    statement ``name`` and ``params``."""
-    if not events:
-        return _Q[name], _Q[name].args(params)
-    statement = _Q_OUTBOX[name]
-    return statement, statement.args({**params, **_outbox_arrays(outbox_rows(events))})
-
-
-def _batch_write(
     name: str,
     params: Mapping[str, Any],
     records: Sequence[TaskRecord],
     events: Mapping[str, Sequence[QueueEvent]] | None,
     resolving: Collection[str] = (),
 ) -> tuple[_Statement, list[Any]]:
-    """The batch write ``name`` (``insert_tasks``, ``compare_and_set_many``) of ``records``
-    and its arguments: with ``events``, the statement that also writes the events of each
-    record it writes (:data:`_Q_OUTBOX`), in the records' order, and then, for those of
-    ``resolving`` it writes, checks their groups, in the same round trip."""
-    if not events:
+    """The write ``name`` of ``records`` and its arguments: with ``events`` (by task id), the
+    statement that also writes the events of each record it writes (:data:`_Q_OUTBOX`), in
+    the records' order, and then, for those of ``resolving`` it writes, checks their groups,
+    in the same round trip; without, the plain statement ``name`` and ``params``."""
+    if not events or not any(events.values()):
         return _Q[name], _Q[name].args(params)
     groups = {}
     if resolving:
@@ -311,19 +266,15 @@ def _batch_write(
         written = outbox_rows(events.get(record.task_id, ()))
         task_ids += [record.task_id] * len(written)
         rows += written
-    arrays = {"event_task_ids": task_ids, **_outbox_arrays(rows), **groups}
-    return statement, statement.args({**params, **arrays})
-
-
-def _outbox_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """The outbox CTEs' arrays of ``rows`` (:func:`outbox_rows`), one per column."""
-    return {
+    arrays = {
+        "event_task_ids": task_ids,
         "event_keys": [r["event_key"] for r in rows],
         "exchanges": [r["exchange"] for r in rows],
         "routing_keys": [r["routing_key"] for r in rows],
         "ccs": [r["cc"] for r in rows],
         "bodies": [r["body"] for r in rows],
     }
+    return statement, statement.args({**params, **arrays, **groups})
 
 
 def _is_outage(error: BaseException) -> bool:
@@ -445,28 +396,27 @@ async def _claimable_runs(
 ) -> list[asyncpg.Record]:
     """claim_pending's runs, locked: in priority order, or as ``pick`` draws them (one more
     round trip, to count each level's runs first); each level read from its floor."""
-    read = {**params, "floors": floors.reading(task_queue, params["now"])}
+    by_level = floors.reading(task_queue, params["now"])
     if pick is not None:
         counted = _Q["claimable_levels"]
-        levels = await conn.fetch(counted.sql, *counted.args(_level_floors(read, LEVELS)))
+        levels = await conn.fetch(counted.sql, *counted.args(_from_floors(params, by_level)))
         quotas = pick({row["level"]: row["runs"] for row in levels if row["runs"]})
         if not quotas:
             return []
         drawn = dict(sorted(quotas.items(), reverse=True))
-        rows = await _claim_levels(conn, task_queue, read, drawn, floors)
+        rows = await _claim_levels(conn, task_queue, params, drawn, floors, by_level)
         if rows:
             return rows
-    return await _claim_levels(conn, task_queue, read, dict.fromkeys(LEVELS, read["limit"]), floors)
+    everywhere = dict.fromkeys(LEVELS, params["limit"])
+    return await _claim_levels(conn, task_queue, params, everywhere, floors, by_level)
 
 
-def _level_floors(params: Mapping[str, Any], levels: Sequence[int]) -> dict[str, Any]:
-    """``params`` with ``levels`` and their floors as arrays (``params["floors"]``: the floor
-    of each level that has one)."""
-    return {
-        **params,
-        "levels": list(levels),
-        "floors": [params["floors"].get(level, 0) for level in levels],
-    }
+def _from_floors(
+    params: Mapping[str, Any], by_level: Mapping[int, int], levels: Sequence[int] = LEVELS
+) -> dict[str, Any]:
+    """``params`` with ``levels`` and the floor of each (0: none) as arrays."""
+    floor_of = [by_level.get(level, 0) for level in levels]
+    return {**params, "levels": list(levels), "floors": floor_of}
 
 
 async def _claim_levels(
@@ -475,19 +425,16 @@ async def _claim_levels(
     params: Mapping[str, Any],
     quotas: Mapping[int, int],
     floors: ClaimFloors,
+    by_level: Mapping[int, int],
 ) -> list[asyncpg.Record]:
     """The claimable runs of the levels of ``quotas``, in that order, up to each one's quota
-    (claimable_runs), locked; the floors raised by what they were."""
+    (claimable_runs), each level read from its floor in ``by_level``, locked; ``floors``
+    raised by what they were."""
     statement = _Q["claimable_runs"]
-    asked = {**_level_floors(params, list(quotas)), "quotas": list(quotas.values())}
+    asked = {**_from_floors(params, by_level, list(quotas)), "quotas": list(quotas.values())}
     found: list[asyncpg.Record] = await conn.fetch(statement.sql, *statement.args(asked))
-    floors.advance(
-        task_queue,
-        params["now"],
-        params["limit"],
-        quotas,
-        [(row["level"], row["visible_at"]) for row in found],
-    )
+    read = [(row["level"], row["visible_at"]) for row in found]
+    floors.advance(task_queue, params["now"], params["limit"], quotas, read)
     return found
 
 
@@ -792,7 +739,9 @@ class PostgresStore(SQLStore):
     async def insert(
         self, record: TaskRecord, *, events: Sequence[QueueEvent] = ()
     ) -> TaskRecord | None:
-        statement, args = _with_outbox_args("insert_task", self._insert_params(record), events)
+        statement, args = _with_outbox_args(
+            "insert_task", self._insert_params(record), [record], {record.task_id: events}
+        )
         inserted = await self._outages.watch(self._connections.fetchval(statement.sql, *args))
         return record.replace(version=1) if inserted else None
 
@@ -807,7 +756,9 @@ class PostgresStore(SQLStore):
         columns = deduplication_key_columns(record, key, holder)
         claim = _Q["insert_deduplication_key" if holder is None else "take_over_deduplication_key"]
         read = _Q["deduplication_key_holder"]
-        statement, args = _with_outbox_args("insert_task", self._insert_params(record), events)
+        statement, args = _with_outbox_args(
+            "insert_task", self._insert_params(record), [record], {record.task_id: events}
+        )
 
         async def run() -> KeyedInsert:
             async with self._connections.acquire() as conn:
@@ -846,7 +797,7 @@ class PostgresStore(SQLStore):
             "tag_keys": [tag["tag_key"] for tag in tags],
             "tag_values": [tag["tag_value"] for tag in tags],
         }
-        statement, args = _batch_write("insert_tasks", params, records, events)
+        statement, args = _with_outbox_args("insert_tasks", params, records, events)
         inserted = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         return {row["task_id"] for row in inserted}
 
@@ -874,11 +825,13 @@ class PostgresStore(SQLStore):
         index: Sequence[IndexedTask] = (),
     ) -> TaskRecord | None:
         params = {**status_columns(record), "version": record.version}
-        name = "compare_and_set"
-        if events and resolving:  # only the outbox's group events need the group's state
-            name += "_resolving"
-            params["task_group_id"] = record.task_group_id
-        statement, args = _with_outbox_args(name, params, events)
+        statement, args = _with_outbox_args(
+            "compare_and_set",
+            params,
+            [record],
+            {record.task_id: events},
+            resolving={record.task_id} if resolving else (),
+        )
         if index:
 
             async def indexing() -> list[asyncpg.Record]:
@@ -909,33 +862,35 @@ class PostgresStore(SQLStore):
     ) -> list[TaskRecord | None]:
         if not records:
             return []
-        statement, args = _batch_write(
+        statement, args = _with_outbox_args(
             "compare_and_set_many", _compare_and_set_values(records), records, events, resolving
         )
-        closes = closing is not None and bool(events)
-        if not (index or artifacts or closes):
+        if not events:  # the summary is a message too
+            closing = None
+        if not (index or artifacts or closing):
             fetched = await self._outages.watch(self._connections.fetch(statement.sql, *args))
         else:
 
-            async def run() -> list[asyncpg.Record]:
-                async with self._connections.acquire() as conn, conn.transaction():
-                    rows: list[asyncpg.Record] = await conn.fetch(statement.sql, *args)
-                    written = {row["task_id"] for row in rows}
-                    won = [record for record in records if record.task_id in written]
-                    if index:
-                        await _write_index(conn, won, index)
-                    if artifacts:
-                        insert = _Q["insert_inline_artifact"]
-                        await conn.executemany(
-                            insert.sql, [insert.args(c) for c in inline_columns(won, artifacts)]
-                        )
-                    if closing is not None and closes and len(written) == len(records):
-                        insert = _Q["insert_outbox_event"]
-                        closed = outbox_rows(closing(len(records)))
-                        await conn.executemany(insert.sql, [insert.args(r) for r in closed])
-                    return rows
+            def closed(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
+                # only the write that leaves nothing to try again closes the batch
+                if closing is None or len(rows) < len(records):
+                    return []
+                return outbox_rows(closing(len(records)))
 
-            fetched = await self._outages.watch(run())
+            async def then(conn: asyncpg.Connection, rows: list[asyncpg.Record]) -> None:
+                written = {row["task_id"] for row in rows}
+                won = [record for record in records if record.task_id in written]
+                if index:
+                    await _write_index(conn, won, index)
+                if artifacts:
+                    insert = _Q["insert_inline_artifact"]
+                    await conn.executemany(
+                        insert.sql, [insert.args(c) for c in inline_columns(won, artifacts)]
+                    )
+
+            fetched = await self._with_events(
+                lambda conn: conn.fetch(statement.sql, *args), closed, then=then
+            )
         written = {row["task_id"]: row for row in fetched}
         return [
             None
@@ -969,9 +924,11 @@ class PostgresStore(SQLStore):
                 if not writes:
                     return []
                 records = [record for record, _ in writes]
-                events = {record.task_id: events for record, events in writes if events}
-                cas, args = _batch_write(
-                    "compare_and_set_many", _compare_and_set_values(records), records, events
+                cas, args = _with_outbox_args(
+                    "compare_and_set_many",
+                    _compare_and_set_values(records),
+                    records,
+                    {record.task_id: messages for record, messages in writes},
                 )
                 # the rows are locked since the select: every version still holds
                 fetched = await conn.fetch(cas.sql, *args)

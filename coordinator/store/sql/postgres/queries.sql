@@ -147,7 +147,7 @@ SET definition = coalesce(:definition, definition), retries_left = :retries_left
     ),
     version = version + 1
 WHERE task_id = :task_id AND version = :version
-RETURNING version, notify_dependents
+RETURNING version, notify_dependents, task_id
 
 -- name: compare_and_set_many
 -- compare_and_set for a batch of distinct tasks in one statement: each row is written only if
