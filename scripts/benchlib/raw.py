@@ -48,31 +48,18 @@ Client = Literal["rest", "sdk"]
 
 
 class _Consumer:
-    """One consumer's loop state. Its timeline (when the producer stops, when to give up) is a
-    file the row writes once every consumer is ready, so that a consumer slow to start (the
-    SDK's imports on a loaded machine) costs the warm-up nothing."""
-
-    def __init__(self, *, batch: int, timeline: Path) -> None:
+    def __init__(self, *, batch: int, stop_at: float, drain_until: float) -> None:
         self.batch = batch
-        self.timeline = timeline
-        self.stop_at: float | None = None
-        self.drain_until = 0.0
+        self.stop_at = stop_at
+        self.drain_until = drain_until
         self.done: list[tuple[float, float]] = []
         """(time.time() when deleted, seconds since sent)."""
         self.errors = 0
         self.stopping = False
 
     def finished(self, fetched: int) -> bool:
-        if self.stopping:
-            return True
-        if self.stop_at is None:
-            with contextlib.suppress(OSError, ValueError):
-                times = json.loads(self.timeline.read_text())
-                self.stop_at, self.drain_until = times["stopAt"], times["drainUntil"]
-            if self.stop_at is None:
-                return False
         now = time.time()
-        return now >= self.drain_until or (now >= self.stop_at and not fetched)
+        return self.stopping or now >= self.drain_until or (now >= self.stop_at and not fetched)
 
     def record(self, text: str) -> None:
         sent = azure_rest.sent_at(text)
@@ -157,18 +144,25 @@ def consumer_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready", type=Path, required=True, help="made once ready to consume")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    consumer = _Consumer(batch=args.batch, timeline=args.timeline)
 
-    async def main() -> None:
+    async def main() -> _Consumer:
+        # The timeline is written once every consumer is ready, so that one slow to start (the
+        # SDK's imports on a loaded machine) costs the warm-up nothing.
+        args.ready.touch()
+        await wait_until(args.timeline.exists, within=120, what="the row's timeline")
+        times = json.loads(args.timeline.read_text())
+        consumer = _Consumer(
+            batch=args.batch, stop_at=times["stopAt"], drain_until=times["drainUntil"]
+        )
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, lambda: setattr(consumer, "stopping", True))
-        args.ready.touch()
         if args.client == "rest":
             await _consume_rest(consumer, args.endpoint, args.queue, args.sas)
         else:
             await _consume_sdk(consumer, args.connection_string, args.queue)
+        return consumer
 
-    asyncio.run(main())
+    consumer = asyncio.run(main())
     args.out.write_text(json.dumps({"done": consumer.done, "errors": consumer.errors}))
     return 0
 
