@@ -107,14 +107,14 @@ def test_memtrace_finds_the_line_and_the_type_that_grow(tmp_path: Path) -> None:
     (tmp_path / "growing.py").write_text(
         textwrap.dedent(
             """
-            import time
+            import os, pathlib, time
 
             class Kept:
                 pass
 
-            kept = []
-            end = time.monotonic() + 2.0
-            while time.monotonic() < end:
+            kept, taken = [], pathlib.Path(os.environ["SNAPSHOTS"])
+            end = time.monotonic() + 60.0
+            while time.monotonic() < end and len(list(taken.glob("*.snapshot"))) < 3:
                 kept.append([Kept() for _ in range(200)])  # grows
                 time.sleep(0.01)
             """
@@ -123,6 +123,8 @@ def test_memtrace_finds_the_line_and_the_type_that_grow(tmp_path: Path) -> None:
     snapshots = tmp_path / "snapshots"
     env = child_env()
     env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    # it grows until three snapshots are taken: on a loaded machine each takes a while
+    env["SNAPSHOTS"] = str(snapshots)
     _python(
         *("-m", "devharness.memtrace", "run", str(snapshots)),
         *("--every", "0.4", "--frames", "2", "-m", "growing"),
