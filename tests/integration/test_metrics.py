@@ -117,7 +117,11 @@ async def test_hints_resolver_actions_and_one_registry_per_app(
     async def claim_expired() -> bool:
         nonlocal samples
         samples = await scrape(coordinator)
-        return bool(value(samples, "queue_exception_tasks_total", reasonResolved="claim-expired"))
+        # the run is counted inside the resolver's pass, the action once the pass is over
+        return bool(
+            value(samples, "queue_exception_tasks_total", reasonResolved="claim-expired")
+            and value(samples, "queue_resolver_actions_total", resolver="claim-resolver")
+        )
 
     await wait_until(claim_expired, within=15, interval=0.2, what="an expired claim counted")
     assert value(samples, "queue_exception_tasks_total", reasonResolved="claim-expired") == 1
