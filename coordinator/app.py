@@ -33,7 +33,8 @@ from coordinator.api.pipeline import HANDLERS, ApiServices, bind, route_handler
 from coordinator.api.services import PARTS, SERVICES, Service
 from coordinator.api.ui import add_ui_routes
 from coordinator.azure.queues import QueueService, QueueSettings
-from coordinator.blobs import BlobStore, open_blob_store
+from coordinator.blobs import BlobStore
+from coordinator.blobs.factory import open_blob_store
 from coordinator.cli.publish_events import PublisherProcess
 from coordinator.config import Config, ConfigurationError
 from coordinator.domain.lifecycle import Timing

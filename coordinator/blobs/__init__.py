@@ -1,7 +1,9 @@
 """Where artifact bytes live: the :class:`~coordinator.blobs.base.BlobStore` protocol
 (:mod:`~coordinator.blobs.base`), files under a directory (:mod:`~coordinator.blobs.directory`,
 the default), Azure Blob Storage (:mod:`~coordinator.blobs.azure_blob`), and the choice between
-them from the configuration (:func:`~coordinator.blobs.factory.open_blob_store`).
+them from the configuration (:func:`~coordinator.blobs.factory.open_blob_store`, imported
+from there: the package itself imports no backend, so that what needs only the directory's
+layout starts without Azure's SDK).
 
 This layer knows bytes and keys, not artifacts: which artifact a key belongs to, its
 content type and whether it was uploaded are in the store's artifact rows.
@@ -16,7 +18,6 @@ from coordinator.blobs.base import (
     blob_key,
     task_prefix,
 )
-from coordinator.blobs.factory import open_blob_store
 
 __all__ = [
     "BlobIncomplete",
@@ -25,6 +26,5 @@ __all__ = [
     "BlobStore",
     "BlobUnavailable",
     "blob_key",
-    "open_blob_store",
     "task_prefix",
 ]

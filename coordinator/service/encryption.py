@@ -25,12 +25,15 @@ import os
 import secrets
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from coordinator.config import ConfigurationError
-from coordinator.store.base import Store
+
+if TYPE_CHECKING:
+    from coordinator.store.base import Store
 
 KEY_BYTES = 32
 _VERSION = b"\x01"

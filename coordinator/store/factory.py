@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from coordinator.config import ConfigurationError
-from coordinator.store.base import Store
-from coordinator.store.postgres import PostgresStore
-from coordinator.store.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from coordinator.store.base import Store
 
 
 def store_from_url(url: str) -> Store:
@@ -26,8 +27,14 @@ def store_from_url(url: str) -> Store:
     :raises ConfigurationError: for a scheme other than ``sqlite``, ``postgresql`` or
         ``postgres``, or a SQLite URL with a host, query, fragment or no path.
     """
+    # The drivers are imported here, when a store is made: what only reads a store URL (the
+    # backup command's checks, the command line's API clients) starts without them.
     if store_kind(url) == POSTGRESQL:
+        from coordinator.store.postgres import PostgresStore
+
         return PostgresStore(url)
+    from coordinator.store.sqlite import SQLiteStore
+
     return SQLiteStore(sqlite_path(url))
 
 

@@ -29,12 +29,12 @@ from coordinator.blobs import (
     BlobStore,
     BlobUnavailable,
     blob_key,
-    open_blob_store,
     task_prefix,
 )
 from coordinator.blobs.azure_blob import AzureBlobStore
 from coordinator.blobs.base import exact_batches
 from coordinator.blobs.directory import DirectoryBlobStore
+from coordinator.blobs.factory import open_blob_store
 from coordinator.config import Config, ConfigurationError
 from devharness.azurite import AzuriteProcess
 
