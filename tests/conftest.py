@@ -54,11 +54,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _slow_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
-    """The tests in an order where the ``slow`` ones, longest first, open each worker's share
-    of the list, shared out so that every share holds about as many seconds of them (the
-    marker's ``seconds``): pytest-xdist's work stealing hands each worker an equal slice of
-    the list in order, and each works from its front, so the long tests overlap each other and
-    the short ones fill in around them, instead of one starting last and running on alone."""
+    """The tests in an order where the ``slow`` ones open each worker's share of the list,
+    shared out so that every share holds about as many seconds of them (the marker's
+    ``seconds``): pytest-xdist's work stealing hands each worker an equal slice of the list in
+    order, and each works from its front, so the long tests overlap each other and the short
+    ones fill in around them, instead of one starting last and running on alone.
+
+    Half the shares start with their waiting tests (``waits=True``: soaks and outages, whose
+    length is the clock's, not the CPU's), the other half end their slow tests with them: with
+    every share starting with its CPU-bound ones, the soaks all ran together afterwards and
+    left the two cores a third idle for over a minute."""
     slow = [item for item in items if item.get_closest_marker("slow")]
     rest = iter([item for item in items if not item.get_closest_marker("slow")])
     lanes: list[list[pytest.Item]] = [[] for _ in range(workers)]
@@ -69,11 +74,17 @@ def _slow_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
         loads[emptiest] += _seconds(long_one)
     ordered: list[pytest.Item] = []
     for index, lane in enumerate(lanes):
-        ordered += lane
+        waiting_first = index % 2 == 0
+        ordered += sorted(lane, key=lambda item: _waits(item) != waiting_first)
         share_end = (index + 1) * len(items) // workers
         while len(ordered) < share_end and (filler := next(rest, None)) is not None:
             ordered.append(filler)
     return ordered + list(rest)
+
+
+def _waits(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker("slow")
+    return bool(marker is not None and marker.kwargs.get("waits", False))
 
 
 def _seconds(item: pytest.Item) -> float:

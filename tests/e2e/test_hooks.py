@@ -78,7 +78,7 @@ async def tasks_of(cluster: Cluster, group: str, hook_id: str, tag: str) -> list
     return sorted(created)
 
 
-@pytest.mark.slow(seconds=20)
+@pytest.mark.slow(seconds=20, waits=True)
 async def test_two_replicas_one_killed_create_one_task_per_due_time(
     cluster: Cluster,
 ) -> None:

@@ -111,7 +111,7 @@ async def test_group_events_survive_a_sigkill_between_each_change_and_its_publis
         check_body(message.name, message.body)
 
 
-@pytest.mark.slow(seconds=35)
+@pytest.mark.slow(seconds=35, waits=True)
 async def test_a_broker_cut_for_30s_is_one_log_line_and_loses_nothing(
     coordinator_process: MakeProcess, proxy: TcpProxy, listener: Listener
 ) -> None:

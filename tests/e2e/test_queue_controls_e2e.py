@@ -50,7 +50,7 @@ async def counts(setup: E2E) -> dict[str, int]:
     return states
 
 
-@pytest.mark.slow(seconds=22)
+@pytest.mark.slow(seconds=22, waits=True)
 async def test_a_paused_queue_keeps_its_tasks_pending_under_workers_then_drains(
     e2e: MakeE2E,
 ) -> None:
@@ -117,7 +117,7 @@ async def test_max_running_holds_under_four_workers_of_capacity_four(e2e: MakeE2
     assert peak <= 3
 
 
-@pytest.mark.slow(seconds=22)
+@pytest.mark.slow(seconds=22, waits=True)
 async def test_max_claims_per_second_holds_across_two_replicas(cluster: Cluster) -> None:
     queue = f"{cluster.provisioner_id}/{WORKER_TYPE}"
     status, body = await cluster.call(

@@ -182,7 +182,7 @@ def _soak(tmp_path: Path, *args: str) -> tuple[dict[str, int], str]:
     return counts, output
 
 
-@pytest.mark.slow(seconds=75)
+@pytest.mark.slow(seconds=75, waits=True)
 @pytest.mark.timeout(720)
 def test_sixty_second_soak_has_no_violations(tmp_path: Path) -> None:
     counts, output = _soak(
@@ -197,7 +197,7 @@ def test_sixty_second_soak_has_no_violations(tmp_path: Path) -> None:
     assert counts.get("azurite sigkill", 0) >= 1, output
 
 
-@pytest.mark.slow(seconds=40)
+@pytest.mark.slow(seconds=40, waits=True)
 @pytest.mark.timeout(300)
 def test_a_store_dispatch_soak_has_no_violations(tmp_path: Path) -> None:
     """The same chaos under store dispatch (the workers claim through claimWork, which they
@@ -208,7 +208,7 @@ def test_a_store_dispatch_soak_has_no_violations(tmp_path: Path) -> None:
     assert "azurite sigkill" not in counts, output
 
 
-@pytest.mark.slow(seconds=50)
+@pytest.mark.slow(seconds=50, waits=True)
 @pytest.mark.timeout(300)
 def test_a_calm_soak_reports_every_process_s_rss(tmp_path: Path) -> None:
     """``--calm``: the load alone, no process killed or restarted; failing handlers in process
@@ -356,7 +356,7 @@ def test_the_everything_checks_pass_a_clean_history_and_catch_each_violation() -
     reason="PostgreSQL's server programs (initdb, pg_ctl) are not installed: --everything "
     "runs a cluster of its own",
 )
-@pytest.mark.slow(seconds=80)
+@pytest.mark.slow(seconds=80, waits=True)
 @pytest.mark.timeout(720)
 def test_an_everything_soak_has_no_violations(tmp_path: Path) -> None:
     """``--everything``: two coordinators on a private PostgreSQL that is restarted and

@@ -171,7 +171,7 @@ async def test_a_sigkilled_worker_s_run_expires_and_another_worker_completes_the
     assert await rescuer.exited() == 0
 
 
-@pytest.mark.slow(seconds=35)
+@pytest.mark.slow(seconds=35, waits=True)
 async def test_a_tasks_short_claim_timeout_retries_it_soon_after_its_worker_is_killed(
     e2e: MakeE2E,
 ) -> None:
