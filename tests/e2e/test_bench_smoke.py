@@ -172,11 +172,11 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
     result_file = tmp_path / "rows.json"
     done = run_module(
         "benchlib",
-        # 1 s windows: every row's work is CPU on both cores, and in a run of both halves
-        # beside the rest of the suite every row (e2e-postgres-single's Azure polling, one
-        # request per step, included) still counted work in one.
-        "--duration=1",
-        "--warmup=0.25",
+        # 2 s after 0.5 s: an Azure-polling row's workers, started before any task exists,
+        # pause about a second after their first empty pass; a 1 s window after 0.25 s
+        # closed before e2e-postgres-single's first claim (a clean-clone CI run).
+        "--duration=2",
+        "--warmup=0.5",
         "--drain=5",
         "--depth=50",
         "--lifecycle-tasks=40",
@@ -184,7 +184,7 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
         # beside them.
         "--latency-duration=0.3",
         # the held transaction's row: no warm-up beyond the others'
-        "--hold=1.25",
+        "--hold=2.5",
         "--create-batch=50",
         "--artifact-count=2",
         "--artifact-mib=2",
