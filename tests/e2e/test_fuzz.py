@@ -13,8 +13,8 @@ request may be refused with a 400 that names what no schema can say (a deadline 
 ``created``, a continuationToken this API never issued, a run reported twice in one batch),
 never with one about the schema; and an artifact may be an error artifact (424) or expired
 (410), which is what it is, not a refusal. The run is deterministic (derandomised Hypothesis,
-no example database) and bounded by :data:`MAX_EXAMPLES` (:data:`MAX_SIGNED_EXAMPLES`, ...) per
-operation and phase.
+no example database) and bounded per operation and phase by :data:`MAX_EXAMPLES` and the
+other ``MAX_*_EXAMPLES``.
 """
 
 from __future__ import annotations
