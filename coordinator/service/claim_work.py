@@ -15,7 +15,7 @@ limits let through, and none while they let none (the call then waits as for an 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -48,27 +48,77 @@ class WorkSource(Protocol):
 
 
 class _Wakeup:
-    """One task queue's wake-up: a counter of rings, so that a caller that was busy asking
-    when it rang does not wait for the next one."""
+    """One task queue's wake-up.
 
-    __slots__ = ("_rung", "rings")
+    A ring wakes the caller that has waited longest, not every caller: the others would each
+    ask the store for runs the first one takes (at half load, two of every three asks came
+    back empty). A woken caller holds the ring, and hands it on to the next (:meth:`pass_on`)
+    unless its ask drained the queue; a ring goes only to callers that were waiting when it
+    rang, so that callers that cannot claim cannot hand one round among themselves.
+    Rings that come while a woken caller has yet to ask wake nobody more: its ask will see
+    their runs too (a createTasks of many tasks rings once for each).
+    ``rings`` counts the rings, so that a caller that was busy asking when one rang does not
+    wait for the next; ``drained_at`` is the count at which an ask last found fewer runs than
+    it could take, so that a new caller need not ask again before the next ring.
+    """
+
+    __slots__ = ("_waiters", "drained_at", "rings", "woken")
 
     def __init__(self) -> None:
         self.rings = 0
-        self._rung = asyncio.Event()
+        self.drained_at: int | None = None
+        self.woken = False
+        """A caller was woken and has yet to ask (:meth:`asking`)."""
+        self._waiters: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
+        """The waiting callers, longest first: the ring count each waits past, its future."""
 
     def ring(self) -> None:
         self.rings += 1
-        # each ring wakes the callers waiting on it, and later ones wait on a fresh event
-        self._rung.set()
-        self._rung = asyncio.Event()
+        if not self.woken:
+            self.pass_on(self.rings)
 
-    async def wait(self, since: int, within_s: float) -> None:
-        """Return at the first ring after the ``since``-th, or after ``within_s`` seconds."""
+    def pass_on(self, ring: int) -> None:
+        """Hand ring number ``ring`` to the caller that has waited longest, if it waited
+        since before that ring."""
+        self.woken = False
+        while self._waiters:
+            since, waiter = self._waiters[0]
+            if waiter.done():
+                self._waiters.popleft()
+            elif since >= ring:
+                return
+            else:
+                self._waiters.popleft()
+                waiter.set_result(ring)
+                self.woken = True
+                return
+
+    def asking(self) -> None:
+        """The woken caller asks now: a ring from now on is for another."""
+        self.woken = False
+
+    async def wait(self, since: int, within_s: float) -> int | None:
+        """Wait for the first ring after the ``since``-th, at most ``within_s`` seconds; the
+        number of the ring that came (the caller then holds it), ``None`` if none did."""
         if self.rings != since:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._rung.wait(), within_s)
+            return self.rings
+        waiter = asyncio.get_running_loop().create_future()
+        entry = (since, waiter)
+        self._waiters.append(entry)
+        try:
+            async with asyncio.timeout(within_s):
+                return await asyncio.shield(waiter)
+        except TimeoutError:
+            # a ring and the timeout in the same turn: the ring wins
+            return waiter.result() if waiter.done() else None
+        except asyncio.CancelledError:
+            if waiter.done():
+                self.pass_on(waiter.result())  # this caller is going: the next one takes it
+            raise
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+                self._waiters.remove(entry)
 
 
 class ClaimWork:
@@ -77,6 +127,10 @@ class ClaimWork:
     :param timeout_s: how long one call waits for work (seconds).
     :param idle_poll_s: the longest wait between two asks while a queue has nothing (the
         wake-ups make most waits shorter).
+    :param every_run_rings: every run made pending rings the wake-up of its queue (store
+        dispatch: in this process, and through the store's announcements from the others), so
+        an ask that found fewer runs than it could take tells that the queue has none until
+        the next ring. Under Azure dispatch a hint put by another replica rings nothing here.
     """
 
     def __init__(
@@ -86,8 +140,10 @@ class ClaimWork:
         controls: QueueControlService,
         timeout_s: float,
         idle_poll_s: float,
+        every_run_rings: bool,
     ) -> None:
         self.source = source
+        self.every_run_rings = every_run_rings
         self.controls = controls
         self.timeout_s = timeout_s
         self.idle_poll_s = idle_poll_s
@@ -126,9 +182,13 @@ class ClaimWork:
         """
         give_up = time.monotonic() + self.timeout_s
         wakeup = self._wakeups[task_queue]
+        # whether the last ask found fewer runs than it could take: only a plain ask tells (a
+        # worker's weights draw the levels, a key's limit holds runs back)
+        drained = False
 
         async def take(allowed: int, per_key: KeyLimit | None) -> list[TaskRecord]:
-            return await self.source.take(
+            nonlocal drained
+            taken = await self.source.take(
                 task_queue,
                 worker_group=worker_group,
                 worker_id=worker_id,
@@ -136,22 +196,51 @@ class ClaimWork:
                 weights=weights,
                 per_key=per_key,
             )
+            drained = (
+                self.every_run_rings
+                and allowed == count
+                and per_key is None
+                and weights is None
+                and len(taken) < allowed
+            )
+            return taken
 
-        while True:
-            rings = wakeup.rings
-            if not quarantined():
-                try:
-                    gated = await self.controls.claiming(task_queue, count, take)
-                except Throttled:
-                    pass  # paused, or at its limits: wait as for an empty queue
-                else:
-                    if gated.results:
+        # A new call asks at once, unless an ask found the queue drained since the last ring.
+        ask = not self.every_run_rings or wakeup.drained_at != wakeup.rings
+        rung: int | None = None  # the ring this call holds, which it owes the next caller
+        try:
+            while True:
+                rings = wakeup.rings
+                if rung is not None:
+                    wakeup.asking()
+                if ask and not quarantined():
+                    drained = False
+                    try:
+                        gated = await self.controls.claiming(task_queue, count, take)
+                    except Throttled:
+                        gated = None  # paused, or at its limits: wait as for an empty queue
+                    if drained:
+                        wakeup.drained_at = rings
+                        rung = None
+                    if gated is not None and gated.results:
                         return list(gated.results)
-            remaining = give_up - time.monotonic()
-            if remaining <= 0 or disconnected():
-                return []
-            await wakeup.wait(rings, min(self.idle_poll_s, remaining))
-            # The client may have gone while we waited: claiming for it now would leave the
-            # run running for nobody until its claim expires.
-            if disconnected():
-                return []
+                if rung is not None:
+                    wakeup.pass_on(rung)
+                    rung = None
+                ask = True
+                remaining = give_up - time.monotonic()
+                if remaining <= 0 or disconnected():
+                    return []
+                rung = await wakeup.wait(rings, min(self.idle_poll_s, remaining))
+                if rung is not None and not self.every_run_rings:
+                    # an ask that takes fewer than it could does not tell that nothing is
+                    # left: the others ask too, as the ring would have them
+                    wakeup.pass_on(rung)
+                    rung = None
+                # The client may have gone while we waited: claiming for it now would leave
+                # the run running for nobody until its claim expires.
+                if disconnected():
+                    return []
+        finally:
+            if rung is not None:
+                wakeup.pass_on(rung)

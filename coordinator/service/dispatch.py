@@ -67,6 +67,7 @@ class WorkDispatch:
                 controls=controls,
                 timeout_s=claim_work_timeout_s,
                 idle_poll_s=AZURE_IDLE_POLL_S,
+                every_run_rings=False,
             )
             service.hints.listeners.append(
                 lambda hint: claim_work.wake(TaskQueue(hint.provisioner_id, hint.worker_type))
@@ -77,6 +78,7 @@ class WorkDispatch:
                 controls=controls,
                 timeout_s=claim_work_timeout_s,
                 idle_poll_s=IDLE_POLL_S,
+                every_run_rings=True,
             )
             self._announcer = PendingAnnouncer(service=service, claim_work=claim_work)
         self._claim_work = claim_work

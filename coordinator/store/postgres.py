@@ -45,7 +45,15 @@ import json
 import logging
 import re
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Container,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -491,10 +499,19 @@ class _Listener:
     ``on_payload``; it connects again while the server is away (whoever waits on it falls back
     to polling meanwhile)."""
 
-    def __init__(self, dsn: str, channel: str, on_payload: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        channel: str,
+        on_payload: Callable[[str], None],
+        *,
+        unheard: Container[int] = (),
+    ) -> None:
         self._dsn = dsn
         self._channel = channel
         self._on_payload = on_payload
+        self._unheard = unheard
+        """The server processes whose notifications are not handed on."""
         self._task: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
 
@@ -517,7 +534,8 @@ class _Listener:
         return conn
 
     def _notified(self, conn: object, pid: int, channel: str, payload: str) -> None:
-        self._on_payload(payload)
+        if pid not in self._unheard:
+            self._on_payload(payload)
 
     async def _keep(self, conn: asyncpg.Connection) -> None:
         try:
@@ -555,6 +573,7 @@ class PostgresStore(SQLStore):
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
         self._listeners: list[_Listener] = []
+        self._own_backends: set[int] = set()
         self._outages = OutageWatch(store=without_credentials(dsn), is_outage=_is_outage)
         self._queue_locks = ProcessLocks()
         self._floors = ClaimFloors()
@@ -567,13 +586,24 @@ class PostgresStore(SQLStore):
 
     async def open(self) -> None:
         self._pool = await asyncpg.create_pool(
-            self._dsn, min_size=self._min_size, max_size=self._max_size, reset=_keep_session
+            self._dsn,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            reset=_keep_session,
+            init=self._own_backend,
         )
         try:
             await self.migrate()
         except BaseException:
             await self.close()
             raise
+
+    async def _own_backend(self, conn: asyncpg.Connection) -> None:
+        """Remember the server process of a new pool connection while it lives, so that this
+        process's own announcements are not heard back (it woke its waiters already)."""
+        pid = conn.get_server_pid()
+        self._own_backends.add(pid)
+        conn.add_termination_listener(lambda _: self._own_backends.discard(pid))
 
     async def close(self) -> None:
         listeners, self._listeners = self._listeners, []
@@ -960,10 +990,12 @@ class PostgresStore(SQLStore):
             if announcement is not None:
                 on_pending(announcement)
 
-        await self._listen(PENDING_CHANNEL, on_payload)
+        await self._listen(PENDING_CHANNEL, on_payload, unheard=self._own_backends)
 
-    async def _listen(self, channel: str, on_payload: Callable[[str], None]) -> None:
-        listener = _Listener(self._dsn, channel, on_payload)
+    async def _listen(
+        self, channel: str, on_payload: Callable[[str], None], *, unheard: Container[int] = ()
+    ) -> None:
+        listener = _Listener(self._dsn, channel, on_payload, unheard=unheard)
         await listener.start()
         self._listeners.append(listener)
 

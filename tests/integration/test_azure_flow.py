@@ -267,7 +267,7 @@ def claim_work_polls(*, idle: bool = False) -> int:
             if code is not None:
                 names.append(code.co_qualname)
             awaited = getattr(awaited, "cr_await", None)
-        if "ClaimWork.claim" in names and (not idle or "wait_for" in names):
+        if "ClaimWork.claim" in names and (not idle or "_Wakeup.wait" in names):
             polls += 1
     return polls
 

@@ -81,9 +81,10 @@ class DispatchStore(abc.ABC):
 
     @abc.abstractmethod
     async def listen_pending(self, on_pending: Callable[[PendingAnnouncement], None]) -> None:
-        """From now until the store is closed, call ``on_pending`` for each announcement that any
-        coordinator makes on this store (PostgreSQL: ``LISTEN``, reconnected after an outage);
-        SQLite: never."""
+        """From now until the store is closed, call ``on_pending`` for each announcement that
+        another coordinator makes on this store (PostgreSQL: ``LISTEN``, reconnected after an
+        outage); not for this store's own, whose waiters were woken in process; SQLite:
+        never."""
 
     # --- hints ----------------------------------------------------------------------------
 

@@ -22,9 +22,11 @@ from coordinator.domain.records import TaskRecord, record_from_definition, to_is
 from coordinator.domain.task_queues import PRIORITIES, TaskQueue
 from coordinator.store.base import Store
 from coordinator.store.claim_floors import LEVELS, RESCAN_MS, SETTLE_MS
-from coordinator.store.contract.dispatch import PickLevels
+from coordinator.store.contract.dispatch import PendingAnnouncement, PickLevels
+from coordinator.store.factory import store_from_url
 from coordinator.store.postgres import PostgresStore, filtered_statement
 from coordinator.store.worker_rows import task_queue_columns
+from devharness.waiting import wait_until
 from tests.fixtures.records import (
     CLAIM,
     HOUR,
@@ -303,6 +305,32 @@ async def test_claims_seek_past_the_runs_claimed_while_a_transaction_holds_vacuu
         await holder.close()
 
     assert floored * 5 < whole, (floored, whole)
+
+
+async def test_an_announcement_reaches_the_other_coordinators_not_its_own(
+    store: Store, store_url: str
+) -> None:
+    if not isinstance(store, PostgresStore):
+        pytest.skip("SQLite: the one process on the file announces to nobody")
+    other = store_from_url(store_url)
+    await other.open()
+    try:
+        heard_here: list[PendingAnnouncement] = []
+        heard_there: list[PendingAnnouncement] = []
+        await store.listen_pending(heard_here.append)
+        await other.listen_pending(heard_there.append)
+
+        await store.announce_pending([(QUEUE, NOW)])
+        await wait_until(lambda: heard_there == [(QUEUE, NOW)], within=10, what="the other hears")
+        await other.announce_pending([(QUEUE, NOW + 1)])
+        await wait_until(lambda: bool(heard_here), within=10, what="the first hears the other")
+
+        # notifications arrive in the order they were sent: the first store's own came first,
+        # and was not handed on
+        assert heard_here == [(QUEUE, NOW + 1)]
+        assert heard_there == [(QUEUE, NOW)]
+    finally:
+        await other.close()
 
 
 # --- store dispatch by a worker's weights -------------------------------------------------
