@@ -188,7 +188,7 @@ async def test_claims_that_expire_while_the_coordinator_is_down_are_resolved_aft
 
 
 async def test_sigterm_under_load_stops_promptly_and_cleanly(
-    coordinator_process: MakeProcess, postgres_schema_url: str
+    postgres_schema_url: str, coordinator_process: MakeProcess
 ) -> None:
     """A replica on PostgreSQL given SIGTERM while creates, claims and reports are in flight
     exits 0 within its shutdown bounds (5 s for requests, 5 s for the pool), three times

@@ -29,7 +29,7 @@ ROWS = 1000
 
 @pytest.mark.slow(seconds=30)
 async def test_rows_committed_before_a_sigkill_become_tasks_exactly_once(
-    coordinator_process: MakeProcess, postgres_schema_url: str
+    postgres_schema_url: str, coordinator_process: MakeProcess
 ) -> None:
     schema = parse_qs(urlsplit(postgres_schema_url).query)["search_path"][0]
     first = coordinator_process(store_url=postgres_schema_url)

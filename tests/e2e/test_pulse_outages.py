@@ -141,7 +141,7 @@ async def test_a_broker_cut_for_30s_is_one_log_line_and_loses_nothing(
 
 
 async def test_replicas_share_the_outbox_without_publishing_twice(
-    coordinator_process: MakeProcess, postgres_schema_url: str, listener: Listener
+    postgres_schema_url: str, coordinator_process: MakeProcess, listener: Listener
 ) -> None:
     """Two replicas on one PostgreSQL store, both publishing: every message once (the normal
     case: nobody is killed), in order per task, whichever replica made the change."""

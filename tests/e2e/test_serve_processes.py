@@ -45,7 +45,7 @@ async def answers_on_new_connections(c: RunningCoordinator, times: int) -> None:
 
 
 async def test_two_processes_serve_one_port_restart_and_stop_together(
-    coordinator_process: Callable[..., CoordinatorProcess], postgres_schema_url: str
+    postgres_schema_url: str, coordinator_process: Callable[..., CoordinatorProcess]
 ) -> None:
     process = coordinator_process(store_url=postgres_schema_url, processes=2)
     c = await process.start()
