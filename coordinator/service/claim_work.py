@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from coordinator.domain.claim_weights import ClaimWeights
@@ -26,6 +29,8 @@ from coordinator.domain.errors import Throttled
 from coordinator.domain.records import TaskRecord
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.queue_controls import KeyLimit, QueueControlService
+
+log = logging.getLogger(__name__)
 
 
 class WorkSource(Protocol):
@@ -45,6 +50,39 @@ class WorkSource(Protocol):
         ``weights``: the worker's weights per priority, where the source honours them;
         ``per_key``: the queue's concurrency-key limit, which no key's runs may exceed."""
         ...
+
+
+Answer = int | list[TaskRecord]
+"""What wakes a waiting call: the number of the ring it now holds, or the runs a create
+claimed for it (:class:`Taker`)."""
+
+
+@dataclass(eq=False)
+class Taker:
+    """A claimWork call waiting on a drained queue, taken out of the wait by a create that
+    claims new runs for it in the create's own write (:meth:`ClaimWork.hand_over`), so that
+    the runs are neither announced nor claimed again by a write of their own."""
+
+    worker_group: str
+    worker_id: str
+    count: int
+    """The most runs the call takes."""
+    ready: Callable[[], bool]
+    """Whether the call may take runs now (its worker is not quarantined, its client not
+    gone)."""
+    _wakeup: _Wakeup
+    answer: asyncio.Future[Answer] = field(init=False)
+    taken: bool = field(init=False, default=False)
+    """Handed over to a create, which answers it once its write is done."""
+
+    def __post_init__(self) -> None:
+        self.answer = asyncio.get_running_loop().create_future()
+
+    def give(self, claimed: Sequence[TaskRecord]) -> None:
+        """Answer the call with the runs claimed for it; given none (the create wrote none
+        of them), it asks the store again, as a ring would have it."""
+        if not self.answer.done():
+            self.answer.set_result(list(claimed) or self._wakeup.rings)
 
 
 class _Wakeup:
@@ -69,8 +107,9 @@ class _Wakeup:
         self.drained_at: int | None = None
         self.woken = False
         """A caller was woken and has yet to ask (:meth:`asking`)."""
-        self._waiters: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
-        """The waiting callers, longest first: the ring count each waits past, its future."""
+        self._waiters: collections.deque[tuple[int, Taker]] = collections.deque()
+        """The waiting callers, longest first: the ring count each waits past, and each as a
+        taker of the runs a create may hand it."""
 
     def ring(self) -> None:
         self.rings += 1
@@ -82,43 +121,86 @@ class _Wakeup:
         since before that ring."""
         self.woken = False
         while self._waiters:
-            since, waiter = self._waiters[0]
-            if waiter.done():
+            since, taker = self._waiters[0]
+            if taker.answer.done():
                 self._waiters.popleft()
             elif since >= ring:
                 return
             else:
                 self._waiters.popleft()
-                waiter.set_result(ring)
+                taker.answer.set_result(ring)
                 self.woken = True
                 return
+
+    def waiting(self) -> int:
+        """How many callers wait."""
+        return sum(not taker.answer.done() for _, taker in self._waiters)
 
     def asking(self) -> None:
         """The woken caller asks now: a ring from now on is for another."""
         self.woken = False
 
-    async def wait(self, since: int, within_s: float) -> int | None:
-        """Wait for the first ring after the ``since``-th, at most ``within_s`` seconds; the
-        number of the ring that came (the caller then holds it), ``None`` if none did."""
+    def hand_over(self, runs: int) -> list[Taker]:
+        """Take out of the wait, longest-waiting first, the callers ready to take runs, until
+        they take ``runs`` between them."""
+        takers: list[Taker] = []
+        kept: collections.deque[tuple[int, Taker]] = collections.deque()
+        for entry in self._waiters:
+            taker = entry[1]
+            if taker.answer.done():
+                continue
+            if runs > 0 and taker.ready():
+                taker.taken = True
+                takers.append(taker)
+                runs -= taker.count
+            else:
+                kept.append(entry)
+        self._waiters = kept
+        return takers
+
+    async def wait(self, since: int, within_s: float, taker: Taker) -> Answer | None:
+        """Wait for the first ring after the ``since``-th, or for runs handed to ``taker``,
+        at most ``within_s`` seconds; the number of the ring that came (the caller then holds
+        it), the runs, or ``None`` if neither came. A caller handed over to a create waits
+        past ``within_s`` for the runs the create is claiming for it."""
         if self.rings != since:
             return self.rings
-        waiter = asyncio.get_running_loop().create_future()
-        entry = (since, waiter)
+        entry = (since, taker)
         self._waiters.append(entry)
+        answer = taker.answer
         try:
-            async with asyncio.timeout(within_s):
-                return await asyncio.shield(waiter)
-        except TimeoutError:
-            # a ring and the timeout in the same turn: the ring wins
-            return waiter.result() if waiter.done() else None
+            try:
+                async with asyncio.timeout(within_s):
+                    return await asyncio.shield(answer)
+            except TimeoutError:
+                if not answer.done() and not taker.taken:
+                    return None
+                # a ring in the same turn, or runs being claimed for this caller: it takes them
+                return await asyncio.shield(answer)
         except asyncio.CancelledError:
-            if waiter.done():
-                self.pass_on(waiter.result())  # this caller is going: the next one takes it
+            answer.add_done_callback(functools.partial(self._left, taker))
             raise
         finally:
-            if not waiter.done():
-                waiter.cancel()
-                self._waiters.remove(entry)
+            if not answer.done() and not taker.taken:
+                answer.cancel()
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+
+    def _left(self, taker: Taker, answer: asyncio.Future[Answer]) -> None:
+        """What came for a caller that went away: a ring goes to the next caller; runs a
+        create claimed for it stay claimed until their claims expire, and are then retried."""
+        if answer.cancelled():
+            return
+        got = answer.result()
+        if isinstance(got, int):
+            self.pass_on(got)
+            return
+        log.warning(
+            "runs claimed for a claimWork call that went away; retried once their claims "
+            "expire workerId=%s runs=%s",
+            taker.worker_id,
+            ",".join(f"{record.task_id}/{len(record.runs) - 1}" for record in got),
+        )
 
 
 class ClaimWork:
@@ -159,6 +241,22 @@ class ClaimWork:
                 wakeup.ring()
         elif in_s < self.idle_poll_s:
             asyncio.get_running_loop().call_later(in_s, self.wake, task_queue)
+
+    def waiting(self, task_queue: TaskQueue) -> int:
+        """How many calls wait on the queue."""
+        wakeup = self._wakeups.get(task_queue)
+        return 0 if wakeup is None else wakeup.waiting()
+
+    def hand_over(self, task_queue: TaskQueue, runs: int) -> list[Taker]:
+        """The calls waiting on ``task_queue`` that a create may claim up to ``runs`` of its
+        new runs for, in its own write, longest-waiting first; each must then be given what
+        was claimed for it (:meth:`Taker.give`). None under Azure dispatch, for a queue
+        with controls (their gate decides each claim), nor for a worker with weights or one
+        quarantined."""
+        wakeup = self._wakeups.get(task_queue)
+        if wakeup is None or not self.every_run_rings or self.controls.controlled(task_queue):
+            return []
+        return wakeup.hand_over(runs)
 
     async def claim(
         self,
@@ -231,7 +329,17 @@ class ClaimWork:
                 remaining = give_up - time.monotonic()
                 if remaining <= 0 or disconnected():
                     return []
-                rung = await wakeup.wait(rings, min(self.idle_poll_s, remaining))
+                taker = Taker(
+                    worker_group=worker_group,
+                    worker_id=worker_id,
+                    count=count,
+                    ready=lambda: weights is None and not quarantined() and not disconnected(),
+                    _wakeup=wakeup,
+                )
+                answer = await wakeup.wait(rings, min(self.idle_poll_s, remaining), taker)
+                if isinstance(answer, list):
+                    return answer
+                rung = answer
                 if rung is not None and not self.every_run_rings:
                     # an ask that takes fewer than it could does not tell that nothing is
                     # left: the others ask too, as the ring would have them

@@ -81,6 +81,7 @@ class WorkDispatch:
                 every_run_rings=True,
             )
             self._announcer = PendingAnnouncer(service=service, claim_work=claim_work)
+            service.hand_over = claim_work.hand_over
         self._claim_work = claim_work
 
     async def start(self) -> None:
@@ -128,6 +129,10 @@ class WorkDispatch:
             disconnected=disconnected,
             quarantined=quarantined,
         )
+
+    def waiting_claims(self, task_queue: TaskQueue) -> int:
+        """How many claimWork calls wait on the task queue in this process."""
+        return self._claim_work.waiting(task_queue)
 
     async def pending_count(self, task_queue: TaskQueue) -> int:
         """Azure's approximate count (an upper bound, cached), or the store's exact count

@@ -178,6 +178,10 @@ class QueueControlService:
 
     # --- the gate -------------------------------------------------------------------------
 
+    def controlled(self, task_queue: TaskQueue) -> bool:
+        """Whether the queue has a pause or limits (this process's copy)."""
+        return task_queue in self._controls
+
     async def claiming(self, task_queue: TaskQueue, wanted: int, claim: Claim[R]) -> Gated[R]:
         """Run ``claim(n, per_key)`` for as many of ``wanted`` runs of the queue as its pause
         and limits let through now (``n`` ≥ 1), ``per_key`` the queue's concurrency-key limit

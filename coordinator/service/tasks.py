@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.artifacts import InlineArtifact, InlineRow, stored_inline
@@ -34,6 +34,9 @@ from coordinator.service.run_watches import RunWatches
 from coordinator.service.transitions import Change, Transition, Transitions, log_changes
 from coordinator.store.base import Store
 from coordinator.store.contract.dispatch import PendingAnnouncement, PickLevels
+
+if TYPE_CHECKING:
+    from coordinator.service.claim_work import Taker
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +129,10 @@ class TaskService:
             publish_events=publish_events,
         )
         self.dependencies = Dependencies(store=store, transitions=self.transitions)
+        self.hand_over: Callable[[TaskQueue, int], list[Taker]] | None = None
+        """Under store dispatch, the claimWork calls waiting on a task queue that createTasks
+        claims new runs for in its own write
+        (:meth:`~coordinator.service.claim_work.ClaimWork.hand_over`)."""
 
     async def drain(self) -> None:
         """Write the hint confirmations waiting for their delay, and wait for background
@@ -253,10 +260,19 @@ class TaskService:
         if record.dependencies:
             await self.dependencies.check(record)
         created = self.transitions.to_store(lifecycle.create(record, now=now))
-        events = task_events(None, created.record) if self.transitions.publish_events else ()
         key = definitions.deduplication_key(record.definition)
+        handed = {}
         if key is None:
-            stored = await self._store.insert(created.record, events=events)
+            handed = self._claimed_for_waiting_calls({record.task_id: created}, now=now)
+        written = handed[record.task_id][0] if handed else created
+        events = self._creation_events(created.record, written.record)
+        if key is None:
+            stored = None
+            try:
+                stored = await self._store.insert(written.record, events=events)
+            finally:
+                inserted = set() if stored is None else {record.task_id}
+                self._give(handed, {record.task_id: created}, inserted)
         else:
             stored, answer = await self._insert_keyed(created.record, key, events=events)
             if answer is not None:
@@ -266,8 +282,10 @@ class TaskService:
             if isinstance(result, Conflict):
                 raise result
             return result
-        log_changes("created", [(stored.task_id, stored.runs)])
-        await self.transitions.effects(created)
+        log_changes("created", [(stored.task_id, created.record.runs)])
+        if handed:
+            log_changes("claimed", [(stored.task_id, stored.runs)])
+        await self.transitions.effects(written)
         if stored.dependencies:
             # The edges are stored before the dependencies' states are read, so a dependency
             # resolving concurrently either sees this task among its dependents or is seen
@@ -412,23 +430,38 @@ class TaskService:
             task_id: self.transitions.to_store(lifecycle.create(r, now=now))
             for task_id, r in records.items()
         }
+        handed = self._claimed_for_waiting_calls(created, now=now)
+        written = {**created, **{task_id: result for task_id, (result, _) in handed.items()}}
         events = None
         if self.transitions.publish_events:
-            events = {task_id: task_events(None, o.record) for task_id, o in created.items()}
-        inserted = await self._store.insert_many(
-            [o.record for o in created.values()], events=events
-        )
+            events = {
+                task_id: self._creation_events(created[task_id].record, result.record)
+                for task_id, result in written.items()
+            }
+        inserted: set[str] = set()
+        try:
+            inserted = await self._store.insert_many(
+                [o.record for o in written.values()], events=events
+            )
+        finally:
+            self._give(handed, created, inserted)
         existing = await self._store.get_many([t for t in created if t not in inserted])
         for task_id in created.keys() - inserted:
             done[task_id] = await self._not_inserted(records[task_id], existing.get(task_id))
         stored = {
             task_id: dataclasses.replace(
-                created[task_id], record=created[task_id].record.replace(version=1)
+                written[task_id], record=written[task_id].record.replace(version=1)
             )
             for task_id in inserted
         }
+        log_changes("created", [(task_id, created[task_id].record.runs) for task_id in stored])
         log_changes(
-            "created", [(task_id, result.record.runs) for task_id, result in stored.items()]
+            "claimed",
+            [
+                (task_id, result.record.runs)
+                for task_id, result in stored.items()
+                if task_id in handed
+            ],
         )
         await bounded(
             (
@@ -444,6 +477,62 @@ class TaskService:
                 record = (await self.dependencies.schedule_if_satisfied(record)).record
             done[task_id] = record
         return done
+
+    def _claimed_for_waiting_calls(
+        self, created: Mapping[str, TransitionResult], *, now: int
+    ) -> dict[str, tuple[TransitionResult, Taker]]:
+        """The new runs pending now that claimWork calls waiting on their queues take
+        (:attr:`hand_over`), each claimed for its call, highest priority first: a run a
+        worker waits for is claimed in the write that creates it, neither announced nor
+        claimed by a write of its own."""
+        if self.hand_over is None:
+            return {}
+        pending: dict[TaskQueue, list[TaskRecord]] = {}
+        for result in created.values():
+            record = result.record
+            if record.visible_at is not None and record.visible_at <= now:
+                task_queue = TaskQueue(record.provisioner_id, record.worker_type)
+                pending.setdefault(task_queue, []).append(record)
+        handed: dict[str, tuple[TransitionResult, Taker]] = {}
+        for task_queue, waiting in pending.items():
+            takers = self.hand_over(task_queue, len(waiting))
+            waiting.sort(key=lambda record: -(record.pending_priority or 0))
+            runs = iter(waiting)
+            for taker in takers:
+                claim = self._claiming(
+                    0, worker_group=taker.worker_group, worker_id=taker.worker_id
+                )
+                for _, record in zip(range(taker.count), runs, strict=False):
+                    handed[record.task_id] = (self.transitions.to_store(claim(record, now)), taker)
+        return handed
+
+    def _creation_events(self, created: TaskRecord, written: TaskRecord) -> list[QueueEvent]:
+        """The messages of a new task as it is written: its creation's, then its claim's
+        when it is claimed in the same write."""
+        if not self.transitions.publish_events:
+            return []
+        events = task_events(None, created)
+        if written is not created:
+            events += task_events(created, written)
+        return events
+
+    def _give(
+        self,
+        handed: Mapping[str, tuple[TransitionResult, Taker]],
+        created: Mapping[str, TransitionResult],
+        inserted: set[str],
+    ) -> None:
+        """Answer each waiting call that was handed runs with those the write stored
+        (counted as claims); one handed none asks the store again."""
+        claims: dict[Taker, list[TaskRecord]] = {}
+        for task_id, (result, taker) in handed.items():
+            given = claims.setdefault(taker, [])
+            if task_id in inserted:
+                stored = result.record.replace(version=1)
+                self.transitions.written(created[task_id].record, result, stored)
+                given.append(stored)
+        for taker, given in claims.items():
+            taker.give(given)
 
     async def _from_read(
         self, record: TaskRecord, step: Callable[..., TransitionResult], action: str

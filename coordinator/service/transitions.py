@@ -169,7 +169,7 @@ class Transitions:
                 result.record, events=events, resolving=result.resolved, index=index
             )
             if stored is not None:
-                result, runs = self._written(record, result, stored, indexed=len(index))
+                result, runs = self.written(record, result, stored, indexed=len(index))
                 log_changes(action, [(task_id, runs)])
                 await self.effects(result)
                 return result
@@ -278,7 +278,7 @@ class Transitions:
                 if after is None:
                     indexes.append(index)
                     continue
-                won, runs = self._written(
+                won, runs = self.written(
                     record, result, after, indexed=len(indexing.get(after.task_id, ()))
                 )
                 written.append(won)
@@ -340,7 +340,7 @@ class Transitions:
             pick=pick,
             max_per_key=max_per_key,
         )
-        won = {after.task_id: self._written(*results[after.task_id], after) for after in stored}
+        won = {after.task_id: self.written(*results[after.task_id], after) for after in stored}
         log_changes(action, ((task_id, runs) for task_id, (_, runs) in won.items()))
         written = [result for result, _ in won.values()]
         await asyncio.gather(*(self.effects(o) for o in written if self.has_effects(o)))
@@ -372,7 +372,7 @@ class Transitions:
             self._metrics.completion_not_indexed()
             return []
 
-    def _written(
+    def written(
         self, before: TaskRecord, result: TransitionResult, stored: TaskRecord, *, indexed: int = 0
     ) -> tuple[TransitionResult, tuple[Run, ...]]:
         """The result of a won compare-and-set, counted (with the ``indexed`` entries it

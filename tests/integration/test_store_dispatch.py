@@ -13,9 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import slugid
 
 from coordinator.domain.records import to_iso
+from coordinator.domain.task_queues import TaskQueue
 from devharness.azurite import AzuriteProcess
+from devharness.tasks import task_definition
+from devharness.waiting import wait_until
 from tests.fixtures.azurite import AzureNamespace
 from tests.fixtures.coordinator import RunningCoordinator, StartCoordinator
 
@@ -181,6 +185,85 @@ async def test_a_waiting_claim_work_is_answered_as_soon_as_a_run_becomes_pending
     seconds, claims = await waiting
     assert claimed_ids(claims) == [task_id]
     assert seconds < 2.0  # woken by the create, well before the idle poll (5 s)
+
+
+async def waiting(coordinator: RunningCoordinator, calls: int) -> None:
+    """Until ``calls`` claimWork calls wait on the test's task queue."""
+    dispatch = coordinator.parts.dispatch
+    await wait_until(
+        lambda: dispatch.waiting_claims(TaskQueue(PROV, WT)) == calls,
+        within=10,
+        what=f"{calls} claimWork calls waiting",
+    )
+
+
+async def create_answers(
+    coordinator: RunningCoordinator, priorities: list[str], *, batched: bool
+) -> list[dict[str, Any]]:
+    """createTask per task, or one createTasks, of tasks of these priorities; each answer's
+    status."""
+    tasks = [(slugid.nice(), task_definition(priority=p)) for p in priorities]
+    if batched:
+        body = {"tasks": [{"taskId": t, "task": d} for t, d in tasks]}
+        return [item["status"] for item in (await coordinator.ok("PUT", "/tasks", body))["tasks"]]
+    return [(await coordinator.ok("PUT", f"/task/{t}", d))["status"] for t, d in tasks]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["createTask", "createTasks"])
+async def test_tasks_created_for_waiting_calls_are_claimed_in_the_create_s_own_write(
+    on_store: dict[str, Any], start_coordinator: StartCoordinator, batched: bool
+) -> None:
+    c = await start_coordinator(claim_work_timeout_ms=20_000, **on_store)
+    first = asyncio.ensure_future(claim_work(c, tasks=1, worker_id="first"))
+    await waiting(c, 1)
+    second = asyncio.ensure_future(claim_work(c, tasks=2, worker_id="second"))
+    await waiting(c, 2)
+
+    statuses = await create_answers(c, ["lowest", "high", "lowest", "lowest"], batched=batched)
+
+    # the longest-waiting call takes the highest priority's run, the next as many as it
+    # asked for (createTasks); one createTask's run goes to each call in turn, and each call
+    # answers with what it got
+    created = [status["taskId"] for status in statuses]
+    taken = {"first": [1], "second": [0, 2]} if batched else {"first": [0], "second": [1]}
+    assert claimed_ids(await first) == [created[i] for i in taken["first"]]
+    assert claimed_ids(await second) == [created[i] for i in taken["second"]]
+    # the creates' answers say so already: claimed in the write that created them
+    for worker_id, indexes in taken.items():
+        for i in indexes:
+            run = statuses[i]["runs"][0]
+            assert (run["state"], run["workerId"]) == ("running", worker_id)
+            assert run["started"] == run["scheduled"]
+    left = sorted(set(range(4)) - {i for indexes in taken.values() for i in indexes})
+    assert all(statuses[i]["runs"][0]["state"] == "pending" for i in left)
+    assert sorted(claimed_ids(await claim_work(c, tasks=4))) == sorted(created[i] for i in left)
+
+
+async def test_a_quarantined_or_weighted_waiting_call_is_not_handed_a_new_task(
+    start_coordinator: StartCoordinator,
+) -> None:
+    c = await start_coordinator(claim_work_timeout_ms=20_000)
+    seed = await c.create()  # the worker claims it, and is seen: it can be quarantined
+    assert claimed_ids(await claim_work(c, worker_id="bad", tasks=1)) == [seed]
+    await c.parts.workers.flush()
+    until = to_iso(int(time.time() * 1000) + 3_600_000)
+    await c.ok(
+        "PUT",
+        f"/provisioners/{PROV}/worker-types/{WT}/workers/wg/bad",
+        {"quarantineUntil": until, "quarantineInfo": "test"},
+    )
+    await c.parts.workers.refresh_quarantines()
+    quarantined = asyncio.ensure_future(claim_work(c, worker_id="bad", tasks=1))
+    await waiting(c, 1)
+    weighted = asyncio.ensure_future(claim_work(c, worker_id="w", tasks=1, weights={"low": 1}))
+    await waiting(c, 2)
+
+    (status,) = await create_answers(c, ["lowest"], batched=False)
+
+    assert status["runs"][0]["state"] == "pending"  # nobody took it in the create's write
+    assert claimed_ids(await weighted) == [status["taskId"]]  # woken, it claimed it itself
+    assert not quarantined.done()
+    quarantined.cancel()
 
 
 async def test_a_delayed_run_is_handed_out_once_visible(

@@ -55,7 +55,9 @@ class Runs:
         return taken
 
 
-def claim_work(runs: Runs, *, every_run_rings: bool = True) -> ClaimWork:
+def claim_work(
+    runs: Runs, *, every_run_rings: bool = True, idle_poll_s: float = LONG_S
+) -> ClaimWork:
     # A queue without controls passes the gate without it reading anything.
     gate = QueueControlService(
         store=cast(Store, None), service=cast(TaskService, None), metrics=cast(ServiceMetrics, None)
@@ -64,7 +66,7 @@ def claim_work(runs: Runs, *, every_run_rings: bool = True) -> ClaimWork:
         source=runs,
         controls=gate,
         timeout_s=LONG_S,
-        idle_poll_s=LONG_S,
+        idle_poll_s=idle_poll_s,
         every_run_rings=every_run_rings,
     )
 
@@ -76,6 +78,7 @@ def calling(
     *,
     gone: Callable[[], bool] = lambda: False,
     quarantined: Callable[[], bool] = lambda: False,
+    weights: ClaimWeights | None = None,
 ) -> asyncio.Task[list[TaskRecord]]:
     return asyncio.create_task(
         work.claim(
@@ -83,6 +86,7 @@ def calling(
             worker_group="wg",
             worker_id=worker_id,
             count=count,
+            weights=weights,
             disconnected=gone,
             quarantined=quarantined,
         )
@@ -233,3 +237,54 @@ async def test_a_ring_that_no_waiting_call_can_use_goes_round_once() -> None:
     assert runs.pending and not runs.asks
     for call in calls:
         call.cancel()
+
+
+# --- handing new runs to waiting calls --------------------------------------------------
+
+
+async def test_a_create_takes_the_longest_waiting_ready_calls_until_they_cover_its_runs() -> None:
+    runs = Runs()
+    work = claim_work(runs)
+    quarantined = calling(work, "q", 4, quarantined=lambda: True)
+    weighted = calling(work, "w", 4, weights=ClaimWeights.parse({"low": 1}))
+    first, second, third = calling(work, "a", 2), calling(work, "b", 2), calling(work, "c", 2)
+    await settle()
+    assert work.waiting(QUEUE) == 5
+
+    takers = work.hand_over(QUEUE, 3)
+
+    assert [(t.worker_id, t.count) for t in takers] == [("a", 2), ("b", 2)]
+    assert work.waiting(QUEUE) == 3  # the quarantined, the weighted and the third wait on
+    made = [new_record(f"h{index}") for index in range(3)]
+    takers[0].give(made[:2])
+    runs.add(1)  # say, the task existed already, pending
+    takers[1].give([])  # the create wrote none of its runs: the call asks the store again
+    assert await first == made[:2]
+    assert len(await second) == 1
+    assert runs.asks[-1] == "b"
+    for call in (quarantined, weighted, third):
+        assert not call.done()
+        call.cancel()
+
+
+async def test_a_call_handed_to_a_create_waits_past_its_poll_for_the_runs() -> None:
+    runs = Runs()
+    work = claim_work(runs, idle_poll_s=0.05)
+    call = calling(work, "a", 2)
+    await settle()
+    (taker,) = work.hand_over(QUEUE, 1)
+
+    await asyncio.sleep(0.2)  # the create's write outlasts the poll's pause: the call waits
+    assert not call.done()
+    made = [new_record("h")]
+    taker.give(made)
+    assert await call == made
+
+
+async def test_no_call_is_handed_over_without_every_run_ringing() -> None:
+    runs = Runs()
+    work = claim_work(runs, every_run_rings=False)
+    call = calling(work, "a", 2)
+    await settle()
+    assert work.hand_over(QUEUE, 1) == []
+    call.cancel()
