@@ -187,6 +187,18 @@ async def test_a_waiting_claim_work_is_answered_as_soon_as_a_run_becomes_pending
     assert seconds < 2.0  # woken by the create, well before the idle poll (5 s)
 
 
+async def quarantine(coordinator: RunningCoordinator, worker_id: str) -> None:
+    """Quarantine ``wg/<worker_id>`` (seen already) for an hour, in this coordinator's copy too."""
+    await coordinator.parts.workers.flush()
+    until = to_iso(int(time.time() * 1000) + 3_600_000)
+    await coordinator.ok(
+        "PUT",
+        f"/provisioners/{PROV}/worker-types/{WT}/workers/wg/{worker_id}",
+        {"quarantineUntil": until, "quarantineInfo": "test"},
+    )
+    await coordinator.parts.workers.refresh_quarantines()
+
+
 async def waiting(coordinator: RunningCoordinator, calls: int) -> None:
     """Until ``calls`` claimWork calls wait on the test's task queue."""
     dispatch = coordinator.parts.dispatch
@@ -245,14 +257,7 @@ async def test_a_quarantined_or_weighted_waiting_call_is_not_handed_a_new_task(
     c = await start_coordinator(claim_work_timeout_ms=20_000)
     seed = await c.create()  # the worker claims it, and is seen: it can be quarantined
     assert claimed_ids(await claim_work(c, worker_id="bad", tasks=1)) == [seed]
-    await c.parts.workers.flush()
-    until = to_iso(int(time.time() * 1000) + 3_600_000)
-    await c.ok(
-        "PUT",
-        f"/provisioners/{PROV}/worker-types/{WT}/workers/wg/bad",
-        {"quarantineUntil": until, "quarantineInfo": "test"},
-    )
-    await c.parts.workers.refresh_quarantines()
+    await quarantine(c, "bad")
     quarantined = asyncio.ensure_future(claim_work(c, worker_id="bad", tasks=1))
     await waiting(c, 1)
     weighted = asyncio.ensure_future(claim_work(c, worker_id="w", tasks=1, weights={"low": 1}))
@@ -302,14 +307,7 @@ async def test_a_quarantined_worker_gets_nothing_from_the_store(
 ) -> None:
     c = await start_coordinator(claim_work_timeout_ms=500)
     assert await claim_work(c, worker_id="bad") == []  # nothing yet; the worker is seen
-    await c.parts.workers.flush()
-    until = to_iso(int(time.time() * 1000) + 3_600_000)
-    await c.ok(
-        "PUT",
-        f"/provisioners/{PROV}/worker-types/{WT}/workers/wg/bad",
-        {"quarantineUntil": until, "quarantineInfo": "test"},
-    )
-    await c.parts.workers.refresh_quarantines()
+    await quarantine(c, "bad")
     task_id = await c.create()
 
     assert await claim_work(c, worker_id="bad") == []
