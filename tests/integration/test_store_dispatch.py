@@ -177,12 +177,11 @@ async def test_a_waiting_claim_work_is_answered_as_soon_as_a_run_becomes_pending
     start_coordinator: StartCoordinator,
 ) -> None:
     c = await start_coordinator(claim_work_timeout_ms=20_000)
-    waiting = asyncio.ensure_future(timed(claim_work(c)))
-    await asyncio.sleep(0.3)  # the long poll is waiting (nothing to claim yet)
-    assert not waiting.done()
+    call = asyncio.ensure_future(timed(claim_work(c)))
+    await waiting(c, 1)  # nothing to claim yet
     task_id = await c.create()
 
-    seconds, claims = await waiting
+    seconds, claims = await call
     assert claimed_ids(claims) == [task_id]
     assert seconds < 2.0  # woken by the create, well before the idle poll (5 s)
 
@@ -292,12 +291,11 @@ async def test_replicas_wake_each_others_long_polls_through_postgres(
         await start_coordinator(store_url=postgres_schema_url, claim_work_timeout_ms=20_000)
         for _ in range(2)
     ]
-    waiting = asyncio.ensure_future(timed(claim_work(other)))
-    await asyncio.sleep(0.3)
-    assert not waiting.done()
+    call = asyncio.ensure_future(timed(claim_work(other)))
+    await waiting(other, 1)
     task_id = await one.create()
 
-    seconds, claims = await waiting
+    seconds, claims = await call
     assert claimed_ids(claims) == [task_id]
     assert seconds < 2.0  # NOTIFY, not the idle poll (5 s)
 
