@@ -261,19 +261,19 @@ class TaskService:
             await self.dependencies.check(record)
         created = self.transitions.to_store(lifecycle.create(record, now=now))
         key = definitions.deduplication_key(record.definition)
-        handed = {}
         if key is None:
             handed = self._claimed_for_waiting_calls({record.task_id: created}, now=now)
-        written = handed[record.task_id][0] if handed else created
-        events = self._creation_events(created.record, written.record)
-        if key is None:
+            written = handed[record.task_id][0] if handed else created
             stored = None
             try:
+                events = self._creation_events(created.record, written.record)
                 stored = await self._store.insert(written.record, events=events)
             finally:
                 inserted = set() if stored is None else {record.task_id}
                 self._give(handed, {record.task_id: created}, inserted)
         else:
+            handed, written = {}, created
+            events = self._creation_events(created.record, created.record)
             stored, answer = await self._insert_keyed(created.record, key, events=events)
             if answer is not None:
                 return answer
@@ -432,14 +432,14 @@ class TaskService:
         }
         handed = self._claimed_for_waiting_calls(created, now=now)
         written = {**created, **{task_id: result for task_id, (result, _) in handed.items()}}
-        events = None
-        if self.transitions.publish_events:
-            events = {
-                task_id: self._creation_events(created[task_id].record, result.record)
-                for task_id, result in written.items()
-            }
         inserted: set[str] = set()
         try:
+            events = None
+            if self.transitions.publish_events:
+                events = {
+                    task_id: self._creation_events(created[task_id].record, result.record)
+                    for task_id, result in written.items()
+                }
             inserted = await self._store.insert_many(
                 [o.record for o in written.values()], events=events
             )
@@ -494,16 +494,28 @@ class TaskService:
                 task_queue = TaskQueue(record.provisioner_id, record.worker_type)
                 pending.setdefault(task_queue, []).append(record)
         handed: dict[str, tuple[TransitionResult, Taker]] = {}
-        for task_queue, waiting in pending.items():
-            takers = self.hand_over(task_queue, len(waiting))
-            waiting.sort(key=lambda record: -(record.pending_priority or 0))
-            runs = iter(waiting)
-            for taker in takers:
-                claim = self._claiming(
-                    0, worker_group=taker.worker_group, worker_id=taker.worker_id
-                )
-                for _, record in zip(range(taker.count), runs, strict=False):
-                    handed[record.task_id] = (self.transitions.to_store(claim(record, now)), taker)
+        takers: list[Taker] = []
+        try:
+            for task_queue, waiting in pending.items():
+                queue_takers = self.hand_over(task_queue, len(waiting))
+                takers += queue_takers
+                waiting.sort(key=lambda record: -(record.pending_priority or 0))
+                runs = iter(waiting)
+                for taker in queue_takers:
+                    claim = self._claiming(
+                        0, worker_group=taker.worker_group, worker_id=taker.worker_id
+                    )
+                    for _, record in zip(range(taker.count), runs, strict=False):
+                        result = self.transitions.to_store(claim(record, now))
+                        handed[record.task_id] = (result, taker)
+        except BaseException:
+            for taker in takers:  # taken out of the wait: each must be answered
+                taker.give([])
+            raise
+        served = {taker for _, taker in handed.values()}
+        for taker in takers:
+            if taker not in served:
+                taker.give([])  # nothing left for it: it asks the store again
         return handed
 
     def _creation_events(self, created: TaskRecord, written: TaskRecord) -> list[QueueEvent]:
@@ -524,15 +536,16 @@ class TaskService:
     ) -> None:
         """Answer each waiting call that was handed runs with those the write stored
         (counted as claims); one handed none asks the store again."""
-        claims: dict[Taker, list[TaskRecord]] = {}
-        for task_id, (result, taker) in handed.items():
-            given = claims.setdefault(taker, [])
-            if task_id in inserted:
-                stored = result.record.replace(version=1)
-                self.transitions.written(created[task_id].record, result, stored)
-                given.append(stored)
-        for taker, given in claims.items():
-            taker.give(given)
+        claims: dict[Taker, list[TaskRecord]] = {taker: [] for _, taker in handed.values()}
+        try:
+            for task_id, (result, taker) in handed.items():
+                if task_id in inserted:
+                    stored = result.record.replace(version=1)
+                    claims[taker].append(stored)
+                    self.transitions.written(created[task_id].record, result, stored)
+        finally:  # every call taken out of the wait is answered, whatever happens here
+            for taker, given in claims.items():
+                taker.give(given)
 
     async def _from_read(
         self, record: TaskRecord, step: Callable[..., TransitionResult], action: str
