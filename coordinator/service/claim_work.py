@@ -142,7 +142,8 @@ class _Wakeup:
 
     def hand_over(self, runs: int) -> list[Taker]:
         """Take out of the wait, longest-waiting first, the callers ready to take runs, until
-        they take ``runs`` between them."""
+        they take ``runs`` between them: each takes at least one (a call asks for one or
+        more)."""
         takers: list[Taker] = []
         kept: collections.deque[tuple[int, Taker]] = collections.deque()
         for entry in self._waiters:
@@ -303,6 +304,9 @@ class ClaimWork:
             )
             return taken
 
+        def ready() -> bool:
+            return weights is None and not quarantined() and not disconnected()
+
         # A new call asks at once, unless an ask found the queue drained since the last ring.
         ask = not self.every_run_rings or wakeup.drained_at != wakeup.rings
         rung: int | None = None  # the ring this call holds, which it owes the next caller
@@ -333,7 +337,7 @@ class ClaimWork:
                     worker_group=worker_group,
                     worker_id=worker_id,
                     count=count,
-                    ready=lambda: weights is None and not quarantined() and not disconnected(),
+                    ready=ready,
                     _wakeup=wakeup,
                 )
                 answer = await wakeup.wait(rings, min(self.idle_poll_s, remaining), taker)

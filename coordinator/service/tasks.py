@@ -261,22 +261,23 @@ class TaskService:
             await self.dependencies.check(record)
         created = self.transitions.to_store(lifecycle.create(record, now=now))
         key = definitions.deduplication_key(record.definition)
+        # a keyed task's key is taken in a write of its own: no waiting call is handed it
+        handed = {}
         if key is None:
             handed = self._claimed_for_waiting_calls({record.task_id: created}, now=now)
-            written = handed[record.task_id][0] if handed else created
-            stored = None
-            try:
-                events = self._creation_events(created.record, written.record)
+        written = handed[record.task_id][0] if handed else created
+        stored = None
+        try:
+            events = self._creation_events(created.record, written.record)
+            if key is None:
                 stored = await self._store.insert(written.record, events=events)
-            finally:
-                inserted = set() if stored is None else {record.task_id}
-                self._give(handed, {record.task_id: created}, inserted)
-        else:
-            handed, written = {}, created
-            events = self._creation_events(created.record, created.record)
-            stored, answer = await self._insert_keyed(created.record, key, events=events)
-            if answer is not None:
-                return answer
+            else:
+                stored, answer = await self._insert_keyed(created.record, key, events=events)
+                if answer is not None:
+                    return answer
+        finally:
+            inserted = set() if stored is None else {record.task_id}
+            self._give(handed, {record.task_id: created}, inserted)
         if stored is None:
             result = await self._not_inserted(record, await self._store.get(record.task_id))
             if isinstance(result, Conflict):
@@ -512,10 +513,6 @@ class TaskService:
             for taker in takers:  # taken out of the wait: each must be answered
                 taker.give([])
             raise
-        served = {taker for _, taker in handed.values()}
-        for taker in takers:
-            if taker not in served:
-                taker.give([])  # nothing left for it: it asks the store again
         return handed
 
     def _creation_events(self, created: TaskRecord, written: TaskRecord) -> list[QueueEvent]:
