@@ -44,9 +44,12 @@ from coordinator.domain.task_queues import PRIORITIES, TaskQueue, priority_level
 LEVELS = [priority_level(priority) for priority in PRIORITIES]
 """The priority levels, highest first: the order a claim in priority order reads them."""
 
-SETTLE_MS = 1_000
+SETTLE_MS = 200
 """How much older than the claim's ``now`` a run may be made pending by a transaction that
-commits after the claim: a floor is never later than ``now - SETTLE_MS``."""
+commits after the claim: a floor is never later than ``now - SETTLE_MS``. Every claim under a
+held transaction walks the dead entries of this span: at 1 s, a third of what the hold added
+to the database's work a task (docs/performance-history.md); a run that commits later waits
+for its queue's next read without floors (:data:`RESCAN_MS`)."""
 
 RESCAN_MS = 1_000
 """How often each task queue's claims read without floors, to find any run left below one."""

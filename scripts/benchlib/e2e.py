@@ -624,8 +624,27 @@ async def _workers_started(settings: Settings, workdir: Path, options: WorkerOpt
     await wait_until(started, within=120, what="the workers to start", interval=0.1)
 
 
-_DEPTH_WINDOW_MS = 5_000
-"""How far back the store-dispatch depth gauge counts claimable runs (by ``visible_at``)."""
+_DEPTH_SLACK_MS = 200
+"""How much earlier than its last reading's oldest claimable run (or, if it found none, the
+harness's clock) the store-dispatch depth gauge counts from: a create's write stamps its runs'
+``visible_at`` before it commits, so a run may become visible after a reading with an earlier
+``visible_at`` than the reading's oldest."""
+
+
+class _DepthFloor:
+    """Where the store-dispatch depth gauge's next count starts (a ``visible_at``): a little
+    before the oldest claimable run of the last reading. No claimable run is older, but for
+    one whose create committed late (:data:`_DEPTH_SLACK_MS`): a run is made visible at its
+    ``visible_at`` and stays claimable until a claim takes it."""
+
+    def __init__(self) -> None:
+        self.since = 0
+
+    def read(self, oldest: int | None) -> None:
+        """After a count whose oldest claimable run was made visible at ``oldest``."""
+        if oldest is None:
+            oldest = int(time.time() * 1000)
+        self.since = max(self.since, oldest - _DEPTH_SLACK_MS)
 
 
 @asynccontextmanager
@@ -641,10 +660,10 @@ async def _depth_gauge(
     under store dispatch the claimable pending runs, counted in the store (from its partial
     index) on a connection of the harness, so that the coordinator serves none of the reads.
 
-    The count reads only the runs made visible in the last :data:`_DEPTH_WINDOW_MS`: a run
-    waits a tenth of a second at the depth the pacer keeps, and a count from the start of
-    the index would walk every dead entry the row's claims left, which under
-    ``store-postgres-vacuum-held`` made the harness's own reads half of the database's work."""
+    The count starts at the oldest claimable run of the last reading (:class:`_DepthFloor`):
+    a count from the start of the index would walk every dead entry the row's claims left,
+    which under ``store-postgres-vacuum-held`` made the harness's own reads half of the
+    database's work; from a fixed 5 s back, still a fifth (docs/performance-history.md)."""
     if azurite is not None:
         name = queue_name(running.queue_prefix, PROVISIONER_ID, worker_type, priority)
         hints = azure_rest.RestQueue(
@@ -653,13 +672,15 @@ async def _depth_gauge(
         yield hints.count
         return
     query = (
-        "SELECT count(*) FROM tasks WHERE provisioner_id = {p} AND worker_type = {w} "
-        "AND pending_priority = {level} AND visible_at >= {since}"
+        "SELECT count(*), min(visible_at) FROM tasks WHERE provisioner_id = {p} "
+        "AND worker_type = {w} AND pending_priority = {level} AND visible_at >= {since}"
     )
     level = priority_level(priority)
+    floor = _DepthFloor()
 
-    def since() -> int:
-        return int(time.time() * 1000) - _DEPTH_WINDOW_MS
+    def counted(count: int, oldest: int | None) -> int:
+        floor.read(oldest)
+        return count
 
     if running.store_url.startswith("sqlite:"):
         path = running.store_url.removeprefix("sqlite:///")
@@ -667,8 +688,8 @@ async def _depth_gauge(
         sql = query.format(p="?", w="?", level="?", since="?")
 
         def count() -> int:
-            args = (PROVISIONER_ID, worker_type, level, since())
-            return int(conn.execute(sql, args).fetchone()[0])
+            args = (PROVISIONER_ID, worker_type, level, floor.since)
+            return counted(*conn.execute(sql, args).fetchone())
 
         async def sqlite_depth() -> int:
             return await asyncio.to_thread(count)
@@ -682,7 +703,9 @@ async def _depth_gauge(
     sql = query.format(p="$1", w="$2", level="$3", since="$4")
 
     async def postgres_depth() -> int:
-        return int(await pg.fetchval(sql, PROVISIONER_ID, worker_type, level, since()))
+        row = await pg.fetchrow(sql, PROVISIONER_ID, worker_type, level, floor.since)
+        assert row is not None
+        return counted(int(row[0]), row[1])
 
     try:
         yield postgres_depth

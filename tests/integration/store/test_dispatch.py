@@ -286,7 +286,8 @@ async def test_claims_seek_past_the_runs_claimed_while_a_transaction_holds_vacuu
 ) -> None:
     if not isinstance(store, PostgresStore):
         pytest.skip("SQLite keeps no dead row versions for a claim to walk")
-    backlog = NOW - 10 * SETTLE_MS  # older than a claim's settling time
+    # made visible one a millisecond, the last of them before a claim's settling time
+    backlog = NOW - SETTLE_MS - 2_100
     records = [new_record(f"t{index:04d}", now=backlog + index) for index in range(2_100)]
     assert len(await store.insert_many(records)) == 2_100
     holder = await asyncpg.connect(store_url)
