@@ -14,8 +14,10 @@ handler in a child process (``isolation="process"``) sends its records' lines to
 itself (:mod:`worker_sdk.isolation`). Records a logger's level drops never reach a handler,
 so the run log has what the worker's logging configuration lets through.
 
-A run log is gzipped as it is written, and bounded: past :data:`MAX_RUN_LOG_BYTES` of text it
-ends with one line saying so, and later records are dropped.
+A run log is bounded: past :data:`MAX_RUN_LOG_BYTES` of text it ends with one line saying so,
+and later records are dropped. It is gzipped once, at its end, while it holds no more than
+:data:`GZIPPED_AS_WRITTEN_PAST` (most logs), with a window no larger than the text; a longer one
+is gzipped as it is written.
 """
 
 from __future__ import annotations
@@ -37,8 +39,14 @@ RunKey = tuple[str, int]
 current_run: ContextVar[RunKey | None] = ContextVar("worker_sdk_current_run", default=None)
 """The run whose handler the current context belongs to, if any."""
 
-_GZIP = 16 + zlib.MAX_WBITS
-"""zlib's ``wbits`` for a gzip header and trailer."""
+GZIPPED_AS_WRITTEN_PAST = 64 * 2**10
+"""Text a run log keeps as it is, to gzip in one go when the run ends; past it, the log is
+gzipped as lines arrive, by a compressor with zlib's largest window and memory. Setting that one
+up cost 40-50 µs a run, a fifth of a worker's CPU a task in the bench, and a small log gains
+nothing from it: one sized to the text takes 6 µs (docs/performance-history.md)."""
+
+_GZIP = 16
+"""What zlib's ``wbits`` adds for a gzip header and trailer."""
 
 
 class RunLogFormatter(logging.Formatter):
@@ -64,10 +72,9 @@ class RunLog:
         self._written = 0
         self._full = False
         self._closed = False
-        # made by the first write: a compressor's state costs some 50 µs to set up, and most
-        # runs of a quiet handler never write
-        self._compressor: zlib._Compress | None = None
-        self._parts: list[bytes] = []
+        self._compressor: zlib._Compress | None = None  # once past GZIPPED_AS_WRITTEN_PAST
+        self._text: list[bytes] = []  # until then
+        self._parts: list[bytes] = []  # gzipped
         self._lock = threading.Lock()
 
     def write(self, text: str) -> None:
@@ -80,12 +87,14 @@ class RunLog:
                 self._full = True
                 data = f"[run log truncated: it passed {self._limit} bytes]\n".encode()
             self._written += len(data)
-            self._parts.append(self._made_compressor().compress(data))
-
-    def _made_compressor(self) -> zlib._Compress:
-        if self._compressor is None:
-            self._compressor = zlib.compressobj(6, zlib.DEFLATED, _GZIP)
-        return self._compressor
+            if self._compressor is not None:
+                self._parts.append(self._compressor.compress(data))
+                return
+            self._text.append(data)
+            if self._written > GZIPPED_AS_WRITTEN_PAST:
+                self._compressor = _compressor(zlib.MAX_WBITS)
+                self._parts.append(self._compressor.compress(b"".join(self._text)))
+                self._text = []
 
     @property
     def empty(self) -> bool:
@@ -98,8 +107,21 @@ class RunLog:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._parts.append(self._made_compressor().flush())
+                if self._compressor is None:
+                    text = b"".join(self._text)
+                    self._text = []
+                    # a window as large as the text, at least zlib's smallest
+                    compressor = _compressor(max(9, min(zlib.MAX_WBITS, len(text).bit_length())))
+                    self._parts.append(compressor.compress(text))
+                    self._compressor = compressor
+                self._parts.append(self._compressor.flush())
             return b"".join(self._parts)
+
+
+def _compressor(window_bits: int) -> zlib._Compress:
+    """A gzip compressor with a window of ``2 ** window_bits`` bytes and a hash table to match
+    (zlib's default memory level for its largest window)."""
+    return zlib.compressobj(6, zlib.DEFLATED, _GZIP + window_bits, window_bits - 7)
 
 
 class RunLogs(logging.Handler):
