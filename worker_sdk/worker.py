@@ -854,7 +854,10 @@ def _traceback(error: BaseException) -> str:
     return "".join(traceback.format_exception(error)).rstrip("\n")
 
 
+_RUN_LOG_FORMAT = RunLogFormatter()
+
+
 def _run_log_line(message: str) -> str:
     """``message`` as the worker's own line of a run log."""
     record = logging.LogRecord(__name__, logging.INFO, __file__, 0, message, None, None)
-    return RunLogFormatter().format(record)
+    return _RUN_LOG_FORMAT.format(record)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import logging
 import math
 import random
 import re
@@ -33,6 +34,7 @@ from worker_sdk.errors import (
 )
 from worker_sdk.options import WorkerOptions, flag_of
 from worker_sdk.priorities import DEFAULT_WEIGHTS, LEVELS, PRIORITIES, PollOrder, TaskQueue
+from worker_sdk.run_log import RunLogFormatter
 from worker_sdk.supervisor import slot_worker_id
 from worker_sdk.worker import default_worker_group, default_worker_id, resolution_for
 
@@ -700,3 +702,16 @@ def test_handlers_load_from_module_colon_attribute() -> None:
         cli.load_handler("worker_sdk.timing:DATE_RESOLUTION")
     with pytest.raises(ImportError):
         cli.load_handler("no_such_module_here:handle")
+
+
+@pytest.mark.parametrize(
+    "created",
+    [1_700_000_000.0, 1_700_000_000.0004, 1_700_000_000.0005, 1_700_000_000.123456]
+    + [1_700_000_000.999 + n * 1e-7 for n in range(11)],
+)
+def test_a_run_log_line_shows_its_time_as_datetime_does(created: float) -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 0, "m", None, None)
+    record.created = created
+    moment = datetime.fromtimestamp(created, UTC)
+    expected = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    assert RunLogFormatter().formatTime(record) == expected
