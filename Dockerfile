@@ -18,6 +18,7 @@ COPY hawk_signing/ hawk_signing/
 COPY glibc_malloc/ glibc_malloc/
 COPY otlp_tracing/ otlp_tracing/
 COPY run_progress/ run_progress/
+COPY key_value_logs/ key_value_logs/
 COPY schemas/ schemas/
 # A regular install: the wheel carries the SQL files and the JSON schemas.
 RUN pip install . \

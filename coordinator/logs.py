@@ -1,38 +1,20 @@
-"""Log lines: ``key=value`` after a timestamp and level by default, or one JSON object per line
-with ``COORDINATOR_LOG_FORMAT=json``. Messages are written ``what happened key=value ...`` so
-that both formats carry the same fields (taskId, runId, ...)."""
+"""Log lines: ``key=value`` after a timestamp and level by default (:mod:`key_value_logs`, the
+worker's format too), or one JSON object per line with ``COORDINATOR_LOG_FORMAT=json``.
+Messages are written ``what happened key=value ...`` so that both formats carry the same fields
+(taskId, runId, ...)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from coordinator.config import ConfigurationError
+from key_value_logs import KeyValueFormatter
 
-KEY_VALUE_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 _FIELD = re.compile(r"(\w+)=(\S+)")
-
-
-class KeyValueFormatter(logging.Formatter):
-    """:data:`KEY_VALUE_FORMAT`, with ``asctime`` as ``logging.Formatter`` writes it but its
-    seconds formatted once per second: the coordinator writes a line per request that changes
-    runs, and ``strftime`` was a sixth of each line's cost."""
-
-    def __init__(self) -> None:
-        super().__init__(KEY_VALUE_FORMAT)
-        self._stamp: tuple[int, str] = (-1, "")
-
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        second = int(record.created)
-        cached, text = self._stamp  # one tuple: handlers on other threads share it safely
-        if cached != second:
-            text = time.strftime(self.default_time_format, self.converter(second))
-            self._stamp = (second, text)
-        return f"{text},{int(record.msecs):03d}"  # logging's default_msec_format
 
 
 class JsonFormatter(logging.Formatter):

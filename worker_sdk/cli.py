@@ -36,6 +36,7 @@ from typing import Any
 
 import glibc_malloc
 from hawk_signing import Credentials
+from key_value_logs import KeyValueFormatter
 from worker_sdk.app import App
 from worker_sdk.errors import RequestFailed
 from worker_sdk.handler_process import watch_parent
@@ -247,11 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     options = parse_options(argv, os.environ)
     command = options.command
-    logging.basicConfig(
-        level=command.log_level,
-        # The coordinator's format, so both logs read (and parse) alike.
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-    )
+    # The coordinator's format, so both logs read (and parse) alike.
+    console = logging.StreamHandler()
+    console.setFormatter(KeyValueFormatter())
+    logging.basicConfig(level=command.log_level, handlers=[console])
     # Console scripts don't put the current directory on sys.path; handlers usually live there.
     sys.path.insert(0, os.getcwd())
     task_queues = options.worker.task_queues

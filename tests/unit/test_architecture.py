@@ -128,13 +128,20 @@ def test_root_modules_import_only_what_they_may() -> None:
 
 def test_only_the_neutral_packages_are_shared_by_the_coordinator_and_the_sdk() -> None:
     """The server never imports the worker SDK; the CLI signs with the neutral module, and
-    both processes fix glibc's thresholds, trace and check a progress value with others; those
+    both processes fix glibc's thresholds, trace, check a progress value and write their log
+    lines with others; those
     import neither side."""
     for path in sorted((ROOT / "coordinator").rglob("*.py")):
         assert "worker_sdk" not in _third_party_roots(path), path
     for path in sorted((ROOT / "worker_sdk").rglob("*.py")):
         assert "coordinator" not in _third_party_roots(path), path
-    for package in ("hawk_signing", "glibc_malloc", "otlp_tracing", "run_progress"):
+    for package in (
+        "hawk_signing",
+        "glibc_malloc",
+        "otlp_tracing",
+        "run_progress",
+        "key_value_logs",
+    ):
         for path in sorted((ROOT / package).rglob("*.py")):
             assert not {"coordinator", "worker_sdk"} & _third_party_roots(path), path
 

@@ -10,10 +10,11 @@ import logging
 
 from coordinator.domain import definitions, lifecycle
 from coordinator.domain.records import TaskRecord, record_from_definition
-from coordinator.logs import KEY_VALUE_FORMAT, JsonFormatter, KeyValueFormatter
+from coordinator.logs import JsonFormatter
 from coordinator.service.clock import wall_clock
 from coordinator.service.transitions import log_changes
 from devharness.tasks import task_definition
+from key_value_logs import KEY_VALUE_FORMAT, KeyValueFormatter
 
 TASK_ID = "fN1LcKYkTkC7C3Fh6NtB2A"
 
