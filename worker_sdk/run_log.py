@@ -44,8 +44,9 @@ current_run: ContextVar[RunKey | None] = ContextVar("worker_sdk_current_run", de
 GZIPPED_AS_WRITTEN_PAST = 64 * 2**10
 """Text a run log keeps as it is, to gzip in one go when the run ends; past it, the log is
 gzipped as lines arrive, by a compressor with zlib's largest window and memory. Setting that one
-up cost 40-50 µs a run, a fifth of a worker's CPU a task in the bench, and a small log gains
-nothing from it: one sized to the text takes 6 µs (docs/performance-history.md)."""
+up cost 40-50 µs a run, about a tenth of a worker's CPU a task in the bench, and a small log
+gains nothing from it: one sized to the text takes under 10 µs
+(docs/performance-history.md)."""
 
 _GZIP = 16
 """What zlib's ``wbits`` adds for a gzip header and trailer."""

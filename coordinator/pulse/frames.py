@@ -4,7 +4,7 @@ connection's body length), built with a few ``struct.pack`` calls (:func:`publis
 and its properties encoded once for every message that shares them (:func:`properties`).
 
 pika builds a method, header and body object per message and marshals each through layers of
-its own: in the publisher process, a quarter of the CPU a message cost. The bytes are the
+its own: in the publisher process, a third of the CPU a message cost. The bytes are the
 same: a unit test holds them to pika's, for messages with and without routes and for bodies
 split over several frames.
 """

@@ -60,7 +60,7 @@ class GatheredWrites(AsyncioConnection):  # type: ignore[misc]  # pika ships no 
         data = publish_frames(
             channel_number, exchange, routing_key, body, properties, self._body_max_length
         )
-        self.bytes_sent += len(data)
+        self.bytes_sent += len(data)  # pika's heartbeat checker reads it
         self._adapter_emit_data(data)
 
     def _process_frame(self, frame_value: Any) -> None:

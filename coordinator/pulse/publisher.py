@@ -6,13 +6,11 @@ needed, through pika's asyncio adapter on the coordinator's event loop.
 messages to ``exchange/taskcluster-queue/v1/<name>`` (``exchange/taskcluster-hooks/v1/<name>``
 for a hook's; topic exchanges, declared durable), with the task's routes in the ``CC`` header,
 and returns the broker's answer per entry: confirmed, refused (a nack, or the channel it closed
-over an entry), or none (it went away). pika hands each confirm to one callback and writes a
-message's frames without a future or a task of its own: about a tenth of the CPU per message
-that aio-pika's path costs, measured on the coordinator's loop (docs/events.md); and
-:class:`~coordinator.pulse.gathered_writes.GatheredWrites` sends what a batch wrote in one
-system call rather than one a frame, each message marshaled in a few ``struct.pack`` calls
-(:mod:`coordinator.pulse.frames`) and each confirm handed to the batch without pika's callback
-dispatch.
+over an entry), or none (it went away). No message gets a future or a task of its own (pika's
+callbacks cost about a tenth of aio-pika's path per message, docs/events.md), and
+:class:`~coordinator.pulse.gathered_writes.GatheredWrites` writes each message as the frames
+:mod:`coordinator.pulse.frames` packs, sends what a batch wrote in one system call rather than
+one a frame, and hands each confirm to the batch without pika's callback dispatch.
 
 A broker that goes away is one warning (and one line when it is back), however many passes
 fail in between: the entries stay in the outbox and are published again, so a message may
