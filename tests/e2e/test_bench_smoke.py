@@ -172,11 +172,11 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
     result_file = tmp_path / "rows.json"
     done = run_module(
         "benchlib",
-        # 2 s after 0.5 s: an Azure-polling row's workers, started before any task exists,
-        # pause about a second after their first empty pass; a 1 s window after 0.25 s
-        # closed before e2e-postgres-single's first claim (a clean-clone CI run).
-        "--duration=2",
-        "--warmup=0.5",
+        # 1 s after 0.25 s: the end-to-end rows' warm-up starts once a first task is done
+        # (their workers, started before any task, back off from their first empty passes)
+        # and the peers' once a first job has started.
+        "--duration=1",
+        "--warmup=0.25",
         "--drain=5",
         "--depth=50",
         "--lifecycle-tasks=40",
