@@ -30,6 +30,9 @@ from devharness.processes import ServeProcess
 from devharness.tasks import task_definition
 from hawk_signing import Credentials
 
+NewTask = tuple[str, dict[str, Any]]
+"""A task to create: its taskId and definition."""
+
 StoreKind = Literal["sqlite", "postgres"]
 
 PROVISIONER_ID = "bench-prov"
@@ -167,7 +170,7 @@ class TaskClient:
         task_group_id: str,
         priority: str,
         payload: dict[str, Any] | None = None,
-    ) -> list[tuple[str, dict[str, Any]]]:
+    ) -> list[NewTask]:
         """``count`` new ``(taskId, definition)`` no-op tasks of one worker type and group,
         created now (they share one definition; its payload ``payload``, else empty)."""
         definition = task_definition(
@@ -195,7 +198,7 @@ class TaskClient:
     async def create(self, task_id: str, body: dict[str, Any]) -> None:
         await self._request("PUT", f"/task/{task_id}", body)
 
-    async def send(self, items: Sequence[tuple[str, dict[str, Any]]], *, batch: bool) -> int:
+    async def send(self, items: Sequence[NewTask], *, batch: bool) -> int:
         """The items through one createTasks (``batch``), or the one item through createTask;
         how many the coordinator created."""
         if batch:
@@ -203,12 +206,20 @@ class TaskClient:
         await self.create(*items[0])
         return 1
 
-    async def create_many(self, items: Sequence[tuple[str, dict[str, Any]]]) -> int:
+    async def create_many(self, items: Sequence[NewTask]) -> int:
         """createTasks (``PUT /tasks``) with ``(taskId, definition)`` items; how many of them
         the coordinator created (the others came back with a per-item error)."""
         body = {"tasks": [{"taskId": task_id, "task": task} for task_id, task in items]}
         answer = await self._request("PUT", "/tasks", body)
         return sum(1 for result in answer["tasks"] if "status" in result)
+
+    async def create_in_batches(self, items: Sequence[NewTask], batch: int) -> int:
+        """:meth:`create_many` of ``items``, ``batch`` at a time, one request after another;
+        how many the coordinator created."""
+        created = 0
+        for start in range(0, len(items), batch):
+            created += await self.create_many(items[start : start + batch])
+        return created
 
     async def claim_runs(
         self, runs: list[dict[str, Any]], *, worker_group: str, worker_id: str

@@ -93,6 +93,7 @@ from benchlib.common import (
 from benchlib.coordproc import (
     PROVISIONER_ID,
     Coordinator,
+    NewTask,
     StoreKind,
     TaskClient,
     coordinator,
@@ -396,18 +397,23 @@ async def _measure(
             creating = TaskClient(session, producing)
             sampler = LagSampler(session, running) if indexed else None
             pacer = DepthPacer(gauge, target=settings.depth)
+            work_payload = noop_app.PAYLOAD if options.app else None
+
+            def new_tasks(count: int, payload: dict[str, Any] | None) -> list[NewTask]:
+                return tasks.new_tasks(
+                    count,
+                    worker_type=worker_type,
+                    task_group_id=task_group_id,
+                    priority=settings.priority,
+                    payload=payload,
+                )
+
             await _primed(
                 settings,
                 tasks,
                 creating,
                 worker_type,
-                tasks.new_tasks(
-                    settings.depth + settings.workers * settings.batch,
-                    worker_type=worker_type,
-                    task_group_id=task_group_id,
-                    priority=settings.priority,
-                    payload=noop_app.PAYLOAD if options.app else None,
-                ),
+                new_tasks(settings.depth + settings.workers * settings.batch, work_payload),
                 row,
             )
             begin = time.monotonic()
@@ -419,13 +425,7 @@ async def _measure(
                 while count := await pacer.acquire_many(
                     stop_at, settings.create_batch if options.batching else 1
                 ):
-                    items = tasks.new_tasks(
-                        count,
-                        worker_type=worker_type,
-                        task_group_id=task_group_id,
-                        priority=settings.priority,
-                        payload=noop_app.PAYLOAD if options.app else None,
-                    )
+                    items = new_tasks(count, work_payload)
                     if sampler is not None:
                         items = [(t, {**d, "routes": [sampler.route(t)]}) for t, d in items]
                     now = time.time()
@@ -478,16 +478,9 @@ async def _measure(
             if options.latency:
 
                 async def send(sent_at: float, count: int) -> None:
-                    for chunk in range(0, count, settings.create_batch):
-                        await creating.create_many(
-                            tasks.new_tasks(
-                                min(settings.create_batch, count - chunk),
-                                worker_type=worker_type,
-                                task_group_id=task_group_id,
-                                priority=settings.priority,
-                                payload={"sentAt": sent_at},
-                            )
-                        )
+                    await creating.create_in_batches(
+                        new_tasks(count, {"sentAt": sent_at}), settings.create_batch
+                    )
 
                 await latency.under_load(settings, row, send, starts_dir)
     finally:
@@ -631,7 +624,7 @@ async def _primed(
     tasks: TaskClient,
     creating: TaskClient,
     worker_type: str,
-    items: list[tuple[str, dict[str, Any]]],
+    items: list[NewTask],
     row: Row,
 ) -> None:
     """Queue ``items`` (the depth and a full round of every worker: what the workers take
@@ -642,8 +635,7 @@ async def _primed(
     primed with the depth alone, which the workers' first round emptied). The row's producers
     keep the depth from then on; these tasks are the row's work like theirs, outside its
     latency."""
-    for chunk in range(0, len(items), settings.create_batch):
-        await creating.create_many(items[chunk : chunk + settings.create_batch])
+    await creating.create_in_batches(items, settings.create_batch)
 
     async def one_done() -> bool:
         pending, running = await tasks.counts(worker_type)
