@@ -316,6 +316,7 @@ def _queue_service(config: Config) -> QueueService | None:
                 prefix=config.queue_prefix,
                 poll_visibility_s=max(1, config.poll_visibility_ms // 1000),
                 pending_cache_s=config.pending_cache_ms / 1000,
+                request_timeout_s=config.queue_request_timeout_ms / 1000,
             ),
         )
     except ValueError as error:

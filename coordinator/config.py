@@ -136,6 +136,8 @@ class Config:
     :param poll_visibility_ms: how long a hint a worker fetched through its signed poll URL stays
         hidden from other workers (ms; the ``visibilitytimeout`` of the URL).
     :param pending_cache_ms: how long a pendingTasks count from Azure is reused (ms).
+    :param queue_request_timeout_ms: how long one Azure queue request may take before it counts
+        as failed (ms; a hint put that fails is put again by the hint keeper).
     :param completed_ttl_ms: how long a completed task is kept after it resolved (ms; ``None``:
         until its ``expires``).
     :param failed_ttl_ms: the same for failed and exception tasks.
@@ -186,6 +188,7 @@ class Config:
     claim_work_timeout_ms: int = 20_000
     poll_visibility_ms: int = 300_000
     pending_cache_ms: int = 20_000
+    queue_request_timeout_ms: int = 10_000
     max_body_bytes: int = 1_048_576
     max_batch_body_bytes: int = 16 * 1_048_576
     completed_ttl_ms: int | None = None
@@ -212,6 +215,11 @@ class Config:
             raise ConfigurationError(
                 f"COORDINATOR_PROCESSES={self.processes} needs a fixed COORDINATOR_PORT, not 0: "
                 "the processes share one port"
+            )
+        if self.queue_request_timeout_ms <= 0:
+            raise ConfigurationError(
+                f"COORDINATOR_QUEUE_REQUEST_TIMEOUT={self.queue_request_timeout_ms / 1000:g} "
+                "must be more than 0 seconds: every Azure queue request would fail at once"
             )
         if self.artifacts not in ARTIFACT_BACKENDS:
             raise ConfigurationError(
@@ -335,6 +343,7 @@ class Config:
             claim_work_timeout_ms=_seconds(env, "COORDINATOR_CLAIM_WORK_TIMEOUT", 20),
             poll_visibility_ms=_seconds(env, "COORDINATOR_POLL_VISIBILITY", 300),
             pending_cache_ms=_seconds(env, "COORDINATOR_PENDING_CACHE", 20),
+            queue_request_timeout_ms=_seconds(env, "COORDINATOR_QUEUE_REQUEST_TIMEOUT", 10),
             completed_ttl_ms=_optional_seconds(env, "COORDINATOR_COMPLETED_TTL"),
             failed_ttl_ms=_optional_seconds(env, "COORDINATOR_FAILED_TTL"),
             artifacts=env.get("COORDINATOR_ARTIFACTS") or "directory",
