@@ -245,6 +245,37 @@ def _with_outbox() -> dict[str, _Statement]:
 
 _Q_OUTBOX = _with_outbox()
 
+_INLINE_CTE = """, inline AS (
+    INSERT INTO artifacts (task_id, run_id, name, storage_type, content_type, content_length,
+                           expires, details, created, content)
+    SELECT a.task_id, a.run_id, a.name, a.storage_type, a.content_type, a.content_length,
+           a.expires, a.details, a.created, a.content
+    FROM unnest(CAST(:inline_task_id AS TEXT[]), CAST(:inline_run_id AS INTEGER[]),
+                CAST(:inline_artifact_name AS TEXT[]), CAST(:inline_storage_type AS TEXT[]),
+                CAST(:inline_content_type AS TEXT[]), CAST(:inline_content_length AS BIGINT[]),
+                CAST(:inline_expires AS BIGINT[]), CAST(:inline_details AS TEXT[]),
+                CAST(:inline_created AS BIGINT[]), CAST(:inline_content AS BYTEA[]))
+         WITH ORDINALITY AS a (task_id, run_id, name, storage_type, content_type,
+                               content_length, expires, details, created, content, n)
+    WHERE a.task_id IN (SELECT task_id FROM written)
+    ORDER BY a.n
+    ON CONFLICT (task_id, run_id, name) DO NOTHING
+    RETURNING 1
+)
+"""
+"""``insert_inline_artifact`` for the tasks a write wrote (``written``), its parameters as
+arrays (``inline_<parameter>``), in the order given, so the first of a name wins."""
+
+_Q_CAS_INLINE = _positional(
+    f"WITH written AS (\n{_SQL['compare_and_set_many']}\n)"
+    + _INLINE_CTE
+    + "SELECT version, notify_dependents, task_id FROM written"
+)
+"""``compare_and_set_many`` that also inserts the inline artifacts of the tasks it writes: a
+report's run log in the write's own round trip rather than in a transaction of four (BEGIN,
+the write, the artifacts, COMMIT). A data-modifying CTE runs to completion whether or not the
+answer reads it."""
+
 
 def _with_outbox_args(
     name: str,
@@ -892,13 +923,25 @@ class PostgresStore(SQLStore):
     ) -> list[TaskRecord | None]:
         if not records:
             return []
+        values = _compare_and_set_values(records)
         statement, args = _with_outbox_args(
-            "compare_and_set_many", _compare_and_set_values(records), records, events, resolving
+            "compare_and_set_many", values, records, events, resolving
         )
         if not events:  # the summary is a message too
             closing = None
+        plain = statement is _Q["compare_and_set_many"]
         if not (index or artifacts or closing):
             fetched = await self._outages.watch(self._connections.fetch(statement.sql, *args))
+        elif plain and artifacts and not (index or closing):
+            inline = inline_columns(records, artifacts)
+            arrays = {
+                name: [row[name.removeprefix("inline_")] for row in inline]
+                for name in _Q_CAS_INLINE.names
+                if name.startswith("inline_")
+            }
+            fetched = await self._outages.watch(
+                self._connections.fetch(_Q_CAS_INLINE.sql, *_Q_CAS_INLINE.args(values | arrays))
+            )
         else:
 
             def closed(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
