@@ -162,12 +162,49 @@ def _deleting(doomed: str) -> str:
     return sql["delete_tasks"].format(doomed=sql[doomed])
 
 
+_INLINE_CTE = """, inline AS (
+    INSERT INTO artifacts (task_id, run_id, name, storage_type, content_type, content_length,
+                           expires, details, created, content)
+    SELECT a.task_id, a.run_id, a.name, a.storage_type, a.content_type, a.content_length,
+           a.expires, a.details, a.created, a.content
+    FROM unnest(CAST(:inline_task_id AS TEXT[]), CAST(:inline_run_id AS INTEGER[]),
+                CAST(:inline_artifact_name AS TEXT[]), CAST(:inline_storage_type AS TEXT[]),
+                CAST(:inline_content_type AS TEXT[]), CAST(:inline_content_length AS BIGINT[]),
+                CAST(:inline_expires AS BIGINT[]), CAST(:inline_details AS TEXT[]),
+                CAST(:inline_created AS BIGINT[]), CAST(:inline_content AS BYTEA[]))
+         WITH ORDINALITY AS a (task_id, run_id, name, storage_type, content_type,
+                               content_length, expires, details, created, content, n)
+    WHERE a.task_id IN (SELECT task_id FROM written)
+    ORDER BY a.n
+    ON CONFLICT (task_id, run_id, name) DO NOTHING
+    RETURNING 1
+)
+"""
+"""``insert_inline_artifact`` for the tasks a write wrote (``written``), its parameters as
+arrays (``inline_<parameter>``), in the order given, so the first of a name wins: a report's
+run log in the write's own round trip rather than in a transaction of four (BEGIN, the write,
+the artifacts, COMMIT). A data-modifying CTE runs to completion whether or not the answer
+reads it."""
+
+
+def _inlined(write: str) -> str:
+    """The write ``write`` (a compare-and-set) as the CTE ``written``, with the inline
+    artifacts of what it wrote (:data:`_INLINE_CTE`) and its own answer."""
+    return (
+        f"WITH written AS (\n{write}\n)"
+        + _INLINE_CTE
+        + "SELECT version, notify_dependents, task_id FROM written"
+    )
+
+
 _SQL = {
     **queries("postgres"),
     "delete_expired": _deleting("expired_tasks"),
     "delete_matching": _deleting("matching_tasks"),
+    "compare_and_set_many_inline": _inlined(queries("postgres")["compare_and_set_many"]),
 }
-"""Every named statement, and the task deletions composed from ``delete_tasks``."""
+"""Every named statement, the task deletions composed from ``delete_tasks``, and
+``compare_and_set_many`` with the inline artifacts of what it wrote."""
 
 _Q = {name: _positional(sql) for name, sql in _SQL.items()}
 
@@ -218,8 +255,9 @@ statement's answer waits on it (a scalar subquery of its ``WHERE``), so it alway
 
 def _with_outbox() -> dict[str, _Statement]:
     """The writes that also insert their outbox rows (:data:`_OUTBOX_CTE`): ``insert_task``,
-    ``insert_tasks``, ``compare_and_set`` and ``compare_and_set_many``, the last two also as
-    ``<name>_resolving``, which then checks the groups of the tasks they resolved."""
+    ``insert_tasks``, ``compare_and_set``, ``compare_and_set_many`` and
+    ``compare_and_set_many_inline``, the last three also as ``<name>_resolving``, which then
+    checks the groups of the tasks they resolved."""
     raw = queries("postgres")
     statements = {}
     for name, answer in [
@@ -231,8 +269,11 @@ def _with_outbox() -> dict[str, _Statement]:
         assert not tail.strip(), f"{name} must end with {answer!r}"
         statements[name] = _positional(head + _OUTBOX_CTE.format(written="task") + answer)
     answer = "SELECT version, notify_dependents, task_id FROM written"
-    for name in ("compare_and_set", "compare_and_set_many"):
-        outboxed = f"WITH written AS (\n{raw[name]}\n)" + _OUTBOX_CTE.format(written="written")
+    for name in ("compare_and_set", "compare_and_set_many", "compare_and_set_many_inline"):
+        write = raw[name.removesuffix("_inline")]
+        outboxed = f"WITH written AS (\n{write}\n)" + _OUTBOX_CTE.format(written="written")
+        if name.endswith("_inline"):
+            outboxed += _INLINE_CTE
         statements[name] = _positional(outboxed + answer)
         statements[f"{name}_resolving"] = _positional(
             outboxed
@@ -245,36 +286,12 @@ def _with_outbox() -> dict[str, _Statement]:
 
 _Q_OUTBOX = _with_outbox()
 
-_INLINE_CTE = """, inline AS (
-    INSERT INTO artifacts (task_id, run_id, name, storage_type, content_type, content_length,
-                           expires, details, created, content)
-    SELECT a.task_id, a.run_id, a.name, a.storage_type, a.content_type, a.content_length,
-           a.expires, a.details, a.created, a.content
-    FROM unnest(CAST(:inline_task_id AS TEXT[]), CAST(:inline_run_id AS INTEGER[]),
-                CAST(:inline_artifact_name AS TEXT[]), CAST(:inline_storage_type AS TEXT[]),
-                CAST(:inline_content_type AS TEXT[]), CAST(:inline_content_length AS BIGINT[]),
-                CAST(:inline_expires AS BIGINT[]), CAST(:inline_details AS TEXT[]),
-                CAST(:inline_created AS BIGINT[]), CAST(:inline_content AS BYTEA[]))
-         WITH ORDINALITY AS a (task_id, run_id, name, storage_type, content_type,
-                               content_length, expires, details, created, content, n)
-    WHERE a.task_id IN (SELECT task_id FROM written)
-    ORDER BY a.n
-    ON CONFLICT (task_id, run_id, name) DO NOTHING
-    RETURNING 1
-)
-"""
-"""``insert_inline_artifact`` for the tasks a write wrote (``written``), its parameters as
-arrays (``inline_<parameter>``), in the order given, so the first of a name wins."""
 
-_Q_CAS_INLINE = _positional(
-    f"WITH written AS (\n{_SQL['compare_and_set_many']}\n)"
-    + _INLINE_CTE
-    + "SELECT version, notify_dependents, task_id FROM written"
-)
-"""``compare_and_set_many`` that also inserts the inline artifacts of the tasks it writes: a
-report's run log in the write's own round trip rather than in a transaction of four (BEGIN,
-the write, the artifacts, COMMIT). A data-modifying CTE runs to completion whether or not the
-answer reads it."""
+def _inline_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The ``inline_<parameter>`` arrays of :data:`_INLINE_CTE` for ``insert_inline_artifact``
+    rows."""
+    names = [n for n in _Q["compare_and_set_many_inline"].names if n.startswith("inline_")]
+    return {name: [row[name.removeprefix("inline_")] for row in rows] for name in names}
 
 
 def _with_outbox_args(
@@ -923,25 +940,15 @@ class PostgresStore(SQLStore):
     ) -> list[TaskRecord | None]:
         if not records:
             return []
-        values = _compare_and_set_values(records)
-        statement, args = _with_outbox_args(
-            "compare_and_set_many", values, records, events, resolving
-        )
         if not events:  # the summary is a message too
             closing = None
-        plain = statement is _Q["compare_and_set_many"]
-        if not (index or artifacts or closing):
+        name, values = "compare_and_set_many", _compare_and_set_values(records)
+        if artifacts and not (index or closing):
+            name += "_inline"
+            values |= _inline_arrays(inline_columns(records, artifacts))
+        statement, args = _with_outbox_args(name, values, records, events, resolving)
+        if name.endswith("_inline") or not (index or artifacts or closing):
             fetched = await self._outages.watch(self._connections.fetch(statement.sql, *args))
-        elif plain and artifacts and not (index or closing):
-            inline = inline_columns(records, artifacts)
-            arrays = {
-                name: [row[name.removeprefix("inline_")] for row in inline]
-                for name in _Q_CAS_INLINE.names
-                if name.startswith("inline_")
-            }
-            fetched = await self._outages.watch(
-                self._connections.fetch(_Q_CAS_INLINE.sql, *_Q_CAS_INLINE.args(values | arrays))
-            )
         else:
 
             def closed(rows: list[asyncpg.Record]) -> list[dict[str, Any]]:

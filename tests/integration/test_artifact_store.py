@@ -11,6 +11,7 @@ lifecycle's create and claim); artifacts with :func:`coordinator.domain.artifact
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +22,7 @@ from coordinator.domain import lifecycle
 from coordinator.domain.artifacts import Artifact, InlineArtifact, new_artifact, stored_inline
 from coordinator.domain.definitions import normalise
 from coordinator.domain.errors import InputError
+from coordinator.domain.events import BrokerReply, OutboxEntry, task_events
 from coordinator.domain.records import TaskRecord, record_from_definition, to_iso
 from coordinator.domain.task_filters import TaskFilter
 from coordinator.store.base import Store
@@ -329,8 +331,9 @@ async def test_an_insert_racing_its_tasks_deletion_is_task_not_found(
         await store.close()
 
 
+@pytest.mark.parametrize("published", [False, True], ids=["events-off", "events-on"])
 async def test_a_batch_write_stores_the_inline_artifacts_of_the_records_it_wins(
-    store: Store,
+    store: Store, published: bool
 ) -> None:
     won, lost = await running_task(store, "A"), await running_task(store, "B")
     done = [
@@ -341,14 +344,27 @@ async def test_a_batch_write_stores_the_inline_artifacts_of_the_records_it_wins(
     logged = InlineArtifact(
         name="public/log", content_type="text/plain", content_encoding="gzip", content=b"\x1f\x8b"
     )
+    events = {"A": task_events(won, done[0].record), "B": task_events(lost, stale)}
+    resolving = {"A", "B"}
     stored = await store.compare_and_set_many(
         [done[0].record, stale],
         artifacts={
             "A": [stored_inline(done[0].record, 0, logged, now=NOW)],
             "B": [stored_inline(stale, 0, logged, now=NOW)],
         },
+        events=events if published else None,
+        resolving=resolving if published else (),
     )
     assert [s is not None for s in stored] == [True, False]
+    handed: list[str] = []  # exchanges
+
+    async def confirm(entries: Sequence[OutboxEntry]) -> BrokerReply:
+        handed.extend(entry.exchange for entry in entries)
+        return BrokerReply(confirmed=frozenset(entry.id for entry in entries))
+
+    await store.publish_outbox(100, confirm, now=NOW)
+    # the winner's message only, then its task group's (each task is a group of its own)
+    assert handed == (["task-completed", "task-group-resolved"] if published else [])
     got = await store.get_artifact("A", 0, "public/log")
     assert got is not None and got.inline and got.expires == TASK_EXPIRES
     assert got.to_api()["contentLength"] == 2
