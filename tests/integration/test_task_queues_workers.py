@@ -297,7 +297,9 @@ async def test_a_quarantine_reaches_another_replica_within_a_second(
         lambda: second.parts.workers.quarantined_until(key) is not None,
         what="the other replica to know of the quarantine",
     )
-    assert time.monotonic() - quarantined_at < 2.0  # reloaded every second
+    # Reloaded every second: within one interval and the pass itself, which on a starved
+    # two-core machine has taken over a second more (a clean-clone CI run).
+    assert time.monotonic() - quarantined_at < 3.0
     status, body = await rejected(workers.claimTask(task_id, "0", worker("w1")))
     assert (status, body["code"]) == (409, "RequestConflict")
 
