@@ -497,10 +497,20 @@ class Worker:
         self._leases.add(lease)
         key = (run.task_id, run.run_id)
         self._watch.add(key, lease)
-        keeper = asyncio.create_task(self._keep_claimed(batches, run, lease))
+        # The keeper starts at the first reclaim's time: most runs end well before it, and a
+        # timer costs less than a task that sleeps until then.
+        keeper: asyncio.Task[None] | None = None
+
+        def keep() -> None:
+            nonlocal keeper
+            keeper = asyncio.create_task(self._keep_claimed(batches, run, lease))
+
+        started = time.monotonic()
+        first_reclaim = asyncio.get_running_loop().call_later(
+            timing.reclaim_at(now=started, expires_at=lease.expires_at) - started, keep
+        )
         log.info("run started taskId=%s runId=%s", run.task_id, run.run_id)
         self.metrics.running.inc()
-        started = time.monotonic()
         try:
             await asyncio.wait({lease.handler})
         finally:
@@ -508,9 +518,11 @@ class Worker:
             self.metrics.task_duration.observe(time.monotonic() - started)
             self._leases.discard(lease)
             self._watch.discard(key)
-            keeper.cancel()
-            # asyncio.wait, unlike awaiting the task, never swallows our own cancellation.
-            await asyncio.wait({keeper})
+            first_reclaim.cancel()
+            if keeper is not None:
+                keeper.cancel()
+                # asyncio.wait, unlike awaiting the task, never swallows our own cancellation.
+                await asyncio.wait({keeper})
         resolution = self._resolution(run, lease, lease.handler)
         if resolution is not None:
             self._reporting.add((run.task_id, run.run_id))
