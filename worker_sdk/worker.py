@@ -687,10 +687,9 @@ class Worker:
             )
 
     async def _keep_claimed(self, batches: RunBatches, run: TaskRun, lease: Lease) -> None:
-        """Reclaim well before each deadline, forever; cancel the handler if the claim is lost."""
+        """Reclaim now, then well before each deadline, forever; cancel the handler if the
+        claim is lost. Started at the first reclaim's time."""
         while True:
-            now = time.monotonic()
-            await asyncio.sleep(timing.reclaim_at(now=now, expires_at=lease.expires_at) - now)
             try:
                 # A retry still in flight at the deadline must not keep the handler running
                 # past it: the coordinator hands the task to someone else at takenUntil.
@@ -725,6 +724,8 @@ class Worker:
                 run.run_id,
                 reclaim.taken_until.isoformat(),
             )
+            now = time.monotonic()
+            await asyncio.sleep(timing.reclaim_at(now=now, expires_at=lease.expires_at) - now)
 
     async def _report(
         self,
