@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from coordinator.config import ConfigurationError
-from key_value_logs import KeyValueFormatter
+from key_value_logs import KeyValueFormatter, lean_log_records
 
 _FIELD = re.compile(r"(\w+)=(\S+)")
 
@@ -53,11 +53,7 @@ def configure_logging(*, level: str, env: Mapping[str, str]) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if kind == "json" else KeyValueFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    # No format here names the caller's file, function or line, nor a thread or process: not
-    # looking them up for every line is a third of its cost (the logging HOWTO's
-    # "Optimization"), and the coordinator logs a line per request that changes runs.
-    logging._srcfile = None
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    lean_log_records()
     # The Azure SDK logs every HTTP request at INFO; our own lines already say what matters.
     logging.getLogger("azure").setLevel(logging.WARNING)
     # pika logs every connection and channel step at INFO, and a refused connection at

@@ -36,7 +36,7 @@ from typing import Any
 
 import glibc_malloc
 from hawk_signing import Credentials
-from key_value_logs import KeyValueFormatter
+from key_value_logs import KeyValueFormatter, lean_log_records
 from worker_sdk.app import App
 from worker_sdk.errors import RequestFailed
 from worker_sdk.handler_process import watch_parent
@@ -252,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = logging.StreamHandler()
     console.setFormatter(KeyValueFormatter())
     logging.basicConfig(level=command.log_level, handlers=[console])
+    lean_log_records()
     # Console scripts don't put the current directory on sys.path; handlers usually live there.
     sys.path.insert(0, os.getcwd())
     task_queues = options.worker.task_queues
