@@ -187,14 +187,14 @@ the artifacts, COMMIT). A data-modifying CTE runs to completion whether or not t
 reads it."""
 
 
+_WRITTEN_ANSWER = "SELECT version, notify_dependents, task_id FROM written"
+"""The answer of a compare-and-set composed as the CTE ``written``: what it wrote."""
+
+
 def _inlined(write: str) -> str:
     """The write ``write`` (a compare-and-set) as the CTE ``written``, with the inline
     artifacts of what it wrote (:data:`_INLINE_CTE`) and its own answer."""
-    return (
-        f"WITH written AS (\n{write}\n)"
-        + _INLINE_CTE
-        + "SELECT version, notify_dependents, task_id FROM written"
-    )
+    return f"WITH written AS (\n{write}\n)" + _INLINE_CTE + _WRITTEN_ANSWER
 
 
 _SQL = {
@@ -268,7 +268,7 @@ def _with_outbox() -> dict[str, _Statement]:
         head, tail = raw[name].rsplit("\n" + answer, 1)
         assert not tail.strip(), f"{name} must end with {answer!r}"
         statements[name] = _positional(head + _OUTBOX_CTE.format(written="task") + answer)
-    answer = "SELECT version, notify_dependents, task_id FROM written"
+    answer = _WRITTEN_ANSWER
     for name in ("compare_and_set", "compare_and_set_many", "compare_and_set_many_inline"):
         write = raw[name.removesuffix("_inline")]
         outboxed = f"WITH written AS (\n{write}\n)" + _OUTBOX_CTE.format(written="written")
@@ -287,11 +287,18 @@ def _with_outbox() -> dict[str, _Statement]:
 _Q_OUTBOX = _with_outbox()
 
 
+_INLINE_PARAMETERS = {
+    name: name.removeprefix("inline_")
+    for name in _Q["compare_and_set_many_inline"].names
+    if name.startswith("inline_")
+}
+"""Each array parameter of :data:`_INLINE_CTE`, and the ``insert_inline_artifact`` column
+its elements come from."""
+
+
 def _inline_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """The ``inline_<parameter>`` arrays of :data:`_INLINE_CTE` for ``insert_inline_artifact``
-    rows."""
-    names = [n for n in _Q["compare_and_set_many_inline"].names if n.startswith("inline_")]
-    return {name: [row[name.removeprefix("inline_")] for row in rows] for name in names}
+    """The arrays of :data:`_INLINE_CTE` for ``insert_inline_artifact`` rows."""
+    return {name: [row[column] for row in rows] for name, column in _INLINE_PARAMETERS.items()}
 
 
 def _with_outbox_args(

@@ -642,7 +642,7 @@ async def _primed(
         return pending + running < len(items)
 
     try:
-        await wait_until(one_done, within=FIRST_DONE_WITHIN, what="the first task", interval=0.05)
+        await wait_until(one_done, within=FIRST_DONE_WITHIN, what="the first task")
     except WaitTimeout:
         row.notes.append(f"no task done within {FIRST_DONE_WITHIN:.0f} s of the first ones")
 
