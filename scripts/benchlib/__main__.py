@@ -488,6 +488,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"scripts/bench: unknown rows {unknown}; choose from {ALL_ROWS}", file=sys.stderr)
         return 2
+    if args.workdir is not None and args.workdir.is_dir() and any(args.workdir.iterdir()):
+        # an earlier run's rows would start on its data (a store, a clients file) and fail
+        print(
+            f"scripts/bench: --workdir {args.workdir} is not empty; name a new or empty directory",
+            file=sys.stderr,
+        )
+        return 2
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="qc-bench-"))
     settings = Settings(
         duration=args.duration,

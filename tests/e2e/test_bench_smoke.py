@@ -155,11 +155,25 @@ def _redis_answers() -> bool:
         return False
 
 
-def test_the_halves_are_every_row_of_the_bench() -> None:
+def _bench() -> Any:
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
-    bench: Any = importlib.import_module("benchlib.__main__")
-    assert sorted(QUEUE_AND_PEERS + list(THE_REST)) == sorted(bench.ALL_ROWS)
+    return importlib.import_module("benchlib.__main__")
+
+
+def test_the_halves_are_every_row_of_the_bench() -> None:
+    assert sorted(QUEUE_AND_PEERS + list(THE_REST)) == sorted(_bench().ALL_ROWS)
+
+
+def test_a_workdir_holding_an_earlier_run_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "store-sqlite").mkdir()
+    assert _bench().main(["--rows", "store-sqlite", "--workdir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == f"scripts/bench: --workdir {tmp_path} is not empty; name a new or empty directory\n"
+    )
 
 
 @pytest.mark.slow(seconds=150)
