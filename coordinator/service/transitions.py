@@ -3,10 +3,15 @@
 Every change to a task goes through :meth:`Transitions.apply`. On a lost compare-and-set race
 it reads again and re-applies the same transition, so exactly one of any number of concurrent
 callers (API requests, resolver loops, other replicas) wins and the rest see the winner's
-state. After a successful write the result's effects follow: the hint of a newly pending run
-is published, and a newly resolved task's dependents are re-examined. Both effects are also
-recorded in the record (``hint_needed``, ``notify_dependents``), so the resolvers finish them if
-this process dies first. A completion's index entries (its ``index.*`` routes) are no effect:
+state. A change to a task whose run a worker holds starts from the record this process last
+wrote (:mod:`coordinator.service.held_records`) instead of a read, where it has one; a kept
+record only ever leads to a write, which the compare-and-set checks: a transition that refuses
+it, or changes nothing in it, is applied again to a fresh read before anyone is answered.
+
+After a successful write the result's effects follow: the hint of a newly pending run is
+published, and a newly resolved task's dependents are re-examined. Both effects are also
+recorded in the record (``hint_needed``, ``notify_dependents``), so the resolvers finish them
+if this process dies first. A completion's index entries (its ``index.*`` routes) are no effect:
 they are written by the completing compare-and-set itself, in its transaction, as are a
 report's inline artifacts (:attr:`Change.attach`).
 """
@@ -29,6 +34,7 @@ from coordinator.domain.records import Run, TaskRecord, changed_runs
 from coordinator.domain.task_queues import TaskQueue
 from coordinator.service.background import Background
 from coordinator.service.clock import Clock
+from coordinator.service.held_records import HeldRecords
 from coordinator.service.hints import HintPublisher
 from coordinator.service.metrics import ServiceMetrics
 from coordinator.store.base import Store
@@ -137,6 +143,7 @@ class Transitions:
         self._clock = clock
         self._background = background
         self._on_resolved = on_resolved
+        self.held = HeldRecords()
 
     async def apply(
         self,
@@ -156,12 +163,22 @@ class Transitions:
         :raises NotFound: the task or run does not exist.
         :raises Conflict: the transition is not allowed in the current state.
         """
+        kept = None if read is not None else self.held.take((task_id,)).get(task_id)
         for _ in range(MAX_CAS_ATTEMPTS):
-            record, read = read or await self._store.get(task_id), None
+            from_kept = read is None and kept is not None
+            record = kept if from_kept else read or await self._store.get(task_id)
+            read = kept = None
             if record is None:
                 raise NotFound(f"task {task_id} does not exist")
-            result = self.to_store(transition(record, self._clock()))
+            try:
+                result = self.to_store(transition(record, self._clock()))
+            except DomainError:
+                if from_kept:
+                    continue  # a refusal is decided on a fresh read
+                raise
             if not result.changed:
+                if from_kept:
+                    continue
                 return result
             events = task_events(record, result.record) if self.publish_events else ()
             index = self._index_entries(result)
@@ -231,10 +248,14 @@ class Transitions:
             closed.append(True)
             return closing(changed + written)
 
+        # a batch with closing messages counts what each of its writes changed: it reads all
+        kept = {} if closing is not None else self.held.take(changes[i].task_id for i in indexes)
         for _ in range(MAX_CAS_ATTEMPTS):
-            records = await self._store.get_many([changes[i].task_id for i in indexes])
+            unread = [task_id for i in indexes if (task_id := changes[i].task_id) not in kept]
+            records = {**kept, **await self._store.get_many(unread)}
             now = self._clock()
             writes: list[tuple[int, TaskRecord, TransitionResult]] = []
+            again: list[int] = []  # decided on a kept record: to decide on a fresh read
             for index in indexes:
                 change = changes[index]
                 record = records.get(change.task_id)
@@ -244,12 +265,18 @@ class Transitions:
                 try:
                     result = self.to_store(change.transition(record, now))
                 except DomainError as error:
-                    results[index] = error
+                    if change.task_id in kept:
+                        again.append(index)
+                    else:
+                        results[index] = error
                     continue
                 if result.changed:
                     writes.append((index, record, result))
+                elif change.task_id in kept:
+                    again.append(index)
                 else:
                     results[index] = result
+            kept = {}
             events: dict[str, list[QueueEvent]] | None = None
             if self.publish_events:
                 events = {r.task_id: task_events(r, w.record) for _, r, w in writes}
@@ -273,7 +300,7 @@ class Transitions:
             )
             written: list[TransitionResult] = []
             logged: dict[str, list[tuple[str, tuple[Run, ...]]]] = {}
-            indexes = []
+            indexes = again
             for (index, record, result), after in zip(writes, stored, strict=True):
                 if after is None:
                     indexes.append(index)
@@ -377,6 +404,7 @@ class Transitions:
     ) -> tuple[TransitionResult, tuple[Run, ...]]:
         """The result of a won compare-and-set, counted (with the ``indexed`` entries it
         wrote), and the runs whose state it changed (for the caller's :func:`log_changes`)."""
+        self.held.written(stored)
         runs = tuple(changed_runs(before, stored))
         if runs and self._on_runs_changed is not None:
             self._on_runs_changed(stored.task_id, runs)
