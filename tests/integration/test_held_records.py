@@ -6,17 +6,22 @@ replica did (the kept record loses its compare-and-set, or is refused and read a
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
+from coordinator.domain.task_queues import TaskQueue
 from coordinator.resolvers import claim_resolver
 from coordinator.service.tasks import TaskService
 from coordinator.store.base import Store
+from devharness.waiting import wait_until
 from tests.fixtures.coordinator import FakeClock, RunningCoordinator, StartCoordinator, runs
 
+PROVISIONER, WORKER_TYPE = "test-prov", "test-wt"
+"""Where :func:`devharness.tasks.task_definition` puts its tasks."""
 CLAIM_TIMEOUT_S = 1_200
 """The fixture default (``Config.claim_timeout_ms``), in seconds."""
 
@@ -56,14 +61,26 @@ def replica_of(c: RunningCoordinator, clock: FakeClock) -> TaskService:
 async def test_reports_and_reclaims_of_runs_claimed_here_read_nothing(
     start_coordinator: StartCoordinator, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Whichever way the run was claimed: claimTask, claimWork taking pending runs, or a
+    create handing its new run to a waiting claimWork in its own write."""
     c = await start_coordinator(store_url=store_url, run_resolvers=False)
-    task_ids = await c.create_many(3)
-    for task_id in task_ids:
-        await c.claim(task_id)
+    claim_work = f"/claim-work/{PROVISIONER}/{WORKER_TYPE}"
+    worker = {"workerGroup": "wg", "workerId": "w1"}
+    [by_claim_task] = await c.create_many(1)
+    await c.claim(by_claim_task)
+    pending = await c.create_many(2)
+    claimed = (await c.ok("POST", claim_work, {**worker, "tasks": 2}))["tasks"]
+    assert sorted(claim["status"]["taskId"] for claim in claimed) == sorted(pending)
+    waiting = asyncio.ensure_future(c.ok("POST", claim_work, {**worker, "tasks": 1}))
+    queue = TaskQueue(PROVISIONER, WORKER_TYPE)
+    await wait_until(lambda: c.parts.dispatch.waiting_claims(queue) == 1, what="the waiting call")
+    [handed] = await c.create_many(1)
+    assert [claim["status"]["taskId"] for claim in (await waiting)["tasks"]] == [handed]
+    task_ids = [by_claim_task, *pending, handed]
     reads = counting_reads(c.parts.store, monkeypatch)
 
-    reclaim = await c.ok("POST", f"/task/{task_ids[0]}/runs/0/reclaim")
-    single = await c.report(task_ids[0], 0, "completed")
+    reclaim = await c.ok("POST", f"/task/{by_claim_task}/runs/0/reclaim")
+    single = await c.report(by_claim_task, 0, "completed")
     batch = await c.ok(
         "POST",
         "/resolve-runs",
@@ -73,8 +90,8 @@ async def test_reports_and_reclaims_of_runs_claimed_here_read_nothing(
     assert not reads, reads
     assert reclaim["status"]["state"] == "running"
     assert single["state"] == "completed"
-    assert [a["status"]["state"] for a in batch["reports"]] == ["failed", "failed"]
-    for task_id, state in zip(task_ids, ["completed", "failed", "failed"], strict=True):
+    assert [a["status"]["state"] for a in batch["reports"]] == ["failed"] * 3
+    for task_id, state in zip(task_ids, ["completed", "failed", "failed", "failed"], strict=True):
         assert (await c.status(task_id))["state"] == state
     assert len(c.parts.service.transitions.held) == 0
 
