@@ -248,7 +248,8 @@ class Transitions:
             closed.append(True)
             return closing(changed + written)
 
-        # a batch with closing messages counts what each of its writes changed: it reads all
+        # closing messages ride with the write that leaves nothing to try again, which an item
+        # decided again on a fresh read would follow: a batch with them reads every record
         kept = {} if closing is not None else self.held.take(changes[i].task_id for i in indexes)
         for _ in range(MAX_CAS_ATTEMPTS):
             unread = [task_id for i in indexes if (task_id := changes[i].task_id) not in kept]
