@@ -369,9 +369,11 @@ def render(rows: list[Row], settings: Settings, started: float, elapsed: float) 
     for ratio in RATIOS:
         lines += _ratio_line(ratio, by_key)
     loads = [
-        f"- {row.key} at {load.load}%: pending p50/p95/p99 = "
+        f"- {row.key} at {load.load}%: pending p50/p95/p99 {'≥' if load.unstarted else '='} "
         f"{_fmt(load.p50_ms, 1)}/{_fmt(load.p95_ms, 1)}/{_fmt(load.p99_ms, 1)} ms "
-        f"({load.count} jobs at {load.offered:,.0f}/s)"
+        f"({load.count} jobs at {load.offered:,.0f}/s"
+        + (f", {load.unstarted} not started" if load.unstarted else "")
+        + ")"
         for row in rows
         for load in row.latency
     ]

@@ -84,7 +84,9 @@ class Settings:
 @dataclass(frozen=True, kw_only=True)
 class LoadLatency:
     """Pending time (enqueue call -> handler start) at ``load`` percent of a row's measured
-    rate: ``count`` jobs sent at ``offered`` a second; percentiles in ms."""
+    rate: ``count`` jobs sent at ``offered`` a second; percentiles in ms. ``unstarted`` of the
+    jobs had not started when the row stopped waiting, and count as pending until then: the
+    percentiles are then lower bounds."""
 
     load: int
     offered: float
@@ -92,9 +94,12 @@ class LoadLatency:
     p50_ms: float | None
     p95_ms: float | None
     p99_ms: float | None
+    unstarted: int = 0
 
     @classmethod
-    def of(cls, load: int, offered: float, pending_s: Sequence[float]) -> LoadLatency:
+    def of(
+        cls, load: int, offered: float, pending_s: Sequence[float], *, unstarted: int = 0
+    ) -> LoadLatency:
         return cls(
             load=load,
             offered=offered,
@@ -102,6 +107,7 @@ class LoadLatency:
             p50_ms=_ms(percentile(pending_s, 50)),
             p95_ms=_ms(percentile(pending_s, 95)),
             p99_ms=_ms(percentile(pending_s, 99)),
+            unstarted=unstarted,
         )
 
 

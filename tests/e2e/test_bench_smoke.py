@@ -11,6 +11,7 @@ import json
 import socket
 import sqlite3
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -155,21 +156,33 @@ def _redis_answers() -> bool:
         return False
 
 
-def _bench() -> Any:
+def _benchlib(module: str = "__main__") -> Any:
+    """A module of ``scripts/benchlib``."""
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
-    return importlib.import_module("benchlib.__main__")
+    return importlib.import_module(f"benchlib.{module}")
 
 
-def test_the_halves_are_every_row_of_the_bench() -> None:
-    assert sorted(QUEUE_AND_PEERS + list(THE_REST)) == sorted(_bench().ALL_ROWS)
+def test_the_halves_are_every_row_of_the_benchlib() -> None:
+    assert sorted(QUEUE_AND_PEERS + list(THE_REST)) == sorted(_benchlib().ALL_ROWS)
+
+
+def test_jobs_that_never_started_count_as_pending_until_the_row_stopped_waiting() -> None:
+    latency = _benchlib("latency")
+    sent = Counter({"100.000000": 2, "100.500000": 3, "99.000000": 1})  # 99.0: before the window
+    starts = [(100.0, 100.004), (100.0, 100.006), (100.5, 100.508), (99.0, 99.001)]
+
+    pending, unstarted = latency.pending_until(starts, sent, 100.0, 103.0)
+
+    assert unstarted == 2
+    assert sorted(round(p, 3) for p in pending) == [0.004, 0.006, 0.008, 2.5, 2.5]
 
 
 def test_a_workdir_holding_an_earlier_run_is_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "store-sqlite").mkdir()
-    assert _bench().main(["--rows", "store-sqlite", "--workdir", str(tmp_path)]) == 2
+    assert _benchlib().main(["--rows", "store-sqlite", "--workdir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert (
         err == f"scripts/bench: --workdir {tmp_path} is not empty; name a new or empty directory\n"
@@ -229,10 +242,13 @@ def test_bench_prints_a_table_with_every_row(half: str, tmp_path: Path) -> None:
         loads = [load["load"] for load in row["latency"]]
         assert loads == ([50, 80] if row["key"] in LATENCY else []), row
         for load in row["latency"]:
-            # a load the row could not keep up with in this tiny window may start no job in it
+            # jobs a load could not start in this tiny window count as pending to its end
+            assert 0 <= load["unstarted"] <= load["count"], row
             if load["count"]:
                 assert 0 < load["p50_ms"] <= load["p95_ms"] <= load["p99_ms"], row
-            assert f"- {row['key']} at {load['load']}%: pending p50/p95/p99 = " in done.stdout
+            sign = "≥" if load["unstarted"] else "="
+            line = f"- {row['key']} at {load['load']}%: pending p50/p95/p99 {sign} "
+            assert line in done.stdout
     for ratio in RATIOS[half]:
         assert ratio in done.stdout
     if half == "the-rest":
