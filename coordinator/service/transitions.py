@@ -165,8 +165,9 @@ class Transitions:
         """
         kept = None if read is not None else self.held.take((task_id,)).get(task_id)
         for _ in range(MAX_CAS_ATTEMPTS):
-            from_kept = read is None and kept is not None
-            record = kept if from_kept else read or await self._store.get(task_id)
+            # kept is None when the caller gave its read: at most one of them is set
+            from_kept = kept is not None
+            record = kept or read or await self._store.get(task_id)
             read = kept = None
             if record is None:
                 raise NotFound(f"task {task_id} does not exist")

@@ -191,10 +191,16 @@ _WRITTEN_ANSWER = "SELECT version, notify_dependents, task_id FROM written"
 """The answer of a compare-and-set composed as the CTE ``written``: what it wrote."""
 
 
+def _as_written(write: str, *ctes: str) -> str:
+    """The write ``write`` (a compare-and-set) as the CTE ``written``, followed by ``ctes``
+    (each begins with its comma) and no answer yet."""
+    return f"WITH written AS (\n{write}\n)" + "".join(ctes)
+
+
 def _inlined(write: str) -> str:
-    """The write ``write`` (a compare-and-set) as the CTE ``written``, with the inline
-    artifacts of what it wrote (:data:`_INLINE_CTE`) and its own answer."""
-    return f"WITH written AS (\n{write}\n)" + _INLINE_CTE + _WRITTEN_ANSWER
+    """``write`` with the inline artifacts of what it wrote (:data:`_INLINE_CTE`) and its own
+    answer."""
+    return _as_written(write, _INLINE_CTE) + _WRITTEN_ANSWER
 
 
 _SQL = {
@@ -268,17 +274,16 @@ def _with_outbox() -> dict[str, _Statement]:
         head, tail = raw[name].rsplit("\n" + answer, 1)
         assert not tail.strip(), f"{name} must end with {answer!r}"
         statements[name] = _positional(head + _OUTBOX_CTE.format(written="task") + answer)
-    answer = _WRITTEN_ANSWER
     for name in ("compare_and_set", "compare_and_set_many", "compare_and_set_many_inline"):
-        write = raw[name.removesuffix("_inline")]
-        outboxed = f"WITH written AS (\n{write}\n)" + _OUTBOX_CTE.format(written="written")
-        if name.endswith("_inline"):
-            outboxed += _INLINE_CTE
-        statements[name] = _positional(outboxed + answer)
+        inline = (_INLINE_CTE,) if name.endswith("_inline") else ()
+        outboxed = _as_written(
+            raw[name.removesuffix("_inline")], _OUTBOX_CTE.format(written="written"), *inline
+        )
+        statements[name] = _positional(outboxed + _WRITTEN_ANSWER)
         statements[f"{name}_resolving"] = _positional(
             outboxed
             + _GROUPS_RESOLVED
-            + answer
+            + _WRITTEN_ANSWER
             + "\nWHERE (SELECT count(*) FROM groups_resolved) >= 0"
         )
     return statements
