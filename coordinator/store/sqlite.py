@@ -23,6 +23,7 @@ import functools
 import json
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -174,7 +175,28 @@ def _insert_all(
         ],
     )
     conn.executemany(_Q["insert_tag"], tag_rows(inserted))
+    _count_unresolved(
+        conn, Counter(r.task_group_id for r in inserted if r.open_deadline is not None)
+    )
     return {record.task_id for record in inserted}
+
+
+def _count_unresolved(conn: sqlite3.Connection, deltas: Mapping[str, int]) -> None:
+    """Add ``deltas`` (by group) to the groups' counts of unresolved tasks, in the caller's
+    transaction, which wrote the tasks they count."""
+    rows = [{"task_group_id": g, "delta": d} for g, d in deltas.items() if d]
+    if rows:
+        conn.executemany(_Q["count_unresolved"], rows)
+
+
+def _status_params(record: TaskRecord) -> dict[str, Any]:
+    """What :func:`_write_statuses` writes of ``record`` (its group: for the count of its
+    unresolved tasks, which a resolution or a rerun changes)."""
+    return {
+        **status_columns(record),
+        "version": record.version,
+        "task_group_id": record.task_group_id,
+    }
 
 
 _STATUS_COLUMNS = (
@@ -204,9 +226,9 @@ def _in(name: str, ids: Sequence[str]) -> str:
 def _compare_and_set_all(
     conn: sqlite3.Connection, params: Sequence[dict[str, Any]]
 ) -> list[Written | None]:
-    """Write each status of ``params`` (``status_columns`` and the version read, of distinct
-    tasks) whose stored version is still the one read, in the caller's transaction; per
-    params, what it stored, or ``None`` for a lost race."""
+    """Write each status of ``params`` (:func:`_status_params` of distinct tasks) whose
+    stored version is still the one read, in the caller's transaction; per params, what it
+    stored, or ``None`` for a lost race."""
     ids = [p["task_id"] for p in params]
     stored = {row["task_id"]: row for row in conn.execute(_in("stored_statuses", ids), ids)}
     return _write_statuses(conn, params, stored)
@@ -228,6 +250,7 @@ def _write_statuses(
     )
     updates: dict[str, list[dict[str, Any]]] = {}
     written: list[Written | None] = []
+    unresolved: Counter[str] = Counter()
     for p in params:
         row = stored.get(p["task_id"])
         if row is None or row["version"] != p["version"]:
@@ -238,8 +261,11 @@ def _write_statuses(
         statement = _compare_and_set_statement(changed, definition=p["definition"] is not None)
         updates.setdefault(statement, []).append(values)
         written.append((p["version"] + 1, values["notify_dependents"]))
+        if (p["open_deadline"] is None) != (row["open_deadline"] is None):
+            unresolved[p["task_group_id"]] += -1 if p["open_deadline"] is None else 1
     for statement, rows in updates.items():
         conn.executemany(statement, rows)
+    _count_unresolved(conn, unresolved)
     return written
 
 
@@ -319,12 +345,11 @@ def _write_reply(conn: sqlite3.Connection, writes: ReplyWrites) -> None:
 def _groups_resolved(conn: sqlite3.Connection, group_ids: Iterable[str]) -> None:
     """task-group-resolved of each of these groups that has no unresolved task left, in the
     caller's transaction, after its resolving writes: one writer at a time holds the file, so
-    of a group's last resolutions exactly the last one finds none."""
+    of a group's last resolutions exactly the last one finds none. The group's count of
+    unresolved tasks answers it, not its tasks (read from those, the question cost a walk of
+    the group's resolved tasks)."""
     for group_id in sorted(set(group_ids)):
-        params = {"task_group_id": group_id, "after": "", "limit": 1}
-        if conn.execute(_Q["unresolved_in_group"], params).fetchone() is not None:
-            continue
-        row = conn.execute(_Q["get_task_group"], {"task_group_id": group_id}).fetchone()
+        row = conn.execute(_Q["resolved_task_group"], {"task_group_id": group_id}).fetchone()
         if row is not None:
             event = group_event("task-group-resolved", task_group_from_row(row))
             _write_outbox(conn, outbox_rows([event]))
@@ -349,6 +374,8 @@ def _delete_ids(conn: sqlite3.Connection, ids: list[str]) -> None:
     the caller's transaction."""
     if ids:
         marks = ",".join("?" * len(ids))
+        closing = conn.execute(_Q["unresolved_to_delete"].format(ids=marks), ids)
+        _count_unresolved(conn, {group: -count for group, count in closing})
         conn.execute(_Q["delete_tasks"].format(ids=marks), ids)
         conn.execute(_Q["delete_dependencies"].format(ids=marks), ids + ids)
 
@@ -518,7 +545,7 @@ class SQLiteStore(SQLStore):
         resolving: bool = False,
         index: Sequence[IndexedTask] = (),
     ) -> TaskRecord | None:
-        params = {**status_columns(record), "version": record.version}
+        params = _status_params(record)
         outbox = outbox_rows(events)
         announce = (record.task_group_id,) if resolving and events else ()
 
@@ -543,7 +570,7 @@ class SQLiteStore(SQLStore):
         index: Mapping[str, Sequence[IndexedTask]] | None = None,
         artifacts: Mapping[str, Sequence[InlineRow]] | None = None,
     ) -> list[TaskRecord | None]:
-        params = [{**status_columns(r), "version": r.version} for r in records]
+        params = [_status_params(r) for r in records]
 
         def write(conn: sqlite3.Connection) -> list[Written | None]:
             rows = _compare_and_set_all(conn, params)
@@ -594,7 +621,7 @@ class SQLiteStore(SQLStore):
             read = {row["task_id"]: row for row in rows}
             writes = claim([record_from_row(row) for row in rows])
             # read in this transaction, and nothing else writes: every version still holds
-            params = [{**status_columns(record), "version": record.version} for record, _ in writes]
+            params = [_status_params(record) for record, _ in writes]
             stored: list[TaskRecord] = []
             outbox: list[dict[str, Any]] = []
             for (record, events), written in zip(

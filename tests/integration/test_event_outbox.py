@@ -27,7 +27,7 @@ from coordinator.domain.events import (
 from coordinator.domain.records import TaskRecord, to_iso
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
-from tests.fixtures.records import NOW, TIMING, create, get, new_hook, new_record
+from tests.fixtures.records import HOUR, NOW, TIMING, create, get, new_hook, new_record
 
 
 def event(key: str, n: int) -> QueueEvent:
@@ -241,12 +241,12 @@ async def test_artifacts_write_their_events_with_them(store: Store) -> None:
     assert [e.event.body["n"] for e in await drain(store)] == [1, 3]
 
 
-def _complete(record: TaskRecord) -> TaskRecord:
+def _complete(record: TaskRecord, *, run_id: int = 0) -> TaskRecord:
     claimed = lifecycle.claim(
-        record, run_id=0, worker_group="wg", worker_id="w", now=NOW, timing=TIMING
+        record, run_id=run_id, worker_group="wg", worker_id="w", now=NOW, timing=TIMING
     ).record
     done = lifecycle.report(
-        claimed, run_id=0, state="completed", reason="completed", now=NOW, timing=TIMING
+        claimed, run_id=run_id, state="completed", reason="completed", now=NOW, timing=TIMING
     )
     assert done.resolved
     return done.record.replace(version=record.version)
@@ -291,6 +291,44 @@ async def test_a_resolution_with_others_left_writes_no_group_message(store: Stor
         ("task-pending", "r0"),
         ("task-pending", "r1"),
         ("task-pending", "r2"),
+        ("task-group-resolved", "group"),
+    ]
+
+
+async def test_a_rerun_reopens_its_group_which_resolves_again(store: Store) -> None:
+    """A resolved group whose task is rerun has an unresolved task again: no message until
+    the rerun resolves, then task-group-resolved once more."""
+    first, second = [await create(store, f"r{n}") for n in range(2)]
+    assert await store.compare_and_set(_complete(first), events=[event("r0", 1)], resolving=True)
+    done = await store.compare_and_set(_complete(second), events=[event("r1", 1)], resolving=True)
+    assert done is not None
+    rerun = lifecycle.rerun(done, now=NOW).record.replace(version=done.version)
+    reopened = await store.compare_and_set(rerun, events=[event("r1", 2)])
+    assert reopened is not None
+    assert [(e.exchange, e.key) for e in await drain(store)] == [
+        ("task-pending", "r0"),
+        ("task-pending", "r1"),
+        ("task-group-resolved", "group"),
+        ("task-pending", "r1"),
+    ]
+    again = _complete(reopened, run_id=1)
+    assert await store.compare_and_set(again, events=[event("r1", 3)], resolving=True)
+    assert [(e.exchange, e.key) for e in await drain(store)] == [
+        ("task-pending", "r1"),
+        ("task-group-resolved", "group"),
+    ]
+
+
+async def test_an_unresolved_task_that_expires_leaves_its_group_to_the_others(
+    store: Store,
+) -> None:
+    """Expiry deletes an unresolved task: the group resolves with the last task left."""
+    await create(store, "early", expires=NOW + 2 * HOUR)
+    late = await create(store, "late")
+    assert await store.delete_expired(NOW + 2 * HOUR, 100) == 1
+    assert await store.compare_and_set(_complete(late), events=[event("late", 1)], resolving=True)
+    assert [(e.exchange, e.key) for e in await drain(store)] == [
+        ("task-pending", "late"),
         ("task-group-resolved", "group"),
     ]
 

@@ -230,6 +230,7 @@ async def test_the_request_path_runs_its_statements_on_the_event_loop_and_commit
         "SAVEPOINT",
         "INSERT",
         "INSERT",
+        "UPDATE",  # the group's count of unresolved tasks
         "RELEASE",
         "COMMIT",
     ]

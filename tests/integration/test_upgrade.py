@@ -7,7 +7,7 @@ added since (artifacts) with the old tasks.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import asyncpg
@@ -15,13 +15,16 @@ import pytest
 
 from coordinator.domain import lifecycle
 from coordinator.domain.artifacts import new_artifact
+from coordinator.domain.events import BrokerReply, OutboxEntry, task_events
 from coordinator.domain.records import to_iso
 from coordinator.store.factory import store_from_url
 from coordinator.store.sqlfiles import migrations
 from tests.fixtures.releases import (
     EXPIRES,
+    GROUP,
     MINUTE,
     NOW,
+    PENDING,
     RUNNING,
     TASK_IDS,
     ReleaseStore,
@@ -101,7 +104,25 @@ async def test_a_past_releases_store_opens_migrated_with_its_data_intact(
             now=NOW + 2 * MINUTE,
             timing=lifecycle.Timing(),
         )
-        assert await store.compare_and_set(completed.record) is not None
+        events = task_events(running, completed.record)
+        assert await store.compare_and_set(completed.record, events=events, resolving=True)
+
+        # The group's unresolved tasks were counted: its last one resolves it, once.
+        pending = await store.get(PENDING)
+        assert pending is not None
+        canceled = lifecycle.cancel(pending, now=NOW + 2 * MINUTE).record
+        events = task_events(pending, canceled)
+        assert await store.compare_and_set(canceled, events=events, resolving=True)
+        published: list[OutboxEntry] = []
+
+        async def publish(entries: Sequence[OutboxEntry]) -> BrokerReply:
+            published.extend(entries)
+            return BrokerReply(confirmed=frozenset(entry.id for entry in entries))
+
+        while (await store.publish_outbox(100, publish, now=NOW + 2 * MINUTE)).published:
+            pass
+        resolved = [e.key for e in published if e.exchange == "task-group-resolved"]
+        assert resolved == [GROUP] and published[-1].exchange == "task-group-resolved"
 
         # Expiry deletes the old tasks and the new rows with them.
         assert await store.delete_expired(EXPIRES, 100) == len(TASK_IDS)

@@ -19,6 +19,19 @@ ON CONFLICT (task_group_id) DO UPDATE
     WHERE task_groups.sealed IS NULL AND task_groups.scheduler_id = excluded.scheduler_id
 RETURNING task_group_id
 
+-- name: resolved_task_group
+-- The group if none of its tasks is left unresolved (the counts of 0026_unresolved_counts).
+SELECT task_group_id, scheduler_id, expires, sealed FROM task_groups
+WHERE task_group_id = :task_group_id AND unresolved = 0
+
+-- name: count_unresolved
+-- Kept in the transaction of every write that adds, resolves, reopens or deletes a task.
+UPDATE task_groups SET unresolved = unresolved + :delta WHERE task_group_id = :task_group_id
+
+-- name: unresolved_to_delete
+SELECT task_group_id, count(*) FROM tasks
+WHERE task_id IN ({ids}) AND open_deadline IS NOT NULL GROUP BY task_group_id
+
 -- name: insert_dependency
 INSERT INTO task_dependencies (required_task_id, dependent_task_id)
 VALUES (:required_task_id, :dependent_task_id)
