@@ -189,6 +189,18 @@ def _count_unresolved(conn: sqlite3.Connection, deltas: Mapping[str, int]) -> No
         conn.executemany(_Q["count_unresolved"], rows)
 
 
+def _recount_unresolved(conn: sqlite3.Connection) -> None:
+    """Set each group's count of unresolved tasks to what its tasks say where the two differ,
+    in the caller's transaction: at start-up, which fills the counts of a store written before
+    they were kept and repairs those a release that did not keep them left behind (a
+    rollback). Reads the unresolved tasks and the groups counting some, not every task."""
+    actual = dict(conn.execute(_Q["unresolved_by_group"]).fetchall())
+    stored = dict(conn.execute(_Q["counting_groups"]).fetchall())
+    _count_unresolved(
+        conn, {group: actual.get(group, 0) - stored.get(group, 0) for group in actual | stored}
+    )
+
+
 def _status_params(record: TaskRecord) -> dict[str, Any]:
     """What :func:`_write_statuses` writes of ``record`` (its group: for the count of its
     unresolved tasks, which a resolution or a rerun changes)."""
@@ -443,6 +455,7 @@ class SQLiteStore(SQLStore):
             await loop.run_in_executor(self._executor, connect), self._executor
         )
         await self.migrate()
+        await self._run_scan(_recount_unresolved)
 
     async def close(self) -> None:
         if self._commits is not None:

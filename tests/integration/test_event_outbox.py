@@ -7,7 +7,10 @@ what it refused every time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -331,6 +334,38 @@ async def test_an_unresolved_task_that_expires_leaves_its_group_to_the_others(
         ("task-pending", "late"),
         ("task-group-resolved", "group"),
     ]
+
+
+@pytest.mark.parametrize("left", [1, 5])
+async def test_sqlite_counts_each_groups_unresolved_tasks_afresh_when_it_opens(
+    tmp_path: Path, left: int
+) -> None:
+    """A group's count of its unresolved tasks left wrong in the file (by a release that did
+    not keep it, run in between) is counted again when the store opens: the group resolves
+    with its last task, not before it and not never."""
+    path = tmp_path / "store.db"
+    store = store_from_url(f"sqlite://{path}")
+    await store.open()
+    first, second = [await create(store, f"r{n}") for n in range(2)]
+    await store.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE task_groups SET unresolved = ?", (left,))
+    store = store_from_url(f"sqlite://{path}")
+    await store.open()
+    try:
+        assert await store.compare_and_set(
+            _complete(first), events=[event("r0", 1)], resolving=True
+        )
+        assert await store.compare_and_set(
+            _complete(second), events=[event("r1", 1)], resolving=True
+        )
+        assert [(e.exchange, e.key) for e in await drain(store)] == [
+            ("task-pending", "r0"),
+            ("task-pending", "r1"),
+            ("task-group-resolved", "group"),
+        ]
+    finally:
+        await store.close()
 
 
 async def test_concurrent_resolving_batches_write_each_group_resolved_once_after_its_tasks(

@@ -28,6 +28,16 @@ WHERE task_group_id = :task_group_id AND unresolved = 0
 -- Kept in the transaction of every write that adds, resolves, reopens or deletes a task.
 UPDATE task_groups SET unresolved = unresolved + :delta WHERE task_group_id = :task_group_id
 
+-- name: unresolved_by_group
+-- Reads the unresolved tasks only: left to itself, the planner walks every task in group
+-- order to spare the GROUP BY its sort (300 ms against 1 ms at 52,000 tasks, 1,000 of them
+-- unresolved).
+SELECT task_group_id, count(*) FROM tasks INDEXED BY tasks_by_open_deadline
+WHERE open_deadline IS NOT NULL GROUP BY task_group_id
+
+-- name: counting_groups
+SELECT task_group_id, unresolved FROM task_groups WHERE unresolved <> 0
+
 -- name: unresolved_to_delete
 SELECT task_group_id, count(*) FROM tasks
 WHERE task_id IN ({ids}) AND open_deadline IS NOT NULL GROUP BY task_group_id
