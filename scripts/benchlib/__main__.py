@@ -4,7 +4,7 @@
                   [--depth D] [--create-batch N] [--create-requests R]
                   [--artifact-count N] [--artifact-mib M] [--big-artifact-mib M]
                   [--create-rate R] [--latency-duration S] [--hold S]
-                  [--rows raw-rest,e2e-sqlite,...]
+                  [--rows raw-rest,e2e-sqlite,...] [--rounds N]
                   [--auth] [--profile]
                   [--json FILE] [--markdown FILE]
 
@@ -55,6 +55,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -71,6 +72,7 @@ from benchlib import (
     isolation,
     peers,
     raw,
+    rounds,
 )
 from benchlib.common import TIMES, Row, Settings, machine_description
 from benchlib.coordproc import StoreKind
@@ -308,6 +310,13 @@ def _parser() -> argparse.ArgumentParser:
         default=",".join(ALL_ROWS),
         help=f"comma-separated subset of {', '.join(ALL_ROWS)} (default: all)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        default=1,
+        help="run the rows this many times, every other round in reverse order; the table "
+        "shows each row's median round, and each ratio the median of the rounds' ratios",
+    )
     parser.add_argument("--postgres", default=defaults.postgres_dsn, help="admin DSN")
     parser.add_argument("--redis", default=defaults.redis_url, help="Redis URL")
     parser.add_argument("--workdir", type=Path, help="logs and data (default: a temp dir)")
@@ -315,6 +324,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--markdown", type=Path, help="also write the report as Markdown here")
     return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive whole number")
+    return value
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
@@ -325,8 +341,9 @@ def _cpu(row: Row) -> str:
     return ", ".join(f"{name} {ms:.2f}" for name, ms in row.cpu_ms.items()) or "-"
 
 
-def render(rows: list[Row], settings: Settings, started: float, elapsed: float) -> str:
-    by_key = {row.key: row for row in rows}
+def render(ran: Sequence[Sequence[Row]], settings: Settings, started: float, elapsed: float) -> str:
+    """The report of the rounds ``ran`` (one list of rows each)."""
+    rows = rounds.median_rows(ran)
     lines = [
         f"queue-coordinator bench, {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}"
         f", {elapsed:.0f} s in all",
@@ -339,7 +356,8 @@ def render(rows: list[Row], settings: Settings, started: float, elapsed: float) 
         f"priority {settings.priority}, auth {'on' if settings.auth else 'off'}, "
         f"log level coordinator {settings.coordinator_log_level}, "
         f"workers {settings.worker_log_level}"
-        + (", PROFILED (slower)" if settings.profile else ""),
+        + (", PROFILED (slower)" if settings.profile else "")
+        + (f", {len(ran)} rounds (the median of each)" if len(ran) > 1 else ""),
         "",
         "| row | rate | CPU ceiling | unit | items | p50 ms | p99 ms | depth mean/max "
         "| busy cores (others) | CPU ms per item, by process |",
@@ -367,7 +385,7 @@ def render(rows: list[Row], settings: Settings, started: float, elapsed: float) 
         "Ratios (measured rate; CPU ceiling):",
     ]
     for ratio in RATIOS:
-        lines += _ratio_line(ratio, by_key)
+        lines += _ratio_line(ratio, ran)
     loads = [
         f"- {row.key} at {load.load}%: pending p50/p95/p99 {'≥' if load.unstarted else '='} "
         f"{_fmt(load.p50_ms, 1)}/{_fmt(load.p95_ms, 1)}/{_fmt(load.p99_ms, 1)} ms "
@@ -404,18 +422,23 @@ def render(rows: list[Row], settings: Settings, started: float, elapsed: float) 
     return "\n".join(lines)
 
 
-def _ratio_line(ratio: Ratio, by_key: dict[str, Row]) -> list[str]:
-    """The line of ``ratio``, or none if either row is missing or lacks the figure."""
-    a, b = by_key.get(ratio.top), by_key.get(ratio.bottom)
-    if not (a and b):
+def _ratio_line(ratio: Ratio, ran: Sequence[Sequence[Row]]) -> list[str]:
+    """The line of ``ratio`` (over several rounds: the median of theirs, and their range), or
+    none if no round has both rows with the figure."""
+    values, ceilings = rounds.ratios(ran, ratio.top, ratio.bottom, ratio.figure)
+    value = rounds.median(values)
+    if value is None:
         return []
-    top, bottom = getattr(a, ratio.figure), getattr(b, ratio.figure)
-    if not (top and bottom):
-        return []
-    line = f"- {ratio.label or f'{ratio.top} / {ratio.bottom}'}: {ratio.form.format(top / bottom)}"
+    form = ratio.form
+    line = f"- {ratio.label or f'{ratio.top} / {ratio.bottom}'}: {form.format(value)}"
     if ratio.figure == "rate":
-        form = ratio.form
-        line += "; " + (form.format(a.ceiling / b.ceiling) if a.ceiling and b.ceiling else "-")
+        ceiling = rounds.median(ceilings)
+        line += "; " + ("-" if ceiling is None else form.format(ceiling))
+    if len(ran) > 1:
+        line += (
+            f" (median of {len(values)} rounds: "
+            f"{form.format(min(values))} to {form.format(max(values))})"
+        )
     return [line]
 
 
@@ -462,12 +485,27 @@ async def _row(settings: Settings, key: str) -> list[Row]:
     return [await peers.run(settings, key)]
 
 
-async def _run(settings: Settings, selected: list[str]) -> list[Row]:
+async def _run(settings: Settings, selected: list[str], count: int) -> list[list[Row]]:
+    """Run ``count`` rounds of the rows (:mod:`benchlib.rounds`), each in a workdir of its own
+    when there are several; the rows of each round."""
+    ran = []
+    for n in range(count):
+        if count == 1:
+            ran.append(await _run_round(settings, selected, ""))
+            continue
+        workdir = settings.workdir / f"round-{n + 1}"
+        workdir.mkdir(parents=True)
+        within = dataclasses.replace(settings, workdir=workdir)
+        ran.append(await _run_round(within, rounds.round_order(selected, n), f"round {n + 1}: "))
+    return ran
+
+
+async def _run_round(settings: Settings, selected: list[str], label: str) -> list[Row]:
     """Run the rows one after the other; a fresh in-memory Azurite for each Azure row, so no
     row inherits another's queues or heap."""
     rows: list[Row] = []
     for key in selected:
-        print(f"bench: {key} ...", file=sys.stderr, flush=True)
+        print(f"bench: {label}{key} ...", file=sys.stderr, flush=True)
         started = time.monotonic()
         try:
             new = await _row(settings, key)
@@ -476,7 +514,7 @@ async def _run(settings: Settings, selected: list[str]) -> list[Row]:
         rows += new
         summary = "; ".join(f"{_fmt(r.rate)} {r.unit} {r.error or ''}" for r in new)
         print(
-            f"bench: {key} done in {time.monotonic() - started:.0f} s: {summary}",
+            f"bench: {label}{key} done in {time.monotonic() - started:.0f} s: {summary}",
             file=sys.stderr,
             flush=True,
         )
@@ -526,13 +564,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.time()
     try:
-        rows = asyncio.run(_run(settings, selected))
+        ran = asyncio.run(_run(settings, selected, args.rounds))
     finally:
         if not (args.keep or args.profile or args.workdir):
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"bench: logs and data in {workdir}", file=sys.stderr)
-    report = render(rows, settings, started, time.time() - started)
+    report = render(ran, settings, started, time.time() - started)
     print(report)
     if args.markdown:
         args.markdown.write_text(report + "\n")
@@ -544,12 +582,17 @@ def main(argv: list[str] | None = None) -> int:
                         k: str(v) if isinstance(v, Path) else v
                         for k, v in dataclasses.asdict(settings).items()
                     },
-                    "rows": [dataclasses.asdict(row) for row in rows],
+                    "rows": [dataclasses.asdict(row) for row in rounds.median_rows(ran)],
+                    **(
+                        {"rounds": [[dataclasses.asdict(row) for row in rows] for rows in ran]}
+                        if len(ran) > 1
+                        else {}
+                    ),
                 },
                 indent=2,
             )
         )
-    return 1 if any(row.error for row in rows) else 0
+    return 1 if any(row.error for rows in ran for row in rows) else 0
 
 
 if __name__ == "__main__":

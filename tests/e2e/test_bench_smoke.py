@@ -178,6 +178,72 @@ def test_jobs_that_never_started_count_as_pending_until_the_row_stopped_waiting(
     assert sorted(round(p, 3) for p in pending) == [0.004, 0.006, 0.008, 2.5, 2.5]
 
 
+def test_rounds_alternate_their_order_and_report_medians() -> None:
+    """Every other round runs the rows in reverse; the table shows each row's median round,
+    and a ratio is the median of the rounds' own ratios, with their range."""
+    bench, rounds, common = _benchlib(), _benchlib("rounds"), _benchlib("common")
+
+    def row(key: str, rate: float, error: str | None = None) -> Any:
+        return common.Row(key=key, title=key, unit="tasks/s", rate=rate, ceiling=rate, error=error)
+
+    assert rounds.round_order(["a", "b", "c"], 0) == ["a", "b", "c"]
+    assert rounds.round_order(["a", "b", "c"], 1) == ["c", "b", "a"]
+    ran = [
+        [row("store-sqlite", 1000), row("store-sqlite-events", 700)],
+        [row("store-sqlite-events", 900), row("store-sqlite", 1000)],
+        [row("store-sqlite", 1200), row("store-sqlite-events", 0, error="RuntimeError: gone")],
+        [row("store-sqlite-events", 800), row("store-sqlite", 800)],
+    ]
+    shown = rounds.median_rows(ran)
+    assert [(r.key, r.rate) for r in shown] == [
+        ("store-sqlite", 1000),
+        ("store-sqlite-events", 800),
+    ]
+    assert shown[1].notes == [
+        "rate in each of the 4 rounds: 700, 900, failed, 800 tasks/s (shown: the median)"
+    ]
+
+    report = bench.render(ran, common.Settings(), 0.0, 1.0)
+
+    # the rounds that ran both: 70 %, 90 % and 100 %
+    assert "- store-sqlite-events / store-sqlite: 90%; 90% (median of 3 rounds: 70% to 100%)" in (
+        report.splitlines()
+    )
+    failed = [r for r in rounds.median_rows([ran[2]]) if r.error]
+    assert [r.key for r in failed] == ["store-sqlite-events"]
+
+
+@pytest.mark.slow(seconds=40)
+@pytest.mark.timeout(300)
+def test_rounds_run_each_in_a_workdir_of_its_own(tmp_path: Path) -> None:
+    result_file = tmp_path / "rows.json"
+    done = run_module(
+        "benchlib",
+        *("--duration=1", "--warmup=0.5", "--drain=5", "--depth=50", "--latency-duration=0.3"),
+        *("--rows=store-sqlite,store-sqlite-events", "--rounds=2"),
+        f"--workdir={tmp_path / 'work'}",
+        f"--json={result_file}",
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    ran = json.loads(result_file.read_text())["rounds"]
+    assert [[row["key"] for row in rows] for rows in ran] == [
+        ["store-sqlite", "store-sqlite-events"],
+        ["store-sqlite-events", "store-sqlite"],
+    ]
+    assert all(row["rate"] > 0 for rows in ran for row in rows)
+    assert sorted(path.name for path in (tmp_path / "work").iterdir()) == ["round-1", "round-2"]
+    assert "- store-sqlite-events / store-sqlite: " in done.stdout
+    assert " (median of 2 rounds: " in done.stdout
+
+
+def test_rounds_must_be_a_positive_number(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _benchlib().main(["--rows", "store-sqlite", "--rounds", "0"])
+    assert exited.value.code == 2
+    assert "--rounds: 0 is not a positive whole number" in capsys.readouterr().err
+
+
 def test_a_workdir_holding_an_earlier_run_is_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
