@@ -95,7 +95,8 @@ BUSY_TIMEOUT_MS = 10_000
 """How long a call waits for another connection's lock before the store counts as unavailable.
 Only another process can hold one (this one has a single connection): the coordinator's event
 publisher process deleting what the broker confirmed (milliseconds), or, by mistake, another
-coordinator; a group's BEGIN waits on the event loop meanwhile."""
+coordinator. The store thread waits; the event loop never does
+(:mod:`coordinator.store.sqlite_group_commit`)."""
 
 _OUTAGES = frozenset(
     {

@@ -13,6 +13,11 @@ to the store thread (a transaction that wrote nothing commits on the loop). Call
 (:attr:`Where.THREAD`: counts, filtered listings, sweeps) run wholly on the store thread, in
 their own transaction, so a long scan never stalls the loop.
 
+The event loop never waits for another process's write lock (the event publisher's, deleting
+what the broker confirmed): the connection's busy timeout is 0 there, and a group whose BEGIN
+finds the file locked waits for it on the store thread, with the timeout the connection was
+opened with, while the loop goes on; the calls run on the loop once the lock is theirs.
+
 An fsync per call would cost throughput, so short calls are group-committed: those that arrive
 while a commit is in flight wait, then run together in one transaction, each in its own
 SAVEPOINT (a call that raises rolls back only itself and gets its own error), and every caller
@@ -100,6 +105,28 @@ class _Call(Generic[T]):
             self.future.set_result(cast(T, result))
 
 
+def _busy_timeout(conn: sqlite3.Connection, ms: int) -> None:
+    conn.execute(f"PRAGMA busy_timeout={ms}")
+
+
+@contextlib.contextmanager
+def _waiting(conn: sqlite3.Connection, ms: int) -> Iterator[None]:
+    """The connection waits up to ``ms`` for another process's lock meanwhile (on the store
+    thread only: the event loop never waits for one)."""
+    _busy_timeout(conn, ms)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(sqlite3.ProgrammingError):  # closed by the call (close())
+            _busy_timeout(conn, 0)
+
+
+def _locked(error: sqlite3.Error) -> bool:
+    """Whether ``error`` is another connection holding the lock (SQLITE_BUSY)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
 def _begin(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> bool:
     """BEGIN IMMEDIATE (the write lock up front, so no upgrade deadlock); if it fails, make
     its error every call's and say so."""
@@ -124,9 +151,11 @@ def _commit(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> None:
             call.outcome = (None, error)
 
 
-def _alone(conn: sqlite3.Connection, call: _Call[Any]) -> None:
+def _alone(conn: sqlite3.Connection, call: _Call[Any], wait_ms: int) -> None:
     """Run a :attr:`Where.THREAD` call in a transaction of its own (on the store thread)."""
-    if not _begin(conn, [call]):
+    with _waiting(conn, wait_ms):
+        began = _begin(conn, [call])
+    if not began:
         return
     call.run(conn, in_savepoint=False)
     if not call.failed:
@@ -140,11 +169,14 @@ class GroupCommit:
     """Runs calls on one connection, the short ones group-committed.
 
     :param conn: an open connection in autocommit mode (``isolation_level=None``), usable
-        from the executor's thread and the event loop's (``check_same_thread=False``).
+        from the executor's thread and the event loop's (``check_same_thread=False``); its
+        busy timeout is how long the store thread waits for another process's lock.
     :param executor: the store thread: one worker, which alone ever waits on the connection.
     """
 
     def __init__(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
+        self._wait_ms: int = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        _busy_timeout(conn, 0)
         self._conn: sqlite3.Connection | None = conn
         self._executor = executor
         self.waiting: collections.deque[_Call[Any]] = collections.deque()
@@ -192,9 +224,14 @@ class GroupCommit:
             else:
                 self.waiting.popleft()
                 if call.where is Where.THREAD:
-                    self._on_thread(functools.partial(_alone, conn, call), [call])
+                    self._on_thread(functools.partial(_alone, conn, call, self._wait_ms), [call])
                 else:
-                    self._on_thread(functools.partial(call.run, conn, in_savepoint=False), [call])
+                    self._on_thread(functools.partial(self._bare, conn, call), [call])
+
+    def _bare(self, conn: sqlite3.Connection, call: _Call[Any]) -> None:
+        """Run a :attr:`Where.BARE` call (a migration's script takes the write lock itself)."""
+        with _waiting(conn, self._wait_ms):
+            call.run(conn, in_savepoint=False)
 
     def _group(self, conn: sqlite3.Connection) -> None:
         """Run the event-loop calls at the head of the queue in one transaction, here; commit
@@ -205,12 +242,48 @@ class GroupCommit:
             call = self.waiting.popleft()
             if not call.future.done():
                 calls.append(call)
-        started = time.monotonic()
-        changes = conn.total_changes
-        if not _begin(conn, calls):
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            if _locked(error):
+                self._begin_on_thread(conn, calls)
+                return
             for call in calls:
+                call.outcome = (None, error)
                 call.deliver()
             return
+        self._run_group(conn, calls)
+
+    def _begin_on_thread(self, conn: sqlite3.Connection, calls: list[_Call[Any]]) -> None:
+        """Another process holds the write lock: wait for it on the store thread (up to the
+        busy timeout), the event loop going on meanwhile; then run ``calls`` on the loop, or
+        give them the BEGIN's error."""
+        self._busy = True
+
+        def begin() -> None:
+            with _waiting(conn, self._wait_ms):
+                _begin(conn, calls)
+
+        def began(done: asyncio.Future[None]) -> None:
+            self._busy = False
+            if not done.cancelled() and done.exception() is None and conn.in_transaction:
+                self._run_group(conn, calls)
+            else:
+                error = asyncio.CancelledError() if done.cancelled() else done.exception()
+                for call in calls:
+                    if error is not None:
+                        call.outcome = (None, error)
+                    call.deliver()
+            self._next()
+
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(self._executor, begin).add_done_callback(began)
+
+    def _run_group(self, conn: sqlite3.Connection, calls: list[_Call[Any]]) -> None:
+        """Run ``calls`` in the transaction just begun, here; commit it here if it wrote
+        nothing, else on the store thread."""
+        started = time.monotonic()
+        changes = conn.total_changes
         done: list[_Call[Any]] = []
         for index, call in enumerate(calls):
             call.run(conn, in_savepoint=True)
