@@ -127,16 +127,16 @@ def _locked(error: sqlite3.Error) -> bool:
     return code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
 
 
-def _begin(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> bool:
+def _begin(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> sqlite3.Error | None:
     """BEGIN IMMEDIATE (the write lock up front, so no upgrade deadlock); if it fails, make
-    its error every call's and say so."""
+    its error every call's and return it."""
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as error:
         for call in calls:
             call.outcome = (None, error)
-        return False
-    return True
+        return error
+    return None
 
 
 def _commit(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> None:
@@ -154,8 +154,8 @@ def _commit(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> None:
 def _alone(conn: sqlite3.Connection, call: _Call[Any], wait_ms: int) -> None:
     """Run a :attr:`Where.THREAD` call in a transaction of its own (on the store thread)."""
     with _waiting(conn, wait_ms):
-        began = _begin(conn, [call])
-    if not began:
+        failed = _begin(conn, [call])
+    if failed is not None:
         return
     call.run(conn, in_savepoint=False)
     if not call.failed:
@@ -242,42 +242,25 @@ class GroupCommit:
             call = self.waiting.popleft()
             if not call.future.done():
                 calls.append(call)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as error:
-            if _locked(error):
-                self._begin_on_thread(conn, calls)
-                return
+        error = _begin(conn, calls)
+        if error is None:
+            self._run_group(conn, calls)
+        elif _locked(error):
+            # Another process holds the write lock: wait for it on the store thread (up to the
+            # busy timeout), the event loop going on meanwhile; then run the calls here.
+            self._on_thread(
+                functools.partial(self._begin_waiting, conn, calls),
+                calls,
+                then=functools.partial(self._run_group, conn, calls),
+            )
+        else:
             for call in calls:
-                call.outcome = (None, error)
                 call.deliver()
-            return
-        self._run_group(conn, calls)
 
-    def _begin_on_thread(self, conn: sqlite3.Connection, calls: list[_Call[Any]]) -> None:
-        """Another process holds the write lock: wait for it on the store thread (up to the
-        busy timeout), the event loop going on meanwhile; then run ``calls`` on the loop, or
-        give them the BEGIN's error."""
-        self._busy = True
-
-        def begin() -> None:
-            with _waiting(conn, self._wait_ms):
-                _begin(conn, calls)
-
-        def began(done: asyncio.Future[None]) -> None:
-            self._busy = False
-            if not done.cancelled() and done.exception() is None and conn.in_transaction:
-                self._run_group(conn, calls)
-            else:
-                error = asyncio.CancelledError() if done.cancelled() else done.exception()
-                for call in calls:
-                    if error is not None:
-                        call.outcome = (None, error)
-                    call.deliver()
-            self._next()
-
-        loop = asyncio.get_running_loop()
-        loop.run_in_executor(self._executor, begin).add_done_callback(began)
+    def _begin_waiting(self, conn: sqlite3.Connection, calls: list[_Call[Any]]) -> bool:
+        """:func:`_begin` waiting for another process's lock; whether it began."""
+        with _waiting(conn, self._wait_ms):
+            return _begin(conn, calls) is None
 
     def _run_group(self, conn: sqlite3.Connection, calls: list[_Call[Any]]) -> None:
         """Run ``calls`` in the transaction just begun, here; commit it here if it wrote
@@ -304,14 +287,25 @@ class GroupCommit:
         else:
             self._on_thread(functools.partial(_commit, conn, done), done)
 
-    def _on_thread(self, work: Callable[[], None], calls: list[_Call[Any]]) -> None:
-        """Run ``work`` on the store thread, the connection busy meanwhile; then deliver
-        ``calls`` and start what waits."""
+    def _on_thread(
+        self,
+        work: Callable[[], object],
+        calls: list[_Call[Any]],
+        *,
+        then: Callable[[], None] | None = None,
+    ) -> None:
+        """Run ``work`` on the store thread, the connection busy meanwhile; then go on with
+        ``then`` if given and ``work`` returned true, else deliver ``calls``; and start what
+        waits."""
         self._busy = True
 
-        def finished(done: asyncio.Future[None]) -> None:
+        def finished(done: asyncio.Future[object]) -> None:
             self._busy = False
             error = asyncio.CancelledError() if done.cancelled() else done.exception()
+            if error is None and then is not None and done.result():
+                then()
+                self._next()
+                return
             for call in calls:
                 if error is not None:  # not the calls' own errors: those are their outcomes
                     call.outcome = (None, error)

@@ -52,6 +52,7 @@ import asyncio
 import dataclasses
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -341,9 +342,15 @@ def _cpu(row: Row) -> str:
     return ", ".join(f"{name} {ms:.2f}" for name, ms in row.cpu_ms.items()) or "-"
 
 
-def render(ran: Sequence[Sequence[Row]], settings: Settings, started: float, elapsed: float) -> str:
-    """The report of the rounds ``ran`` (one list of rows each)."""
-    rows = rounds.median_rows(ran)
+def render(
+    rows: list[Row],
+    ran: Sequence[Sequence[Row]],
+    settings: Settings,
+    started: float,
+    elapsed: float,
+) -> str:
+    """The report of the rounds ``ran`` (one list of rows each), whose rows the table shows
+    are ``rows`` (:func:`benchlib.rounds.median_rows`)."""
     lines = [
         f"queue-coordinator bench, {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}"
         f", {elapsed:.0f} s in all",
@@ -426,14 +433,13 @@ def _ratio_line(ratio: Ratio, ran: Sequence[Sequence[Row]]) -> list[str]:
     """The line of ``ratio`` (over several rounds: the median of theirs, and their range), or
     none if no round has both rows with the figure."""
     values, ceilings = rounds.ratios(ran, ratio.top, ratio.bottom, ratio.figure)
-    value = rounds.median(values)
-    if value is None:
+    if not values:
         return []
     form = ratio.form
-    line = f"- {ratio.label or f'{ratio.top} / {ratio.bottom}'}: {form.format(value)}"
+    line = f"- {ratio.label or f'{ratio.top} / {ratio.bottom}'}: "
+    line += form.format(statistics.median(values))
     if ratio.figure == "rate":
-        ceiling = rounds.median(ceilings)
-        line += "; " + ("-" if ceiling is None else form.format(ceiling))
+        line += "; " + (form.format(statistics.median(ceilings)) if ceilings else "-")
     if len(ran) > 1:
         line += (
             f" (median of {len(values)} rounds: "
@@ -570,7 +576,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"bench: logs and data in {workdir}", file=sys.stderr)
-    report = render(ran, settings, started, time.time() - started)
+    rows = rounds.median_rows(ran)
+    report = render(rows, ran, settings, started, time.time() - started)
     print(report)
     if args.markdown:
         args.markdown.write_text(report + "\n")
@@ -582,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
                         k: str(v) if isinstance(v, Path) else v
                         for k, v in dataclasses.asdict(settings).items()
                     },
-                    "rows": [dataclasses.asdict(row) for row in rounds.median_rows(ran)],
+                    "rows": [dataclasses.asdict(row) for row in rows],
                     **(
                         {"rounds": [[dataclasses.asdict(row) for row in rows] for rows in ran]}
                         if len(ran) > 1

@@ -12,7 +12,6 @@ time), and a row's figures are those of its round with the median rate.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Sequence
 
 from benchlib.common import Row
@@ -66,9 +65,3 @@ def ratios(
         if a.ceiling and b.ceiling:
             ceilings.append(a.ceiling / b.ceiling)
     return values, ceilings
-
-
-def median(values: Sequence[float]) -> float | None:
-    """The median of ``values`` (the mean of the middle two of an even number); ``None`` when
-    there are none."""
-    return statistics.median(values) if values else None

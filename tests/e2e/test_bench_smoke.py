@@ -203,7 +203,7 @@ def test_rounds_alternate_their_order_and_report_medians() -> None:
         "rate in each of the 4 rounds: 700, 900, failed, 800 tasks/s (shown: the median)"
     ]
 
-    report = bench.render(ran, common.Settings(), 0.0, 1.0)
+    report = bench.render(shown, ran, common.Settings(), 0.0, 1.0)
 
     # the rounds that ran both: 70 %, 90 % and 100 %
     assert "- store-sqlite-events / store-sqlite: 90%; 90% (median of 3 rounds: 70% to 100%)" in (
