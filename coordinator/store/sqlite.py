@@ -76,6 +76,7 @@ from coordinator.store.rows import (
 )
 from coordinator.store.sql_store import SQLStore, deduplication_key_columns, task_group_from_row
 from coordinator.store.sqlfiles import migrations, queries
+from coordinator.store.sqlite_checkpoints import WalCheckpoints
 from coordinator.store.sqlite_group_commit import GroupCommit, Where
 from coordinator.store.task_filters import filter_clause
 from coordinator.store.worker_rows import (
@@ -403,6 +404,7 @@ class SQLiteStore(SQLStore):
         self._path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         self._commits: GroupCommit | None = None
+        self._checkpoints: WalCheckpoints | None = None
         self._outbox_lock = asyncio.Lock()
         self._queue_locks = ProcessLocks()
         self._outages = OutageWatch(store=f"sqlite://{self._path.absolute()}", is_outage=_is_outage)
@@ -452,13 +454,17 @@ class SQLiteStore(SQLStore):
             return conn
 
         loop = asyncio.get_running_loop()
-        self._commits = GroupCommit(
-            await loop.run_in_executor(self._executor, connect), self._executor
-        )
+        conn = await loop.run_in_executor(self._executor, connect)
+        self._checkpoints = WalCheckpoints(self._path)
+        self._commits = GroupCommit(conn, self._executor, written=self._checkpoints.written)
         await self.migrate()
         await self._run_scan(_recount_unresolved)
 
     async def close(self) -> None:
+        if self._checkpoints is not None:
+            # first: the store's connection, closed last, checkpoints all and deletes the WAL
+            checkpoints, self._checkpoints = self._checkpoints, None
+            await asyncio.to_thread(checkpoints.close)
         if self._commits is not None:
             commits, self._commits = self._commits, None
             await commits.close()

@@ -151,15 +151,20 @@ def _commit(conn: sqlite3.Connection, calls: Sequence[_Call[Any]]) -> None:
             call.outcome = (None, error)
 
 
-def _alone(conn: sqlite3.Connection, call: _Call[Any], wait_ms: int) -> None:
+def _alone(
+    conn: sqlite3.Connection, call: _Call[Any], wait_ms: int, written: Callable[[], None]
+) -> None:
     """Run a :attr:`Where.THREAD` call in a transaction of its own (on the store thread)."""
     with _waiting(conn, wait_ms):
         failed = _begin(conn, [call])
     if failed is not None:
         return
+    changes = conn.total_changes
     call.run(conn, in_savepoint=False)
     if not call.failed:
         _commit(conn, [call])
+        if conn.total_changes != changes:
+            written()
     elif conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):  # the caller gets its own error
             conn.execute("ROLLBACK")
@@ -172,13 +177,21 @@ class GroupCommit:
         from the executor's thread and the event loop's (``check_same_thread=False``); its
         busy timeout is how long the store thread waits for another process's lock.
     :param executor: the store thread: one worker, which alone ever waits on the connection.
+    :param written: called on the store thread after each COMMIT of a transaction that wrote.
     """
 
-    def __init__(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        executor: ThreadPoolExecutor,
+        *,
+        written: Callable[[], None] = lambda: None,
+    ) -> None:
         self._wait_ms: int = conn.execute("PRAGMA busy_timeout").fetchone()[0]
         _busy_timeout(conn, 0)
         self._conn: sqlite3.Connection | None = conn
         self._executor = executor
+        self._written = written
         self.waiting: collections.deque[_Call[Any]] = collections.deque()
         """Calls not started yet, in order (tests look at it)."""
         # The store thread has the connection (a COMMIT, or a whole call): the rest waits.
@@ -224,7 +237,8 @@ class GroupCommit:
             else:
                 self.waiting.popleft()
                 if call.where is Where.THREAD:
-                    self._on_thread(functools.partial(_alone, conn, call, self._wait_ms), [call])
+                    alone = functools.partial(_alone, conn, call, self._wait_ms, self._written)
+                    self._on_thread(alone, [call])
                 else:
                     self._on_thread(functools.partial(self._bare, conn, call), [call])
 
@@ -285,7 +299,12 @@ class GroupCommit:
             for call in done:
                 call.deliver()
         else:
-            self._on_thread(functools.partial(_commit, conn, done), done)
+            self._on_thread(functools.partial(self._commit_written, conn, done), done)
+
+    def _commit_written(self, conn: sqlite3.Connection, calls: list[_Call[Any]]) -> None:
+        """:func:`_commit` of a transaction that wrote (on the store thread)."""
+        _commit(conn, calls)
+        self._written()
 
     def _on_thread(
         self,
