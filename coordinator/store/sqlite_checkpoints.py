@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 INTERVAL = 0.05
 """Least seconds between two checkpoints. A page written again and again (an index's root, a
 group's row) is copied at each checkpoint that finds it changed: every 20 ms cost the API
-process 2-5 % more CPU a task, every 50 ms nothing measurable (docs/performance-history.md)."""
+process measurably more CPU a task, every 50 ms did not (docs/performance-history.md)."""
 
 
 class WalCheckpoints:

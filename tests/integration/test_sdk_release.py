@@ -64,8 +64,10 @@ async def test_a_hint_no_coordinator_would_claim_is_released_then_claimed_once_o
     async with running(make_worker(double, lambda run: None)):
         await eventually(lambda: double.routes(claims) != [], what="the first claim")
         first_claim = time.monotonic()
-        await eventually(lambda: double.released != [], what="the release")
-        assert time.monotonic() - first_claim < azure_poller.RELEASE_RETRY_WINDOW + 1
+        # Released after the short window, not held for the long one; a loaded machine can
+        # stretch the short one a few seconds (6.6 s once, the suite's e2e tests beside it).
+        await eventually(lambda: double.released != [], within=30.0, what="the release")
+        assert time.monotonic() - first_claim < azure_poller.CLAIM_RETRY_WINDOW / 2
         assert double.released == [(hint.message_id, double.release_visibility)]
         assert double.deleted == []
         await eventually(lambda: hint in double.visible("lowest"), what="the hint visible")
