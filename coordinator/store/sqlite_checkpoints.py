@@ -42,10 +42,9 @@ class WalCheckpoints:
         self._written = threading.Event()
         self._stopping = False
         self._failure: str | None = None
-        self.passes = 0
-        """Checkpoints run (tests look at it)."""
         self.backfilled = 0
-        """How many of the WAL's pages were in the database file after the last one."""
+        """How many of the WAL's pages were in the database file after the last checkpoint
+        (tests look at it)."""
         self._thread = threading.Thread(target=self._run, name="sqlite-checkpoints", daemon=True)
         self._thread.start()
 
@@ -79,5 +78,4 @@ class WalCheckpoints:
                 log.warning("WAL checkpoint failed; the store checkpoints itself error=%s", error)
             return
         self._failure = None
-        self.passes += 1
         self.backfilled = row[2]

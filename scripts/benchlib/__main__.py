@@ -494,11 +494,10 @@ async def _row(settings: Settings, key: str) -> list[Row]:
 async def _run(settings: Settings, selected: list[str], count: int) -> list[list[Row]]:
     """Run ``count`` rounds of the rows (:mod:`benchlib.rounds`), each in a workdir of its own
     when there are several; the rows of each round."""
+    if count == 1:
+        return [await _run_round(settings, selected, "")]
     ran = []
     for n in range(count):
-        if count == 1:
-            ran.append(await _run_round(settings, selected, ""))
-            continue
         workdir = settings.workdir / f"round-{n + 1}"
         workdir.mkdir(parents=True)
         within = dataclasses.replace(settings, workdir=workdir)

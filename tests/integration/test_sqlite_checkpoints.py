@@ -3,6 +3,7 @@ database file beside the store's connection, and closing the store stops them.""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -22,7 +23,8 @@ def checkpoints(store: SQLiteStore) -> WalCheckpoints:
 def wal_pages(path: Path) -> int:
     """How many pages the WAL file at ``path`` holds, from its size (a 32-byte header, then
     frames of a 24-byte header and a page each)."""
-    page_size: int = sqlite3.connect(path).execute("PRAGMA page_size").fetchone()[0]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        page_size: int = conn.execute("PRAGMA page_size").fetchone()[0]
     return (path.with_name(path.name + "-wal").stat().st_size - 32) // (24 + page_size)
 
 
