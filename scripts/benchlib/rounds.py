@@ -2,11 +2,11 @@
 rows in, the row of each key that the table shows, and a ratio over the rounds.
 
 The machine's speed moves over minutes (other users, its own thermals), so two rows run one
-after the other in a single round can differ by more than what they compare (docs/performance.md,
-store dispatch as deployed). Rounds run every
-row again, the odd ones in reverse order so that each of two rows runs first as often as the
-other; a ratio is then the median of the rounds' own ratios (each of two rows run close in
-time), and a row's figures are those of its round with the median rate.
+after the other in a single round can differ by more than what they compare
+(docs/performance.md, store dispatch as deployed). Rounds run every row again, the odd ones in
+reverse order so that each of two rows runs first as often as the other; a ratio is then the
+median of the rounds' own ratios (each of two rows run close in time), and a row's figures
+are those of its round with the median rate.
 """
 
 from __future__ import annotations
