@@ -16,8 +16,9 @@ so the run log has what the worker's logging configuration lets through.
 
 A run log is bounded: past :data:`MAX_RUN_LOG_BYTES` of text it ends with one line saying so,
 and later records are dropped. It is gzipped once, at its end, while it holds no more than
-:data:`GZIPPED_AS_WRITTEN_PAST` (most logs), with a window no larger than the text; a longer one
-is gzipped as it is written.
+:data:`GZIPPED_AS_WRITTEN_PAST` (most logs), with a window no larger than the text, or stored in
+its gzip member uncompressed up to :data:`STORED_UP_TO`; a longer one is gzipped as it is
+written.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import struct
 import threading
 import zlib
 from contextvars import ContextVar
@@ -48,8 +50,17 @@ up cost 40-50 µs a run, about a tenth of a worker's CPU a task in the bench, an
 gains nothing from it: one sized to the text takes under 10 µs
 (docs/performance-history.md)."""
 
+STORED_UP_TO = 512
+"""Text a run log's gzip member holds as it is (a stored deflate block) rather than compressed:
+deflate saves a few dozen bytes of a log this short, and setting up even a small compressor
+costs over ten times what the rest of the member does (docs/performance-history.md)."""
+
 _GZIP = 16
 """What zlib's ``wbits`` adds for a gzip header and trailer."""
+
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+"""A gzip member's header: deflate, no flags, no time, no extra flags, operating system
+unknown."""
 
 
 class RunLogFormatter(logging.Formatter):
@@ -121,15 +132,30 @@ class RunLog:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                if self._compressor is None:
+                if self._compressor is not None:
+                    self._parts.append(self._compressor.flush())
+                else:
                     text = b"".join(self._text)
                     self._text = []
-                    # a window as large as the text, at least zlib's smallest
-                    compressor = _compressor(max(9, min(zlib.MAX_WBITS, len(text).bit_length())))
-                    self._parts.append(compressor.compress(text))
-                    self._compressor = compressor
-                self._parts.append(self._compressor.flush())
+                    self._parts.append(
+                        _stored(text) if len(text) <= STORED_UP_TO else _gzipped_at_once(text)
+                    )
             return b"".join(self._parts)
+
+
+def _stored(text: bytes) -> bytes:
+    """``text`` as a gzip member (RFC 1952) holding it in one stored deflate block (RFC 1951,
+    3.2.4): the header, the block's (final, stored, its length and the length's complement),
+    the text, and the text's CRC-32 and length."""
+    size = len(text)
+    block = struct.pack("<BHH", 1, size, size ^ 0xFFFF)
+    return b"".join((_GZIP_HEADER, block, text, struct.pack("<II", zlib.crc32(text), size)))
+
+
+def _gzipped_at_once(text: bytes) -> bytes:
+    # a window as large as the text, at least zlib's smallest
+    compressor = _compressor(max(9, min(zlib.MAX_WBITS, len(text).bit_length())))
+    return compressor.compress(text) + compressor.flush()
 
 
 def _compressor(window_bits: int) -> zlib._Compress:

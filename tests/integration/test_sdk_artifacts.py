@@ -28,7 +28,7 @@ from worker_sdk import RequestFailed, TaskRun
 from worker_sdk.artifacts import UPLOAD_ATTEMPTS
 from worker_sdk.cli import parse_options
 from worker_sdk.client import MAX_INLINE_ARTIFACT_BYTES
-from worker_sdk.run_log import GZIPPED_AS_WRITTEN_PAST, RUN_LOG_NAME, RunLog
+from worker_sdk.run_log import GZIPPED_AS_WRITTEN_PAST, RUN_LOG_NAME, STORED_UP_TO, RunLog
 
 log = logging.getLogger(__name__)
 
@@ -432,16 +432,24 @@ def test_a_run_log_is_bounded_and_then_says_so() -> None:
     assert run_log.gzipped() == content
 
 
-@pytest.mark.parametrize("lines", [0, 1, 3, 2_000])
+@pytest.mark.parametrize("lines", [0, 1, 3, 30, 2_000])
 def test_a_run_log_gzips_what_was_written_short_or_past_its_streaming_size(lines: int) -> None:
     written = [f"line {n} " + "y" * (n % 97) for n in range(lines)]
     run_log = RunLog()
     for line in written:
         run_log.write(line)
     text = "".join(line + "\n" for line in written)
-    # 2,000 lines pass the size from which the log is gzipped as lines arrive
+    # 2,000 lines pass the size from which the log is gzipped as lines arrive; 30 lines pass
+    # the size up to which it is stored uncompressed
     assert (len(text.encode()) > GZIPPED_AS_WRITTEN_PAST) == (lines == 2_000)
-    assert gzip.decompress(run_log.gzipped()).decode() == text
+    assert (len(text.encode()) <= STORED_UP_TO) == (lines <= 3)
+    content = run_log.gzipped()
+    assert gzip.decompress(content).decode() == text
+    if lines <= 3:
+        assert text.encode() in content  # stored as it is
+    else:
+        assert len(content) < len(text.encode())  # compressed
+    assert run_log.gzipped() == content
 
 
 # --- isolation="process" --------------------------------------------------------------------
