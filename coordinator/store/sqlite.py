@@ -455,7 +455,7 @@ class SQLiteStore(SQLStore):
 
         loop = asyncio.get_running_loop()
         conn = await loop.run_in_executor(self._executor, connect)
-        self._checkpoints = WalCheckpoints(self._path)
+        self._checkpoints = await loop.run_in_executor(self._executor, WalCheckpoints, self._path)
         self._commits = GroupCommit(conn, self._executor, written=self._checkpoints.written)
         await self.migrate()
         await self._run_scan(_recount_unresolved)
