@@ -88,6 +88,7 @@ from benchlib.common import (
     own_process,
     pids,
     postgres_backends,
+    processes_named,
     serve_group,
 )
 from benchlib.coordproc import (
@@ -289,7 +290,16 @@ async def measure(
     ):
         if hold_transaction:
             await stack.enter_async_context(_held_open(running, row))
-        await _measure(settings, azurite, running, store, row, options, indexed=indexed)
+        await _measure(
+            settings,
+            azurite,
+            running,
+            store,
+            row,
+            options,
+            indexed=indexed,
+            broker="COORDINATOR_PULSE_URL" in (coordinator_env or {}),
+        )
     if settings.profile:
         row.notes.append(f"profiled under pyinstrument (slower): {workdir}/*.txt")
     return row
@@ -342,6 +352,7 @@ async def _measure(
     options: WorkerOptions,
     *,
     indexed: bool,
+    broker: bool,
 ) -> None:
     workdir = settings.workdir / row.key
     worker_type = f"wt-{uuid.uuid4().hex[:8]}"
@@ -382,6 +393,8 @@ async def _measure(
         "workers": pids(*workers, descendants=True),
         "producer": own_process,
     }
+    if broker:
+        groups["rabbitmq"] = lambda: processes_named("beam.smp")
     if store == "postgres":
         groups["postgres"] = postgres_backends(running.database)
     meter = CpuMeter(groups)
