@@ -98,14 +98,15 @@ def parameters(
     statement: Statement,
     task_filter: TaskFilter,
     *,
+    postgres: bool,
     now: int,
     limit: int = 100,
     after: str = "",
 ) -> tuple[str, dict[str, Any]]:
     """The ``{filters}`` clause of ``task_filter`` and every parameter ``statement`` takes, as
-    the store passes them for a page of ``limit`` tasks after the task id ``after`` (``""``:
-    the first page; a count passes ``""``)."""
-    clause = filter_clause(task_filter)
+    the store of that driver passes them for a page of ``limit`` tasks after the task id
+    ``after`` (``""``: the first page; a count passes ``""``)."""
+    clause = filter_clause(task_filter, listed_apart=postgres)
     # a count passes the first page's keyset, which the clause's tag conditions use too
     params: dict[str, Any] = {**clause.params, "now": now, "after": after}
     if statement == "list_tasks":
@@ -129,7 +130,9 @@ async def postgres_plan(
     ``generic``: the plan it uses for any values, as a prepared statement run often enough
     may). With ``analyse`` the statement runs too, and :attr:`Plan.text` tells what each node
     took (``EXPLAIN (ANALYZE, BUFFERS)``)."""
-    filters, params = parameters(statement, task_filter, now=now, limit=limit, after=after)
+    filters, params = parameters(
+        statement, task_filter, postgres=True, now=now, limit=limit, after=after
+    )
     rewritten = filtered_statement(statement, filters)
     args = rewritten.args(params)
     async with conn.transaction():
@@ -174,7 +177,7 @@ def sqlite_plan(
     limit: int = 100,
 ) -> Plan:
     """The plan SQLite picks (``EXPLAIN QUERY PLAN``): one line per step."""
-    filters, params = parameters(statement, task_filter, now=now, limit=limit)
+    filters, params = parameters(statement, task_filter, postgres=False, now=now, limit=limit)
     sql = queries("sqlite")[statement].format(filters=filters)
     details = [str(row[3]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
     scans = []

@@ -176,7 +176,7 @@ async def time_sql(
 ) -> list[float]:
     """The store's statement run alone: ms of each of ``repeat`` runs after a warm-up."""
     filters, params = parameters(
-        statement, timed.query.task_filter, now=now, limit=LIMITS[0], after=after
+        statement, timed.query.task_filter, postgres=True, now=now, limit=LIMITS[0], after=after
     )
     rewritten = filtered_statement(statement, filters)
     runs = []

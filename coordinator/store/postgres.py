@@ -761,7 +761,7 @@ class PostgresStore(SQLStore):
     async def _fetch_filtered(
         self, name: str, matching: TaskFilter, **params: Any
     ) -> list[asyncpg.Record]:
-        clause = filter_clause(matching)
+        clause = filter_clause(matching, listed_apart=True)
         statement = filtered_statement(name, clause.sql)
         return cast(
             "list[asyncpg.Record]",

@@ -7,6 +7,11 @@ state rather than with one generic plan for every state. Each condition is one a
 serves (``docs/performance.md``). The clause also uses ``:now``, which tells pending from
 delayed, and ``:after``, the listing's keyset (``""`` for a count or a delete); callers always
 pass both.
+
+On PostgreSQL the columns that only the management API filters by (``scheduler_id``,
+``project_id``, ``created``) are indexed in ``task_listing`` rather than in ``tasks``
+(migration 0027: every transition would add an entry to each of their indexes); a filter on
+them is then a condition on that table's row of the task.
 """
 
 from __future__ import annotations
@@ -28,16 +33,24 @@ class FilterClause:
     params: dict[str, Any]
 
 
-def filter_clause(task_filter: TaskFilter) -> FilterClause:
-    """The WHERE clause selecting the tasks ``task_filter`` matches."""
+def filter_clause(task_filter: TaskFilter, *, listed_apart: bool = False) -> FilterClause:
+    """The WHERE clause selecting the tasks ``task_filter`` matches; with ``listed_apart``
+    (PostgreSQL), the listing columns are read from ``task_listing``."""
     conditions: list[str] = []
+    listing: list[str] = []
     params: dict[str, Any] = {}
 
-    def equal(column: str, value: str | int | None, *, operator: str = "=") -> None:
+    def equal(
+        column: str,
+        value: str | int | None,
+        *,
+        operator: str = "=",
+        into: list[str] = conditions,
+    ) -> None:
         if value is not None:
             name = f"f_{len(params)}"
             params[name] = value
-            conditions.append(f"{column} {operator} :{name}")
+            into.append(f"{column} {operator} :{name}")
 
     if task_filter.task_queue is not None:
         equal("provisioner_id", task_filter.task_queue.provisioner_id)
@@ -47,9 +60,10 @@ def filter_clause(task_filter: TaskFilter) -> FilterClause:
         params |= {provisioner: other.provisioner_id, worker_type: other.worker_type}
         conditions.append(f"NOT (provisioner_id = :{provisioner} AND worker_type = :{worker_type})")
     conditions += _state_conditions(task_filter)
-    equal("scheduler_id", task_filter.scheduler_id)
+    listed = listing if listed_apart else conditions
+    equal("scheduler_id", task_filter.scheduler_id, into=listed)
     equal("task_group_id", task_filter.task_group_id)
-    equal("project_id", task_filter.project_id)
+    equal("project_id", task_filter.project_id, into=listed)
     for key, value in sorted(set(task_filter.tags)):
         key_name, value_name = f"f_{len(params)}", f"f_{len(params) + 1}"
         params |= {key_name: key, value_name: value}
@@ -61,10 +75,16 @@ def filter_clause(task_filter: TaskFilter) -> FilterClause:
             f":{key_name} AND task_tags.tag_value = :{value_name} "
             "AND task_tags.task_id = tasks.task_id AND task_tags.task_id > :after)"
         )
-    equal("created", task_filter.created_after, operator=">=")
-    equal("created", task_filter.created_before, operator="<")
+    equal("created", task_filter.created_after, operator=">=", into=listed)
+    equal("created", task_filter.created_before, operator="<", into=listed)
     equal("resolved", task_filter.resolved_after, operator=">=")
     equal("resolved", task_filter.resolved_before, operator="<")
+    if listing:
+        # the keyset repeats inside, as for tags: the listing's index is read from the page on
+        conditions.append(
+            "EXISTS (SELECT 1 FROM task_listing WHERE task_listing.task_id = tasks.task_id "
+            "AND task_listing.task_id > :after AND " + " AND ".join(listing) + ")"
+        )
     return FilterClause(sql=" AND ".join(conditions) or "1 = 1", params=params)
 
 

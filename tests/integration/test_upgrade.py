@@ -17,6 +17,7 @@ from coordinator.domain import lifecycle
 from coordinator.domain.artifacts import new_artifact
 from coordinator.domain.events import BrokerReply, OutboxEntry, task_events
 from coordinator.domain.records import to_iso
+from coordinator.domain.task_filters import TaskFilter
 from coordinator.store.factory import store_from_url
 from coordinator.store.sqlfiles import migrations
 from tests.fixtures.releases import (
@@ -86,6 +87,18 @@ async def test_a_past_releases_store_opens_migrated_with_its_data_intact(
         # what the release had; parts added since are empty in its store
         read = await read_back(store)
         assert {part: read[part] for part in expected["read_back"]} == expected["read_back"]
+
+        # The management API finds the old tasks by what it filters on apart from tasks
+        # (PostgreSQL's task_listing, filled by the migration that made it).
+        scheduler_id = (await store.get(RUNNING)).scheduler_id  # type: ignore[union-attr]
+        for matching, found in [
+            (TaskFilter(scheduler_id=scheduler_id), set(TASK_IDS)),
+            (TaskFilter(project_id="proj-a"), {RUNNING}),
+            (TaskFilter(created_after=NOW - MINUTE, created_before=NOW + MINUTE), set(TASK_IDS)),
+            (TaskFilter(scheduler_id="nobody"), set()),
+        ]:
+            page = await store.list_tasks(matching, now=NOW, limit=100, after=None)
+            assert {record.task_id for record in page.items} == found, matching
 
         # The old tasks take artifacts, and still take transitions.
         running = await store.get(RUNNING)

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from coordinator.domain import lifecycle
+from coordinator.domain.task_filters import TaskFilter
 from coordinator.store.base import Store
 from coordinator.store.factory import store_from_url
 from coordinator.store.postgres import PostgresStore
@@ -170,3 +171,37 @@ async def test_store_from_url_opens_sqlite_files(
 def test_store_from_url_rejects_other_urls(url: str) -> None:
     with pytest.raises(ValueError, match="store URL"):
         store_from_url(url)
+
+
+async def test_postgres_lists_tasks_whichever_statement_wrote_them(
+    postgres_schema_url: str,
+) -> None:
+    """task_listing is kept by triggers of tasks, not by the store's statements: a task that
+    code without it inserts (the previous release's, during a rolling upgrade) is listed by
+    schedulerId, projectId and created too, and deleting tasks unlists them."""
+    store = PostgresStore(postgres_schema_url, min_size=1, max_size=1)
+    await store.open()
+    try:
+        await store.insert_many([new_record("A"), new_record("B")])
+        conn = await asyncpg.connect(postgres_schema_url)
+        try:
+            # a copy of A's row, inserted as a statement that knows nothing of task_listing
+            await conn.execute(
+                'INSERT INTO tasks SELECT (jsonb_populate_record(t, \'{"task_id": "C"}\')).*'
+                " FROM tasks AS t WHERE task_id = 'A'"
+            )
+            record = await store.get("A")
+            assert record is not None
+            for matching in (
+                TaskFilter(scheduler_id=record.scheduler_id),
+                TaskFilter(project_id=record.project_id),
+                TaskFilter(created_after=record.created, created_before=record.created + 1),
+            ):
+                page = await store.list_tasks(matching, now=NOW, limit=10, after=None)
+                assert [r.task_id for r in page.items] == ["A", "B", "C"], matching
+            assert await store.delete_expired(record.expires, 10) == 3
+            assert await conn.fetchval("SELECT count(*) FROM task_listing") == 0
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
