@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -42,11 +43,32 @@ def _statements(sql: str) -> list[str]:
     return [" ".join(part.split()).upper() for part in text.split(";") if part.strip()]
 
 
-def contracting(sql: str, tables: set[str]) -> list[str]:
+_UNUSED_SINCE = re.compile(r"^-- unused since (?P<version>\S+): (?P<names>.+)$", re.MULTILINE)
+_DROP_INDEX = re.compile(r"^DROP INDEX (?:IF EXISTS )?(\w+)$")
+
+
+def unused_indexes(sql: str, cut: Collection[str]) -> set[str]:
+    """The indexes (upper-cased) a migration declares no longer read by the code of a release
+    already cut (``-- unused since <version>: <index>, ...``, ``<version>`` among ``cut``),
+    which it may therefore drop: the previous release's replicas do not need them."""
+    return {
+        name.strip().upper()
+        for match in _UNUSED_SINCE.finditer(sql)
+        if match["version"] in cut
+        for name in match["names"].split(",")
+    }
+
+
+def contracting(sql: str, tables: set[str], cut: Collection[str] = ()) -> list[str]:
     """Why each statement of ``sql`` that is not expand-only would break code that knows only
-    ``tables`` (upper-cased names) as they were: empty when the migration only expands."""
+    ``tables`` (upper-cased names) as they were: empty when the migration only expands, or
+    drops only indexes it declares unused since a release of ``cut`` (:func:`unused_indexes`)."""
     found = []
+    unused = unused_indexes(sql, cut)
     for statement in _statements(sql):
+        dropped = _DROP_INDEX.match(statement)
+        if dropped and dropped[1] in unused:
+            continue
         found += [
             f"{why}: {statement}" for pattern, why in _CONTRACTING if pattern.search(statement)
         ]
@@ -76,8 +98,9 @@ def test_the_migrations_since_the_last_release_only_expand_the_schema(driver: st
         for name in _CREATE_TABLE.findall(migration.sql)
     }
     assert "TASKS" in tables
+    cut = {release.version for release in released()}
     problems = {
-        f"{m.version:04d}_{m.name}": contracting(m.sql, tables)
+        f"{m.version:04d}_{m.name}": contracting(m.sql, tables, cut)
         for m in every
         if m.version not in released_versions
     }
@@ -128,6 +151,25 @@ def test_the_rule_refuses_a_contracting_statement(sql: str) -> None:
 )
 def test_the_rule_admits_an_expanding_statement(sql: str) -> None:
     assert contracting(sql, OLD_TABLES) == []
+
+
+DROPPING = "-- unused since 0.1.0: tasks_by_project, tasks_by_scheduler\n"
+
+
+@pytest.mark.parametrize(
+    ("sql", "admitted"),
+    [
+        (DROPPING + "DROP INDEX tasks_by_project;\nDROP INDEX IF EXISTS tasks_by_scheduler", True),
+        (DROPPING + "DROP INDEX tasks_by_group", False),
+        (DROPPING.replace("0.1.0", "0.9.0") + "DROP INDEX tasks_by_project", False),
+        (DROPPING.replace("tasks_by_project", "tasks") + "DROP TABLE tasks", False),
+        ("-- unused since 0.1.0 tasks_by_project\nDROP INDEX tasks_by_project", False),
+    ],
+)
+def test_an_index_declared_unused_since_a_release_cut_may_be_dropped(
+    sql: str, admitted: bool
+) -> None:
+    assert (contracting(sql, OLD_TABLES, {"0.1.0"}) == []) == admitted
 
 
 def test_the_version_being_built_is_the_changelogs_unreleased_section() -> None:
