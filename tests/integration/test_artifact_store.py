@@ -316,6 +316,9 @@ async def test_an_insert_racing_its_tasks_deletion_is_task_not_found(
             insert = asyncio.create_task(store.insert_artifact(artifact(task, "a")))
 
             async def insert_waits_on_the_lock() -> bool:
+                # pg_stat_activity is read once a transaction unless its snapshot is cleared:
+                # a first look before the insert waited would be seen again and again
+                await deleter.execute("SELECT pg_stat_clear_snapshot()")
                 waiting = await deleter.fetchval(
                     "SELECT count(*) FROM pg_stat_activity "
                     "WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO artifacts%'"
