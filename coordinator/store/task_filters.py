@@ -37,7 +37,7 @@ def filter_clause(task_filter: TaskFilter, *, listed_apart: bool = False) -> Fil
     """The WHERE clause selecting the tasks ``task_filter`` matches; with ``listed_apart``
     (PostgreSQL), the listing columns are read from ``task_listing``."""
     conditions: list[str] = []
-    listing: list[str] = []
+    listing: list[str] = []  # on the columns task_listing holds
     params: dict[str, Any] = {}
 
     def equal(
@@ -60,10 +60,9 @@ def filter_clause(task_filter: TaskFilter, *, listed_apart: bool = False) -> Fil
         params |= {provisioner: other.provisioner_id, worker_type: other.worker_type}
         conditions.append(f"NOT (provisioner_id = :{provisioner} AND worker_type = :{worker_type})")
     conditions += _state_conditions(task_filter)
-    listed = listing if listed_apart else conditions
-    equal("scheduler_id", task_filter.scheduler_id, into=listed)
+    equal("scheduler_id", task_filter.scheduler_id, into=listing)
     equal("task_group_id", task_filter.task_group_id)
-    equal("project_id", task_filter.project_id, into=listed)
+    equal("project_id", task_filter.project_id, into=listing)
     for key, value in sorted(set(task_filter.tags)):
         key_name, value_name = f"f_{len(params)}", f"f_{len(params) + 1}"
         params |= {key_name: key, value_name: value}
@@ -75,16 +74,18 @@ def filter_clause(task_filter: TaskFilter, *, listed_apart: bool = False) -> Fil
             f":{key_name} AND task_tags.tag_value = :{value_name} "
             "AND task_tags.task_id = tasks.task_id AND task_tags.task_id > :after)"
         )
-    equal("created", task_filter.created_after, operator=">=", into=listed)
-    equal("created", task_filter.created_before, operator="<", into=listed)
+    equal("created", task_filter.created_after, operator=">=", into=listing)
+    equal("created", task_filter.created_before, operator="<", into=listing)
     equal("resolved", task_filter.resolved_after, operator=">=")
     equal("resolved", task_filter.resolved_before, operator="<")
-    if listing:
+    if listing and listed_apart:
         # the keyset repeats inside, as for tags: the listing's index is read from the page on
         conditions.append(
             "EXISTS (SELECT 1 FROM task_listing WHERE task_listing.task_id = tasks.task_id "
             "AND task_listing.task_id > :after AND " + " AND ".join(listing) + ")"
         )
+    else:
+        conditions += listing
     return FilterClause(sql=" AND ".join(conditions) or "1 = 1", params=params)
 
 

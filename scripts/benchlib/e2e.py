@@ -88,7 +88,6 @@ from benchlib.common import (
     own_process,
     pids,
     postgres_backends,
-    processes_named,
     serve_group,
 )
 from benchlib.coordproc import (
@@ -102,7 +101,7 @@ from benchlib.coordproc import (
     profiled,
     render_profile,
 )
-from benchlib.events import AMQP_URL
+from benchlib.events import AMQP_URL, broker_processes
 from benchlib.index import LagSampler
 from benchlib.noop import STARTS_ENV
 from coordinator.azure.names import queue_name
@@ -394,7 +393,7 @@ async def _measure(
         "producer": own_process,
     }
     if broker:
-        groups["rabbitmq"] = lambda: processes_named("beam.smp")
+        groups["rabbitmq"] = broker_processes
     if store == "postgres":
         groups["postgres"] = postgres_backends(running.database)
     meter = CpuMeter(groups)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import aio_pika
 import aiohttp
+import psutil
 
 from benchlib.common import (
     CpuMeter,
@@ -50,6 +51,12 @@ AMQP_URL = os.environ.get("COORDINATOR_TEST_AMQP", "amqp://guest:guest@127.0.0.1
 EXCHANGE_PREFIX = "exchange/taskcluster-queue/v1/"
 EXCHANGES = ("task-defined", "task-pending", "task-running", "task-completed")
 """The four messages of a task's life: created (defined, pending), claimed, completed."""
+
+
+def broker_processes() -> list[psutil.Process]:
+    """The CPU group of the RabbitMQ broker at :data:`AMQP_URL` (the whole ``beam.smp``)."""
+    return processes_named("beam.smp")
+
 
 CLIENTS = 32
 """Concurrent clients, each driving one task at a time through its life."""
@@ -156,7 +163,7 @@ def _meter(running: Coordinator, store: StoreKind, *, broker: bool) -> CpuMeter:
         "client": own_process,
     }
     if broker:
-        groups["rabbitmq"] = lambda: processes_named("beam.smp")
+        groups["rabbitmq"] = broker_processes
     if store == "postgres":
         groups["postgres"] = postgres_backends(running.database)
     return CpuMeter(groups)

@@ -88,11 +88,13 @@ async def test_a_past_releases_store_opens_migrated_with_its_data_intact(
         read = await read_back(store)
         assert {part: read[part] for part in expected["read_back"]} == expected["read_back"]
 
+        running = await store.get(RUNNING)
+        assert running is not None and running.state == "running"
+
         # The management API finds the old tasks by what it filters on apart from tasks
         # (PostgreSQL's task_listing, filled by the migration that made it).
-        scheduler_id = (await store.get(RUNNING)).scheduler_id  # type: ignore[union-attr]
         for matching, found in [
-            (TaskFilter(scheduler_id=scheduler_id), set(TASK_IDS)),
+            (TaskFilter(scheduler_id=running.scheduler_id), set(TASK_IDS)),
             (TaskFilter(project_id="proj-a"), {RUNNING}),
             (TaskFilter(created_after=NOW - MINUTE, created_before=NOW + MINUTE), set(TASK_IDS)),
             (TaskFilter(scheduler_id="nobody"), set()),
@@ -101,8 +103,6 @@ async def test_a_past_releases_store_opens_migrated_with_its_data_intact(
             assert {record.task_id for record in page.items} == found, matching
 
         # The old tasks take artifacts, and still take transitions.
-        running = await store.get(RUNNING)
-        assert running is not None and running.state == "running"
         body = {"storageType": "s3", "contentType": "text/plain", "expires": to_iso(EXPIRES)}
         artifact = new_artifact(
             running, task_id=RUNNING, run_id=0, name="public/log", body=body, now=NOW + MINUTE
