@@ -427,8 +427,9 @@ async def test_a_real_worker_claims_reclaims_and_reports_through_the_batch_route
     setup: MakeSetup, batching: bool
 ) -> None:
     """Twelve runs claimed from one Azure get, reclaimed together, released together."""
-    # 6 s claims: a 3 s one expired once under a loaded suite before its reclaim was answered
-    s = await setup(claim_timeout_ms=6_000)
+    # 12 s claims, reclaimed after 8: under a loaded suite a 3 s claim expired once before its
+    # reclaim was answered, and a 6 s one once with all twelve reclaims in flight
+    s = await setup(claim_timeout_ms=12_000)
     task_ids = [await s.create() for _ in range(12)]
     handled: list[str] = []
     reclaimed: set[str] = set()
